@@ -1,0 +1,50 @@
+# banlieue developer entry points. Every target installs what it needs into .venv/.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+ARGS ?=
+GOENV := GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(CURDIR)/.cache/go-build GOFLAGS=-mod=mod
+
+.PHONY: dev test lint typecheck check-generated unit vcsim deps venv clean crds
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev]'
+	@touch $@
+
+venv: $(VENV)/.installed
+
+deps:
+	bash hack/install-deps.sh
+
+bin/vcsim: hack/vcsim/main.go
+	@mkdir -p bin .cache
+	$(GOENV) go build -o bin/vcsim ./hack/vcsim
+
+vcsim: deps bin/vcsim
+
+lint: venv
+	$(VENV)/bin/ruff check banlieue tests bench hack
+	$(VENV)/bin/mypy
+
+crds: venv
+	$(VENV)/bin/banlieue crdgen --out config/crd
+
+check-generated: venv
+	bash hack/check-generated.sh
+
+# The README's test command: everything CI runs.
+test: deps venv bin/vcsim lint check-generated
+	$(VENV)/bin/pytest -q -p no:cacheprovider $(ARGS)
+
+unit: venv
+	$(VENV)/bin/pytest -q tests/unit $(ARGS)
+
+# The README's first command: banlieue on an embedded default (API double + vcsim + manager).
+dev: deps venv bin/vcsim
+	$(VENV)/bin/banlieue dev $(ARGS)
+
+clean:
+	rm -rf $(VENV) bin .cache .banlieue

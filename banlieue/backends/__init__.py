@@ -1,0 +1,1 @@
+"""Backends: the ``Backend`` protocol a hypervisor must offer, and its implementations."""

@@ -1,0 +1,1 @@
+"""The vSphere backend: pyvmomi behind an async adapter."""

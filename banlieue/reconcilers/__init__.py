@@ -1,0 +1,1 @@
+"""Reconcilers: one module per CRD, ``decide(snapshot) -> Plan`` plus thin wiring."""

@@ -1,0 +1,1 @@
+"""Test doubles: the Kubernetes API-server double and the vcsim harness, with pytest fixtures."""

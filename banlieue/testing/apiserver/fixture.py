@@ -1,0 +1,1 @@
+"""pytest fixtures that start the API-server double in-process on a free port."""

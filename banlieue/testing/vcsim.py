@@ -1,0 +1,1 @@
+"""pytest fixtures that start vcsim processes on free ports."""
