@@ -1,1 +1,224 @@
-"""pytest fixtures that start vcsim processes on free ports."""
+"""pytest fixtures that start vcsim processes (``bin/vcsim``, built from ``hack/vcsim``) on free ports.
+
+Public API:
+
+- ``start_vcsim(**opts) -> VcsimProcess``: starts one simulator and waits (up to
+  ``startup_timeout`` seconds) for its info file; use it as a context manager (or call
+  ``stop()``) so the process is always killed.
+- fixture ``vcsim`` (module scope): 2 datacenters x 3 clusters x 2 hosts, one template
+  ``ubuntu-22.04`` per datacenter, TLS with a generated CA (``ca_file``), user ``user``/``pass``.
+- fixture ``vcsim_factory`` (function scope): ``vcsim_factory(**opts) -> VcsimProcess``; every
+  process it started is stopped at teardown.
+
+Options (keyword -> ``bin/vcsim`` flag): ``dc``, ``cluster``, ``host`` (per cluster),
+``standalone_host``, ``vm`` (per resource pool), ``pool``, ``pod``, ``pg``, ``ds``, ``autostart``,
+``templates`` (list of names), ``datastores`` / ``portgroups`` (lists of extra names),
+``username``, ``password``, ``tls`` (bool), ``method_delay`` (``{"CloneVM_Task": 5000}``, ms),
+``delay`` (ms, every method), ``delay_jitter``.
+
+The binary is ``$BANLIEUE_VCSIM`` or ``<repo>/bin/vcsim``; when missing it is built on demand if
+``go`` and the Debian govmomi sources are present, else the requesting test is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+GOPATH = "/usr/share/gocode"
+
+
+class VcsimUnavailable(RuntimeError):
+    """bin/vcsim is missing and cannot be built here (no ``go`` or no govmomi sources)."""
+
+
+def vcsim_binary() -> Path:
+    """Return the vcsim binary, building it (about 15 s) when missing.
+
+    Raises VcsimUnavailable when it is missing and cannot be built.
+    """
+    env_path = os.environ.get("BANLIEUE_VCSIM")
+    if env_path:
+        return Path(env_path)
+    binary = REPO_ROOT / "bin" / "vcsim"
+    if binary.exists():
+        return binary
+    go = shutil.which("go")
+    if go is None or not Path(GOPATH, "src/github.com/vmware/govmomi/simulator").is_dir():
+        raise VcsimUnavailable(
+            "bin/vcsim is missing and cannot be built (needs golang-go and "
+            "golang-github-vmware-govmomi-dev: run `make vcsim`)"
+        )
+    env = dict(os.environ, GO111MODULE="off", GOPATH=GOPATH, GOCACHE=str(REPO_ROOT / ".cache/go-build"))
+    env.pop("GOFLAGS", None)
+    proc = subprocess.run(
+        [go, "build", "-o", str(binary), "./hack/vcsim"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise VcsimUnavailable(f"building bin/vcsim failed: {proc.stderr[-2000:]}")
+    return binary
+
+
+def _flags(opts: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for key, value in opts.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(f"{flag}={'true' if value else 'false'}")
+        elif isinstance(value, dict):
+            out.append(f"{flag}={','.join(f'{k}={v}' for k, v in value.items())}")
+        elif isinstance(value, list | tuple):
+            out.append(f"{flag}={','.join(str(v) for v in value)}")
+        else:
+            out.append(f"{flag}={value}")
+    return out
+
+
+@dataclass
+class VcsimProcess:
+    """A running vcsim: connection details (from its info file) and the process handle.
+
+    ``url`` is the SDK URL (``https://127.0.0.1:<port>/sdk``); ``ca_file`` is the PEM path of
+    the CA that signed the server certificate (empty without TLS); ``info`` is the whole info
+    file (datacenters, clusters, templates, datastores and networks per datacenter).
+    """
+
+    process: subprocess.Popen[bytes]
+    workdir: Path
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return str(self.info["url"])
+
+    @property
+    def host(self) -> str:
+        return str(self.info["host"])
+
+    @property
+    def port(self) -> int:
+        return int(self.info["port"])
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port``, the form a Provider's ``connection.endpoint`` takes."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def username(self) -> str:
+        return str(self.info["username"])
+
+    @property
+    def password(self) -> str:
+        return str(self.info["password"])
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.info["tls"])
+
+    @property
+    def ca_file(self) -> str:
+        return str(self.info.get("ca_file") or "")
+
+    @property
+    def ca_pem(self) -> str:
+        """The CA bundle as PEM text (what a Provider's ``caBundle.inline`` holds)."""
+        return Path(self.ca_file).read_text() if self.ca_file else ""
+
+    def stop(self) -> None:
+        """Terminate (then kill after 5 s) and remove the work directory. Idempotent."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> VcsimProcess:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def start_vcsim(startup_timeout: float = 30.0, **opts: Any) -> VcsimProcess:
+    """Start ``bin/vcsim`` on a free 127.0.0.1 port and wait for its info file.
+
+    Defaults: 2 datacenters x 3 clusters, template ``ubuntu-22.04``, TLS on. Raises
+    VcsimUnavailable (binary) or RuntimeError (the process exited or did not report within
+    ``startup_timeout`` seconds; its stderr is in the message).
+    """
+    binary = vcsim_binary()
+    opts = {"dc": 2, "cluster": 3, "templates": ["ubuntu-22.04"], "tls": True, **opts}
+    workdir = Path(tempfile.mkdtemp(prefix="banlieue-vcsim-"))
+    info_file = workdir / "info.json"
+    args = [str(binary), "--listen=127.0.0.1:0", f"--info-file={info_file}", *_flags(opts)]
+    if opts.get("tls"):
+        args.append(f"--tls-dir={workdir / 'tls'}")
+    stderr = (workdir / "stderr.log").open("wb")
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr, cwd=workdir)
+    stderr.close()
+    vc = VcsimProcess(process=process, workdir=workdir)
+    deadline = time.monotonic() + startup_timeout
+    while not info_file.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            err = (workdir / "stderr.log").read_text(errors="replace")[-2000:]
+            vc.stop()
+            raise RuntimeError(f"vcsim did not start ({' '.join(args)}): {err}")
+        time.sleep(0.05)
+    vc.info = json.loads(info_file.read_text())
+    return vc
+
+
+def _skip_if_unavailable() -> None:
+    try:
+        vcsim_binary()
+    except VcsimUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def vcsim() -> Iterator[VcsimProcess]:
+    """One vcsim per test module: 2 DC x 3 clusters, template ``ubuntu-22.04``, TLS."""
+    _skip_if_unavailable()
+    with start_vcsim() as vc:
+        yield vc
+
+
+@pytest.fixture
+def vcsim_factory() -> Iterator[Callable[..., VcsimProcess]]:
+    """``vcsim_factory(**opts)`` starts another vcsim; all are stopped at teardown."""
+    _skip_if_unavailable()
+    started: list[VcsimProcess] = []
+
+    def factory(**opts: Any) -> VcsimProcess:
+        vc = start_vcsim(**opts)
+        started.append(vc)
+        return vc
+
+    yield factory
+    for vc in started:
+        vc.stop()

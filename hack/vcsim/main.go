@@ -1,0 +1,399 @@
+// Command vcsim runs the govmomi (0.24) vCenter simulator with the inventory banlieue's tests need.
+//
+// Debian ships the simulator package but not the vcsim command, so this small main builds the
+// model (datacenters x clusters x hosts, VMs per resource pool, standalone hosts), turns some VMs
+// into named templates, adds datastores and distributed port groups with given names, sets the
+// login, optionally serves TLS with a freshly generated CA + server certificate (the simulator's
+// built-in certificate is too weak for current OpenSSL defaults), applies method delays, then
+// prints its SDK URL on stdout and writes a JSON info file. It runs until SIGTERM or SIGINT.
+//
+// Build (GOPATH mode, standard library + govmomi only):
+//
+//	GO111MODULE=off GOPATH=/usr/share/gocode go build -o bin/vcsim ./hack/vcsim
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"flag"
+	"fmt"
+	"io/ioutil"
+	"log"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vmware/govmomi"
+	"github.com/vmware/govmomi/find"
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// info is what --info-file receives: everything a test needs to connect and to know the inventory.
+type info struct {
+	URL         string              `json:"url"`
+	Host        string              `json:"host"`
+	Port        int                 `json:"port"`
+	Username    string              `json:"username"`
+	Password    string              `json:"password"`
+	TLS         bool                `json:"tls"`
+	Insecure    bool                `json:"insecure"`
+	CAFile      string              `json:"ca_file"`
+	Datacenters []string            `json:"datacenters"`
+	Clusters    map[string][]string `json:"clusters"`
+	Templates   map[string][]string `json:"templates"`
+	Datastores  map[string][]string `json:"datastores"`
+	Networks    map[string][]string `json:"networks"`
+	PID         int                 `json:"pid"`
+
+	tempDirs []string // extra datastores' backing directories, removed on exit
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseDelays reads "Method=ms,Method2=ms" into the simulator's MethodDelay map.
+func parseDelays(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, p := range splitList(s) {
+		kv := strings.SplitN(p, "=", 2)
+		if len(kv) != 2 {
+			return nil, fmt.Errorf("--method-delay: %q is not Method=milliseconds", p)
+		}
+		ms, err := strconv.Atoi(kv[1])
+		if err != nil {
+			return nil, fmt.Errorf("--method-delay: %q: %v", p, err)
+		}
+		out[kv[0]] = ms
+	}
+	return out, nil
+}
+
+func writePEM(path, kind string, der []byte) error {
+	return ioutil.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600)
+}
+
+// makeTLS generates a self-signed ECDSA P-256 CA and a server certificate for 127.0.0.1 and
+// localhost signed by it; writes ca.pem, server.pem and server-key.pem into dir.
+func makeTLS(dir string) (*tls.Config, string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", err
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, "", err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(now.UnixNano()),
+		Subject:               pkix.Name{CommonName: "banlieue vcsim test CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(7 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, "", err
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, "", err
+	}
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, "", err
+	}
+	srvTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(now.UnixNano() + 1),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(7 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
+	if err != nil {
+		return nil, "", err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(srvKey)
+	if err != nil {
+		return nil, "", err
+	}
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := writePEM(caFile, "CERTIFICATE", caDER); err != nil {
+		return nil, "", err
+	}
+	if err := writePEM(filepath.Join(dir, "server.pem"), "CERTIFICATE", srvDER); err != nil {
+		return nil, "", err
+	}
+	if err := writePEM(filepath.Join(dir, "server-key.pem"), "EC PRIVATE KEY", keyDER); err != nil {
+		return nil, "", err
+	}
+	cert := tls.Certificate{Certificate: [][]byte{srvDER, caDER}, PrivateKey: srvKey}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, caFile, nil
+}
+
+// customize renames VMs into templates, adds datastores and port groups, and fills inv.
+func customize(ctx context.Context, c *vim25.Client, templates, datastores, portgroups []string, inv *info) error {
+	finder := find.NewFinder(c, false)
+	dcs, err := finder.DatacenterList(ctx, "*")
+	if err != nil {
+		return err
+	}
+	for _, dc := range dcs {
+		dcName := dc.Name()
+		inv.Datacenters = append(inv.Datacenters, dcName)
+		finder.SetDatacenter(dc)
+
+		clusters, err := finder.ClusterComputeResourceList(ctx, "*")
+		if err != nil && len(clusters) > 0 {
+			return err
+		}
+		inv.Clusters[dcName] = []string{}
+		for _, cl := range clusters {
+			inv.Clusters[dcName] = append(inv.Clusters[dcName], cl.Name())
+		}
+
+		vms, _ := finder.VirtualMachineList(ctx, "*")
+		if len(vms) < len(templates) {
+			return fmt.Errorf("datacenter %s has %d VMs, %d templates requested: raise --vm", dcName, len(vms), len(templates))
+		}
+		inv.Templates[dcName] = []string{}
+		for i, name := range templates {
+			vm := vms[i]
+			state, err := vm.PowerState(ctx)
+			if err != nil {
+				return err
+			}
+			if state != types.VirtualMachinePowerStatePoweredOff {
+				task, err := vm.PowerOff(ctx)
+				if err != nil {
+					return err
+				}
+				if err := task.Wait(ctx); err != nil {
+					return err
+				}
+			}
+			task, err := vm.Rename(ctx, name)
+			if err != nil {
+				return err
+			}
+			if err := task.Wait(ctx); err != nil {
+				return err
+			}
+			if err := vm.MarkAsTemplate(ctx); err != nil {
+				return err
+			}
+			inv.Templates[dcName] = append(inv.Templates[dcName], name)
+		}
+
+		hosts, err := finder.HostSystemList(ctx, "*")
+		if err != nil {
+			return err
+		}
+		for _, name := range datastores {
+			dir, err := ioutil.TempDir("", "banlieue-vcsim-"+dcName+"-")
+			if err != nil {
+				return err
+			}
+			inv.tempDirs = append(inv.tempDirs, dir)
+			for _, h := range hosts {
+				dss, err := h.ConfigManager().DatastoreSystem(ctx)
+				if err != nil {
+					return err
+				}
+				if _, err := dss.CreateLocalDatastore(ctx, name, dir); err != nil {
+					return err
+				}
+			}
+		}
+		allDS, _ := finder.DatastoreList(ctx, "*")
+		inv.Datastores[dcName] = []string{}
+		for _, ds := range allDS {
+			inv.Datastores[dcName] = append(inv.Datastores[dcName], ds.Name())
+		}
+
+		if len(portgroups) > 0 {
+			nets, err := finder.NetworkList(ctx, "*")
+			if err != nil {
+				return err
+			}
+			var dvs *object.DistributedVirtualSwitch
+			for _, n := range nets {
+				if d, ok := n.(*object.DistributedVirtualSwitch); ok {
+					dvs = d
+					break
+				}
+			}
+			if dvs == nil {
+				return fmt.Errorf("datacenter %s has no distributed switch: --pg must be >= 1 for --portgroups", dcName)
+			}
+			for _, name := range portgroups {
+				task, err := dvs.AddPortgroup(ctx, []types.DVPortgroupConfigSpec{{Name: name, NumPorts: 128}})
+				if err != nil {
+					return err
+				}
+				if err := task.Wait(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		nets, _ := finder.NetworkList(ctx, "*")
+		inv.Networks[dcName] = []string{}
+		for _, n := range nets {
+			if _, isSwitch := n.(*object.DistributedVirtualSwitch); isSwitch {
+				continue
+			}
+			if el, err := finder.Element(ctx, n.Reference()); err == nil {
+				inv.Networks[dcName] = append(inv.Networks[dcName], filepath.Base(el.Path))
+			}
+		}
+	}
+	return nil
+}
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("vcsim: ")
+	listen := flag.String("listen", "127.0.0.1:0", "listen address host:port (port 0 picks a free port)")
+	dc := flag.Int("dc", 2, "number of datacenters")
+	cluster := flag.Int("cluster", 3, "clusters per datacenter")
+	host := flag.Int("host", 2, "hosts per cluster")
+	standalone := flag.Int("standalone-host", 1, "standalone hosts per datacenter")
+	vm := flag.Int("vm", 1, "VMs per resource pool (each cluster and standalone host has one)")
+	pool := flag.Int("pool", 0, "extra resource pools per cluster")
+	pod := flag.Int("pod", 0, "datastore clusters (StoragePods) per datacenter")
+	pg := flag.Int("pg", 1, "numbered distributed port groups per datacenter (DCn_DVPGm)")
+	ds := flag.Int("ds", 1, "numbered local datastores (LocalDS_n)")
+	autostart := flag.Bool("autostart", false, "power on the model's VMs")
+	templates := flag.String("templates", "ubuntu-22.04", "comma list of template names made from existing VMs in every datacenter")
+	datastores := flag.String("datastores", "", "comma list of extra datastore names mounted on every host")
+	portgroups := flag.String("portgroups", "", "comma list of extra distributed port group names in every datacenter")
+	username := flag.String("username", "user", "login user name")
+	password := flag.String("password", "pass", "login password")
+	useTLS := flag.Bool("tls", false, "serve https with a generated CA + server certificate")
+	tlsDir := flag.String("tls-dir", "", "directory for ca.pem, server.pem, server-key.pem (default: a temp dir)")
+	methodDelay := flag.String("method-delay", "", "per-method delay, e.g. CloneVM_Task=5000,PowerOnVM_Task=100 (ms)")
+	delay := flag.Int("delay", 0, "global delay before every SOAP method (ms)")
+	jitter := flag.Float64("delay-jitter", 0, "delay jitter as coefficient of variation")
+	infoFile := flag.String("info-file", "", "write connection details and inventory as JSON here")
+	flag.Parse()
+
+	delays, err := parseDelays(*methodDelay)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	m := simulator.VPX()
+	m.Datacenter = *dc
+	m.Cluster = *cluster
+	m.ClusterHost = *host
+	m.Host = *standalone
+	m.Machine = *vm
+	m.Pool = *pool
+	m.Pod = *pod
+	m.Portgroup = *pg
+	m.Datastore = *ds
+	m.Autostart = *autostart
+	// The delay pointer is read by the service on each call; keep it zero while customizing.
+	m.DelayConfig = simulator.DelayConfig{}
+	if err := m.Create(); err != nil {
+		log.Fatalf("create model: %v", err)
+	}
+	defer m.Remove()
+
+	inv := &info{
+		Username: *username, Password: *password, TLS: *useTLS, Insecure: !*useTLS,
+		Clusters: map[string][]string{}, Templates: map[string][]string{},
+		Datastores: map[string][]string{}, Networks: map[string][]string{}, PID: os.Getpid(),
+	}
+	ctx := context.Background()
+
+	m.Service.Listen = &url.URL{Host: *listen, User: url.UserPassword(*username, *password)}
+	if *useTLS {
+		dir := *tlsDir
+		if dir == "" {
+			dir, err = ioutil.TempDir("", "banlieue-vcsim-tls-")
+			if err != nil {
+				log.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+		}
+		cfg, caFile, err := makeTLS(dir)
+		if err != nil {
+			log.Fatalf("tls: %v", err)
+		}
+		m.Service.TLS = cfg
+		inv.CAFile = caFile
+	}
+	srv := m.Service.NewServer()
+	defer srv.Close()
+
+	// Customize through a client of our own before anyone knows the URL (no delays yet).
+	client, err := govmomi.NewClient(ctx, srv.URL, true)
+	if err != nil {
+		log.Fatalf("connect to self: %v", err)
+	}
+	if err := customize(ctx, client.Client, splitList(*templates), splitList(*datastores), splitList(*portgroups), inv); err != nil {
+		log.Fatalf("customize: %v", err)
+	}
+	_ = client.Logout(ctx)
+	defer func() {
+		for _, d := range inv.tempDirs {
+			_ = os.RemoveAll(d)
+		}
+	}()
+
+	m.DelayConfig.Delay = *delay
+	m.DelayConfig.DelayJitter = *jitter
+	m.DelayConfig.MethodDelay = delays
+
+	u := *srv.URL
+	u.User = nil
+	inv.URL = u.String()
+	inv.Host = u.Hostname()
+	inv.Port, _ = strconv.Atoi(u.Port())
+	if *infoFile != "" {
+		data, _ := json.MarshalIndent(inv, "", "  ")
+		tmp := *infoFile + ".tmp"
+		if err := ioutil.WriteFile(tmp, data, 0o600); err != nil {
+			log.Fatal(err)
+		}
+		// Rename makes the file appear complete: readers poll for its existence.
+		if err := os.Rename(tmp, *infoFile); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println(inv.URL)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+}
