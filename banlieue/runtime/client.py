@@ -16,7 +16,7 @@ import importlib
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlparse
 
@@ -304,7 +304,7 @@ class Client:
         self, kind: ResourceKind, namespace: str | None = None, *, resource_version: str | None,
         timeout_seconds: int, allow_bookmarks: bool = True, label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Stream raw watch events ``{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": {...}}``.
 
         Reads JSON lines with a read timeout of ``timeout_seconds`` + ``timeouts.watch_margin``
