@@ -116,7 +116,7 @@ class Client:
         self.server_error_retries = server_error_retries
         self._api = ApiClient(configuration)
         self.host = urlparse(configuration.host).netloc
-        self._requests_total = _metric("rest_client_requests_total")
+        self._requests_total = _metric("REST_CLIENT_REQUESTS")
 
     async def close(self) -> None:
         """Close the HTTP session (open watches end)."""
