@@ -1,0 +1,212 @@
+"""Command-line grammar of ``banlieue`` and its translation into validated options.
+
+Subcommands::
+
+    banlieue controller         [role flags]   # VirtualMachine, VSphereCluster
+    banlieue provider vsphere   [role flags] [--vsphere-task-timeout S]
+    banlieue manager            [role flags] [--vsphere-task-timeout S]   # both roles
+    banlieue crdgen --out DIR
+    banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--vcsim-port N] ...
+    banlieue --version
+
+Every flag value arrives as a string and is validated by :mod:`banlieue.options`, so a bad flag
+and a bad ``BANLIEUE_*`` variable produce the same one-line message.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from banlieue import __version__
+from banlieue.options import (
+    DevOptions,
+    FlagSpec,
+    Options,
+    Role,
+    UsageError,
+    choice,
+    default_kubeconfig,
+    default_leader_election_namespace,
+    parse_bind_address,
+    parse_bool,
+    parse_kubeconfig,
+    parse_label_value,
+    parse_namespace,
+    parse_port,
+    parse_positive_int,
+    parse_seconds,
+    resolve,
+)
+
+_LOG_FORMAT = choice("json", "console")
+_LOG_LEVEL = choice("debug", "info", "warning", "error", aliases={"warn": "warning"})
+
+
+def _common_flags(*, log_format: str, metrics: str, probes: str) -> list[FlagSpec]:
+    """Flags every role shares (SPEC §5), with the given defaults for logs and listeners."""
+    return [
+        FlagSpec("--kubeconfig", parse_kubeconfig, None,
+                 "kubeconfig file; else KUBECONFIG, else in-cluster, else ~/.kube/config", metavar="PATH"),
+        FlagSpec("--namespace", parse_namespace, None, "watch only this namespace (default: all)", metavar="NAMESPACE"),
+        FlagSpec("--watch-filter", parse_label_value, None,
+                 "reconcile only objects labelled cluster.x-k8s.io/watch-filter=VALUE"),
+        FlagSpec("--metrics-bind-address", parse_bind_address, metrics,
+                 "host:port of /metrics; 0 disables", metavar="ADDR"),
+        FlagSpec("--health-probe-bind-address", parse_bind_address, probes,
+                 "host:port of /healthz and /readyz; 0 disables", metavar="ADDR"),
+        FlagSpec("--leader-elect", parse_bool, "false",
+                 "hold a Lease per role before reconciling (bare flag = true)", boolean=True),
+        FlagSpec("--leader-election-namespace", parse_namespace, None,
+                 "namespace of the Leases (default: the pod's namespace in-cluster, else default)",
+                 metavar="NAMESPACE"),
+        FlagSpec("--max-concurrent-reconciles", parse_positive_int, "10", "workers per controller, >= 1", metavar="N"),
+        FlagSpec("--log-format", _LOG_FORMAT, log_format, "json or console", metavar="FORMAT"),
+        FlagSpec("--log-level", _LOG_LEVEL, "info", "debug, info, warning or error", metavar="LEVEL"),
+    ]
+
+
+VSPHERE_FLAGS = [
+    FlagSpec("--vsphere-task-timeout", parse_seconds, "600",
+             "seconds to wait for one vSphere task (clone, power, destroy)", metavar="SECONDS"),
+]
+ROLE_FLAGS = _common_flags(log_format="json", metrics=":8080", probes=":8081")
+# dev runs on a workstation: human-readable logs, listeners on loopback only.
+DEV_MANAGER_FLAGS = [
+    spec for spec in _common_flags(log_format="console", metrics="127.0.0.1:8080", probes="127.0.0.1:8081")
+    if spec.flag not in ("--kubeconfig", "--namespace", "--leader-elect", "--leader-election-namespace")
+] + VSPHERE_FLAGS
+DEV_FLAGS = [
+    FlagSpec("--exit-when-ready", parse_bool, "false",
+             "exit 0 once the samples are Ready (bare flag = true)", boolean=True),
+    FlagSpec("--state-dir", str, ".banlieue", "directory for kubeconfig, logs and simulator state", metavar="DIR"),
+    FlagSpec("--api-port", parse_port, "0", "127.0.0.1 port of the API-server double (0 = free)", metavar="PORT"),
+    FlagSpec("--vcsim-port", parse_port, "0", "127.0.0.1 port of vcsim (0 = free)", metavar="PORT"),
+]
+
+
+@dataclass(frozen=True)
+class RoleCommand:
+    """``banlieue controller | provider vsphere | manager``: run ``role`` with ``options``."""
+
+    role: Role
+    options: Options
+
+
+@dataclass(frozen=True)
+class CrdgenCommand:
+    """``banlieue crdgen --out DIR``: write the CRD YAML files into ``out``."""
+
+    out: str
+
+
+@dataclass(frozen=True)
+class DevCommand:
+    """``banlieue dev``: the embedded development environment."""
+
+    dev: DevOptions
+
+
+Command = RoleCommand | CrdgenCommand | DevCommand
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors raise UsageError (one line, exit 2) instead of printing usage."""
+
+    def error(self, message: str) -> NoReturn:
+        for placeholder, hint in _MISSING.items():
+            if message.endswith("required: " + placeholder):
+                raise UsageError(hint)
+        raise UsageError(message)
+
+
+_MISSING = {
+    "COMMAND": "missing command: one of controller, provider vsphere, manager, crdgen, dev (see banlieue --help)",
+    "BACKEND": "missing backend: banlieue provider vsphere",
+}
+
+
+def _add_flags(parser: argparse.ArgumentParser, specs: Sequence[FlagSpec]) -> None:
+    for spec in specs:
+        shown = f"; default {spec.default}" if spec.default is not None else ""
+        help_text = f"{spec.help} (env {spec.env}{shown})"
+        if spec.boolean:
+            parser.add_argument(spec.flag, nargs="?", const="true", default=None,
+                                metavar="true|false", help=help_text)
+        else:
+            parser.add_argument(spec.flag, default=None, metavar=spec.metavar, help=help_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``banlieue`` argument parser (its ``error`` raises UsageError)."""
+    parser = _Parser(prog="banlieue", description="Kubernetes VirtualMachine API and CAPI provider for vSphere.")
+    parser.add_argument("--version", action="version", version=f"banlieue {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    controller = sub.add_parser("controller", help="VirtualMachine and VSphereCluster controllers")
+    _add_flags(controller, ROLE_FLAGS)
+    provider = sub.add_parser("provider", help="a backend provider's controllers")
+    backends = provider.add_subparsers(dest="backend", required=True, metavar="BACKEND")
+    vsphere = backends.add_parser("vsphere", help="Provider, VMImage, VSphereMachine(Template) on vSphere")
+    _add_flags(vsphere, ROLE_FLAGS + VSPHERE_FLAGS)
+    manager = sub.add_parser("manager", help="controller and provider vsphere in one process")
+    _add_flags(manager, ROLE_FLAGS + VSPHERE_FLAGS)
+
+    crd = sub.add_parser("crdgen", help="write the CRDs to a directory")
+    crd.add_argument("--out", default="config/crd", help="output directory (default config/crd)")
+
+    dev = sub.add_parser("dev", help="API-server double + vSphere simulator + manager, on 127.0.0.1")
+    _add_flags(dev, DEV_FLAGS + DEV_MANAGER_FLAGS)
+    return parser
+
+
+def _resolve_all(specs: Sequence[FlagSpec], args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    return {spec.dest: resolve(spec, getattr(args, spec.dest), env) for spec in specs}
+
+
+def parse_command(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    home: Path | None = None,
+    sa_namespace_file: Path | None = None,
+) -> Command:
+    """Parse ``argv`` (without the program name) against ``env`` into a validated Command.
+
+    ``home`` and ``sa_namespace_file`` override ``~`` and the in-cluster namespace file (tests).
+    Raises UsageError for any invalid flag or ``BANLIEUE_*`` value; ``--help``/``--version``
+    raise SystemExit(0) as argparse does.
+    """
+    args = build_parser().parse_args(list(argv))
+    if args.command == "crdgen":
+        return CrdgenCommand(out=args.out)
+    if args.command == "dev":
+        values = _resolve_all(DEV_FLAGS + DEV_MANAGER_FLAGS, args, env)
+        dev_keys = {spec.dest for spec in DEV_FLAGS}
+        manager = Options(**{k: v for k, v in values.items() if k not in dev_keys})
+        return DevCommand(DevOptions(
+            exit_when_ready=values["exit_when_ready"],
+            state_dir=Path(values["state_dir"]),
+            api_port=values["api_port"],
+            vcsim_port=values["vcsim_port"],
+            options=manager,
+        ))
+    role: Role
+    if args.command == "controller":
+        role, specs = "controller", ROLE_FLAGS
+    elif args.command == "provider":
+        role, specs = "provider-vsphere", ROLE_FLAGS + VSPHERE_FLAGS
+    else:
+        role, specs = "manager", ROLE_FLAGS + VSPHERE_FLAGS
+    values = _resolve_all(specs, args, env)
+    if values["kubeconfig"] is None:
+        values["kubeconfig"] = default_kubeconfig(env, home)
+    if values["leader_election_namespace"] is None:
+        values["leader_election_namespace"] = (
+            default_leader_election_namespace(sa_namespace_file)
+            if sa_namespace_file is not None else default_leader_election_namespace()
+        )
+    return RoleCommand(role=role, options=Options(**values))
