@@ -1,0 +1,124 @@
+"""Prometheus metrics of the runtime, with controller-runtime's names, labels and buckets.
+
+Defined once, at import, on prometheus_client's default ``REGISTRY`` so that existing
+controller-runtime dashboards work unchanged. Several controllers and managers may live in one
+process (tests): nothing here is registered twice; callers use ``.labels(...)`` children.
+
+Sources: ``cr:pkg/internal/controller/metrics/metrics.go`` (controller_runtime_*),
+``cr:pkg/internal/metrics/workqueue.go`` (workqueue_*), ``cr:pkg/metrics/leaderelection.go``,
+``cr:pkg/metrics/client_go_adapter.go``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# --- controller_runtime_* (label ``controller``) ---------------------------------------------
+
+RECONCILE_RESULTS = ("success", "error", "requeue", "requeue_after")
+"""The ``result`` label values of controller_runtime_reconcile_total, all pre-set to 0 at Start."""
+
+RECONCILE_TOTAL = Counter(
+    "controller_runtime_reconcile_total",
+    "Total number of reconciliations per controller",
+    ["controller", "result"],
+)
+RECONCILE_ERRORS = Counter(
+    "controller_runtime_reconcile_errors_total",
+    "Total number of reconciliation errors per controller",
+    ["controller"],
+)
+TERMINAL_RECONCILE_ERRORS = Counter(
+    "controller_runtime_terminal_reconcile_errors_total",
+    "Total number of terminal reconciliation errors per controller",
+    ["controller"],
+)
+RECONCILE_PANICS = Counter(
+    "controller_runtime_reconcile_panics_total",
+    "Total number of reconciliation panics per controller",
+    ["controller"],
+)
+
+RECONCILE_TIME_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+    25.0, 30.0, 40.0, 50.0, 60.0,
+)  # fmt: skip
+"""The 40 buckets of controller_runtime_reconcile_time_seconds (seconds)."""
+
+RECONCILE_TIME = Histogram(
+    "controller_runtime_reconcile_time_seconds",
+    "Length of time per reconciliation per controller",
+    ["controller"],
+    buckets=RECONCILE_TIME_BUCKETS,
+)
+MAX_CONCURRENT_RECONCILES = Gauge(
+    "controller_runtime_max_concurrent_reconciles",
+    "Maximum number of concurrent reconciles per controller",
+    ["controller"],
+)
+ACTIVE_WORKERS = Gauge(
+    "controller_runtime_active_workers",
+    "Number of currently used workers per controller",
+    ["controller"],
+)
+
+# --- workqueue_* (labels ``name`` and ``controller``, both the controller name) ---------------
+
+WORKQUEUE_DURATION_BUCKETS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
+"""ExponentialBuckets(10e-9, 10, 12): 10 ns to 1000 s (seconds)."""
+
+WORKQUEUE_DEPTH = Gauge(
+    "workqueue_depth",
+    "Current depth of workqueue by workqueue and priority",
+    ["name", "controller", "priority"],
+)
+WORKQUEUE_ADDS = Counter(
+    "workqueue_adds_total",
+    "Total number of adds handled by workqueue",
+    ["name", "controller"],
+)
+WORKQUEUE_QUEUE_DURATION = Histogram(
+    "workqueue_queue_duration_seconds",
+    "How long in seconds an item stays in workqueue before being requested",
+    ["name", "controller"],
+    buckets=WORKQUEUE_DURATION_BUCKETS,
+)
+WORKQUEUE_WORK_DURATION = Histogram(
+    "workqueue_work_duration_seconds",
+    "How long in seconds processing an item from workqueue takes.",
+    ["name", "controller"],
+    buckets=WORKQUEUE_DURATION_BUCKETS,
+)
+WORKQUEUE_UNFINISHED_WORK = Gauge(
+    "workqueue_unfinished_work_seconds",
+    "How many seconds of work has been done that is in progress and hasn't been observed by "
+    "work_duration. Large values indicate stuck threads. One can deduce the number of stuck "
+    "threads by observing the rate at which this increases.",
+    ["name", "controller"],
+)
+WORKQUEUE_LONGEST_RUNNING_PROCESSOR = Gauge(
+    "workqueue_longest_running_processor_seconds",
+    "How many seconds has the longest running processor for workqueue been running.",
+    ["name", "controller"],
+)
+WORKQUEUE_RETRIES = Counter(
+    "workqueue_retries_total",
+    "Total number of retries handled by workqueue",
+    ["name", "controller"],
+)
+
+# --- leader election and REST client (set by the manager / client) ---------------------------
+
+LEADER_ELECTION_MASTER_STATUS = Gauge(
+    "leader_election_master_status",
+    "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
+    "1 indicates master. 'name' is the string used to identify the lease. Please make sure to "
+    "group by name.",
+    ["name"],
+)
+REST_CLIENT_REQUESTS = Counter(
+    "rest_client_requests_total",
+    "Number of HTTP requests, partitioned by status code, method, and host.",
+    ["code", "method", "host"],
+)
