@@ -1,0 +1,392 @@
+"""infrastructure.banlieue.io/v1alpha1: the CAPI v1beta2 infrastructure kinds (SPEC §3).
+
+VSphereMachine is an InfraMachine, VSphereCluster an InfraCluster, and the two templates are
+InfraMachineTemplate / InfraClusterTemplate (CAPI contract rules, contract version v1beta2).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import ConfigDict, Field
+
+from banlieue.api.core import DiskProvisioning, Firmware, PowerState
+from banlieue.api.meta import (
+    LIST_ATOMIC,
+    APIEndpoint,
+    ApiModel,
+    Condition,
+    FailureDomain,
+    Initialization,
+    KubeObject,
+    LabelSelector,
+    ListMeta,
+    LocalObjectReference,
+    MachineAddress,
+    Quantity,
+    TemplateObjectMeta,
+    list_map,
+)
+
+GROUP = "infrastructure.banlieue.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+VSPHERE_MACHINE_FINALIZER = "infrastructure.banlieue.io/vspheremachine"
+"""Finalizer the vSphere provider puts on every VSphereMachine (SPEC §3)."""
+DEFAULT_GUEST_SOFT_POWER_OFF_TIMEOUT_SECONDS = 300
+"""Used when ``guestSoftPowerOffTimeoutSeconds`` is unset (CAPV's default: 5 minutes)."""
+BOOTSTRAP_DATA_DEFAULT_KEY = "value"
+"""Key of a CAPI bootstrap data Secret holding the data (CAPI bootstrap contract)."""
+
+_CONDITIONS = list_map("type")
+_BY_NAME = list_map("name")
+
+
+class VSphereMachineReason:
+    """Reasons of the VSphereMachine ``Ready`` condition (SPEC §3)."""
+
+    WAITING_FOR_BOOTSTRAP_DATA = "WaitingForBootstrapData"
+    WAITING_FOR_CLUSTER_INFRASTRUCTURE = "WaitingForClusterInfrastructure"
+    CLONING = "Cloning"
+    POWERING_ON = "PoweringOn"
+    WAITING_FOR_IP_ADDRESS = "WaitingForIPAddress"
+    PROVISIONED = "Provisioned"
+    TEMPLATE_NOT_FOUND = "TemplateNotFound"
+    INVALID_SPEC = "InvalidSpec"
+    CLONE_FAILED = "CloneFailed"
+    DELETING = "Deleting"
+    PAUSED = "Paused"
+
+
+class CloneMode(StrEnum):
+    """How the template is cloned."""
+
+    FULL_CLONE = "fullClone"
+    LINKED_CLONE = "linkedClone"
+
+
+class PowerOffMode(StrEnum):
+    """How the VM is powered off before deletion (CAPV names)."""
+
+    HARD = "hard"
+    SOFT = "soft"
+    TRY_SOFT = "trySoft"
+
+
+class MachineDisk(ApiModel):
+    """A disk of a VSphereMachine; the first is the OS disk grown from the template."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(has(self.datastore) && has(self.storageClass))",
+                    "message": "at most one of datastore or storageClass may be set",
+                }
+            ]
+        }
+    )
+
+    name: str = Field(min_length=1)
+    """Disk name, unique in the machine."""
+    size_gib: int = Field(ge=1, alias="sizeGiB")
+    """Size, GiB."""
+    provisioning: DiskProvisioning = DiskProvisioning.THIN
+    """thin, thick or eagerZeroed."""
+    datastore: str | None = Field(default=None, min_length=1)
+    """Concrete datastore (standalone path)."""
+    storage_class: str | None = Field(default=None, min_length=1)
+    """Abstract storage class, resolved through the failure domain's Provider."""
+
+
+class NetworkDevice(ApiModel):
+    """A network interface of a VSphereMachine."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.portGroup) != has(self.networkClass)",
+                    "message": "exactly one of portGroup or networkClass must be set",
+                }
+            ]
+        }
+    )
+
+    name: str = Field(min_length=1)
+    """Interface name, unique in the machine."""
+    port_group: str | None = Field(default=None, min_length=1)
+    """Concrete port group (standalone path)."""
+    network_class: str | None = Field(default=None, min_length=1)
+    """Abstract network class, resolved through the failure domain's Provider."""
+    mac_address: str | None = None
+    """Fixed MAC address; generated when absent."""
+    dhcp4: bool | None = None
+    """Use DHCP for IPv4."""
+    dhcp6: bool | None = None
+    """Use DHCP for IPv6."""
+    addresses: list[str] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
+    """Static addresses in CIDR notation."""
+    gateway4: str | None = None
+    """IPv4 default gateway."""
+    gateway6: str | None = None
+    """IPv6 default gateway."""
+    nameservers: list[str] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
+    """DNS servers."""
+
+
+class MachineNetwork(ApiModel):
+    """Network interfaces of a VSphereMachine."""
+
+    devices: list[NetworkDevice] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    """Devices, by name."""
+
+
+class SecretKeyReference(ApiModel):
+    """A key of a Secret in the same namespace."""
+
+    name: str = Field(min_length=1)
+    """Secret name."""
+    key: str = Field(default=BOOTSTRAP_DATA_DEFAULT_KEY, min_length=1)
+    """Key holding the data."""
+
+
+class VSphereMachineSpec(ApiModel):
+    """Desired state of a VSphereMachine (CAPI v1beta2 InfraMachine)."""
+
+    provider_id: str | None = Field(default=None, alias="providerID")
+    """Set by the provider: ``vsphere://<BIOS UUID>`` (CAPI contract: spec.providerID)."""
+    failure_domain: str | None = None
+    """Failure domain (CAPI contract); when set, provider, datacenter and cluster come from it."""
+    provider_ref: LocalObjectReference | None = None
+    """Provider (same namespace) to realise the machine on."""
+    datacenter: str | None = None
+    """vSphere datacenter."""
+    cluster: str | None = None
+    """vSphere compute cluster."""
+    resource_pool: str | None = None
+    """Resource pool; the cluster's root pool when absent."""
+    folder: str | None = None
+    """VM folder; the datacenter's VM folder when absent."""
+    template: str | None = None
+    """Template to clone."""
+    clone_mode: CloneMode = CloneMode.FULL_CLONE
+    """fullClone or linkedClone (needs a template snapshot; disks cannot grow)."""
+    num_cpus: int | None = Field(default=None, ge=1, alias="numCPUs")
+    """Virtual CPUs."""
+    num_cores_per_socket: int | None = Field(default=None, ge=1)
+    """Cores per socket."""
+    memory_mib: int | None = Field(default=None, ge=1, alias="memoryMiB")
+    """Memory, MiB."""
+    firmware: Firmware | None = None
+    """bios, efi or efi-secure; the template's when absent."""
+    power_state: PowerState = PowerState.POWERED_ON
+    """Desired power state."""
+    disks: list[MachineDisk] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    """Disks; the first is the OS disk."""
+    network: MachineNetwork | None = None
+    """Network devices."""
+    bootstrap_data_secret_ref: SecretKeyReference | None = None
+    """Bootstrap data for the standalone path (CAPI machines use Machine.spec.bootstrap.dataSecretName)."""
+    power_off_mode: PowerOffMode = PowerOffMode.TRY_SOFT
+    """hard, soft or trySoft."""
+    guest_soft_power_off_timeout_seconds: int | None = Field(default=None, ge=1)
+    """Seconds to wait for a guest shutdown before a hard power off (300 when absent)."""
+
+
+class VSphereMachineStatus(ApiModel):
+    """Observed state of a VSphereMachine."""
+
+    initialization: Initialization | None = None
+    """CAPI contract: provisioned once the VM exists, is powered on and has a providerID."""
+    addresses: list[MachineAddress] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
+    """Addresses reported by VMware Tools (CAPI contract)."""
+    failure_domain: str | None = None
+    """Failure domain the machine was realised in."""
+    instance_uuid: str | None = Field(default=None, alias="instanceUUID")
+    """vSphere instance UUID."""
+    bios_uuid: str | None = Field(default=None, alias="biosUUID")
+    """vSphere BIOS UUID."""
+    vm_ref: str | None = None
+    """Managed object id of the VM (``vm-123``)."""
+    power_state: PowerState | None = None
+    """Observed power state."""
+    conditions: list[Condition] | None = Field(default=None, json_schema_extra=_CONDITIONS)
+    """Ready and Paused."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The .metadata.generation last reconciled."""
+
+
+class VSphereMachine(KubeObject):
+    """VSphereMachine is a virtual machine on vSphere (CAPI v1beta2 InfraMachine)."""
+
+    api_version: str = API_VERSION
+    kind: str = "VSphereMachine"
+    spec: VSphereMachineSpec = Field(default_factory=VSphereMachineSpec)
+    """Desired state."""
+    status: VSphereMachineStatus | None = None
+    """Observed state."""
+
+
+class VSphereMachineList(ApiModel):
+    """A list of VSphereMachines."""
+
+    api_version: str = API_VERSION
+    kind: str = "VSphereMachineList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[VSphereMachine] = Field(default_factory=list)
+
+
+class VSphereMachineTemplateResource(ApiModel):
+    """What a VSphereMachine made from the template looks like."""
+
+    metadata: TemplateObjectMeta | None = None
+    """Labels and annotations for the created machines."""
+    spec: VSphereMachineSpec
+    """Spec of the created machines."""
+
+
+class VSphereMachineTemplateSpec(ApiModel):
+    """Desired state of a VSphereMachineTemplate."""
+
+    template: VSphereMachineTemplateResource
+    """The machine template (CAPI contract: spec.template.spec)."""
+
+
+class NodeArchitecture(StrEnum):
+    """CAPI v1beta2 NodeInfo architecture."""
+
+    AMD64 = "amd64"
+    ARM64 = "arm64"
+    S390X = "s390x"
+    PPC64LE = "ppc64le"
+
+
+class NodeOperatingSystem(StrEnum):
+    """CAPI v1beta2 NodeInfo operating system."""
+
+    LINUX = "linux"
+    WINDOWS = "windows"
+
+
+class NodeInfo(ApiModel):
+    """Node information for autoscaling from zero (CAPI v1beta2 InfraMachineTemplate)."""
+
+    architecture: NodeArchitecture | None = None
+    """CPU architecture of the nodes."""
+    operating_system: NodeOperatingSystem | None = None
+    """Operating system of the nodes."""
+
+
+class VSphereMachineTemplateStatus(ApiModel):
+    """Observed state of a VSphereMachineTemplate (scale from zero)."""
+
+    capacity: dict[str, Quantity] | None = None
+    """Resources of one machine (``cpu``, ``memory``) as resource quantities."""
+    node_info: NodeInfo | None = None
+    """Architecture and operating system of the nodes."""
+
+
+class VSphereMachineTemplate(KubeObject):
+    """VSphereMachineTemplate is a template for VSphereMachines (CAPI v1beta2 InfraMachineTemplate)."""
+
+    api_version: str = API_VERSION
+    kind: str = "VSphereMachineTemplate"
+    spec: VSphereMachineTemplateSpec
+    """Desired state."""
+    status: VSphereMachineTemplateStatus | None = None
+    """Observed state."""
+
+
+class VSphereMachineTemplateList(ApiModel):
+    """A list of VSphereMachineTemplates."""
+
+    api_version: str = API_VERSION
+    kind: str = "VSphereMachineTemplateList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[VSphereMachineTemplate] = Field(default_factory=list)
+
+
+class VSphereClusterSpec(ApiModel):
+    """Desired state of a VSphereCluster (CAPI v1beta2 InfraCluster)."""
+
+    control_plane_endpoint: APIEndpoint | None = None
+    """Control plane endpoint (CAPI contract: spec.controlPlaneEndpoint)."""
+    provider_refs: list[LocalObjectReference] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
+    """Providers (same namespace) to take failure domains from; wins over providerSelector when non-empty."""
+    provider_selector: LabelSelector | None = None
+    """Selects Providers by label when providerRefs is empty."""
+    control_plane_failure_domain_selector: LabelSelector | None = None
+    """Failure domains (by their labels) marked controlPlane; all when absent."""
+    paused: bool | None = None
+    """Stop reconciling this cluster."""
+
+
+class VSphereClusterStatus(ApiModel):
+    """Observed state of a VSphereCluster."""
+
+    initialization: Initialization | None = None
+    """CAPI contract: provisioned once failure domains are known."""
+    control_plane_endpoint: APIEndpoint | None = None
+    """Mirror of spec.controlPlaneEndpoint."""
+    failure_domains: list[FailureDomain] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    """Aggregated failure domains of every selected Provider (CAPI contract)."""
+    conditions: list[Condition] | None = Field(default=None, json_schema_extra=_CONDITIONS)
+    """Ready and Paused."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The .metadata.generation last reconciled."""
+
+
+class VSphereCluster(KubeObject):
+    """VSphereCluster advertises the failure domains of one or more Providers (CAPI v1beta2 InfraCluster)."""
+
+    api_version: str = API_VERSION
+    kind: str = "VSphereCluster"
+    spec: VSphereClusterSpec = Field(default_factory=VSphereClusterSpec)
+    """Desired state."""
+    status: VSphereClusterStatus | None = None
+    """Observed state."""
+
+
+class VSphereClusterList(ApiModel):
+    """A list of VSphereClusters."""
+
+    api_version: str = API_VERSION
+    kind: str = "VSphereClusterList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[VSphereCluster] = Field(default_factory=list)
+
+
+class VSphereClusterTemplateResource(ApiModel):
+    """What a VSphereCluster made from the template looks like."""
+
+    metadata: TemplateObjectMeta | None = None
+    """Labels and annotations for the created cluster."""
+    spec: VSphereClusterSpec
+    """Spec of the created cluster."""
+
+
+class VSphereClusterTemplateSpec(ApiModel):
+    """Desired state of a VSphereClusterTemplate."""
+
+    template: VSphereClusterTemplateResource
+    """The cluster template (CAPI contract: spec.template.spec)."""
+
+
+class VSphereClusterTemplate(KubeObject):
+    """VSphereClusterTemplate is a template for VSphereClusters (CAPI v1beta2 InfraClusterTemplate)."""
+
+    api_version: str = API_VERSION
+    kind: str = "VSphereClusterTemplate"
+    spec: VSphereClusterTemplateSpec
+    """Desired state."""
+
+
+class VSphereClusterTemplateList(ApiModel):
+    """A list of VSphereClusterTemplates."""
+
+    api_version: str = API_VERSION
+    kind: str = "VSphereClusterTemplateList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[VSphereClusterTemplate] = Field(default_factory=list)

@@ -1,0 +1,286 @@
+"""Shared API shapes (metav1 and CAPI v1beta2) and the base model every banlieue type derives from.
+
+Wire names are camelCase (Kubernetes API conventions); Python attributes are snake_case. Names that
+camelCase cannot derive (``memoryMiB``, ``providerID``, ``insecureSkipTLSVerify``...) carry an
+explicit alias. Objects are read as the API server returns them: unknown fields are ignored
+(the server prunes them anyway), and ``status`` is optional everywhere.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic.alias_generators import to_camel
+
+
+class ApiModel(BaseModel):
+    """Base of every API shape: camelCase aliases, population by name or alias, unknown fields ignored.
+
+    ``to_wire()`` gives the JSON-ready dict the API server expects (aliases, no ``None``);
+    ``from_wire(raw)`` parses such a dict (e.g. an object from a watch event).
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        use_attribute_docstrings=True,
+        validate_assignment=False,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """Dump for the wire: camelCase keys, ``None`` left out, times as RFC 3339 (second precision)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> Self:
+        """Parse a wire dict (camelCase); raises ``pydantic.ValidationError`` on a bad shape."""
+        return cls.model_validate(raw)
+
+
+def _format_time(value: datetime) -> str:
+    # metav1.Time marshals as RFC 3339 with second precision in UTC; matching it keeps
+    # "writes that change nothing" detectable by plain dict comparison.
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+Time = Annotated[datetime, PlainSerializer(_format_time, return_type=str, when_used="json")]
+"""metav1.Time: a timezone-aware datetime on the Python side, ``2026-01-02T03:04:05Z`` on the wire."""
+
+_QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
+Quantity = Annotated[
+    int | str,
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": _QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
+"""resource.Quantity (``4``, ``"8Gi"``): int-or-string with the apimachinery quantity pattern."""
+
+# Markers read by crdgen (banlieue.api.crdgen); kept here so models and schema stay in one place.
+
+
+def list_map(*keys: str) -> dict[str, Any]:
+    """``json_schema_extra`` for a list merged by key under server-side apply (``+listType=map``)."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
+
+
+LIST_ATOMIC: dict[str, Any] = {"x-kubernetes-list-type": "atomic"}
+LIST_SET: dict[str, Any] = {"x-kubernetes-list-type": "set"}
+IMMUTABLE: dict[str, Any] = {
+    "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "field is immutable"}]
+}
+
+
+class ObjectMeta(ApiModel):
+    """Standard object metadata (the subset banlieue reads; other metadata fields are ignored)."""
+
+    name: str | None = None
+    generate_name: str | None = None
+    namespace: str | None = None
+    uid: str | None = Field(default=None, alias="uid")
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: Time | None = None
+    deletion_timestamp: Time | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    finalizers: list[str] | None = None
+    owner_references: list[OwnerReference] | None = None
+
+
+class OwnerReference(ApiModel):
+    """metav1.OwnerReference: who owns this object (garbage collection, controller ownership)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class TemplateObjectMeta(ApiModel):
+    """CAPI ObjectMeta for templates: labels and annotations copied onto the objects made from it."""
+
+    labels: dict[str, str] | None = None
+    """Labels propagated to the created object."""
+    annotations: dict[str, str] | None = None
+    """Annotations propagated to the created object."""
+
+
+class LocalObjectReference(ApiModel):
+    """A reference to an object by name, in the same namespace as the referrer."""
+
+    name: str = Field(min_length=1)
+    """Name of the referenced object."""
+
+
+class LabelSelectorOperator(StrEnum):
+    """metav1.LabelSelectorOperator."""
+
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class LabelSelectorRequirement(ApiModel):
+    """metav1.LabelSelectorRequirement: ``key`` ``operator`` ``values``."""
+
+    key: str
+    """The label key the selector applies to."""
+    operator: LabelSelectorOperator
+    """In, NotIn, Exists or DoesNotExist."""
+    values: list[str] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
+    """Values for In/NotIn; must be empty for Exists/DoesNotExist."""
+
+
+class LabelSelector(ApiModel):
+    """metav1.LabelSelector: matchLabels and matchExpressions are ANDed; an empty selector matches everything."""
+
+    match_labels: dict[str, str] | None = None
+    """Map of {key: value} pairs; each is equivalent to an In requirement with one value."""
+    match_expressions: list[LabelSelectorRequirement] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
+    """List of label selector requirements."""
+
+    def matches(self, labels: dict[str, str] | None) -> bool:
+        """Whether ``labels`` satisfy this selector (apimachinery labels.SelectorFromSet semantics)."""
+        have = labels or {}
+        for key, value in (self.match_labels or {}).items():
+            if have.get(key) != value:
+                return False
+        for req in self.match_expressions or []:
+            present = req.key in have
+            vals = req.values or []
+            if req.operator is LabelSelectorOperator.IN and (not present or have[req.key] not in vals):
+                return False
+            if req.operator is LabelSelectorOperator.NOT_IN and present and have[req.key] in vals:
+                return False
+            if req.operator is LabelSelectorOperator.EXISTS and not present:
+                return False
+            if req.operator is LabelSelectorOperator.DOES_NOT_EXIST and present:
+                return False
+        return True
+
+
+class MachineAddressType(StrEnum):
+    """CAPI MachineAddressType."""
+
+    HOSTNAME = "Hostname"
+    EXTERNAL_IP = "ExternalIP"
+    INTERNAL_IP = "InternalIP"
+    EXTERNAL_DNS = "ExternalDNS"
+    INTERNAL_DNS = "InternalDNS"
+
+
+class MachineAddress(ApiModel):
+    """CAPI MachineAddress: one address of a machine."""
+
+    type: MachineAddressType
+    """Hostname, ExternalIP, InternalIP, ExternalDNS or InternalDNS."""
+    address: str = Field(min_length=1, max_length=256)
+    """The address (an IP or a DNS name)."""
+
+
+class APIEndpoint(ApiModel):
+    """CAPI APIEndpoint: where the control plane's API server is reachable."""
+
+    host: str | None = Field(default=None, min_length=1, max_length=512)
+    """The hostname or IP on which the API server is serving."""
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """The port on which the API server is serving."""
+
+
+class ConditionStatus(StrEnum):
+    """metav1.ConditionStatus."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(ApiModel):
+    """metav1.Condition: one aspect of the object's current state (upsert by ``type``)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"required": ["lastTransitionTime", "message", "reason", "status", "type"]}
+    )
+
+    type: str = Field(max_length=316, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$")
+    """Type of condition in CamelCase (Ready, Scheduled, ...)."""
+    status: ConditionStatus
+    """True, False or Unknown."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The .metadata.generation the condition was set for."""
+    last_transition_time: Time
+    """Last time the condition changed from one status to another."""
+    reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    """Programmatic identifier (CamelCase) of the reason for the last transition."""
+    message: str = Field(default="", max_length=32768)
+    """Human-readable message about the transition; may be empty."""
+
+
+class FailureDomain(ApiModel):
+    """CAPI v1beta2 FailureDomain: one place machines can be spread across."""
+
+    name: str = Field(min_length=1, max_length=256)
+    """Name of the failure domain (unique in the list)."""
+    control_plane: bool | None = None
+    """Whether control-plane machines may be placed in this failure domain."""
+    attributes: dict[str, str] | None = None
+    """Free-form attributes the infrastructure provider uses (banlieue: labels plus raw placement)."""
+
+
+class Initialization(ApiModel):
+    """CAPI v1beta2 ``status.initialization``: provisioning milestones read by CAPI core."""
+
+    provisioned: bool | None = None
+    """True once the infrastructure is provisioned (replaces the deprecated status.ready)."""
+
+
+class ContractVersionedObjectReference(ApiModel):
+    """CAPI v1beta2 reference by API group, kind and name (same namespace)."""
+
+    api_group: str = Field(min_length=1, max_length=253)
+    """API group of the referenced object (no version)."""
+    kind: str = Field(min_length=1, max_length=63)
+    """Kind of the referenced object."""
+    name: str = Field(min_length=1, max_length=253)
+    """Name of the referenced object."""
+
+
+ObjectMeta.model_rebuild()
+
+
+class ListMeta(ApiModel):
+    """metav1.ListMeta: the list's resourceVersion and pagination token."""
+
+    resource_version: str | None = None
+    continue_: str | None = Field(default=None, alias="continue")
+    remaining_item_count: int | None = None
+
+
+class KubeObject(ApiModel):
+    """Fields every top-level object has: apiVersion, kind, metadata.
+
+    Subclasses set the defaults of ``api_version``/``kind`` and add ``spec``/``status``.
+    """
+
+    api_version: str
+    """APIVersion defines the versioned schema of this representation of an object."""
+    kind: str
+    """Kind is a string value representing the REST resource this object represents."""
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    """Standard object metadata."""
