@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import importlib
 import json
 import random
 import time
@@ -27,6 +26,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from banlieue.runtime.config import Timeouts
 from banlieue.runtime.errors import Conflict, NotFound, ServerError, TooManyRequests, from_response
 from banlieue.runtime.kinds import ResourceKind
+from banlieue.runtime.metrics import REST_CLIENT_REQUESTS
 
 log = structlog.get_logger("banlieue.runtime.client")
 T = TypeVar("T")
@@ -37,14 +37,6 @@ PATCH_CONTENT_TYPES = {
     "apply": "application/apply-patch+yaml",
 }
 IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "HEAD"})
-
-
-def _metric(name: str) -> Any:
-    """The prometheus object ``name`` from ``banlieue.runtime.metrics`` (None if not there)."""
-    try:
-        return getattr(importlib.import_module("banlieue.runtime.metrics"), name, None)
-    except ImportError:
-        return None
 
 
 class TokenBucket:
@@ -116,7 +108,6 @@ class Client:
         self.server_error_retries = server_error_retries
         self._api = ApiClient(configuration)
         self.host = urlparse(configuration.host).netloc
-        self._requests_total = _metric("REST_CLIENT_REQUESTS")
 
     async def close(self) -> None:
         """Close the HTTP session (open watches end)."""
@@ -147,8 +138,7 @@ class Client:
         return resp
 
     def _count(self, code: str, method: str) -> None:
-        if self._requests_total is not None:
-            self._requests_total.labels(code=code, method=method, host=self.host).inc()
+        REST_CLIENT_REQUESTS.labels(code=code, method=method, host=self.host).inc()
 
     async def request(
         self, method: str, path: str, *, query: Sequence[tuple[str, str]] = (), body: Any = None,

@@ -22,9 +22,10 @@ from typing import Any
 
 import structlog
 
-from banlieue.runtime.client import Client, _metric
+from banlieue.runtime.client import Client
 from banlieue.runtime.errors import ApiError, Conflict, NotFound
 from banlieue.runtime.kinds import LEASE
+from banlieue.runtime.metrics import LEADER_ELECTION_MASTER_STATUS
 
 log = structlog.get_logger("banlieue.runtime.leaderelection")
 JITTER_FACTOR = 1.2
@@ -77,7 +78,6 @@ class LeaderElector:
         self._lease: dict[str, Any] | None = None  # last object read or written
         self._observed_spec: dict[str, Any] | None = None
         self._observed_at = 0.0
-        self._gauge = _metric("LEADER_ELECTION_MASTER_STATUS")
         self._log = log.bind(lease=f"{namespace}/{lease_name}", identity=identity)
 
     def is_leader(self) -> bool:
@@ -89,8 +89,7 @@ class LeaderElector:
         return str((self._observed_spec or {}).get("holderIdentity") or "")
 
     def _set_gauge(self, value: int) -> None:
-        if self._gauge is not None:
-            self._gauge.labels(name=self.lease_name).set(value)
+        LEADER_ELECTION_MASTER_STATUS.labels(name=self.lease_name).set(value)
 
     def _observe(self, lease: dict[str, Any]) -> None:
         spec = dict(lease.get("spec") or {})
