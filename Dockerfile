@@ -1,0 +1,41 @@
+# syntax=docker/dockerfile:1
+# banlieue manager image: `docker build -t banlieue:dev .`
+# Stage 1 builds a wheel of banlieue and installs it with its dependencies into a venv;
+# stage 2 copies only that venv onto a clean slim base (no compilers, no pip, no sources).
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+RUN python -m venv /opt/banlieue
+# Dependencies first, from pyproject alone, so source edits do not invalidate this layer.
+COPY pyproject.toml README.md ./
+RUN mkdir banlieue && echo '__version__ = "0.0.0"' > banlieue/__init__.py \
+ && /opt/banlieue/bin/pip install . \
+ && /opt/banlieue/bin/pip uninstall -y banlieue
+COPY banlieue ./banlieue
+RUN /opt/banlieue/bin/pip wheel --no-deps --wheel-dir /wheels . \
+ && /opt/banlieue/bin/pip install --no-deps /wheels/banlieue-*.whl \
+ && /opt/banlieue/bin/python -m compileall -q /opt/banlieue/lib \
+ && /opt/banlieue/bin/pip uninstall -y pip setuptools wheel \
+ && /opt/banlieue/bin/banlieue --version
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="banlieue" \
+      org.opencontainers.image.description="Kubernetes VirtualMachine API and CAPI v1beta2 infrastructure provider for vSphere" \
+      org.opencontainers.image.licenses="Apache-2.0"
+# The base image's own pip/setuptools are not needed at run time.
+RUN python -m pip uninstall -y pip setuptools wheel >/dev/null 2>&1 || true \
+ && groupadd --gid 65532 nonroot \
+ && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin nonroot
+COPY --from=build /opt/banlieue /opt/banlieue
+# .pyc files are compiled in the build stage; the root filesystem is read-only at run time.
+ENV PATH=/opt/banlieue/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+USER 65532:65532
+EXPOSE 8080 8081
+ENTRYPOINT ["banlieue"]
+CMD ["manager"]
