@@ -41,6 +41,10 @@ PROVIDER_LABEL = "banlieue.io/provider"
 """Label on a VSphereMachine naming the Provider it was placed on."""
 
 _CONDITIONS = list_map("type")
+MAX_DISKS = 60
+"""vSphere 8 limit of virtual disks per VM (4 PVSCSI controllers x 15); also bounds CEL cost."""
+MAX_NICS = 10
+"""vSphere limit of virtual NICs per VM; also bounds CEL cost."""
 _BY_NAME = list_map("name")
 
 
@@ -195,9 +199,9 @@ class NetworkClassMapping(ApiModel):
 class ProviderCapabilities(ApiModel):
     """What this Provider offers: abstract storage and network classes, and features."""
 
-    storage_classes: list[StorageClassMapping] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    storage_classes: list[StorageClassMapping] | None = Field(default=None, max_length=100, json_schema_extra=_BY_NAME)
     """Storage classes, by name."""
-    network_classes: list[NetworkClassMapping] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    network_classes: list[NetworkClassMapping] | None = Field(default=None, max_length=100, json_schema_extra=_BY_NAME)
     """Network classes, by name."""
     features: list[str] | None = Field(default=None, json_schema_extra=LIST_SET)
     """Features the operator declares (detected features are reported per failure domain)."""
@@ -340,8 +344,8 @@ class Hardware(ApiModel):
     """Virtual CPUs."""
     memory_mib: int = Field(ge=1, alias="memoryMiB")
     """Memory, MiB."""
-    disks: list[ClassDisk] | None = Field(default=None, json_schema_extra=_BY_NAME)
-    """Disks; the first is the OS disk."""
+    disks: list[ClassDisk] | None = Field(default=None, max_length=MAX_DISKS, json_schema_extra=_BY_NAME)
+    """Disks; the first is the OS disk (at most 60, vSphere's per-VM limit)."""
 
 
 class StaticIPConfig(ApiModel):
@@ -382,8 +386,8 @@ class ClassInterface(ApiModel):
 class ClassNetwork(ApiModel):
     """Network interfaces of a VMClass."""
 
-    interfaces: list[ClassInterface] | None = Field(default=None, json_schema_extra=_BY_NAME)
-    """Interfaces, by name."""
+    interfaces: list[ClassInterface] | None = Field(default=None, max_length=MAX_NICS, json_schema_extra=_BY_NAME)
+    """Interfaces, by name (at most 10, vSphere's per-VM limit)."""
 
 
 class VMClassSpec(ApiModel):

@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import ConfigDict, Field
 
-from banlieue.api.core import DiskProvisioning, Firmware, PowerState
+from banlieue.api.core import MAX_DISKS, MAX_NICS, DiskProvisioning, Firmware, PowerState
 from banlieue.api.meta import (
     LIST_ATOMIC,
     APIEndpoint,
@@ -139,7 +139,7 @@ class NetworkDevice(ApiModel):
 class MachineNetwork(ApiModel):
     """Network interfaces of a VSphereMachine."""
 
-    devices: list[NetworkDevice] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    devices: list[NetworkDevice] | None = Field(default=None, max_length=MAX_NICS, json_schema_extra=_BY_NAME)
     """Devices, by name."""
 
 
@@ -155,7 +155,7 @@ class SecretKeyReference(ApiModel):
 class VSphereMachineSpec(ApiModel):
     """Desired state of a VSphereMachine (CAPI v1beta2 InfraMachine)."""
 
-    provider_id: str | None = Field(default=None, alias="providerID")
+    provider_id: str | None = Field(default=None, alias="providerID", min_length=1, max_length=512)
     """Set by the provider: ``vsphere://<BIOS UUID>`` (CAPI contract: spec.providerID)."""
     failure_domain: str | None = None
     """Failure domain (CAPI contract); when set, provider, datacenter and cluster come from it."""
@@ -183,7 +183,7 @@ class VSphereMachineSpec(ApiModel):
     """bios, efi or efi-secure; the template's when absent."""
     power_state: PowerState = PowerState.POWERED_ON
     """Desired power state."""
-    disks: list[MachineDisk] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    disks: list[MachineDisk] | None = Field(default=None, max_length=MAX_DISKS, json_schema_extra=_BY_NAME)
     """Disks; the first is the OS disk."""
     network: MachineNetwork | None = None
     """Network devices."""
@@ -202,8 +202,8 @@ class VSphereMachineStatus(ApiModel):
     """CAPI contract: provisioned once the VM exists, is powered on and has a providerID."""
     addresses: list[MachineAddress] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
     """Addresses reported by VMware Tools (CAPI contract)."""
-    failure_domain: str | None = None
-    """Failure domain the machine was realised in."""
+    failure_domain: str | None = Field(default=None, min_length=1, max_length=256)
+    """Failure domain the machine was realised in (CAPI contract: status.failureDomain)."""
     instance_uuid: str | None = Field(default=None, alias="instanceUUID")
     """vSphere instance UUID."""
     bios_uuid: str | None = Field(default=None, alias="biosUUID")
@@ -330,7 +330,7 @@ class VSphereClusterStatus(ApiModel):
     """CAPI contract: provisioned once failure domains are known."""
     control_plane_endpoint: APIEndpoint | None = None
     """Mirror of spec.controlPlaneEndpoint."""
-    failure_domains: list[FailureDomain] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    failure_domains: list[FailureDomain] | None = Field(default=None, max_length=100, json_schema_extra=_BY_NAME)
     """Aggregated failure domains of every selected Provider (CAPI contract)."""
     conditions: list[Condition] | None = Field(default=None, json_schema_extra=_CONDITIONS)
     """Ready and Paused."""

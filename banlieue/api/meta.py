@@ -123,7 +123,7 @@ class TemplateObjectMeta(ApiModel):
 class LocalObjectReference(ApiModel):
     """A reference to an object by name, in the same namespace as the referrer."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=253)
     """Name of the referenced object."""
 
 

@@ -1,0 +1,171 @@
+"""Models: wire names, defaults, bounds, enums, round trips (SPEC §1-§3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from banlieue.api import core, infrastructure
+from banlieue.api.kinds import dump_object, kind_info, parse_object, resource_kinds
+from banlieue.api.meta import LabelSelector
+
+VM: dict[str, Any] = {
+    "apiVersion": "banlieue.io/v1alpha1",
+    "kind": "VirtualMachine",
+    "metadata": {
+        "name": "web-1",
+        "namespace": "default",
+        "uid": "u-1",
+        "resourceVersion": "42",
+        "generation": 2,
+        "managedFields": [{"manager": "kubectl"}],
+        "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "u", "controller": True}],
+    },
+    "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "ubuntu-22.04"}},
+}
+
+
+def test_virtual_machine_defaults_and_unknown_fields_ignored() -> None:
+    vm = core.VirtualMachine.from_wire(VM)
+    assert vm.spec.desired_power_state is core.PowerState.POWERED_ON
+    assert vm.spec.migration_policy is core.MigrationPolicy.AUTOMATIC
+    assert vm.status is None
+    wire = vm.to_wire()
+    assert "managedFields" not in wire["metadata"]
+    assert wire["spec"] == {
+        "classRef": {"name": "small"},
+        "imageRef": {"name": "ubuntu-22.04"},
+        "desiredPowerState": "PoweredOn",
+        "migrationPolicy": "automatic",
+    }
+    assert wire["metadata"]["ownerReferences"][0]["apiVersion"] == "v1"
+
+
+@pytest.mark.parametrize(
+    ("model", "raw", "path", "value"),
+    [
+        pytest.param(core.VMClassSpec, {"hardware": {"cpus": 1, "memoryMiB": 1}}, ("firmware",), "efi", id="firmware-efi"),
+        pytest.param(core.VMImageSpec, {}, ("guestAgent",), "cloud-init", id="guest-agent-cloud-init"),
+        pytest.param(core.VMImageSpec, {}, ("architecture",), "amd64", id="architecture-amd64"),
+        pytest.param(
+            core.ProviderConnection, {"endpoint": "e", "credentialsRef": {"name": "s"}}, ("insecureSkipTLSVerify",), False,
+            id="insecure-false",
+        ),
+        pytest.param(core.CABundle, {"configMapRef": {"name": "c"}}, ("configMapRef", "key"), "ca.crt", id="ca-key"),
+        pytest.param(core.UserData, {"secretRef": {"name": "s"}}, ("key",), "user-data", id="userdata-key"),
+        pytest.param(core.ClassDisk, {"name": "os", "sizeGiB": 20, "storageClass": "gold"}, ("provisioning",), "thin", id="disk-thin"),
+        pytest.param(core.IPAM, {}, ("source",), "dhcp", id="ipam-dhcp"),
+        pytest.param(core.AntiAffinityTerm, {"topologyKey": "dc"}, ("mode",), "required", id="anti-affinity-required"),
+        pytest.param(infrastructure.VSphereMachineSpec, {}, ("powerState",), "PoweredOn", id="vsm-power-on"),
+        pytest.param(infrastructure.VSphereMachineSpec, {}, ("powerOffMode",), "trySoft", id="vsm-try-soft"),
+        pytest.param(infrastructure.VSphereMachineSpec, {}, ("cloneMode",), "fullClone", id="vsm-full-clone"),
+        pytest.param(infrastructure.SecretKeyReference, {"name": "b"}, ("key",), "value", id="bootstrap-key-value"),
+    ],
+)
+def test_defaults(model: Any, raw: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node: Any = model.from_wire(raw).to_wire()
+    for key in path:
+        node = node[key]
+    assert node == value
+
+
+@pytest.mark.parametrize(
+    ("model", "raw"),
+    [
+        pytest.param(core.Hardware, {"cpus": 0, "memoryMiB": 1}, id="cpus-ge-1"),
+        pytest.param(core.Hardware, {"cpus": 1, "memoryMiB": 0}, id="memory-ge-1"),
+        pytest.param(core.ClassDisk, {"name": "d", "sizeGiB": 0, "storageClass": "s"}, id="disk-size-ge-1"),
+        pytest.param(core.ClassDisk, {"name": "d", "sizeGiB": 1, "storageClass": "s", "provisioning": "lazy"}, id="bad-provisioning"),
+        pytest.param(core.VMClassSpec, {"hardware": {"cpus": 1, "memoryMiB": 1}, "firmware": "uefi"}, id="bad-firmware"),
+        pytest.param(core.VMImageSpec, {"architecture": "x86"}, id="bad-architecture"),
+        pytest.param(core.VirtualMachineSpec, {"classRef": {"name": "a"}}, id="image-ref-required"),
+        pytest.param(
+            core.VirtualMachineSpec,
+            {"classRef": {"name": "a"}, "imageRef": {"name": "b"}, "desiredPowerState": "On"},
+            id="bad-power-state",
+        ),
+        pytest.param(infrastructure.VSphereMachineSpec, {"numCPUs": 0}, id="vsm-cpus-ge-1"),
+        pytest.param(infrastructure.VSphereMachineSpec, {"powerOffMode": "gentle"}, id="bad-power-off-mode"),
+        pytest.param(infrastructure.VSphereClusterSpec, {"controlPlaneEndpoint": {"host": "h", "port": 70000}}, id="port-range"),
+        pytest.param(core.ImageSource, {"providerClass": "vsphere", "kind": "OVA", "ref": "x"}, id="source-kind-template"),
+    ],
+)
+def test_bounds_and_enums_rejected(model: Any, raw: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        model.from_wire(raw)
+
+
+@pytest.mark.parametrize(
+    ("model", "raw"),
+    [
+        pytest.param(core.FailureDomainCapacity, {"cpuMHz": 1, "memoryMiB": 2, "storageGiB": 3}, id="capacity"),
+        pytest.param(core.ProviderConnection, {"endpoint": "e", "credentialsRef": {"name": "s"}, "insecureSkipTLSVerify": True}, id="tls"),
+        pytest.param(
+            infrastructure.VSphereMachineStatus,
+            {"instanceUUID": "i", "biosUUID": "b", "vmRef": "vm-1", "failureDomain": "fd", "initialization": {"provisioned": True}},
+            id="vsm-status",
+        ),
+        pytest.param(infrastructure.VSphereMachineSpec, {"providerID": "vsphere://x", "numCPUs": 2, "memoryMiB": 4096,
+                                                        "numCoresPerSocket": 1, "guestSoftPowerOffTimeoutSeconds": 60,
+                                                        "cloneMode": "linkedClone", "powerState": "PoweredOff",
+                                                        "powerOffMode": "hard"}, id="vsm-spec"),
+        pytest.param(infrastructure.VSphereMachineTemplateStatus,
+                     {"capacity": {"cpu": 2, "memory": "4Gi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}},
+                     id="vsmt-status"),
+        pytest.param(core.VirtualMachineStatus, {"providerID": "vsphere://x", "observedPowerState": "PoweredOn",
+                                                 "infrastructureRef": {"apiGroup": "infrastructure.banlieue.io",
+                                                                       "kind": "VSphereMachine", "name": "a"}}, id="vm-status"),
+    ],
+)
+def test_wire_names_round_trip(model: Any, raw: dict[str, Any]) -> None:
+    assert model.from_wire(raw).to_wire() == raw
+
+
+def test_snake_case_population_by_name() -> None:
+    spec = infrastructure.VSphereMachineSpec(num_cpus=2, memory_mib=2048, provider_id="vsphere://a")
+    assert spec.to_wire()["numCPUs"] == 2 and spec.to_wire()["memoryMiB"] == 2048
+    assert spec.to_wire()["providerID"] == "vsphere://a"
+
+
+def test_every_kind_parses_and_dumps_through_kind_metadata() -> None:
+    minimal_spec: dict[str, dict[str, Any]] = {
+        "Provider": {"providerClassRef": {"name": "vsphere"}, "connection": {"endpoint": "e", "credentialsRef": {"name": "s"}}},
+        "VMClass": {"hardware": {"cpus": 1, "memoryMiB": 512}},
+        "VMImage": {},
+        "VirtualMachine": {"classRef": {"name": "a"}, "imageRef": {"name": "b"}},
+        "VSphereMachine": {},
+        "VSphereMachineTemplate": {"template": {"spec": {}}},
+        "VSphereCluster": {},
+        "VSphereClusterTemplate": {"template": {"spec": {}}},
+    }
+    for info in resource_kinds():
+        raw = {"apiVersion": info.api_version, "kind": info.kind, "metadata": {"name": "x"}, "spec": minimal_spec[info.kind]}
+        obj = parse_object(raw)
+        assert isinstance(obj, info.model)
+        assert dump_object(obj)["kind"] == info.kind
+        lst = info.list_model.from_wire({"items": [raw]})
+        assert lst.to_wire()["kind"] == info.list_kind
+    with pytest.raises(KeyError):
+        parse_object({"apiVersion": "v1", "kind": "Pod"})
+    with pytest.raises(KeyError):
+        kind_info("VirtualMachine", "infrastructure.banlieue.io")
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "want"),
+    [
+        pytest.param({}, {"a": "1"}, True, id="empty-matches-all"),
+        pytest.param({"matchLabels": {"dc": "dc0"}}, {"dc": "dc0", "x": "y"}, True, id="match-labels"),
+        pytest.param({"matchLabels": {"dc": "dc0"}}, {"dc": "dc1"}, False, id="match-labels-miss"),
+        pytest.param({"matchExpressions": [{"key": "dc", "operator": "In", "values": ["a", "b"]}]}, {"dc": "b"}, True, id="in"),
+        pytest.param({"matchExpressions": [{"key": "dc", "operator": "In", "values": ["a"]}]}, {}, False, id="in-absent"),
+        pytest.param({"matchExpressions": [{"key": "dc", "operator": "NotIn", "values": ["a"]}]}, {}, True, id="notin-absent"),
+        pytest.param({"matchExpressions": [{"key": "dc", "operator": "NotIn", "values": ["a"]}]}, {"dc": "a"}, False, id="notin"),
+        pytest.param({"matchExpressions": [{"key": "dc", "operator": "Exists"}]}, {"dc": ""}, True, id="exists"),
+        pytest.param({"matchExpressions": [{"key": "dc", "operator": "DoesNotExist"}]}, {"dc": ""}, False, id="does-not-exist"),
+    ],
+)
+def test_label_selector_matches(selector: dict[str, Any], labels: dict[str, str], want: bool) -> None:
+    assert LabelSelector.from_wire(selector).matches(labels) is want
