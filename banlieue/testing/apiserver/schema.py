@@ -1,0 +1,714 @@
+"""CRD structural schemas: validation, defaulting, pruning and the structural check.
+
+Follows apiextensions-apiserver for ``apiextensions.k8s.io/v1`` ``openAPIV3Schema``:
+
+- validation: kube-openapi ``validate`` (the go-openapi fork) whose errors
+  ``kubeOpenAPIResultToFieldErrors`` turns into ``field.Error`` causes (reason, message, field);
+  list-type uniqueness from ``apiserver/schema/listtype``; embedded resources from
+  ``apiserver/schema/objectmeta``;
+- defaulting: ``structural/defaulting`` (``PruneNonNullableNullsWithoutDefaults`` then
+  ``Default``);
+- pruning: ``structural/pruning`` (root apiVersion/kind/metadata kept, metadata cut to ObjectMeta);
+- the structural check: ``structural/validation.go`` and the CRD docs "Specifying a structural
+  schema".
+
+Schemas are compiled once into :class:`CompiledSchema` (cached by identity) because validation
+runs on every write. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import json
+import math
+import re
+from collections.abc import Callable
+from datetime import date, datetime
+from typing import Any
+
+__all__ = [
+    "OBJECT_META_FIELDS",
+    "CompiledSchema",
+    "apply_defaults",
+    "compile",
+    "compile_schema",
+    "prune",
+    "structural_errors",
+    "validate",
+]
+
+# metav1.ObjectMeta JSON fields: what survives pruning of ``metadata``.
+OBJECT_META_FIELDS = frozenset(
+    {
+        "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+        "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
+        "annotations", "ownerReferences", "finalizers", "managedFields",
+    }
+)  # fmt: skip
+
+Cause = dict[str, str]
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return "unknown"
+
+
+def go_value(v: Any) -> str:
+    """Render a bad value the way ``field.Error.ErrorBody`` does: strings quoted, numbers bare."""
+    if v is None:
+        return '"null"'
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, int | float):
+        return go_number(v)
+    return json.dumps(v, separators=(",", ":"), sort_keys=True)
+
+
+def go_number(v: float) -> str:
+    """Go ``%v`` of a float64/int64: ``1`` not ``1.0``, ``1e+21`` for large magnitudes."""
+    if isinstance(v, int):
+        return str(v)
+    if v.is_integer() and abs(v) < 1e21:
+        return str(int(v))
+    s = repr(v)
+    return s.replace("e+", "e+").replace("e-0", "e-").replace("e+0", "e+")
+
+
+def _cause(reason: str, field: str, message: str) -> Cause:
+    return {"reason": reason, "message": message, "field": field}
+
+
+def _invalid(field: str, value: Any, detail: str) -> Cause:
+    return _cause("FieldValueInvalid", field, f"Invalid value: {go_value(value)}: {detail}")
+
+
+def _child(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+class _Node:
+    """One compiled schema node; attributes mirror JSONSchemaProps fields."""
+
+    __slots__ = (
+        "additional", "additional_any", "all_of", "any_of", "default_value", "embedded", "enum", "enum_msg",
+        "excl_max", "excl_min", "format", "has_default", "int_or_string", "items", "list_map_keys",
+        "list_type", "max_items", "max_length", "max_props", "maximum", "min_items", "min_length",
+        "min_props", "minimum", "multiple_of", "not_", "nullable", "one_of", "pattern", "pattern_src",
+        "preserve", "properties", "raw", "required", "type", "type_label",
+    )  # fmt: skip
+
+    def __init__(self, s: dict[str, Any]) -> None:
+        self.raw = s
+        self.type: str = s.get("type") or ""
+        self.int_or_string = bool(s.get("x-kubernetes-int-or-string"))
+        self.type_label = "integer,string" if self.int_or_string else self.type
+        self.nullable = bool(s.get("nullable"))
+        self.preserve = bool(s.get("x-kubernetes-preserve-unknown-fields"))
+        self.embedded = bool(s.get("x-kubernetes-embedded-resource"))
+        self.properties = {k: _Node(v) for k, v in (s.get("properties") or {}).items()}
+        self.required: list[str] = list(s.get("required") or [])
+        ap = s.get("additionalProperties")
+        self.additional = _Node(ap) if isinstance(ap, dict) else None
+        self.additional_any = ap is True
+        items = s.get("items")
+        self.items = _Node(items) if isinstance(items, dict) else None
+        self.enum: list[Any] | None = s.get("enum")
+        self.enum_msg = ""
+        if self.enum is not None:
+            vals = [v if isinstance(v, str) else json.dumps(v) for v in self.enum]
+            self.enum_msg = "supported values: " + ", ".join(json.dumps(v) for v in vals)
+        self.minimum = s.get("minimum")
+        self.maximum = s.get("maximum")
+        self.excl_min = bool(s.get("exclusiveMinimum"))
+        self.excl_max = bool(s.get("exclusiveMaximum"))
+        self.multiple_of = s.get("multipleOf")
+        self.min_length = s.get("minLength")
+        self.max_length = s.get("maxLength")
+        self.pattern_src: str | None = s.get("pattern")
+        self.pattern = _compile_pattern(self.pattern_src) if self.pattern_src is not None else None
+        self.min_items = s.get("minItems")
+        self.max_items = s.get("maxItems")
+        self.min_props = s.get("minProperties")
+        self.max_props = s.get("maxProperties")
+        self.format: str = s.get("format") or ""
+        self.has_default = "default" in s
+        self.default_value = s.get("default")
+        self.list_type: str | None = s.get("x-kubernetes-list-type")
+        self.list_map_keys: list[str] = list(s.get("x-kubernetes-list-map-keys") or [])
+        self.all_of = [_Node(x) for x in s.get("allOf") or []]
+        self.any_of = [_Node(x) for x in s.get("anyOf") or []]
+        self.one_of = [_Node(x) for x in s.get("oneOf") or []]
+        self.not_ = _Node(s["not"]) if isinstance(s.get("not"), dict) else None
+
+    # --- validation (kube-openapi SchemaValidator) ---------------------------------------------
+
+    def validate(self, v: Any, path: str, out: list[Cause]) -> None:
+        if v is None:
+            if (self.type or self.int_or_string) and not self.nullable:
+                msg = f'{path} in body must be of type {self.type_label}: "null"'
+                out.append(_cause("FieldValueTypeInvalid", path, f'Invalid value: "null": {msg}'))
+            return
+        jt = _json_type(v)
+        if self.type or self.int_or_string:
+            ok = (
+                jt == self.type
+                or (self.int_or_string and jt in ("integer", "string"))
+                or (jt == "integer" and self.type == "number")
+                or (jt == "number" and v.is_integer() and (self.type == "integer" or self.int_or_string))
+            )
+            if not ok:
+                msg = f'{path} in body must be of type {self.type_label}: "{jt}"'
+                out.append(_cause("FieldValueTypeInvalid", path, f'Invalid value: "{jt}": {msg}'))
+        if self.all_of or self.any_of or self.one_of or self.not_ is not None:
+            self._validate_props(v, path, out)
+        if jt == "string":
+            self._validate_string(v, path, out)
+        elif jt in ("integer", "number"):
+            self._validate_number(v, path, out)
+        elif jt == "array":
+            self._validate_array(v, path, out)
+        elif jt == "object":
+            self._validate_object(v, path, out)
+        if self.enum is not None and not any(_enum_eq(v, e) for e in self.enum):
+            out.append(_cause("FieldValueNotSupported", path, f"Unsupported value: {go_value(v)}: {self.enum_msg}"))
+
+    def _validate_props(self, v: Any, path: str, out: list[Cause]) -> None:
+        for sub in self.all_of:
+            sub.validate(v, path, out)
+        if self.any_of and not any(_ok(sub, v, path) for sub in self.any_of):
+            out.append(_invalid("", "", f"{path} must validate at least one schema (anyOf)"))
+        if self.one_of and sum(_ok(sub, v, path) for sub in self.one_of) != 1:
+            out.append(_invalid("", "", f"{path} must validate one and only one schema (oneOf)"))
+        if self.not_ is not None and _ok(self.not_, v, path):
+            out.append(_invalid("", "", f"{path} must not validate the schema (not)"))
+
+    def _validate_string(self, v: str, path: str, out: list[Cause]) -> None:
+        n = len(v)
+        if self.max_length is not None and n > self.max_length:
+            out.append(_cause("FieldValueTooLong", path, f"Too long: may not be more than {self.max_length} bytes"))
+        if self.min_length is not None and n < self.min_length:
+            out.append(_invalid(path, v, f"{path} in body should be at least {self.min_length} chars long"))
+        if self.pattern is not None and not self.pattern.search(v):
+            out.append(_invalid(path, v, f"{path} in body should match '{self.pattern_src}'"))
+        if self.format and not check_format(self.format, v):
+            msg = f"{path} in body must be of type {self.format}: {json.dumps(v, ensure_ascii=False)}"
+            out.append(_cause("FieldValueTypeInvalid", path, f"Invalid value: {go_value(v)}: {msg}"))
+
+    def _validate_number(self, v: float, path: str, out: list[Cause]) -> None:
+        if self.multiple_of is not None and self.multiple_of > 0:
+            q = v / self.multiple_of
+            if not (math.isfinite(q) and q == math.floor(q)):
+                out.append(_invalid(path, v, f"{path} in body should be a multiple of {go_number(self.multiple_of)}"))
+        if self.maximum is not None and (v >= self.maximum if self.excl_max else v > self.maximum):
+            rel = "less than" if self.excl_max else "less than or equal to"
+            out.append(_invalid(path, v, f"{path} in body should be {rel} {go_number(self.maximum)}"))
+        if self.minimum is not None and (v <= self.minimum if self.excl_min else v < self.minimum):
+            rel = "greater than" if self.excl_min else "greater than or equal to"
+            out.append(_invalid(path, v, f"{path} in body should be {rel} {go_number(self.minimum)}"))
+
+    def _validate_array(self, v: list[Any], path: str, out: list[Cause]) -> None:
+        if self.items is not None:
+            for i, x in enumerate(v):
+                self.items.validate(x, f"{path}[{i}]", out)
+        n = len(v)
+        if self.min_items is not None and n < self.min_items:
+            out.append(_invalid(path, n, f"{path} in body should have at least {self.min_items} items"))
+        if self.max_items is not None and n > self.max_items:
+            out.append(_cause("FieldValueTooMany", path, f"Too many: {n}: must have at most {self.max_items} items"))
+        if self.list_type in ("set", "map"):
+            self._validate_list_type(v, path, out)
+
+    def _validate_list_type(self, v: list[Any], path: str, out: list[Cause]) -> None:
+        # apiserver/schema/listtype: duplicates are reported at the later index.
+        seen: set[str] = set()
+        for i, x in enumerate(v):
+            if self.list_type == "set":
+                key: Any = x
+            elif isinstance(x, dict):
+                key = {k: x[k] for k in self.list_map_keys if k in x}
+            else:
+                continue
+            token = json.dumps(key, sort_keys=True)
+            if token in seen:
+                out.append(_cause("FieldValueDuplicate", f"{path}[{i}]", f"Duplicate value: {go_value(key)}"))
+            seen.add(token)
+
+    def _validate_object(self, v: dict[str, Any], path: str, out: list[Cause]) -> None:
+        for k in self.required:
+            if k not in v:
+                out.append(_cause("FieldValueRequired", _child(path, k), "Required value"))
+        n = len(v)
+        if self.min_props is not None and n < self.min_props:
+            out.append(_invalid(path, self.min_props, f"{path} in body should have at least {self.min_props} properties"))
+        if self.max_props is not None and n > self.max_props:
+            out.append(_cause("FieldValueTooMany", path, f"Too many: {n}: must have at most {self.max_props} items"))
+        props = self.properties
+        for k, x in v.items():
+            sub = props.get(k) or self.additional
+            if sub is not None:
+                sub.validate(x, _child(path, k), out)
+        if self.embedded and v:
+            for k in ("apiVersion", "kind"):
+                if k not in v:
+                    out.append(_cause("FieldValueRequired", _child(path, k), "Required value: must not be empty"))
+
+    # --- defaulting (structural/defaulting) ---------------------------------------------------
+
+    def prune_nulls(self, v: Any) -> None:
+        if isinstance(v, dict):
+            for k in list(v):
+                sub = self.properties.get(k) or self.additional
+                if sub is None:
+                    continue
+                x = v[k]
+                if x is None and not sub.has_default and not sub.nullable:
+                    del v[k]
+                else:
+                    sub.prune_nulls(x)
+        elif isinstance(v, list) and self.items is not None:
+            for x in v:
+                self.items.prune_nulls(x)
+
+    def apply_default(self, v: Any) -> None:
+        if isinstance(v, dict):
+            for k, sub in self.properties.items():
+                if sub.has_default and (k not in v or (v[k] is None and not sub.nullable)):
+                    v[k] = _deepcopy(sub.default_value)
+            for k, x in v.items():
+                known = self.properties.get(k)
+                if known is not None:
+                    known.apply_default(x)
+                elif self.additional is not None:
+                    if x is None and not self.additional.nullable and self.additional.has_default:
+                        v[k] = x = _deepcopy(self.additional.default_value)
+                    self.additional.apply_default(x)
+        elif isinstance(v, list) and self.items is not None:
+            for i, x in enumerate(v):
+                if x is None and not self.items.nullable and self.items.has_default:
+                    v[i] = x = _deepcopy(self.items.default_value)
+                self.items.apply_default(x)
+
+    # --- pruning (structural/pruning) ---------------------------------------------------------
+
+    def prune(self, v: Any, path: str, out: list[str], *, root: bool = False) -> None:
+        if isinstance(v, dict):
+            for k in list(v):
+                cpath = f"{path}.{k}"
+                if (root or self.embedded) and k in ("apiVersion", "kind"):
+                    continue
+                if (root or self.embedded) and k == "metadata":
+                    _prune_meta(v[k], cpath, out)
+                    continue
+                sub = self.properties.get(k) or self.additional
+                if sub is not None:
+                    sub.prune(v[k], cpath, out)
+                elif not (self.preserve or self.additional_any):
+                    del v[k]
+                    out.append(cpath)
+        elif isinstance(v, list) and self.items is not None:
+            for i, x in enumerate(v):
+                self.items.prune(x, f"{path}[{i}]", out)
+
+
+def _prune_meta(meta: Any, path: str, out: list[str]) -> None:
+    if isinstance(meta, dict):
+        for k in [k for k in meta if k not in OBJECT_META_FIELDS]:
+            del meta[k]
+            out.append(f"{path}.{k}")
+
+
+def _ok(node: _Node, v: Any, path: str) -> bool:
+    errs: list[Cause] = []
+    node.validate(v, path, errs)
+    return not errs
+
+
+def _enum_eq(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return bool(a == b)
+
+
+def _deepcopy(v: Any) -> Any:
+    # JSON values only: much faster than copy.deepcopy on hot paths.
+    if isinstance(v, dict):
+        return {k: _deepcopy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_deepcopy(x) for x in v]
+    return v
+
+
+def _compile_pattern(src: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(src)
+    except re.error:
+        return None  # structural_errors reports it at CRD creation
+
+
+class CompiledSchema:
+    """A schema compiled for repeated use; same operations as the module functions."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema = schema
+        self.root = _Node(schema)
+
+    def validate(self, obj: Any, *, path: str = "") -> list[Cause]:
+        """See :func:`validate`."""
+        out: list[Cause] = []
+        self.root.validate(obj, path, out)
+        return out
+
+    def apply_defaults(self, obj: dict[str, Any]) -> None:
+        """See :func:`apply_defaults`."""
+        self.root.prune_nulls(obj)
+        self.root.apply_default(obj)
+
+    def prune(self, obj: dict[str, Any]) -> list[str]:
+        """See :func:`prune`."""
+        out: list[str] = []
+        self.root.prune(obj, "", out, root=True)
+        return out
+
+
+_CACHE: dict[int, tuple[dict[str, Any], CompiledSchema]] = {}
+_CACHE_MAX = 256
+
+
+def compile_schema(schema: dict[str, Any]) -> CompiledSchema:
+    """Compile ``schema`` (an ``openAPIV3Schema`` dict), cached by identity.
+
+    The cache keeps a reference to the dict so its id cannot be reused; callers must not mutate a
+    schema dict after first use (store a new dict when a CRD changes).
+    """
+    hit = _CACHE.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    compiled = CompiledSchema(schema)
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[id(schema)] = (schema, compiled)
+    return compiled
+
+
+compile: Callable[[dict[str, Any]], CompiledSchema] = compile_schema
+
+
+def validate(obj: Any, schema: dict[str, Any], *, path: str = "") -> list[Cause]:
+    """Validate ``obj`` against a structural schema; return StatusCause dicts (empty when valid).
+
+    Each cause is ``{"reason", "message", "field"}`` as kube-apiserver reports them, e.g.
+    ``{"reason": "FieldValueInvalid", "field": "spec.cpus", "message": "Invalid value: 0:
+    spec.cpus in body should be greater than or equal to 1"}``. Reasons: FieldValueRequired,
+    FieldValueTypeInvalid, FieldValueNotSupported (enum), FieldValueInvalid, FieldValueTooLong
+    (maxLength), FieldValueTooMany (maxItems/maxProperties), FieldValueDuplicate (list-type
+    set/map). ``path`` prefixes every field path. Source: kube-openapi validate +
+    ``kubeOpenAPIResultToFieldErrors``.
+    """
+    return compile_schema(schema).validate(obj, path=path)
+
+
+def apply_defaults(obj: dict[str, Any], schema: dict[str, Any]) -> None:
+    """Default ``obj`` in place (structural/defaulting).
+
+    First drops ``null`` values of non-nullable fields that have no default
+    (``PruneNonNullableNullsWithoutDefaults``), then sets ``default`` for absent fields and for
+    ``null`` in non-nullable ones, recursively through properties, array items and map values.
+    """
+    compile_schema(schema).apply_defaults(obj)
+
+
+def prune(obj: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """Drop fields unknown to ``schema`` in place; return their paths (``.spec.foo``, ``.spec.a[0].b``).
+
+    Root ``apiVersion``/``kind`` are kept and root ``metadata`` is cut to ObjectMeta fields (same
+    for ``x-kubernetes-embedded-resource`` objects); ``x-kubernetes-preserve-unknown-fields``
+    keeps unknown fields while known ones are still pruned beneath. Strict field validation
+    reports each path as ``unknown field "<path without leading dot>"``.
+    """
+    return compile_schema(schema).prune(obj)
+
+
+
+# --- string formats (kube-openapi strfmt.Default) ----------------------------------------------
+
+_UUID_RE = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$", re.I)
+_UUID_V_RE = {
+    "uuid3": re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?3[0-9a-f]{3}-?[0-9a-f]{4}-?[0-9a-f]{12}$", re.I),
+    "uuid4": re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?4[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$", re.I),
+    "uuid5": re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?5[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$", re.I),
+}
+_MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$|^([0-9a-f]{4}\.){2}[0-9a-f]{4}$", re.I)
+_HOSTNAME_RE = re.compile(r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*\.?$", re.I)
+_EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
+_DURATION_RE = re.compile(r"^\s*(\d+(\.\d+)?\s*(ns|us|µs|ms|s|m|h|d|w)\s*)+$")
+_DATETIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:?\d{2})?$")
+
+
+def _is_datetime(v: str) -> bool:
+    if not _DATETIME_RE.match(v):
+        return False
+    try:
+        datetime.fromisoformat(v[:10] + "T" + v[11:].upper().replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
+def _is_date(v: str) -> bool:
+    try:
+        return len(v) == 10 and date.fromisoformat(v) is not None
+    except ValueError:
+        return False
+
+
+def _is_byte(v: str) -> bool:
+    try:
+        base64.b64decode(v, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+def _is_ip(v: str, version: int) -> bool:
+    try:
+        return ipaddress.ip_address(v).version == version
+    except ValueError:
+        return False
+
+
+def _is_cidr(v: str) -> bool:
+    try:
+        ipaddress.ip_network(v, strict=False)
+    except ValueError:
+        return False
+    return "/" in v
+
+
+_FORMATS: dict[str, Callable[[str], bool]] = {
+    "date-time": _is_datetime,
+    "datetime": _is_datetime,
+    "date": _is_date,
+    "uuid": lambda v: bool(_UUID_RE.match(v)),
+    "uuid3": lambda v: bool(_UUID_V_RE["uuid3"].match(v)),
+    "uuid4": lambda v: bool(_UUID_V_RE["uuid4"].match(v)),
+    "uuid5": lambda v: bool(_UUID_V_RE["uuid5"].match(v)),
+    "byte": _is_byte,
+    "ipv4": lambda v: _is_ip(v, 4),
+    "ipv6": lambda v: _is_ip(v, 6),
+    "cidr": _is_cidr,
+    "mac": lambda v: bool(_MAC_RE.match(v)),
+    "hostname": lambda v: len(v) <= 255 and bool(_HOSTNAME_RE.match(v)),
+    "email": lambda v: bool(_EMAIL_RE.match(v)),
+    "duration": lambda v: bool(_DURATION_RE.match(v)),
+}
+
+
+def check_format(fmt: str, v: str) -> bool:
+    """True when ``v`` satisfies string format ``fmt``; unknown formats (int32, ...) always pass."""
+    check = _FORMATS.get(fmt)
+    return True if check is None else check(v)
+
+
+# --- the structural check (structural/validation.go, CRD docs "structural schema") -------------
+
+_TYPES = ("array", "boolean", "integer", "number", "object", "string")
+_JUNCTOR_FORBIDDEN = ("type", "description", "default", "nullable", "additionalProperties", "title")
+
+
+def structural_errors(schema: dict[str, Any], *, path: str = "openAPIV3Schema") -> list[str]:
+    """Return why ``schema`` is not a valid structural schema (empty list when it is).
+
+    Each entry reads like a kube field error, ``<path>: <Type>: <detail>``, e.g.
+    ``openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified
+    object fields``; A1 prefixes ``spec.versions[i].schema.`` and answers 422. Checks: a type on
+    every specified node (unless int-or-string or preserve-unknown-fields), no ``$ref``, no
+    ``additionalProperties`` with ``properties`` or set to false, no ``uniqueItems``, arrays have
+    ``items``, value validations only inside allOf/anyOf/oneOf/not, root metadata limited to
+    name/generateName, list/map types well-formed, valid regex patterns, defaults that validate.
+    """
+    errs: list[str] = []
+    if not isinstance(schema, dict):
+        return [f"{path}: Required value: must not be empty"]
+    t = schema.get("type")
+    if not t:
+        errs.append(f"{path}.type: Required value: must not be empty at the root")
+    elif t != "object":
+        errs.append(f"{path}.type: Invalid value: {go_value(t)}: must be object at the root")
+    if schema.get("nullable"):
+        errs.append(f"{path}.nullable: Forbidden: must be false at the root")
+    meta = (schema.get("properties") or {}).get("metadata")
+    if isinstance(meta, dict):
+        extra = set(meta) - {"type", "properties", "description"}
+        names = set(meta.get("properties") or {}) - {"name", "generateName"}
+        if extra or names or meta.get("type", "object") != "object":
+            errs.append(
+                f"{path}.properties[metadata]: Forbidden: must not specify anything other than name and "
+                "generateName, but metadata is implicitly specified"
+            )
+    _check_node(schema, path, "at the root", errs, in_metadata=False)
+    if not errs and schema.get("properties"):
+        _check_defaults(_Node(schema), path, errs)
+    return errs
+
+
+def _check_node(s: dict[str, Any], p: str, where: str, errs: list[str], *, in_metadata: bool) -> None:
+    if "$ref" in s:
+        errs.append(f"{p}.$ref: Forbidden: $ref is not supported")
+    t = s.get("type")
+    ios = bool(s.get("x-kubernetes-int-or-string"))
+    preserve = s.get("x-kubernetes-preserve-unknown-fields")
+    if preserve is False:
+        errs.append(f"{p}.x-kubernetes-preserve-unknown-fields: Invalid value: false: must be true or undefined")
+    if ios and t:
+        errs.append(f"{p}.type: Invalid value: {go_value(t)}: must be empty if x-kubernetes-int-or-string is true")
+    elif not t and not ios and not preserve and where != "at the root":
+        errs.append(f"{p}.type: Required value: must not be empty for specified {where}")
+    elif t and t not in _TYPES:
+        errs.append(f"{p}.type: Unsupported value: {go_value(t)}: supported values: " + ", ".join(f'"{x}"' for x in _TYPES))
+    if s.get("x-kubernetes-embedded-resource"):
+        if t != "object":
+            errs.append(f"{p}.type: Invalid value: {go_value(t or '')}: must be object if x-kubernetes-embedded-resource is true")
+        if not s.get("properties") and not preserve:
+            errs.append(
+                f"{p}.properties: Required value: must not be empty if x-kubernetes-embedded-resource is true "
+                "without x-kubernetes-preserve-unknown-fields"
+            )
+    if in_metadata and "default" in s:
+        errs.append(f"{p}.default: Forbidden: must not be set for metadata")
+    ap = s.get("additionalProperties")
+    if ap is not None and s.get("properties"):
+        errs.append(f"{p}.additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive")
+    if ap is False:
+        errs.append(f"{p}.additionalProperties: Forbidden: additionalProperties cannot be set to false")
+    if s.get("uniqueItems"):
+        errs.append(f"{p}.uniqueItems: Forbidden: uniqueItems cannot be set to true since the runtime complexity becomes quadratic")
+    pat = s.get("pattern")
+    if pat is not None:
+        try:
+            re.compile(pat)
+        except (re.error, TypeError) as e:
+            errs.append(f"{p}.pattern: Invalid value: {go_value(pat)}: must be a valid regular expression, but isn't: {e}")
+    items = s.get("items")
+    if t == "array" and items is None:
+        errs.append(f"{p}.items: Required value: must be specified")
+    if isinstance(items, list):
+        errs.append(f"{p}.items: Forbidden: items must be a schema object and not an array")
+    elif isinstance(items, dict):
+        _check_node(items, f"{p}.items", "array items", errs, in_metadata=False)
+    _check_list_type(s, p, errs)
+    mt = s.get("x-kubernetes-map-type")
+    if mt is not None and mt not in ("granular", "atomic"):
+        errs.append(f'{p}.x-kubernetes-map-type: Unsupported value: {go_value(mt)}: supported values: "atomic", "granular"')
+    for k, sub in (s.get("properties") or {}).items():
+        if not isinstance(sub, dict):
+            errs.append(f"{p}.properties[{k}]: Invalid value: {go_value(sub)}: must be a schema object")
+            continue
+        meta = in_metadata or (where == "at the root" and k == "metadata")
+        _check_node(sub, f"{p}.properties[{k}]", "object fields", errs, in_metadata=meta)
+    if isinstance(ap, dict):
+        _check_node(ap, f"{p}.additionalProperties", "object fields", errs, in_metadata=in_metadata)
+    for j in ("allOf", "anyOf", "oneOf"):
+        for i, sub in enumerate(s.get(j) or []):
+            _check_junctor(sub, f"{p}.{j}[{i}]", ios, errs)
+    if isinstance(s.get("not"), dict):
+        _check_junctor(s["not"], f"{p}.not", ios, errs)
+
+
+def _check_junctor(s: dict[str, Any], p: str, ios: bool, errs: list[str]) -> None:
+    for k in _JUNCTOR_FORBIDDEN:
+        if k in s and not (ios and k == "type" and s[k] in ("integer", "string")):
+            errs.append(f"{p}.{k}: Forbidden: must be empty to be structural")
+    for k in s:
+        if k.startswith("x-kubernetes-"):
+            errs.append(f"{p}.{k}: Forbidden: must be undefined to be structural")
+    for k, sub in (s.get("properties") or {}).items():
+        if isinstance(sub, dict):
+            _check_junctor(sub, f"{p}.properties[{k}]", False, errs)
+    if isinstance(s.get("items"), dict):
+        _check_junctor(s["items"], f"{p}.items", False, errs)
+
+
+def _check_list_type(s: dict[str, Any], p: str, errs: list[str]) -> None:
+    lt = s.get("x-kubernetes-list-type")
+    keys = s.get("x-kubernetes-list-map-keys") or []
+    if lt is None:
+        if keys:
+            errs.append(f"{p}.x-kubernetes-list-type: Required value: must be map if x-kubernetes-list-map-keys is non-empty")
+        return
+    if lt not in ("atomic", "set", "map"):
+        errs.append(f'{p}.x-kubernetes-list-type: Unsupported value: {go_value(lt)}: supported values: "atomic", "set", "map"')
+        return
+    if s.get("type") != "array":
+        errs.append(f"{p}.x-kubernetes-list-type: Invalid value: {go_value(lt)}: must only be used if type is array")
+        return
+    raw_items = s.get("items")
+    items: dict[str, Any] = raw_items if isinstance(raw_items, dict) else {}
+    if lt == "map":
+        if not keys:
+            errs.append(f"{p}.x-kubernetes-list-map-keys: Required value: must not be empty if x-kubernetes-list-type is map")
+        if items.get("type") != "object":
+            errs.append(f"{p}.items.type: Invalid value: {go_value(items.get('type') or '')}: must be object if parent array's x-kubernetes-list-type is map")
+        props = items.get("properties") or {}
+        required = set(items.get("required") or [])
+        for k in keys:
+            if k not in props:
+                errs.append(f"{p}.x-kubernetes-list-map-keys: Invalid value: {go_value(k)}: entries must all be names of item properties")
+            elif props[k].get("type") not in ("string", "integer", "number", "boolean") and not props[k].get("x-kubernetes-int-or-string"):
+                errs.append(f"{p}.items.properties[{k}].type: Invalid value: {go_value(props[k].get('type') or '')}: must be a scalar type if parent array's x-kubernetes-list-type is map")
+            elif k not in required and "default" not in props[k]:
+                errs.append(f"{p}.items.properties[{k}]: Invalid value: {go_value(k)}: all map keys must be required or have a default value")
+    elif keys:
+        errs.append(f"{p}.x-kubernetes-list-type: Invalid value: {go_value(lt)}: must be map if x-kubernetes-list-map-keys is non-empty")
+    if lt == "set" and items.get("type") in ("object", "array") and items.get("x-kubernetes-map-type") != "atomic" and items.get("x-kubernetes-list-type") != "atomic":
+        errs.append(f"{p}.items: Invalid value: {go_value(items.get('type'))}: must be scalar or atomic if x-kubernetes-list-type is set")
+
+
+def _check_defaults(node: _Node, p: str, errs: list[str]) -> None:
+    """Each default must validate against its own node and contain nothing that pruning drops."""
+    for k, sub in node.properties.items():
+        _check_default_at(sub, f"{p}.properties[{k}]", errs)
+    if node.additional is not None:
+        _check_default_at(node.additional, f"{p}.additionalProperties", errs)
+    if node.items is not None:
+        _check_default_at(node.items, f"{p}.items", errs)
+
+
+def _check_default_at(node: _Node, p: str, errs: list[str]) -> None:
+    if node.has_default:
+        value = _deepcopy(node.default_value)
+        if value is None and not node.nullable:
+            errs.append(f"{p}.default: Invalid value: \"null\": must not be null unless nullable is true")
+        else:
+            for c in _validate_default(node, value):
+                errs.append(f"{p}.{c['field']}: {c['message']}")
+            pruned: list[str] = []
+            node.prune(value, "", pruned)
+            for x in pruned:
+                errs.append(f"{p}.default: Invalid value: {go_value(node.default_value)}: must not have unknown fields, got {x[1:]}")
+    _check_defaults(node, p, errs)
+
+
+def _validate_default(node: _Node, value: Any) -> list[Cause]:
+    out: list[Cause] = []
+    node.prune_nulls(value)
+    node.apply_default(value)
+    node.validate(value, "default", out)
+    return out

@@ -1,0 +1,251 @@
+"""CRD structural schemas: validation causes, defaulting, pruning, structural check (kube rules)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from banlieue.testing.apiserver.schema import (
+    apply_defaults,
+    compile_schema,
+    prune,
+    structural_errors,
+    validate,
+)
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "required": ["cpus"],
+            "properties": {
+                "cpus": {"type": "integer", "minimum": 1, "maximum": 64},
+                "memoryMiB": {"type": "integer", "multipleOf": 4, "default": 1024},
+                "ratio": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "exclusiveMaximum": True, "maximum": 1},
+                "power": {"type": "string", "enum": ["On", "Off"], "default": "On"},
+                "name": {"type": "string", "minLength": 2, "maxLength": 5, "pattern": "^[a-z]+$"},
+                "uid": {"type": "string", "format": "uuid"},
+                "when": {"type": "string", "format": "date-time"},
+                "port": {"x-kubernetes-int-or-string": True},
+                "note": {"type": "string", "nullable": True},
+                "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2, "minItems": 1, "x-kubernetes-list-type": "set"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string", "default": "x"}},
+                "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": {"known": {"type": "object", "properties": {"a": {"type": "string"}}}}},
+                "template": {"type": "object", "x-kubernetes-embedded-resource": True, "x-kubernetes-preserve-unknown-fields": True},
+                "disks": {
+                    "type": "array",
+                    "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["name"],
+                    "items": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "sizeGiB": {"type": "integer", "minimum": 1, "default": 10},
+                            "mode": {"type": "string", "default": "thin"},
+                        },
+                    },
+                },
+            },
+        },
+        "status": {"type": "object", "properties": {"phase": {"type": "string"}}},
+    },
+}
+
+
+def _obj(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "a"}, "spec": {"cpus": 2, **spec}}
+
+
+VALID = [
+    ("minimal", _obj()),
+    ("int-or-string-int", _obj(port=80)),
+    ("int-or-string-string", _obj(port="http")),
+    ("nullable-null", _obj(note=None)),
+    ("float-that-is-integer", _obj(cpus=2.0)),
+    ("integer-for-number", _obj(ratio=0.5)),
+    ("uuid-format", _obj(uid="6ba7b810-9dad-11d1-80b4-00c04fd430c8")),
+    ("date-time-format", _obj(when="2024-01-02T03:04:05Z")),
+    ("map-values", _obj(labels={"a": "b"})),
+    ("preserve-unknown", _obj(extra={"anything": [1, {"x": None}]})),
+    ("embedded-resource", _obj(template={"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})),
+    ("embedded-empty-ok", _obj(template={})),
+    ("list-map-distinct-keys", _obj(disks=[{"name": "a"}, {"name": "b"}])),
+]
+
+
+@pytest.mark.parametrize("obj", [c[1] for c in VALID], ids=[c[0] for c in VALID])
+def test_valid_objects_have_no_causes(obj: dict[str, Any]) -> None:
+    assert validate(obj, SCHEMA) == []
+
+
+INVALID = [
+    ("required", _obj() | {"spec": {}}, "FieldValueRequired", "spec.cpus", "Required value"),
+    ("minimum", _obj(cpus=0), "FieldValueInvalid", "spec.cpus", "Invalid value: 0: spec.cpus in body should be greater than or equal to 1"),
+    ("maximum", _obj(cpus=65), "FieldValueInvalid", "spec.cpus", "Invalid value: 65: spec.cpus in body should be less than or equal to 64"),
+    ("exclusive-minimum", _obj(ratio=0), "FieldValueInvalid", "spec.ratio", "Invalid value: 0: spec.ratio in body should be greater than 0"),
+    ("exclusive-maximum", _obj(ratio=1), "FieldValueInvalid", "spec.ratio", "Invalid value: 1: spec.ratio in body should be less than 1"),
+    ("multiple-of", _obj(memoryMiB=1023), "FieldValueInvalid", "spec.memoryMiB", "Invalid value: 1023: spec.memoryMiB in body should be a multiple of 4"),
+    ("type-string-for-integer", _obj(cpus="two"), "FieldValueTypeInvalid", "spec.cpus", 'Invalid value: "string": spec.cpus in body must be of type integer: "string"'),
+    ("type-float-for-integer", _obj(cpus=1.5), "FieldValueTypeInvalid", "spec.cpus", 'Invalid value: "number": spec.cpus in body must be of type integer: "number"'),
+    ("type-bool-for-integer", _obj(cpus=True), "FieldValueTypeInvalid", "spec.cpus", 'Invalid value: "boolean": spec.cpus in body must be of type integer: "boolean"'),
+    ("null-not-nullable", _obj(name=None), "FieldValueTypeInvalid", "spec.name", 'Invalid value: "null": spec.name in body must be of type string: "null"'),
+    ("int-or-string-bool", _obj(port=True), "FieldValueTypeInvalid", "spec.port", 'Invalid value: "boolean": spec.port in body must be of type integer,string: "boolean"'),
+    ("enum", _obj(power="Standby"), "FieldValueNotSupported", "spec.power", 'Unsupported value: "Standby": supported values: "On", "Off"'),
+    ("max-length", _obj(name="abcdef"), "FieldValueTooLong", "spec.name", "Too long: may not be more than 5 bytes"),
+    ("min-length", _obj(name="a"), "FieldValueInvalid", "spec.name", 'Invalid value: "a": spec.name in body should be at least 2 chars long'),
+    ("pattern", _obj(name="AB"), "FieldValueInvalid", "spec.name", "Invalid value: \"AB\": spec.name in body should match '^[a-z]+$'"),
+    ("max-items", _obj(tags=["a", "b", "c"]), "FieldValueTooMany", "spec.tags", "Too many: 3: must have at most 2 items"),
+    ("min-items", _obj(tags=[]), "FieldValueInvalid", "spec.tags", "Invalid value: 0: spec.tags in body should have at least 1 items"),
+    ("set-duplicate", _obj(tags=["a", "a"]), "FieldValueDuplicate", "spec.tags[1]", 'Duplicate value: "a"'),
+    ("map-list-duplicate-key", _obj(disks=[{"name": "a"}, {"name": "a", "sizeGiB": 2}]), "FieldValueDuplicate", "spec.disks[1]", 'Duplicate value: {"name":"a"}'),
+    ("item-path", _obj(disks=[{"name": "a", "sizeGiB": 0}]), "FieldValueInvalid", "spec.disks[0].sizeGiB", "Invalid value: 0: spec.disks[0].sizeGiB in body should be greater than or equal to 1"),
+    ("item-required", _obj(disks=[{"sizeGiB": 1}]), "FieldValueRequired", "spec.disks[0].name", "Required value"),
+    ("map-value-type", _obj(labels={"a": 1}), "FieldValueTypeInvalid", "spec.labels.a", 'Invalid value: "integer": spec.labels.a in body must be of type string: "integer"'),
+    ("uuid-format", _obj(uid="nope"), "FieldValueTypeInvalid", "spec.uid", 'Invalid value: "nope": spec.uid in body must be of type uuid: "nope"'),
+    ("date-time-format", _obj(when="yesterday"), "FieldValueTypeInvalid", "spec.when", 'Invalid value: "yesterday": spec.when in body must be of type date-time: "yesterday"'),
+    ("embedded-needs-kind", _obj(template={"apiVersion": "v1"}), "FieldValueRequired", "spec.template.kind", "Required value: must not be empty"),
+    ("object-type", _obj() | {"spec": []}, "FieldValueTypeInvalid", "spec", 'Invalid value: "array": spec in body must be of type object: "array"'),
+]
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason", "field", "message"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID]
+)
+def test_invalid_objects_report_kube_cause(obj: dict[str, Any], reason: str, field: str, message: str) -> None:
+    assert validate(obj, SCHEMA) == [{"reason": reason, "field": field, "message": message}]
+
+
+def test_several_causes_all_reported() -> None:
+    causes = validate(_obj(cpus=0, power="x", name="A"), SCHEMA)
+    assert {c["field"] for c in causes} == {"spec.cpus", "spec.power", "spec.name"}
+
+
+def test_path_prefix() -> None:
+    causes = validate({"cpus": 0}, SCHEMA["properties"]["spec"], path="spec")
+    assert causes[0]["field"] == "spec.cpus"
+
+
+def test_compiled_schema_is_cached_by_identity() -> None:
+    assert compile_schema(SCHEMA) is compile_schema(SCHEMA)
+    assert compile_schema(copy.deepcopy(SCHEMA)) is not compile_schema(SCHEMA)
+
+
+# --- defaulting -------------------------------------------------------------------------------
+
+DEFAULTS = [
+    ("absent-field-defaulted", {"spec": {"cpus": 1}}, {"spec": {"cpus": 1, "memoryMiB": 1024, "power": "On"}}),
+    ("present-field-kept", {"spec": {"cpus": 1, "power": "Off", "memoryMiB": 8}}, {"spec": {"cpus": 1, "power": "Off", "memoryMiB": 8}}),
+    ("null-non-nullable-gets-default", {"spec": {"cpus": 1, "power": None}}, {"spec": {"cpus": 1, "memoryMiB": 1024, "power": "On"}}),
+    ("null-without-default-dropped", {"spec": {"cpus": 1, "name": None}}, {"spec": {"cpus": 1, "memoryMiB": 1024, "power": "On"}}),
+    ("null-nullable-kept", {"spec": {"cpus": 1, "note": None}}, {"spec": {"cpus": 1, "note": None, "memoryMiB": 1024, "power": "On"}}),
+    (
+        "array-items-defaulted",
+        {"spec": {"cpus": 1, "disks": [{"name": "a"}, {"name": "b", "sizeGiB": 5}]}},
+        {"spec": {"cpus": 1, "memoryMiB": 1024, "power": "On", "disks": [{"name": "a", "sizeGiB": 10, "mode": "thin"}, {"name": "b", "sizeGiB": 5, "mode": "thin"}]}},
+    ),
+    ("map-null-value-defaulted", {"spec": {"cpus": 1, "labels": {"k": None}}}, {"spec": {"cpus": 1, "memoryMiB": 1024, "power": "On", "labels": {"k": "x"}}}),
+    ("missing-parent-not-created", {}, {}),
+]
+
+
+@pytest.mark.parametrize(("obj", "want"), [c[1:] for c in DEFAULTS], ids=[c[0] for c in DEFAULTS])
+def test_apply_defaults(obj: dict[str, Any], want: dict[str, Any]) -> None:
+    apply_defaults(obj, SCHEMA)
+    assert obj == want
+
+
+def test_defaults_are_copies() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "object", "default": {"x": [1]}, "properties": {"x": {"type": "array", "items": {"type": "integer"}}}}}}
+    o1: dict[str, Any] = {}
+    o2: dict[str, Any] = {}
+    apply_defaults(o1, schema)
+    apply_defaults(o2, schema)
+    o1["a"]["x"].append(2)
+    assert o2 == {"a": {"x": [1]}}
+    assert schema["properties"]["a"]["default"] == {"x": [1]}
+
+
+# --- pruning ----------------------------------------------------------------------------------
+
+PRUNE = [
+    ("unknown-spec-field", _obj(foo=1), [".spec.foo"]),
+    ("unknown-top-level", _obj() | {"bogus": 1}, [".bogus"]),
+    ("unknown-metadata-field", _obj() | {"metadata": {"name": "a", "foo": 1}}, [".metadata.foo"]),
+    ("array-item-field", _obj(disks=[{"name": "a", "zz": 1}]), [".spec.disks[0].zz"]),
+    ("preserve-keeps-unknown", _obj(extra={"x": 1, "known": {"a": "b", "drop": 1}}), [".spec.extra.known.drop"]),
+    ("embedded-keeps-type-meta", _obj(template={"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "junk": 1}}), [".spec.template.metadata.junk"]),
+    ("map-values-recursed", _obj(labels={"a": "b"}), []),
+]
+
+
+@pytest.mark.parametrize(("obj", "paths"), [c[1:] for c in PRUNE], ids=[c[0] for c in PRUNE])
+def test_prune(obj: dict[str, Any], paths: list[str]) -> None:
+    before = copy.deepcopy(obj)
+    assert prune(obj, SCHEMA) == paths
+    for p in paths:  # the field is gone from the object
+        parent: Any = obj
+        for part in p[1:].replace("[", ".[").split(".")[:-1]:
+            parent = parent[int(part[1:-1])] if part.startswith("[") else parent[part]
+        assert p.rsplit(".", 1)[1] not in parent
+    if not paths:
+        assert obj == before
+
+
+def test_prune_keeps_root_type_meta() -> None:
+    obj = {"apiVersion": "a/v1", "kind": "K", "metadata": {"name": "n", "labels": {"a": "b"}}}
+    assert prune(obj, {"type": "object"}) == []
+    assert obj == {"apiVersion": "a/v1", "kind": "K", "metadata": {"name": "n", "labels": {"a": "b"}}}
+
+
+# --- structural check -------------------------------------------------------------------------
+
+
+def _root(**props: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": props}
+
+
+STRUCTURAL = [
+    ("root-needs-type", {"properties": {}}, "openAPIV3Schema.type: Required value: must not be empty at the root"),
+    ("root-must-be-object", {"type": "string"}, 'openAPIV3Schema.type: Invalid value: "string": must be object at the root'),
+    ("field-needs-type", _root(spec={"properties": {}}), "openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"),
+    ("items-need-type", _root(a={"type": "array", "items": {}}), "openAPIV3Schema.properties[a].items.type: Required value: must not be empty for specified array items"),
+    ("array-needs-items", _root(a={"type": "array"}), "openAPIV3Schema.properties[a].items: Required value: must be specified"),
+    ("no-ref", _root(a={"type": "object", "$ref": "#/x"}), "openAPIV3Schema.properties[a].$ref: Forbidden: $ref is not supported"),
+    ("props-and-additional", _root(a={"type": "object", "properties": {"b": {"type": "string"}}, "additionalProperties": {"type": "string"}}), "openAPIV3Schema.properties[a].additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive"),
+    ("additional-false", _root(a={"type": "object", "additionalProperties": False}), "openAPIV3Schema.properties[a].additionalProperties: Forbidden: additionalProperties cannot be set to false"),
+    ("unique-items", _root(a={"type": "array", "items": {"type": "string"}, "uniqueItems": True}), "openAPIV3Schema.properties[a].uniqueItems: Forbidden: uniqueItems cannot be set to true since the runtime complexity becomes quadratic"),
+    ("junctor-type", _root(a={"type": "string", "anyOf": [{"type": "string"}]}), "openAPIV3Schema.properties[a].anyOf[0].type: Forbidden: must be empty to be structural"),
+    ("int-or-string-with-type", _root(a={"type": "string", "x-kubernetes-int-or-string": True}), 'openAPIV3Schema.properties[a].type: Invalid value: "string": must be empty if x-kubernetes-int-or-string is true'),
+    ("metadata-only-name", _root(metadata={"type": "object", "properties": {"labels": {"type": "object"}}}), "openAPIV3Schema.properties[metadata]: Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified"),
+    ("list-map-needs-keys", _root(a={"type": "array", "x-kubernetes-list-type": "map", "items": {"type": "object"}}), "openAPIV3Schema.properties[a].x-kubernetes-list-map-keys: Required value: must not be empty if x-kubernetes-list-type is map"),
+    ("bad-pattern", _root(a={"type": "string", "pattern": "("}), "openAPIV3Schema.properties[a].pattern: Invalid value"),
+    ("default-must-validate", _root(a={"type": "integer", "minimum": 1, "default": 0}), "openAPIV3Schema.properties[a].default: Invalid value: 0: default in body should be greater than or equal to 1"),
+]
+
+
+@pytest.mark.parametrize(("schema", "msg"), [c[1:] for c in STRUCTURAL], ids=[c[0] for c in STRUCTURAL])
+def test_structural_errors(schema: dict[str, Any], msg: str) -> None:
+    errs = structural_errors(schema)
+    assert any(e.startswith(msg) for e in errs), errs
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        SCHEMA,
+        _root(port={"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}),
+        _root(meta={"x-kubernetes-preserve-unknown-fields": True}),
+        _root(metadata={"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}}}),
+        _root(a={"type": "string", "anyOf": [{"pattern": "^a"}, {"maxLength": 3}]}),
+    ],
+    ids=["vm-schema", "int-or-string-anyof", "preserve-without-type", "metadata-name-restriction", "value-validation-junctors"],
+)
+def test_structural_ok(schema: dict[str, Any]) -> None:
+    assert structural_errors(schema) == []
