@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import signal
 import socket
 import uuid
@@ -204,13 +205,12 @@ class Manager:
         self.elected.clear()
         pending = [t for _, t in leaders if not t.done()]
         if graceful and pending and self.graceful_shutdown_timeout != 0:
-            for runnable, task in leaders:
-                stop = getattr(runnable, "stop", None)
-                if stop is not None and not task.done():
-                    with contextlib.suppress(Exception):
-                        await stop()
             timeout = None if self.graceful_shutdown_timeout < 0 else self.graceful_shutdown_timeout
+            stops = [
+                asyncio.create_task(_stop(runnable, timeout)) for runnable, task in leaders if not task.done()
+            ]
             _, still = await asyncio.wait(pending, timeout=timeout)
+            await _cancel(stops)
             if still:
                 log.warning("graceful shutdown timed out, cancelling", pending=len(still))
         await _cancel([t for _, t in leaders] + others)
@@ -221,6 +221,18 @@ class Manager:
         self._running = False
         await self.health.stop()
         await self.client.close()
+
+
+async def _stop(runnable: Runnable, timeout: float | None) -> None:
+    """Ask ``runnable`` to drain (``stop(drain_timeout=...)`` or ``stop()``) if it can."""
+    stop = getattr(runnable, "stop", None)
+    if stop is None:
+        return
+    try:
+        params = inspect.signature(stop).parameters
+        await (stop(drain_timeout=timeout if timeout is not None else 1e9) if "drain_timeout" in params else stop())
+    except Exception:
+        log.exception("runnable stop failed")
 
 
 async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
