@@ -311,7 +311,7 @@ class _Node:
     def prune(self, v: Any, path: str, out: list[str], *, root: bool = False) -> None:
         if isinstance(v, dict):
             for k in list(v):
-                cpath = f"{path}.{k}"
+                cpath = f"{path}.{k}" if path else k
                 if (root or self.embedded) and k in ("apiVersion", "kind"):
                     continue
                 if (root or self.embedded) and k == "metadata":
@@ -332,7 +332,7 @@ def _prune_meta(meta: Any, path: str, out: list[str]) -> None:
     if isinstance(meta, dict):
         for k in [k for k in meta if k not in OBJECT_META_FIELDS]:
             del meta[k]
-            out.append(f"{path}.{k}")
+            out.append(f"{path}.{k}" if path else k)
 
 
 def _ok(node: _Node, v: Any, path: str) -> bool:
@@ -436,12 +436,12 @@ def apply_defaults(obj: dict[str, Any], schema: dict[str, Any]) -> None:
 
 
 def prune(obj: dict[str, Any], schema: dict[str, Any]) -> list[str]:
-    """Drop fields unknown to ``schema`` in place; return their paths (``.spec.foo``, ``.spec.a[0].b``).
+    """Drop fields unknown to ``schema`` in place; return their paths (``spec.foo``, ``spec.a[0].b``).
 
     Root ``apiVersion``/``kind`` are kept and root ``metadata`` is cut to ObjectMeta fields (same
     for ``x-kubernetes-embedded-resource`` objects); ``x-kubernetes-preserve-unknown-fields``
     keeps unknown fields while known ones are still pruned beneath. Strict field validation
-    reports each path as ``unknown field "<path without leading dot>"``.
+    reports each path as ``unknown field "<path>"`` (kube's wording, no leading dot).
     """
     return compile_schema(schema).prune(obj)
 
@@ -702,7 +702,7 @@ def _check_default_at(node: _Node, p: str, errs: list[str]) -> None:
             pruned: list[str] = []
             node.prune(value, "", pruned)
             for x in pruned:
-                errs.append(f"{p}.default: Invalid value: {go_value(node.default_value)}: must not have unknown fields, got {x[1:]}")
+                errs.append(f"{p}.default: Invalid value: {go_value(node.default_value)}: must not have unknown fields, got {x}")
     _check_defaults(node, p, errs)
 
 
