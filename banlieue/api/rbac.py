@@ -1,0 +1,177 @@
+"""RBAC of every banlieue role, declared as data and rendered to config/rbac (SPEC §4-§5).
+
+Least privilege, no wildcards. Each role gets a ServiceAccount, a ClusterRole and a
+ClusterRoleBinding in ``banlieue-system``; the default Deployment (``banlieue manager``, both roles
+in one process, ServiceAccount ``banlieue-manager``) is bound to both ClusterRoles. A ClusterRole
+labelled ``cluster.x-k8s.io/aggregate-to-manager: "true"`` grants CAPI core full read/write on
+the infrastructure kinds (CAPI contract "All resources: API group": a provider outside
+``cluster.x-k8s.io`` MUST grant it; with ClusterClass CAPI also creates and deletes templates).
+
+Decisions: the controller role reads no Secret: user data is passed to the VSphereMachine by
+reference and read by the provider. Lease rights: ``create`` cannot be narrowed by name (RBAC
+has no name at create time), ``get``/``update`` are narrowed to the role's own Lease
+(client-go leaselock uses only get, create and update).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from banlieue.api import core, infrastructure
+from banlieue.api.render import write_files
+
+NAMESPACE = "banlieue-system"
+MANAGER_SERVICE_ACCOUNT = "banlieue-manager"
+"""ServiceAccount of the default Deployment (config/manager), bound to every role."""
+CAPI_AGGREGATE_ROLE = "banlieue-capi-aggregate"
+CAPI_AGGREGATE_LABEL = "cluster.x-k8s.io/aggregate-to-manager"
+
+READ = ("get", "list", "watch")
+WRITE_OWN = ("get", "list", "watch", "patch", "update")
+FULL = ("create", "delete", "get", "list", "patch", "update", "watch")
+STATUS = ("get", "patch", "update")
+CORE = ""
+COORD = "coordination.k8s.io"
+EVENTS = "events.k8s.io"
+CAPI = "cluster.x-k8s.io"
+B = core.GROUP
+INFRA = infrastructure.GROUP
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One PolicyRule: API groups x resources x verbs, optionally narrowed to ``resource_names``."""
+
+    api_groups: tuple[str, ...]
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    resource_names: tuple[str, ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        """The rbac.authorization.k8s.io/v1 PolicyRule; verbs and resources sorted for stable output."""
+        out: dict[str, Any] = {
+            "apiGroups": list(self.api_groups),
+            "resources": sorted(self.resources),
+            "verbs": sorted(self.verbs),
+        }
+        if self.resource_names:
+            out["resourceNames"] = sorted(self.resource_names)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """A process role (``banlieue controller``, ``banlieue provider vsphere``) and what it may do.
+
+    ``name`` is the ClusterRole, ServiceAccount and ClusterRoleBinding name; ``lease`` the
+    leader-election Lease (SPEC §4).
+    """
+
+    name: str
+    lease: str
+    rules: tuple[Rule, ...]
+
+    def all_rules(self) -> tuple[Rule, ...]:
+        """The role's rules plus events and its own leader-election Lease."""
+        return (
+            *self.rules,
+            Rule((CORE,), ("events",), ("create", "patch")),
+            Rule((EVENTS,), ("events",), ("create", "patch")),
+            Rule((COORD,), ("leases",), ("create",)),
+            Rule((COORD,), ("leases",), ("get", "update"), (self.lease,)),
+        )
+
+
+CONTROLLER = Role(
+    name="banlieue-controller",
+    lease="banlieue-controller",
+    rules=(
+        # VirtualMachine: finalizer + status; finalizers subresource so the controller may set
+        # blockOwnerDeletion on the VSphereMachine it owns (OwnerReferencesPermissionEnforcement).
+        Rule((B,), ("virtualmachines",), WRITE_OWN),
+        Rule((B,), ("virtualmachines/status",), STATUS),
+        Rule((B,), ("virtualmachines/finalizers",), ("update",)),
+        Rule((B,), ("providers", "vmclasses", "vmimages"), READ),
+        # The controller creates, mirrors and deletes the VSphereMachine behind each VM.
+        Rule((INFRA,), ("vspheremachines",), FULL),
+        Rule((INFRA,), ("vsphereclusters",), WRITE_OWN),
+        Rule((INFRA,), ("vsphereclusters/status",), STATUS),
+        # InfraCluster pausing: Cluster.spec.paused (CAPI contract).
+        Rule((CAPI,), ("clusters",), READ),
+    ),
+)
+
+PROVIDER_VSPHERE = Role(
+    name="banlieue-provider-vsphere",
+    lease="banlieue-provider-vsphere",
+    rules=(
+        Rule((B,), ("providers", "vmimages"), WRITE_OWN),
+        Rule((B,), ("providers/status", "vmimages/status"), STATUS),
+        Rule((B,), ("providers/finalizers",), ("update",)),
+        Rule((INFRA,), ("vspheremachines", "vspheremachinetemplates"), WRITE_OWN),
+        Rule((INFRA,), ("vspheremachines/status", "vspheremachinetemplates/status"), STATUS),
+        Rule((INFRA,), ("vspheremachines/finalizers",), ("update",)),
+        # Failure-domain lookups and the Cluster's infrastructure readiness.
+        Rule((INFRA,), ("vsphereclusters",), READ),
+        Rule((CORE,), ("secrets", "configmaps"), READ),
+        Rule((CAPI,), ("clusters", "machines"), READ),
+    ),
+)
+
+ROLES: tuple[Role, ...] = (CONTROLLER, PROVIDER_VSPHERE)
+
+CAPI_AGGREGATE_RULES: tuple[Rule, ...] = (
+    Rule((INFRA,), ("vspheremachines", "vsphereclusters", "vspheremachinetemplates", "vsphereclustertemplates"), FULL),
+    Rule((INFRA,), ("vspheremachines/status", "vsphereclusters/status", "vspheremachinetemplates/status"), STATUS),
+)
+
+
+def _service_account(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NAMESPACE}}
+
+
+def _cluster_role(name: str, rules: tuple[Rule, ...], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if labels:
+        metadata["labels"] = labels
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": metadata,
+        "rules": [r.to_wire() for r in rules],
+    }
+
+
+def _binding(name: str, role: str, service_account: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": NAMESPACE}],
+    }
+
+
+def render_rbac() -> dict[str, list[dict[str, Any]]]:
+    """The RBAC objects by file name (``<role>.yaml``, ``manager.yaml``, ``capi_aggregate.yaml``)."""
+    files: dict[str, list[dict[str, Any]]] = {}
+    for role in ROLES:
+        files[f"{role.name.removeprefix('banlieue-').replace('-', '_')}.yaml"] = [
+            _service_account(role.name),
+            _cluster_role(role.name, role.all_rules()),
+            _binding(role.name, role.name, role.name),
+        ]
+    files["manager.yaml"] = [_service_account(MANAGER_SERVICE_ACCOUNT)] + [
+        _binding(f"{MANAGER_SERVICE_ACCOUNT}-{role.name.removeprefix('banlieue-')}", role.name, MANAGER_SERVICE_ACCOUNT)
+        for role in ROLES
+    ]
+    files["capi_aggregate.yaml"] = [
+        _cluster_role(CAPI_AGGREGATE_ROLE, CAPI_AGGREGATE_RULES, {CAPI_AGGREGATE_LABEL: "true"})
+    ]
+    return files
+
+
+def write_rbac(out: str) -> None:
+    """Write the rendered RBAC files and their ``kustomization.yaml`` into directory ``out``."""
+    write_files(out, render_rbac(), "Generated by banlieue.api.rbac.write_rbac: do not edit.")
