@@ -1,0 +1,206 @@
+"""The builtin kinds the double serves and their per-kind write rules (registry strategies).
+
+Served: core/v1 namespaces, configmaps, secrets, events, serviceaccounts; events.k8s.io/v1
+events; coordination.k8s.io/v1 leases; apiextensions.k8s.io/v1 customresourcedefinitions.
+Per-kind rules follow kube's ``pkg/registry/core/<kind>/strategy.go``: secrets merge
+``stringData`` into base64 ``data`` and default ``type: Opaque``; namespaces get
+``spec.finalizers: [kubernetes]`` and ``status.phase: Active``; immutable configmaps/secrets
+refuse data changes; extra field selectors per kind (``type`` on secrets,
+``involvedObject.*`` on events).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from typing import Any
+
+from .errors import ApiError, bad_request, invalid
+from .resources import ResourceType
+
+JSON = dict[str, Any]
+
+META_FIELDS = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    }
+)
+_BASE = frozenset({"apiVersion", "kind", "metadata"})
+
+
+def builtin_types() -> list[ResourceType]:
+    """Every builtin resource type (fresh objects, safe to mutate)."""
+    return [
+        ResourceType(
+            "", "v1", "namespaces", "namespace", "Namespace", False, short_names=["ns"],
+            status_subresource=True, returns_deleted_object=True,
+            top_level_fields=_BASE | {"spec", "status"},
+        ),
+        ResourceType(
+            "", "v1", "configmaps", "configmap", "ConfigMap", True, short_names=["cm"],
+            top_level_fields=_BASE | {"data", "binaryData", "immutable"},
+        ),
+        ResourceType(
+            "", "v1", "secrets", "secret", "Secret", True,
+            top_level_fields=_BASE | {"data", "stringData", "type", "immutable"},
+        ),
+        ResourceType(
+            "", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, short_names=["sa"],
+            top_level_fields=_BASE | {"secrets", "imagePullSecrets", "automountServiceAccountToken"},
+        ),
+        ResourceType(
+            "", "v1", "events", "event", "Event", True, short_names=["ev"],
+            top_level_fields=_BASE | {
+                "involvedObject", "reason", "message", "source", "firstTimestamp", "lastTimestamp",
+                "count", "type", "eventTime", "series", "action", "related", "reportingComponent",
+                "reportingInstance",
+            },
+        ),
+        ResourceType(
+            "events.k8s.io", "v1", "events", "event", "Event", True, short_names=["ev"],
+            top_level_fields=_BASE | {
+                "eventTime", "series", "reportingController", "reportingInstance", "action", "reason",
+                "regarding", "related", "note", "type", "deprecatedSource", "deprecatedFirstTimestamp",
+                "deprecatedLastTimestamp", "deprecatedCount",
+            },
+        ),
+        ResourceType(
+            "coordination.k8s.io", "v1", "leases", "lease", "Lease", True,
+            top_level_fields=_BASE | {"spec"},
+        ),
+        ResourceType(
+            "apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition",
+            "CustomResourceDefinition", False, short_names=["crd", "crds"], categories=["api-extensions"],
+            status_subresource=True, has_generation=True, returns_deleted_object=True,
+            top_level_fields=_BASE | {"spec", "status"},
+        ),
+    ]
+
+
+def _event_field(path: str) -> Callable[[dict[str, Any]], str]:
+    def get(obj: dict[str, Any]) -> str:
+        cur: Any = obj
+        for part in path.split("."):
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        return "" if cur is None else str(cur)
+
+    return get
+
+
+def extra_field_selectors(rt: ResourceType) -> dict[str, Callable[[dict[str, Any]], str]]:
+    """Kind-specific field selector labels (kube's ``<kind>.GetAttrs``/field label conversions)."""
+    if rt.builtin and rt.plural == "secrets":
+        return {"type": _event_field("type")}
+    if rt.builtin and rt.plural == "namespaces":
+        return {"status.phase": _event_field("status.phase")}
+    if rt.builtin and rt.plural == "events" and rt.group == "":
+        fields = [
+            "involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+            "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
+            "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type",
+        ]
+        out = {f: _event_field(f) for f in fields}
+        out["source"] = _event_field("source.component")
+        return out
+    if rt.builtin and rt.plural == "events":
+        fields = [
+            "regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid",
+            "regarding.apiVersion", "regarding.resourceVersion", "regarding.fieldPath", "reason",
+            "reportingController", "type",
+        ]
+        return {f: _event_field(f) for f in fields}
+    return {}
+
+
+def _check_base64(rt: ResourceType, data: Any) -> None:
+    if not isinstance(data, dict):
+        return
+    for k, v in data.items():
+        if not isinstance(v, str):
+            raise bad_request(f"{rt.kind} in version \"v1\" cannot be handled as a {rt.kind}: data[{k}] must be a base64 string")
+        try:
+            base64.b64decode(v, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise bad_request(
+                f"{rt.kind} in version \"v1\" cannot be handled as a {rt.kind}: illegal base64 data at input byte {e}"
+            ) from e
+
+
+def prepare_write(rt: ResourceType, obj: JSON, old: JSON | None) -> None:
+    """Apply the kind's normalisation to ``obj`` in place before validation and storage.
+
+    Raises ApiError (400 for undecodable secret data, 422 for changes to immutable data).
+    """
+    if not rt.builtin:
+        return
+    if rt.group == "" and rt.plural == "secrets":
+        _check_base64(rt, obj.get("data"))
+        string_data = obj.pop("stringData", None)
+        if isinstance(string_data, dict) and string_data:
+            data = dict(obj.get("data") or {})
+            for k, v in string_data.items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
+            obj["data"] = data
+        obj.setdefault("type", "Opaque")
+        if old is not None and old.get("type") != obj.get("type"):
+            raise invalid("", rt.kind, obj["metadata"].get("name", ""), [
+                {"reason": "FieldValueInvalid", "message": f'Invalid value: "{obj.get("type")}": field is immutable', "field": "type"}
+            ])
+    if rt.group == "" and rt.plural in ("secrets", "configmaps") and old is not None and old.get("immutable"):
+        for f in ("data", "binaryData"):
+            if (old.get(f) or {}) != (obj.get(f) or {}):
+                raise invalid("", rt.kind, obj["metadata"].get("name", ""), [
+                    {"reason": "FieldValueForbidden", "message": "Forbidden: field is immutable when `immutable` is set", "field": f}
+                ])
+        if not obj.get("immutable"):
+            raise invalid("", rt.kind, obj["metadata"].get("name", ""), [
+                {"reason": "FieldValueForbidden", "message": "Forbidden: field is immutable when `immutable` is set", "field": "immutable"}
+            ])
+    if rt.group == "" and rt.plural == "namespaces":
+        spec = obj.setdefault("spec", {})
+        if old is None:
+            spec.setdefault("finalizers", ["kubernetes"])
+            obj["status"] = {"phase": "Active"}
+        if "kubernetes.io/metadata.name" not in (obj["metadata"].get("labels") or {}):
+            labels = dict(obj["metadata"].get("labels") or {})
+            labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+            obj["metadata"]["labels"] = labels
+
+
+def check_event_shape(rt: ResourceType, obj: JSON) -> None:
+    """events.k8s.io/v1 requires eventTime and reportingController (kube ValidateEventCreate)."""
+    if rt.builtin and rt.group == "events.k8s.io":
+        causes = []
+        if not obj.get("eventTime"):
+            causes.append({"reason": "FieldValueRequired", "message": "Required value", "field": "eventTime"})
+        if not obj.get("reportingController"):
+            causes.append({"reason": "FieldValueRequired", "message": "Required value", "field": "reportingController"})
+        if causes:
+            raise invalid("events.k8s.io", "Event", obj["metadata"].get("name", ""), causes)
+
+
+def unknown_top_level(rt: ResourceType, obj: JSON) -> list[str]:
+    """Paths of fields a builtin kind does not know (top level and metadata)."""
+    out = [k for k in obj if rt.top_level_fields and k not in rt.top_level_fields]
+    md = obj.get("metadata")
+    if isinstance(md, dict):
+        out += [f"metadata.{k}" for k in md if k not in META_FIELDS]
+    return out
+
+
+__all__ = ["ApiError", "builtin_types", "check_event_shape", "extra_field_selectors", "prepare_write", "unknown_top_level"]

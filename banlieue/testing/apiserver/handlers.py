@@ -1,0 +1,339 @@
+"""HTTP handlers for resource paths: get, list, watch, create, update, patch, delete(collection).
+
+URL shapes (API concepts, "Resource URIs"): ``/api/v1/<plural>[/<name>[/<sub>]]``,
+``/api/v1/namespaces/<ns>/<plural>[/<name>[/<sub>]]`` and the same under
+``/apis/<group>/<version>``; the legacy ``/watch/`` prefix is accepted. Responses are JSON only
+(a protobuf Accept is answered with JSON, which clients accept).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from aiohttp import web
+from multidict import CIMultiDict
+
+from . import builtin, errors
+from .errors import ApiError
+from .patching import apply_patch
+from .peers import to_table
+from .resources import ResourceType
+from .rest import WriteOptions
+from .selectors import parse_field_selector, parse_label_selector
+from .watch import DEFAULT_WATCH_TIMEOUT, WatchRequest, serve_watch
+
+if TYPE_CHECKING:
+    from .server import ApiServer
+
+JSON = dict[str, Any]
+NOT_FOUND_PATH = ApiError(404, "NotFound", "the server could not find the requested resource", details={})
+
+
+@dataclass
+class Target:
+    """A parsed resource URL."""
+
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    watch_path: bool
+
+
+def parse_target(server: ApiServer, group: str, version: str, segs: list[str]) -> Target:
+    """Resolve path segments after ``/api/v1`` or ``/apis/<g>/<v>``; 404 when not served."""
+    watch_path = bool(segs) and segs[0] == "watch"
+    if watch_path:
+        segs = segs[1:]
+    ns: str | None = None
+    if len(segs) >= 3 and segs[0] == "namespaces" and segs[2] not in ("status", "finalize"):
+        ns, segs = segs[1], segs[2:]
+    if not segs or len(segs) > 3:
+        raise NOT_FOUND_PATH
+    rt = server.registry.get(group, version, segs[0])
+    if rt is None:
+        raise NOT_FOUND_PATH
+    name = segs[1] if len(segs) > 1 else None
+    sub = segs[2] if len(segs) > 2 else None
+    if sub is not None and not ((sub == "status" and rt.status_subresource) or (sub == "finalize" and rt.plural == "namespaces")):
+        raise NOT_FOUND_PATH
+    if (ns is not None and not rt.namespaced) or (rt.namespaced and ns is None and name is not None):
+        raise NOT_FOUND_PATH
+    return Target(rt, ns, name, sub, watch_path)
+
+
+def _bool(v: str | None) -> bool:
+    return (v or "").lower() in ("1", "true")
+
+
+def present(rt: ResourceType, obj: JSON) -> JSON:
+    """``obj`` as served at ``rt``'s version (CRD conversion strategy None: apiVersion only)."""
+    if obj.get("apiVersion") != rt.api_version:
+        obj = dict(obj)
+        obj["apiVersion"] = rt.api_version
+    return obj
+
+
+def wants_table(request: web.Request) -> bool:
+    """Whether the Accept header asks for a meta.k8s.io Table."""
+    accept = request.headers.get("Accept", "")
+    return "as=Table" in accept and "g=meta.k8s.io" in accept
+
+
+def warning_headers(warnings: list[str]) -> CIMultiDict[str]:
+    """``Warning: 299 - "<text>"`` headers (RFC 7234 warn-code 299, as kube-apiserver sends)."""
+    h: CIMultiDict[str] = CIMultiDict()
+    for w in warnings:
+        h.add("Warning", '299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return h
+
+
+def json_response(body: JSON, status: int = 200, headers: CIMultiDict[str] | None = None) -> web.Response:
+    """Compact JSON with ``Content-Type: application/json``."""
+    return web.Response(body=json.dumps(body, separators=(",", ":")).encode(), status=status,
+                        content_type="application/json", headers=headers)
+
+
+async def read_body(request: web.Request) -> JSON:
+    """Decode a JSON (or YAML) request body into an object; 400 / 415 otherwise."""
+    ctype = request.headers.get("Content-Type", "application/json").split(";", 1)[0].strip().lower()
+    raw = await request.read()
+    if ctype in ("application/json", "", "*/*"):
+        try:
+            body = json.loads(raw or b"{}")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from e
+    elif ctype in ("application/yaml", "application/x-yaml", "text/yaml"):
+        try:
+            body = yaml.safe_load(raw or b"{}")
+        except yaml.YAMLError as e:
+            raise errors.bad_request(f"error converting YAML to JSON: {e}") from e
+    else:
+        raise errors.unsupported_media_type(ctype, ["application/json", "application/yaml"])
+    if not isinstance(body, dict):
+        raise errors.bad_request("couldn't get version/kind; json parse error: the body is not an object")
+    return body
+
+
+def write_options(request: web.Request) -> WriteOptions:
+    """dryRun, fieldManager, fieldValidation, force from the query; 400 on bad values."""
+    q = request.query
+    dry = q.getall("dryRun", [])
+    for d in dry:
+        if d != "All":
+            raise errors.invalid("meta.k8s.io", "DryRun", "", [{"reason": "FieldValueNotSupported",
+                                 "message": f'Unsupported value: "{d}": supported values: "All"', "field": "dryRun"}])
+    fv = q.get("fieldValidation", "Warn") or "Warn"
+    if fv not in ("Strict", "Warn", "Ignore"):
+        raise errors.bad_request(f'fieldValidation must be one of "Ignore", "Warn", or "Strict", got "{fv}"')
+    fm = q.get("fieldManager")
+    if fm is not None and len(fm) > 128:
+        raise errors.bad_request("fieldManager: Too long: must have at most 128 bytes")
+    return WriteOptions(dry_run=bool(dry), field_manager=fm, field_validation=fv, force=_bool(q.get("force")),
+                        user_agent=request.headers.get("User-Agent", ""))
+
+
+def _selectors(rt: ResourceType, request: web.Request) -> Any:
+    q = request.query
+    try:
+        ls = parse_label_selector(q.get("labelSelector", ""))
+        fs = parse_field_selector(q.get("fieldSelector", ""), builtin.extra_field_selectors(rt))
+    except ValueError as e:
+        raise errors.bad_request(str(e)) from e
+
+    def matches(obj: JSON) -> bool:
+        return ls.matches(obj["metadata"].get("labels") or {}) and fs.matches(obj)
+
+    return matches
+
+
+def _encode_continue(rv: int, last: tuple[str, str]) -> str:
+    start = f"{last[0]}/{last[1]}\x00"
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        d = json.loads(raw)
+        ns, _, name = str(d["start"]).rstrip("\x00").partition("/")
+        return int(d["rv"]), (ns, name)
+    except (ValueError, KeyError, TypeError, binascii.Error) as e:
+        raise errors.bad_request(f"continue key is not valid: {e}") from e
+
+
+EXPIRED_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter, or use the continue token in this response to retrieve the "
+    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
+    "that were created, modified, or deleted between the time the first chunk was returned and now may show up "
+    "in the list."
+)
+
+
+def list_objects(server: ApiServer, t: Target, request: web.Request) -> web.Response:
+    """LIST with selectors and limit/continue pagination (continue tokens expire on compaction)."""
+    rt, q = t.rt, request.query
+    matches = _selectors(rt, request)
+    store = server.store
+    limit = 0
+    if q.get("limit"):
+        try:
+            limit = max(0, int(q["limit"]))
+        except ValueError as e:
+            raise errors.bad_request(f"invalid limit: {q['limit']}") from e
+    list_rv, after = store.rv, None
+    if q.get("continue"):
+        list_rv, after = _decode_continue(q["continue"])
+        if list_rv < max(store.compacted_rv(rt.group_resource), store.global_compacted()):
+            raise errors.expired(EXPIRED_CONTINUE)
+    items: list[JSON] = []
+    token = None
+    remaining = 0
+    last: tuple[str, str] | None = None
+    for key, obj in store.items(rt.group_resource, t.namespace if rt.namespaced else None):
+        if after is not None and key <= after:
+            continue
+        if not matches(obj):
+            continue
+        if limit and len(items) >= limit:
+            remaining += 1
+            continue
+        items.append(present(rt, obj))
+        last = key
+    if remaining and last is not None:
+        token = _encode_continue(list_rv, last)
+    if wants_table(request):
+        table = to_table(items, rt.printer_columns, list_rv=str(list_rv), continue_token=token,
+                         include_object=q.get("includeObject", "Metadata"))
+        return json_response(table)
+    md: JSON = {"resourceVersion": str(list_rv)}
+    if token:
+        md["continue"] = token
+        if not q.get("labelSelector") and not q.get("fieldSelector"):
+            md["remainingItemCount"] = remaining
+    return json_response({"kind": rt.list_kind(), "apiVersion": rt.api_version, "metadata": md, "items": items})
+
+
+async def watch_objects(server: ApiServer, t: Target, request: web.Request) -> web.StreamResponse:
+    """WATCH (``?watch=1`` or the ``/watch/`` prefix)."""
+    rt, q = t.rt, request.query
+    base = _selectors(rt, request)
+    matches = base
+    if t.name is not None:
+        name = t.name
+
+        def matches(obj: JSON) -> bool:
+            return bool(obj["metadata"].get("name") == name and base(obj))
+
+    try:
+        timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else DEFAULT_WATCH_TIMEOUT
+    except ValueError as e:
+        raise errors.bad_request(f"invalid timeoutSeconds: {q['timeoutSeconds']}") from e
+    sie = q.get("sendInitialEvents")
+    transform = None
+    if wants_table(request):
+        inc = q.get("includeObject", "Metadata")
+
+        def transform(obj: JSON) -> JSON:
+            return to_table([present(rt, obj)], rt.printer_columns, list_rv=obj["metadata"].get("resourceVersion", ""),
+                            continue_token=None, include_object=inc)
+    elif rt.builtin is False:
+        def transform(obj: JSON) -> JSON:
+            return present(rt, obj)
+    req = WatchRequest(
+        rt=rt,
+        namespace=t.namespace if rt.namespaced else None,
+        matches=matches,
+        resource_version=q.get("resourceVersion"),
+        allow_bookmarks=_bool(q.get("allowWatchBookmarks")),
+        send_initial_events=None if sie is None else _bool(sie),
+        timeout=timeout,
+        transform=transform,
+    )
+    return await serve_watch(request, req, server.store, server.faults, server.bookmark_interval, {})
+
+
+async def handle_resource(server: ApiServer, t: Target, request: web.Request) -> web.StreamResponse:
+    """Dispatch a resource request by method."""
+    rt, method, q = t.rt, request.method, request.query
+    verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+    if verb is None:
+        raise errors.method_not_allowed(rt.group, rt.plural, method)
+    ns = t.namespace or ""
+    if method == "GET":
+        if t.watch_path or _bool(q.get("watch")):
+            return await watch_objects(server, t, request)
+        if t.name is None:
+            return list_objects(server, t, request)
+        obj = present(rt, server.rest.get_or_404(rt, ns, t.name))
+        if wants_table(request):
+            return json_response(to_table([obj], rt.printer_columns, list_rv=obj["metadata"]["resourceVersion"],
+                                          continue_token=None, include_object=q.get("includeObject", "Metadata")))
+        return json_response(obj)
+    opts = write_options(request)
+    if method == "POST":
+        if t.name is not None:
+            raise errors.method_not_allowed(rt.group, rt.plural, method)
+        body = await read_body(request)
+        obj = server.rest.create(rt, ns, body, opts)
+        return json_response(present(rt, obj), 201, warning_headers(opts.warnings))
+    if method == "PUT":
+        if t.name is None:
+            raise errors.method_not_allowed(rt.group, rt.plural, method)
+        body = await read_body(request)
+        sub = "status" if t.subresource == "status" else None
+        obj = server.rest.update(rt, ns, t.name, body, opts, subresource=sub)
+        return json_response(present(rt, obj), 200, warning_headers(opts.warnings))
+    if method == "PATCH":
+        if t.name is None:
+            raise errors.method_not_allowed(rt.group, rt.plural, method)
+        raw = await request.read()
+        sub = "status" if t.subresource == "status" else None
+        obj, created = apply_patch(server.rest, rt, ns, t.name, request.headers.get("Content-Type", ""), raw, opts,
+                                   subresource=sub)
+        return json_response(present(rt, obj), 201 if created else 200, warning_headers(opts.warnings))
+    # DELETE
+    raw = await request.read()
+    options: JSON = {}
+    if raw.strip():
+        try:
+            options = json.loads(raw)
+        except ValueError as e:
+            raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from e
+        if not isinstance(options, dict):
+            raise errors.bad_request("DeleteOptions must be an object")
+    if q.get("propagationPolicy"):
+        options["propagationPolicy"] = q["propagationPolicy"]
+    if options.get("dryRun"):
+        opts.dry_run = True
+    if t.name is None:
+        return delete_collection(server, t, request, options, opts)
+    out, _deleted_now = server.rest.delete(rt, ns, t.name, options, opts)
+    return json_response(present(rt, out) if out.get("kind") != "Status" else out, 200)
+
+
+def delete_collection(server: ApiServer, t: Target, request: web.Request, options: JSON,
+                      opts: WriteOptions) -> web.Response:
+    """DELETE on a collection: delete every matching object; returns the list of them."""
+    rt = t.rt
+    matches = _selectors(rt, request)
+    victims = [o for _, o in server.store.items(rt.group_resource, t.namespace if rt.namespaced else None) if matches(o)]
+    items = []
+    for obj in victims:
+        md = obj["metadata"]
+        try:
+            out, _ = server.rest.delete(rt, md.get("namespace", ""), md["name"], dict(options), opts)
+        except ApiError as e:
+            if e.code == 404:
+                continue
+            raise
+        items.append(out if out.get("kind") != "Status" else obj)
+    return json_response({"kind": rt.list_kind(), "apiVersion": rt.api_version,
+                          "metadata": {"resourceVersion": str(server.store.rv)}, "items": items})
