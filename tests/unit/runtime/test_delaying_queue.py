@@ -105,9 +105,7 @@ async def test_retries_counted_on_every_add_after_and_ignored_after_shutdown() -
 
 async def test_rate_limited_queue_backs_off_and_forgets() -> None:
     clock = FakeClock()
-    q: RateLimitingQueue[str] = RateLimitingQueue(
-        ItemExponentialFailureRateLimiter(1.0, 100.0), clock=clock
-    )
+    q: RateLimitingQueue[str] = RateLimitingQueue(ItemExponentialFailureRateLimiter(1.0, 100.0), clock=clock)
     q.add_rate_limited("a")  # 1 s
     assert q.num_requeues("a") == 1
     await clock.advance(0.999)
