@@ -1,0 +1,375 @@
+"""The ``Backend`` protocol a hypervisor must offer, its plain dataclasses and its error taxonomy.
+
+Reconcilers import only this module (never pyvmomi). Units: CPU in MHz, memory in MiB, disk and
+datastore sizes in GiB, timeouts in seconds. Every VM banlieue creates carries the Kubernetes
+object's UID (``VMSpec.uid``) so that a retry or restart finds it instead of cloning twice
+(SPEC §3 Realisation: "find an existing VM first").
+
+Errors: every backend method raises only ``BackendError`` subclasses; ``reason`` is a short
+CamelCase word reconcilers copy into condition reasons (SPEC §2 Provider ``ProviderReachable``
+reasons ``ConnectFailed``, ``TLSVerifyFailed``; §3 ``TemplateNotFound``, ``InvalidSpec``,
+``CloneFailed``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+PowerState = Literal["PoweredOn", "PoweredOff", "Suspended"]
+PowerOffMode = Literal["hard", "soft", "trySoft"]
+CloneMode = Literal["fullClone", "linkedClone"]
+Provisioning = Literal["thin", "thick", "eagerZeroed"]
+Firmware = Literal["bios", "efi", "efi-secure"]
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+class BackendError(Exception):
+    """Base of the taxonomy. ``reason`` (CamelCase) becomes a condition reason; ``str(err)`` the
+    condition message. Never carries credentials or user data."""
+
+    reason = "BackendError"
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+
+
+class NotFound(BackendError):
+    """A named object (datacenter, cluster, template, datastore, port group, VM) does not exist."""
+
+    reason = "NotFound"
+
+
+class AuthFailed(BackendError):
+    """The vCenter refused the credentials (vim.fault.InvalidLogin) or the permission."""
+
+    reason = "AuthFailed"
+
+
+class TLSVerifyFailed(BackendError):
+    """The server certificate did not verify against the CA bundle (or the system roots)."""
+
+    reason = "TLSVerifyFailed"
+
+
+class InvalidSpec(BackendError):
+    """The request cannot be realised as asked (e.g. shrinking a disk); retrying will not help."""
+
+    reason = "InvalidSpec"
+
+
+class TaskFailed(BackendError):
+    """A vSphere task ended in error (message = the fault's message) or exceeded its timeout."""
+
+    reason = "TaskFailed"
+
+
+class Transient(BackendError):
+    """Connection refused, reset or timed out, or the server is busy: retry with back-off."""
+
+    reason = "Transient"
+
+
+# --- connection ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach one vCenter for one Provider (SPEC §2 ``Provider.spec.connection``).
+
+    ``provider`` is ``namespace/name``; ``endpoint`` is ``host``, ``host:port`` or an
+    ``https://host[:port]/sdk`` URL; ``ca_bundle`` is PEM text (None: system roots);
+    ``insecure_skip_tls_verify`` disables verification only when True. One logged-in session is
+    kept per ``session_key``.
+    """
+
+    provider: str
+    endpoint: str
+    username: str
+    password: str = field(repr=False)
+    ca_bundle: str | None = field(default=None, repr=False)
+    insecure_skip_tls_verify: bool = False
+
+    @property
+    def credentials_fingerprint(self) -> str:
+        """sha256 over username, password and TLS settings: a changed Secret means a new session."""
+        h = hashlib.sha256()
+        for part in (self.username, self.password, self.ca_bundle or "", str(self.insecure_skip_tls_verify)):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()[:16]
+
+    @property
+    def session_key(self) -> tuple[str, str, str]:
+        return (self.provider, self.endpoint, self.credentials_fingerprint)
+
+
+# --- inventory ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StorageClass:
+    """``capabilities.storageClasses[]``: exactly one of datastore / datastore_cluster is set."""
+
+    name: str
+    datastore: str | None = None
+    datastore_cluster: str | None = None
+
+
+@dataclass(frozen=True)
+class NetworkClass:
+    """``capabilities.networkClasses[]``: exactly one of port_group / distributed_port_group."""
+
+    name: str
+    port_group: str | None = None
+    distributed_port_group: str | None = None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    storage_classes: tuple[StorageClass, ...] = ()
+    network_classes: tuple[NetworkClass, ...] = ()
+    features: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Free capacity of a failure domain: CPU MHz, memory MiB, datastore GiB (rounded down)."""
+
+    cpu_mhz: int
+    memory_mib: int
+    storage_gib: int
+
+
+@dataclass(frozen=True)
+class FailureDomainInfo:
+    """One (datacenter, ClusterComputeResource) pair with what was verified there."""
+
+    datacenter: str
+    cluster: str
+    capacity: Capacity
+    available_storage_classes: tuple[str, ...]
+    available_network_classes: tuple[str, ...]
+    features: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Inventory:
+    failure_domains: tuple[FailureDomainInfo, ...]
+    api_version: str
+
+
+@dataclass(frozen=True)
+class TemplateInfo:
+    """A VM template found by name. ``disk_gib`` is the first disk's size (GiB, rounded up)."""
+
+    name: str
+    datacenter: str
+    moref: str
+    instance_uuid: str
+    num_cpus: int
+    memory_mib: int
+    disk_gib: int
+    firmware: str
+    guest_id: str
+    has_snapshot: bool
+
+
+# --- machines -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiskSpec:
+    """A disk. The first disk of ``VMSpec.disks`` is the template's OS disk, grown to
+    ``size_gib`` (never shrunk); the others are added. ``datastore`` None = the VM's datastore."""
+
+    name: str
+    size_gib: int
+    provisioning: Provisioning = "thin"
+    datastore: str | None = None
+
+
+@dataclass(frozen=True)
+class NicSpec:
+    """A NIC on a port group (standard) or distributed port group, by name, in the datacenter.
+
+    ``addresses`` are CIDRs (``10.0.0.5/24``, ``fd00::5/64``); with none and ``dhcp4`` False the
+    NIC is left unconfigured in the network config. ``mac_address`` None = vCenter generates it.
+    """
+
+    name: str
+    network: str
+    mac_address: str | None = None
+    dhcp4: bool = True
+    dhcp6: bool = False
+    addresses: tuple[str, ...] = ()
+    gateway4: str | None = None
+    gateway6: str | None = None
+    nameservers: tuple[str, ...] = ()
+    mtu: int | None = None
+
+
+@dataclass(frozen=True)
+class VMSpec:
+    """What ``create_vm`` realises (SPEC §3 VSphereMachine). ``uid`` is the Kubernetes object's
+    UID; ``name`` the VM name (and hostname). ``resource_pool`` None = the cluster's root pool;
+    ``folder`` None = the datacenter's VM folder (else a path below it, ``a/b``); ``datastore``
+    None = the template's. ``user_data`` is the bootstrap data (cloud-init), never logged."""
+
+    uid: str
+    name: str
+    datacenter: str
+    cluster: str
+    template: str
+    num_cpus: int
+    memory_mib: int
+    num_cores_per_socket: int = 0
+    resource_pool: str | None = None
+    folder: str | None = None
+    datastore: str | None = None
+    clone_mode: CloneMode = "fullClone"
+    firmware: Firmware | None = None
+    disks: tuple[DiskSpec, ...] = ()
+    nics: tuple[NicSpec, ...] = ()
+    user_data: bytes | None = field(default=None, repr=False)
+    hostname: str | None = None
+
+
+@dataclass(frozen=True)
+class NicStatus:
+    """A NIC as vSphere reports it: MAC, network name, IPs from VMware Tools (guest.net)."""
+
+    mac_address: str
+    network: str
+    ip_addresses: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class VMInfo:
+    """A VM as read back. ``bios_uuid`` is config.uuid (``providerID = vsphere://<bios_uuid>``),
+    ``instance_uuid`` config.instanceUuid; ``ip_address`` guest.ipAddress (None until Tools
+    reports one); ``disks_gib`` per disk in device order; ``extra_config`` holds ``guestinfo.*``
+    and ``banlieue.*`` keys only."""
+
+    uid: str | None
+    moref: str
+    name: str
+    power_state: PowerState
+    bios_uuid: str
+    instance_uuid: str
+    num_cpus: int
+    num_cores_per_socket: int
+    memory_mib: int
+    disks_gib: tuple[int, ...]
+    nics: tuple[NicStatus, ...]
+    ip_address: str | None
+    extra_config: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """All IPs, guest.ipAddress first, then per NIC, without duplicates."""
+        out: list[str] = [self.ip_address] if self.ip_address else []
+        for nic in self.nics:
+            out.extend(ip for ip in nic.ip_addresses if ip not in out)
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    """``created`` False when the VM already existed (found by UID); ``clone_mode`` is what was
+    used; ``message`` explains a fallback (linked -> full clone without a template snapshot)."""
+
+    vm: VMInfo
+    created: bool
+    clone_mode: CloneMode
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class VMChange:
+    """A change notification from the vCenter's PropertyCollector (``WaitForUpdatesEx``).
+
+    ``uid`` is the banlieue UID read from the VM's extraConfig (VMs without one are not
+    delivered; None only if it was never seen before removal); ``kind`` "removed" when the VM
+    left the inventory."""
+
+    endpoint: str
+    moref: str
+    uid: str | None
+    instance_uuid: str | None
+    kind: Literal["modified", "removed"]
+
+
+# --- protocol -----------------------------------------------------------------------------------
+
+
+class Backend(Protocol):
+    """What a hypervisor offers to banlieue's reconcilers (ARCHITECTURE.md "Backends").
+
+    Every method may raise AuthFailed, TLSVerifyFailed or Transient in addition to the errors
+    listed. Methods are safe to call concurrently; calls to one vCenter never wait for another.
+    """
+
+    async def check_connection(self, conn: Connection) -> str:
+        """Log in (or reuse the session); return the vCenter's API version (e.g. ``"6.5"``)."""
+        ...
+
+    async def inventory(self, conn: Connection, capabilities: Capabilities) -> Inventory:
+        """One failure domain per (datacenter, ClusterComputeResource) with free capacity,
+        the storage/network classes verified there and detected features."""
+        ...
+
+    async def find_template(self, conn: Connection, datacenter: str | None, name: str) -> TemplateInfo | None:
+        """A template by name, in ``datacenter`` (None: any). None when absent."""
+        ...
+
+    async def find_vm(self, conn: Connection, uid: str, instance_uuid: str | None = None) -> VMInfo | None:
+        """The VM carrying ``uid`` in extraConfig, else the one with ``instance_uuid``; None."""
+        ...
+
+    async def create_vm(self, conn: Connection, spec: VMSpec) -> CreateResult:
+        """Find by UID, else clone; then converge hardware and guestinfo to ``spec``.
+
+        Idempotent: calling it again for the same UID never clones twice and re-applies only
+        what differs. Does not power on. Raises NotFound (template, datacenter, cluster,
+        datastore, network, pool, folder), InvalidSpec (disk shrink, resize of a linked clone),
+        TaskFailed."""
+        ...
+
+    async def set_power_state(
+        self,
+        conn: Connection,
+        uid: str,
+        state: PowerState,
+        off_mode: PowerOffMode = "trySoft",
+        soft_timeout: float = 300.0,
+    ) -> VMInfo:
+        """Drive the VM to ``state``. Powering off: ``hard`` = PowerOffVM, ``soft`` =
+        ShutdownGuest then wait up to ``soft_timeout`` s (the returned state may still be
+        PoweredOn: look again later), ``trySoft`` = soft then hard after the timeout.
+        Raises NotFound, TaskFailed."""
+        ...
+
+    async def destroy_vm(
+        self, conn: Connection, uid: str, off_mode: PowerOffMode = "trySoft", soft_timeout: float = 300.0
+    ) -> bool:
+        """Power off (per ``off_mode``) and destroy. Returns False when the VM was already
+        gone (success), True when it was destroyed. Raises Transient when a ``soft`` power-off
+        has not finished within ``soft_timeout`` s."""
+        ...
+
+    def watch(self, conn: Connection) -> AsyncIterator[VMChange]:
+        """Changes of banlieue-managed VMs (power state, guest IPs, config, removal). The first
+        batch reports every managed VM as "modified" (a resync). One long-poll per vCenter;
+        no polling in steady state. Stops when the consumer stops iterating."""
+        ...
+
+    async def close(self) -> None:
+        """Log out every session and stop every thread pool."""
+        ...

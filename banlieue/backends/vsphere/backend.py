@@ -1,0 +1,279 @@
+"""``VSphereBackend``: the Backend protocol on pyvmomi (ARCHITECTURE.md "Backends").
+
+Blocking pyvmomi calls run in a bounded thread pool per vCenter (``max_workers``, default 8);
+asyncio does the waiting (tasks, guest shutdown) so no thread is held while vCenter works.
+One session per Provider (``Connection.session_key``), re-established on NotAuthenticated.
+Inventory name lookups are cached per vCenter for ``index_ttl`` seconds (re-read on NotFound).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import Any
+
+import structlog
+from pyVmomi import vim as _vim
+
+from banlieue.backends.base import (
+    BackendError,
+    Capabilities,
+    Connection,
+    CreateResult,
+    InvalidSpec,
+    Inventory,
+    NotFound,
+    PowerOffMode,
+    PowerState,
+    TemplateInfo,
+    Transient,
+    VMChange,
+    VMInfo,
+    VMSpec,
+)
+from banlieue.backends.vsphere import clone, find, guestinfo, power
+from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, failure_domains
+from banlieue.backends.vsphere.properties import retrieve_objects
+from banlieue.backends.vsphere.session import Session, SessionPool
+from banlieue.backends.vsphere.tasks import Runner, wait_task
+from banlieue.backends.vsphere.watch import watch_vms
+
+# pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
+vim: Any = _vim
+
+log = structlog.get_logger("banlieue.backends.vsphere")
+
+CONVERGE_PATHS = [
+    "runtime.powerState",
+    "config.hardware.numCPU",
+    "config.hardware.numCoresPerSocket",
+    "config.hardware.memoryMB",
+    "config.hardware.device",
+    "config.extraConfig",
+    "config.firmware",
+]
+
+
+class VSphereBackend:
+    """Backend for vCenter. Parameters: ``max_workers`` threads per vCenter, ``task_timeout``
+    seconds per vSphere task (``--vsphere-task-timeout``), ``request_timeout`` seconds per SOAP
+    request, ``watch_max_wait`` seconds per long poll, ``index_ttl`` seconds of name caching."""
+
+    def __init__(
+        self,
+        max_workers: int = 8,
+        task_timeout: float = 600.0,
+        request_timeout: float = 120.0,
+        watch_max_wait: float = 600.0,
+        index_ttl: float = 60.0,
+    ) -> None:
+        self.sessions = SessionPool(max_workers=max_workers, request_timeout=request_timeout)
+        self.task_timeout = task_timeout
+        self.watch_max_wait = watch_max_wait
+        self.index_ttl = index_ttl
+        self._indexes: dict[str, tuple[float, InventoryIndex]] = {}
+        self._vm_indexes: dict[str, find.VMIndex] = {}
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _runner(self, conn: Connection) -> Runner:
+        return partial(self.sessions.run, conn)
+
+    def soap_requests(self, conn: Connection) -> int:
+        """SOAP round trips sent to ``conn``'s vCenter so far (for benchmarks)."""
+        return self.sessions.endpoint_for(conn).soap_requests
+
+    def _vm_index(self, conn: Connection) -> find.VMIndex:
+        label = self.sessions.endpoint_for(conn).label
+        return self._vm_indexes.setdefault(label, find.VMIndex())
+
+    async def _index(self, conn: Connection, fresh: bool = False) -> InventoryIndex:
+        label = self.sessions.endpoint_for(conn).label
+        cached = self._indexes.get(label)
+        if cached is not None and not fresh and time.monotonic() - cached[0] < self.index_ttl:
+            return cached[1]
+        idx = await self.sessions.run(conn, lambda s: build_index(s.content))
+        self._indexes[label] = (time.monotonic(), idx)
+        return idx
+
+    async def _locate(self, conn: Connection, uid: str) -> tuple[Any, VMInfo] | None:
+        """(VM object, VMInfo) for ``uid``: cached moref (1 call) else a full scan (2 calls)."""
+        index = self._vm_index(conn)
+        idx = self._indexes.get(self.sessions.endpoint_for(conn).label)
+        nets = idx[1] if idx else None
+
+        def locate(s: Session) -> tuple[Any, VMInfo] | None:
+            vm = index.get(uid)
+            if vm is not None:
+                info = find.read_vm(s.content, vm, nets)
+                if info is not None and info.uid == uid:
+                    return vm, info
+                index.forget(uid)
+            find.scan_uids(s.content, index)
+            vm = index.get(uid)
+            if vm is None:
+                return None
+            info = find.read_vm(s.content, vm, nets)
+            return (vm, info) if info is not None else None
+
+        return await self.sessions.run(conn, locate)
+
+    # --- Backend ----------------------------------------------------------------------------
+
+    async def check_connection(self, conn: Connection) -> str:
+        sess = await self.sessions.session(conn)
+        return str(sess.content.about.apiVersion)
+
+    async def inventory(self, conn: Connection, capabilities: Capabilities) -> Inventory:
+        return failure_domains(await self._index(conn, fresh=True), capabilities)
+
+    async def find_template(self, conn: Connection, datacenter: str | None, name: str) -> TemplateInfo | None:
+        return await self.sessions.run(conn, lambda s: find.find_template(s.content, datacenter, name))
+
+    async def find_vm(self, conn: Connection, uid: str, instance_uuid: str | None = None) -> VMInfo | None:
+        found = await self._locate(conn, uid)
+        if found is not None:
+            return found[1]
+        if not instance_uuid:
+            return None
+
+        def by_uuid(s: Session) -> VMInfo | None:
+            vm = find.find_by_instance_uuid(s.content, instance_uuid)
+            return find.read_vm(s.content, vm, None) if vm is not None else None
+
+        return await self.sessions.run(conn, by_uuid)
+
+    async def create_vm(self, conn: Connection, spec: VMSpec) -> CreateResult:
+        run = self._runner(conn)
+        vcenter = self.sessions.endpoint_for(conn).label
+        found = await self._locate(conn, spec.uid)
+        created = False
+        mode = spec.clone_mode
+        message = ""
+        if found is None:
+            vm, mode, message = await self._clone(conn, spec)
+            created = True
+        else:
+            vm = found[0]
+        idx = await self._index(conn)
+        linked = mode == "linkedClone"
+
+        def read(s: Session) -> dict[str, Any]:
+            return retrieve_objects(s.content, [vm], vim.VirtualMachine, CONVERGE_PATHS)[0].props
+
+        props = await run(read)
+        try:
+            hardware, macs = clone.hardware_spec(idx, spec, props, linked)
+        except NotFound:
+            idx = await self._index(conn, fresh=True)  # a port group or datastore added since
+            hardware, macs = clone.hardware_spec(idx, spec, props, linked)
+        if hardware is not None and props.get("runtime.powerState") != "poweredOff":
+            if hardware.numCPUs or hardware.memoryMB or hardware.numCoresPerSocket:
+                # vcsim applies these at any power state; vCenter needs hot-add: banlieue never relies on it.
+                raise InvalidSpec("the VM is powered on: CPU and memory change only while it is powered off")
+        if hardware is not None and all(m is not None for m in macs):
+            want = self._guestinfo(spec, [m for m in macs if m is not None])
+            hardware.extraConfig = list(hardware.extraConfig or []) + [
+                vim.option.OptionValue(key=k, value=v) for k, v in want.items()
+            ]
+            await self._reconfigure(run, vm, hardware, vcenter)
+        else:
+            if hardware is not None:
+                await self._reconfigure(run, vm, hardware, vcenter)
+                props = await run(read)
+            devices = [d for d in props.get("config.hardware.device") or [] if isinstance(d, vim.vm.device.VirtualEthernetCard)]
+            final_macs = [str(d.macAddress).lower() for d in devices]
+            extra = clone.extra_config_spec(self._guestinfo(spec, final_macs), props)
+            if extra is not None:
+                await self._reconfigure(run, vm, extra, vcenter)
+        info = await run(lambda s: find.read_vm(s.content, vm, idx))
+        if info is None:
+            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound")
+        log.info("vsphere vm converged", vcenter=vcenter, vm=info.name, created=created, clone_mode=mode)
+        return CreateResult(vm=info, created=created, clone_mode=mode, message=message)
+
+    def _guestinfo(self, spec: VMSpec, macs: list[str]) -> dict[str, str]:
+        pairs = list(zip(spec.nics, macs, strict=False))
+        return guestinfo.guestinfo(spec.uid, spec.hostname or spec.name, pairs, spec.user_data)
+
+    async def _reconfigure(self, run: Runner, vm: Any, cfg: Any, vcenter: str) -> None:
+        task = await run(lambda s: vm.ReconfigVM_Task(spec=cfg))
+        await wait_task(run, task, "reconfigure", self.task_timeout, vcenter)
+
+    async def _clone(self, conn: Connection, spec: VMSpec) -> tuple[Any, Any, str]:
+        run = self._runner(conn)
+        vcenter = self.sessions.endpoint_for(conn).label
+        template = await run(lambda s: find.template_object(s.content, spec.datacenter, spec.template))
+        if template is None:
+            raise NotFound(f"template {spec.template!r} not found in {spec.datacenter!r}", reason="TemplateNotFound")
+        snapshot = None
+        if spec.clone_mode == "linkedClone":
+
+            def current_snapshot(s: Session) -> Any:
+                snap = retrieve_objects(s.content, [template], vim.VirtualMachine, ["snapshot"])[0].get("snapshot")
+                return snap.currentSnapshot if snap is not None else None
+
+            snapshot = await run(current_snapshot)
+        try:
+            plan = clone.clone_plan(await self._index(conn), spec, snapshot)
+        except NotFound:
+            plan = clone.clone_plan(await self._index(conn, fresh=True), spec, snapshot)
+        task = await run(lambda s: template.CloneVM_Task(folder=plan.folder, name=spec.name, spec=plan.spec))
+        vm = await wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, vcenter)
+        self._vm_index(conn).put(spec.uid, vm)
+        log.info("vsphere vm cloned", vcenter=vcenter, vm=spec.name, clone_mode=plan.mode)
+        return vm, plan.mode, plan.message
+
+    async def set_power_state(
+        self,
+        conn: Connection,
+        uid: str,
+        state: PowerState,
+        off_mode: PowerOffMode = "trySoft",
+        soft_timeout: float = 300.0,
+    ) -> VMInfo:
+        found = await self._locate(conn, uid)
+        if found is None:
+            raise NotFound(f"no VM carries uid {uid}", reason="VMNotFound")
+        vm = found[0]
+        run = self._runner(conn)
+        vcenter = self.sessions.endpoint_for(conn).label
+        await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, vcenter)
+        info = await run(lambda s: find.read_vm(s.content, vm, None))
+        if info is None:
+            raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
+        return info
+
+    async def destroy_vm(
+        self, conn: Connection, uid: str, off_mode: PowerOffMode = "trySoft", soft_timeout: float = 300.0
+    ) -> bool:
+        found = await self._locate(conn, uid)
+        if found is None:
+            return False
+        vm, info = found
+        run = self._runner(conn)
+        vcenter = self.sessions.endpoint_for(conn).label
+        if info.power_state != "PoweredOff":
+            await power.set_power(run, vm, "PoweredOff", off_mode, soft_timeout, self.task_timeout, vcenter)
+            if await power.power_state(run, vm) != "PoweredOff":
+                raise Transient(f"guest {info.name} has not shut down within {soft_timeout:.0f} s", reason="PowerOffPending")
+        try:
+            task = await run(lambda s: vm.Destroy_Task())
+            await wait_task(run, task, f"destroy {info.name}", self.task_timeout, vcenter)
+        except NotFound:
+            pass  # already gone: success
+        except BackendError as exc:
+            if "ManagedObjectNotFound" not in str(exc) and exc.reason != "NotFound":
+                raise
+        self._vm_index(conn).forget(uid)
+        log.info("vsphere vm destroyed", vcenter=vcenter, vm=info.name)
+        return True
+
+    async def watch(self, conn: Connection) -> AsyncIterator[VMChange]:
+        sess = await self.sessions.session(conn)
+        async for change in watch_vms(sess, self._vm_index(conn), self.watch_max_wait):
+            yield change
+
+    async def close(self) -> None:
+        await self.sessions.close()

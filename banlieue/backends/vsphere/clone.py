@@ -1,0 +1,231 @@
+"""Clone and reconfigure specs (SPEC §3 Realisation), built from an InventoryIndex and the VM's
+current devices so that applying them twice changes nothing the second time.
+
+- The clone carries the object's UID in ``config.extraConfig`` (``banlieue.uid``) at clone time,
+  so a crash right after the clone still finds the VM (vcsim 0.24 applies it; it ignores the
+  clone's CPU/memory, hence the separate reconfigure).
+- Linked clones need a snapshot on the template; vCenter cannot snapshot a template, so without
+  one the clone falls back to a full clone and says why (CAPV does the same).
+- Disks: the first spec disk is the template's OS disk, grown to ``size_gib`` (never shrunk:
+  InvalidSpec; a linked clone's disk is never resized: InvalidSpec); further disks are added on
+  the first SCSI controller (thin / thick lazy-zeroed / eager-zeroed).
+- NICs: the i-th spec NIC edits the i-th template NIC (backing, manual MAC) or adds a vmxnet3;
+  template NICs beyond the spec's are removed (only when the spec lists NICs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyVmomi import vim as _vim
+
+from banlieue.backends.base import CloneMode, DiskSpec, InvalidSpec, NicSpec, NotFound, VMSpec
+from banlieue.backends.vsphere.find import UID_KEY
+from banlieue.backends.vsphere.inventory import InventoryIndex, NetworkRef
+
+# pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
+vim: Any = _vim
+
+KIB_PER_GIB = 1024 * 1024
+Dev = vim.vm.device
+
+
+@dataclass(frozen=True)
+class ClonePlan:
+    folder: Any
+    spec: Any
+    mode: CloneMode
+    message: str
+
+
+def resolve_datastore(idx: InventoryIndex, datacenter: str, name: str) -> Any:
+    ds = idx.datastores.get((datacenter, name))
+    if ds is None:
+        raise NotFound(f"datastore {name!r} not found in datacenter {datacenter!r}", reason="DatastoreNotFound")
+    return ds.obj
+
+
+def resolve_network(idx: InventoryIndex, datacenter: str, name: str) -> NetworkRef:
+    ref = idx.networks.get((datacenter, name))
+    if ref is None:
+        raise NotFound(f"port group {name!r} not found in datacenter {datacenter!r}", reason="NetworkNotFound")
+    return ref
+
+
+def clone_plan(idx: InventoryIndex, spec: VMSpec, template_snapshot: Any | None) -> ClonePlan:
+    """CloneSpec, destination folder and the clone mode actually used. Raises NotFound."""
+    if spec.datacenter not in idx.datacenters:
+        raise NotFound(f"datacenter {spec.datacenter!r} not found", reason="DatacenterNotFound")
+    cluster = idx.clusters.get((spec.datacenter, spec.cluster))
+    if cluster is None:
+        raise NotFound(f"cluster {spec.cluster!r} not found in {spec.datacenter!r}", reason="ClusterNotFound")
+    pool = cluster.root_pool
+    if spec.resource_pool and spec.resource_pool != "Resources":
+        pool = idx.pools.get((spec.datacenter, spec.cluster, spec.resource_pool))
+        if pool is None:
+            raise NotFound(f"resource pool {spec.resource_pool!r} not found in {spec.cluster!r}", reason="ResourcePoolNotFound")
+    folder = idx.folder_path(spec.datacenter, spec.folder or "")
+    if folder is None:
+        raise NotFound(f"folder {spec.folder!r} not found in {spec.datacenter!r}", reason="FolderNotFound")
+    location = vim.vm.RelocateSpec(pool=pool)
+    if spec.datastore:
+        location.datastore = resolve_datastore(idx, spec.datacenter, spec.datastore)
+    mode: CloneMode = spec.clone_mode
+    message = ""
+    if mode == "linkedClone":
+        if template_snapshot is None:
+            mode = "fullClone"
+            message = f"template {spec.template!r} has no snapshot; linked clone needs one, used a full clone"
+        else:
+            location.diskMoveType = "createNewChildDiskBacking"
+    clone = vim.vm.CloneSpec(
+        location=location,
+        powerOn=False,
+        template=False,
+        config=vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key=UID_KEY, value=spec.uid)]),
+    )
+    if mode == "linkedClone":
+        clone.snapshot = template_snapshot
+    return ClonePlan(folder=folder, spec=clone, mode=mode, message=message)
+
+
+def _backing(ref: NetworkRef) -> Any:
+    if ref.distributed:
+        port = vim.dvs.PortConnection(switchUuid=ref.switch_uuid, portgroupKey=ref.portgroup_key)
+        return Dev.VirtualEthernetCard.DistributedVirtualPortBackingInfo(port=port)
+    return Dev.VirtualEthernetCard.NetworkBackingInfo(deviceName=ref.name, network=ref.obj)
+
+
+def _same_backing(current: Any, ref: NetworkRef) -> bool:
+    if ref.distributed:
+        return isinstance(current, Dev.VirtualEthernetCard.DistributedVirtualPortBackingInfo) and (
+            current.port is not None and current.port.portgroupKey == ref.portgroup_key
+        )
+    return isinstance(current, Dev.VirtualEthernetCard.NetworkBackingInfo) and current.deviceName == ref.name
+
+
+def _disk_changes(devices: list[Any], disks: tuple[DiskSpec, ...], linked: bool, idx: InventoryIndex, dc: str) -> list[Any]:
+    current = [d for d in devices if isinstance(d, Dev.VirtualDisk)]
+    changes: list[Any] = []
+    for i, want in enumerate(disks):
+        want_kib = want.size_gib * KIB_PER_GIB
+        if i < len(current):
+            have = current[i]
+            if want_kib < int(have.capacityInKB):
+                raise InvalidSpec(
+                    f"disk {want.name!r} is {int(have.capacityInKB) // KIB_PER_GIB} GiB; shrinking to {want.size_gib} GiB is not possible"
+                )
+            if want_kib > int(have.capacityInKB):
+                if linked and i == 0:
+                    raise InvalidSpec("the OS disk of a linked clone cannot be resized")
+                have.capacityInKB = want_kib
+                have.capacityInBytes = want_kib * 1024
+                changes.append(Dev.VirtualDeviceSpec(operation="edit", device=have))
+            continue
+        changes.append(_new_disk(devices, changes, want, i, idx, dc))
+    return changes
+
+
+def _new_disk(devices: list[Any], pending: list[Any], want: DiskSpec, i: int, idx: InventoryIndex, dc: str) -> Any:
+    scsi = next((d for d in devices if isinstance(d, Dev.VirtualSCSIController)), None)
+    if scsi is None:
+        raise InvalidSpec("the template has no SCSI controller to attach extra disks to")
+    used = {d.unitNumber for d in devices if d.controllerKey == scsi.key}
+    used |= {c.device.unitNumber for c in pending if getattr(c.device, "controllerKey", None) == scsi.key}
+    unit = next(u for u in range(16) if u != 7 and u not in used)
+    backing = Dev.VirtualDisk.FlatVer2BackingInfo(
+        diskMode="persistent",
+        thinProvisioned=want.provisioning == "thin",
+        eagerlyScrub=want.provisioning == "eagerZeroed",
+        fileName="",
+    )
+    if want.datastore:
+        backing.datastore = resolve_datastore(idx, dc, want.datastore)
+        backing.fileName = f"[{want.datastore}]"
+    kib = want.size_gib * KIB_PER_GIB
+    disk = Dev.VirtualDisk(
+        key=-(100 + i), controllerKey=scsi.key, unitNumber=unit, capacityInKB=kib, capacityInBytes=kib * 1024, backing=backing
+    )
+    return Dev.VirtualDeviceSpec(operation="add", fileOperation="create", device=disk)
+
+
+def _nic_changes(devices: list[Any], nics: tuple[NicSpec, ...], idx: InventoryIndex, dc: str) -> tuple[list[Any], list[str | None]]:
+    """Device changes and the final MAC per spec NIC (None: generated by vCenter, not known yet)."""
+    current = [d for d in devices if isinstance(d, Dev.VirtualEthernetCard)]
+    changes: list[Any] = []
+    macs: list[str | None] = []
+    for i, nic in enumerate(nics):
+        ref = resolve_network(idx, dc, nic.network)
+        if i < len(current):
+            have = current[i]
+            changed = False
+            if not _same_backing(have.backing, ref):
+                have.backing = _backing(ref)
+                changed = True
+            if nic.mac_address and str(have.macAddress or "").lower() != nic.mac_address.lower():
+                have.addressType = "manual"
+                have.macAddress = nic.mac_address.lower()
+                changed = True
+            if changed:
+                changes.append(Dev.VirtualDeviceSpec(operation="edit", device=have))
+            macs.append(str(have.macAddress).lower() if have.macAddress else None)
+            continue
+        card = Dev.VirtualVmxnet3(
+            key=-(200 + i),
+            backing=_backing(ref),
+            addressType="manual" if nic.mac_address else "generated",
+            macAddress=nic.mac_address.lower() if nic.mac_address else None,
+            connectable=Dev.VirtualDevice.ConnectInfo(startConnected=True, allowGuestControl=True, connected=False),
+        )
+        changes.append(Dev.VirtualDeviceSpec(operation="add", device=card))
+        macs.append(nic.mac_address.lower() if nic.mac_address else None)
+    if nics:
+        changes.extend(Dev.VirtualDeviceSpec(operation="remove", device=d) for d in current[len(nics):])
+    return changes, macs
+
+
+def hardware_spec(
+    idx: InventoryIndex, spec: VMSpec, props: dict[str, Any], linked: bool
+) -> tuple[Any | None, list[str | None]]:
+    """The ConfigSpec that converges CPU, memory, firmware, disks, NICs and the UID key (None when
+    nothing differs) and the MAC of every spec NIC after it is applied (None = generated)."""
+    devices = list(props.get("config.hardware.device") or [])
+    cfg = vim.vm.ConfigSpec()
+    changed = False
+    if spec.num_cpus and props.get("config.hardware.numCPU") != spec.num_cpus:
+        cfg.numCPUs = spec.num_cpus
+        changed = True
+    if spec.num_cores_per_socket and props.get("config.hardware.numCoresPerSocket") != spec.num_cores_per_socket:
+        if spec.num_cpus % spec.num_cores_per_socket:
+            raise InvalidSpec(f"numCPUs {spec.num_cpus} is not a multiple of numCoresPerSocket {spec.num_cores_per_socket}")
+        cfg.numCoresPerSocket = spec.num_cores_per_socket
+        changed = True
+    if spec.memory_mib and props.get("config.hardware.memoryMB") != spec.memory_mib:
+        cfg.memoryMB = spec.memory_mib
+        changed = True
+    if spec.firmware:
+        firmware = "bios" if spec.firmware == "bios" else "efi"
+        if props.get("config.firmware") != firmware:
+            cfg.firmware = firmware
+            changed = True
+        if spec.firmware == "efi-secure":
+            cfg.bootOptions = vim.vm.BootOptions(efiSecureBootEnabled=True)
+            changed = True
+    device_changes = _disk_changes(devices, spec.disks, linked, idx, spec.datacenter)
+    nic_changes, macs = _nic_changes(devices, spec.nics, idx, spec.datacenter)
+    if device_changes or nic_changes:
+        cfg.deviceChange = device_changes + nic_changes
+        changed = True
+    extra = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
+    if extra.get(UID_KEY) != spec.uid:
+        cfg.extraConfig = [vim.option.OptionValue(key=UID_KEY, value=spec.uid)]
+        changed = True
+    return (cfg if changed else None), macs
+
+
+def extra_config_spec(want: dict[str, str], props: dict[str, Any]) -> Any | None:
+    """A ConfigSpec setting the extraConfig keys whose value differs (None when none does)."""
+    have = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
+    diff = [vim.option.OptionValue(key=k, value=v) for k, v in want.items() if have.get(k, "") != v]
+    return vim.vm.ConfigSpec(extraConfig=diff) if diff else None

@@ -1,0 +1,205 @@
+"""Finding VMs and templates: by the Kubernetes UID in extraConfig, by instance UUID, by name.
+
+The UID lives in the VM's extraConfig under ``banlieue.uid``. Not ``guestinfo.*``: the guest
+can rewrite guestinfo keys (``vmware-rpctool info-set``), and the identity of a VM must not be
+writable from inside it. vSphere accepts any dotted key of letters/digits; vcsim 0.24 does not
+support ``config.extraConfig["key"]`` property paths, so the scan reads ``config.extraConfig``
+of every VM in one PropertyCollector call and the result is cached (UID -> moref) so that
+later lookups read one VM only.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from pyVmomi import vim as _vim
+from pyVmomi import vmodl as _vmodl
+
+from banlieue.backends.base import NicStatus, PowerState, TemplateInfo, VMInfo
+from banlieue.backends.vsphere.inventory import InventoryIndex
+from banlieue.backends.vsphere.properties import (
+    ObjectProps,
+    datacenter_of,
+    moid,
+    retrieve,
+    retrieve_objects,
+    vm_traversal,
+)
+
+# pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
+vim: Any = _vim
+vmodl: Any = _vmodl
+
+UID_KEY = "banlieue.uid"
+
+_POWER: dict[str, PowerState] = {"poweredOn": "PoweredOn", "poweredOff": "PoweredOff", "suspended": "Suspended"}
+
+VM_PATHS = [
+    "name",
+    "runtime.powerState",
+    "config.uuid",
+    "config.instanceUuid",
+    "config.hardware.numCPU",
+    "config.hardware.numCoresPerSocket",
+    "config.hardware.memoryMB",
+    "config.hardware.device",
+    "config.extraConfig",
+    "guest.ipAddress",
+    "guest.net",
+]
+
+
+def extra_config(props: ObjectProps) -> dict[str, str]:
+    return {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
+
+
+class VMIndex:
+    """UID -> VM moref cache, filled by full scans and by creates; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_uid: dict[str, Any] = {}
+
+    def get(self, uid: str) -> Any | None:
+        with self._lock:
+            return self._by_uid.get(uid)
+
+    def put(self, uid: str, vm: Any) -> None:
+        with self._lock:
+            self._by_uid[uid] = vm
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._by_uid.pop(uid, None)
+
+    def uid_of(self, moref: str) -> str | None:
+        with self._lock:
+            return next((u for u, vm in self._by_uid.items() if moid(vm) == moref), None)
+
+
+def scan_vms(content: Any) -> list[ObjectProps]:
+    """Every VM and template with name, template flag, extraConfig and instance UUID (1 call),
+    plus the folders/datacenters above them (to know each one's datacenter)."""
+    return retrieve(
+        content,
+        content.rootFolder,
+        vm_traversal(),
+        {
+            vim.VirtualMachine: ["name", "parent", "config.template", "config.extraConfig", "config.instanceUuid"],
+            vim.Folder: ["parent"],
+            vim.Datacenter: ["name", "parent"],
+        },
+    )
+
+
+def scan_uids(content: Any, index: VMIndex) -> None:
+    """Refresh ``index`` from a full scan (VMs without a UID are ignored)."""
+    for o in scan_vms(content):
+        if o.type == "VirtualMachine":
+            uid = extra_config(o).get(UID_KEY)
+            if uid:
+                index.put(uid, o.obj)
+
+
+def read_vm(content: Any, vm: Any, idx: InventoryIndex | None) -> VMInfo | None:
+    """Read one VM's VMInfo in one call; None when it no longer exists."""
+    try:
+        found = retrieve_objects(content, [vm], vim.VirtualMachine, VM_PATHS)
+    except vmodl.fault.ManagedObjectNotFound:
+        return None
+    if not found:
+        return None
+    return to_vm_info(found[0], idx)
+
+
+def to_vm_info(o: ObjectProps, idx: InventoryIndex | None) -> VMInfo:
+    extra = extra_config(o)
+    devices = o.get("config.hardware.device") or []
+    disks = tuple(-(-int(d.capacityInKB) // (1024 * 1024)) for d in devices if isinstance(d, vim.vm.device.VirtualDisk))
+    guest_ips: dict[str, tuple[str, ...]] = {}
+    for gn in o.get("guest.net") or []:
+        if gn.macAddress:
+            guest_ips[str(gn.macAddress).lower()] = tuple(str(ip) for ip in gn.ipAddress or [])
+    nics = []
+    for d in devices:
+        if not isinstance(d, vim.vm.device.VirtualEthernetCard):
+            continue
+        mac = str(d.macAddress or "").lower()
+        nics.append(NicStatus(mac_address=mac, network=_network_name(d, idx), ip_addresses=guest_ips.get(mac, ())))
+    return VMInfo(
+        uid=extra.get(UID_KEY),
+        moref=o.moref,
+        name=str(o.get("name")),
+        power_state=_POWER.get(str(o.get("runtime.powerState")), "PoweredOff"),
+        bios_uuid=str(o.get("config.uuid") or ""),
+        instance_uuid=str(o.get("config.instanceUuid") or ""),
+        num_cpus=int(o.get("config.hardware.numCPU") or 0),
+        num_cores_per_socket=int(o.get("config.hardware.numCoresPerSocket") or 0),
+        memory_mib=int(o.get("config.hardware.memoryMB") or 0),
+        disks_gib=disks,
+        nics=tuple(nics),
+        ip_address=str(o.get("guest.ipAddress")) if o.get("guest.ipAddress") else None,
+        extra_config={k: v for k, v in extra.items() if k.startswith(("guestinfo.", "banlieue."))},
+    )
+
+
+def _network_name(nic: Any, idx: InventoryIndex | None) -> str:
+    backing = nic.backing
+    if isinstance(backing, vim.vm.device.VirtualEthernetCard.DistributedVirtualPortBackingInfo):
+        key = str(backing.port.portgroupKey)
+        return idx.networks_by_key.get(key, key) if idx is not None else key
+    return str(getattr(backing, "deviceName", "") or "")
+
+
+def find_by_instance_uuid(content: Any, instance_uuid: str) -> Any | None:
+    """SearchIndex.FindByUuid(vmSearch=True, instanceUuid=True): one call."""
+    return content.searchIndex.FindByUuid(None, instance_uuid, True, True)
+
+
+def find_template(content: Any, datacenter: str | None, name: str) -> TemplateInfo | None:
+    """The template named ``name`` (in ``datacenter`` if given): 1 scan + 1 read."""
+    objs = scan_vms(content)
+    parents = {o.moref: moid(o.get("parent")) for o in objs if o.get("parent") is not None}
+    dcs = {o.moref: str(o.get("name")) for o in objs if o.type == "Datacenter"}
+    for o in objs:
+        if o.type != "VirtualMachine" or not o.get("config.template") or o.get("name") != name:
+            continue
+        dc = datacenter_of(o.moref, parents, dcs)
+        if datacenter is not None and dc != datacenter:
+            continue
+        detail = retrieve_objects(
+            content,
+            [o.obj],
+            vim.VirtualMachine,
+            ["config.hardware.numCPU", "config.hardware.memoryMB", "config.hardware.device", "config.firmware",
+             "config.guestId", "config.instanceUuid", "snapshot"],
+        )[0]
+        devices = detail.get("config.hardware.device") or []
+        disk = next((d for d in devices if isinstance(d, vim.vm.device.VirtualDisk)), None)
+        return TemplateInfo(
+            name=name,
+            datacenter=dc or "",
+            moref=o.moref,
+            instance_uuid=str(detail.get("config.instanceUuid") or ""),
+            num_cpus=int(detail.get("config.hardware.numCPU") or 0),
+            memory_mib=int(detail.get("config.hardware.memoryMB") or 0),
+            disk_gib=-(-int(disk.capacityInKB) // (1024 * 1024)) if disk is not None else 0,
+            firmware=str(detail.get("config.firmware") or "bios"),
+            guest_id=str(detail.get("config.guestId") or ""),
+            has_snapshot=detail.get("snapshot") is not None and detail.get("snapshot").currentSnapshot is not None,
+        )
+    return None
+
+
+def template_object(content: Any, datacenter: str, name: str) -> Any | None:
+    """The template's managed object in ``datacenter`` (1 scan)."""
+    objs = scan_vms(content)
+    parents = {o.moref: moid(o.get("parent")) for o in objs if o.get("parent") is not None}
+    dcs = {o.moref: str(o.get("name")) for o in objs if o.type == "Datacenter"}
+    for o in objs:
+        if o.type == "VirtualMachine" and o.get("config.template") and o.get("name") == name:
+            if datacenter_of(o.moref, parents, dcs) == datacenter:
+                return o.obj
+    return None
+

@@ -1,0 +1,257 @@
+"""vCenter sessions: one logged-in pyvmomi session per Provider, a bounded thread pool per vCenter.
+
+- ``Endpoint``: one per vCenter (``host:port``): a ThreadPoolExecutor (``max_workers``, default
+  8) in which every blocking pyvmomi call runs, a SOAP request counter and the metrics labels.
+  Pools are per vCenter, so a slow or dead vCenter only ever occupies its own threads.
+- ``Session``: one per ``Connection.session_key`` (provider, endpoint, credentials
+  fingerprint). ``call(fn)`` runs ``fn(session)`` and, on ``vim.fault.NotAuthenticated`` (session
+  expired or terminated), logs in again and retries ``fn`` once.
+- ``SessionPool``: finds or creates both, asynchronously; no lock is held across I/O except the
+  per-session login lock (so one Provider's login never blocks another's).
+
+Every SOAP round trip (including Login and long polls) goes through ``Endpoint.record`` via a
+wrapper around the stub's ``InvokeMethod``: that is what ``banlieue_vsphere_requests_total``
+and the benchmark's "SOAP requests per VM" count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import structlog
+from pyVim import connect as _connect
+from pyVmomi import vim as _vim
+
+from banlieue.backends.base import BackendError, Connection
+from banlieue.backends.vsphere import metrics
+from banlieue.backends.vsphere.faults import map_exception
+
+# pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
+vim: Any = _vim
+SmartConnect: Any = _connect.SmartConnect
+Disconnect: Any = _connect.Disconnect
+
+T = TypeVar("T")
+log = structlog.get_logger("banlieue.backends.vsphere")
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, str, int]:
+    """``host``, ``host:port`` or ``scheme://host[:port][/sdk]`` -> (protocol, host, port).
+
+    The default is https on 443; ``http://`` is accepted for plain simulators only.
+    """
+    if "://" not in endpoint:
+        endpoint = "https://" + endpoint
+    parts = urlsplit(endpoint)
+    protocol = parts.scheme or "https"
+    if protocol not in ("https", "http") or not parts.hostname:
+        raise BackendError(f"invalid vCenter endpoint {endpoint!r}", reason="InvalidEndpoint")
+    port = parts.port or (443 if protocol == "https" else 80)
+    return protocol, parts.hostname, port
+
+
+def ssl_context(conn: Connection) -> ssl.SSLContext:
+    """Verified by default: the Provider's CA bundle (PEM) if given, else the system roots.
+
+    ``insecure_skip_tls_verify`` disables verification only when explicitly set (SPEC §2).
+    """
+    if conn.insecure_skip_tls_verify:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    if conn.ca_bundle:
+        try:
+            return ssl.create_default_context(cadata=conn.ca_bundle)
+        except ssl.SSLError as exc:
+            raise BackendError(f"the CA bundle is not valid PEM: {exc}", reason="InvalidCABundle") from exc
+    return ssl.create_default_context()
+
+
+class Endpoint:
+    """One vCenter: its thread pool and request accounting."""
+
+    def __init__(self, label: str, max_workers: int) -> None:
+        self.label = label
+        self.pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"vsphere-{label}")
+        self.max_workers = max_workers
+        self._lock = threading.Lock()
+        self.soap_requests = 0
+        self.soap_by_method: dict[str, int] = {}
+
+    def record(self, method: str, outcome: str, seconds: float) -> None:
+        with self._lock:
+            self.soap_requests += 1
+            self.soap_by_method[method] = self.soap_by_method.get(method, 0) + 1
+        metrics.REQUESTS.labels(self.label, method, outcome).inc()
+        metrics.REQUEST_DURATION.labels(self.label, method).observe(seconds)
+
+    def instrument(self, stub: Any) -> None:
+        """Wrap ``stub.InvokeMethod`` so every SOAP round trip is counted and timed."""
+        original = stub.InvokeMethod
+
+        @functools.wraps(original)
+        def invoke(mo: Any, info: Any, args: Any, outerStub: Any = None) -> Any:
+            start = time.monotonic()
+            outcome = "error"
+            try:
+                result = original(mo, info, args, outerStub)
+                outcome = "success"
+                return result
+            except BaseException as exc:
+                if isinstance(exc, vim.MethodFault | Exception) and hasattr(exc, "_wsdlName"):
+                    outcome = "fault"
+                raise
+            finally:
+                self.record(info.wsdlName, outcome, time.monotonic() - start)
+
+        stub.InvokeMethod = invoke
+
+
+class Session:
+    """A logged-in session for one Provider on one Endpoint. Methods block: run them in the
+    endpoint's pool."""
+
+    def __init__(self, conn: Connection, endpoint: Endpoint, request_timeout: float) -> None:
+        self.conn = conn
+        self.endpoint = endpoint
+        self.request_timeout = request_timeout
+        self.protocol, self.host, self.port = parse_endpoint(conn.endpoint)
+        self._login_lock = threading.Lock()
+        self.generation = 0
+        self.si: Any = None
+        self.content: Any = None
+        self.stub: Any = None
+
+    def login(self) -> None:
+        """Connect and log in (SmartConnect negotiates the API version). Raises BackendError."""
+        start = time.monotonic()
+        try:
+            si = SmartConnect(
+                protocol=self.protocol,
+                host=self.host,
+                port=self.port,
+                user=self.conn.username,
+                pwd=self.conn.password,
+                sslContext=ssl_context(self.conn) if self.protocol == "https" else None,
+                httpConnectionTimeout=self.request_timeout,
+                connectionPoolTimeout=-1,
+            )
+        except Exception as exc:
+            self.endpoint.record("Login", "error", time.monotonic() - start)
+            raise map_exception(exc) from exc
+        # Version negotiation, RetrieveServiceContent and Login are 3 SOAP/HTTP round trips.
+        self.endpoint.record("Login", "success", time.monotonic() - start)
+        stub = si._stub
+        stub.poolSize = max(stub.poolSize, self.endpoint.max_workers)
+        self.endpoint.instrument(stub)
+        self.si, self.stub = si, stub
+        self.content = si.RetrieveContent()
+        self.generation += 1
+        metrics.SESSIONS.labels(self.endpoint.label).inc()
+        log.info("vsphere session opened", vcenter=self.endpoint.label, provider=self.conn.provider)
+
+    def relogin(self, seen_generation: int) -> None:
+        """Log in again on the same stub unless another thread already did since
+        ``seen_generation`` (so N failing workers cause one Login, not N)."""
+        with self._login_lock:
+            if self.generation != seen_generation:
+                return
+            log.info("vsphere session lost; logging in again", vcenter=self.endpoint.label, provider=self.conn.provider)
+            self.stub.SetSessionId(None)
+            try:
+                self.content.sessionManager.Login(self.conn.username, self.conn.password)
+            except Exception as exc:
+                raise map_exception(exc) from exc
+            self.generation += 1
+
+    def call(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn(self)``; on NotAuthenticated re-login and retry once. Maps errors."""
+        generation = self.generation
+        try:
+            return fn(self)
+        except vim.fault.NotAuthenticated:
+            self.relogin(generation)
+        except Exception as exc:
+            raise map_exception(exc) from exc
+        try:
+            return fn(self)
+        except Exception as exc:
+            raise map_exception(exc) from exc
+
+    def logout(self) -> None:
+        if self.si is None:
+            return
+        try:
+            Disconnect(self.si)
+        except Exception as exc:  # logging out of a dead or expired session is not an error
+            log.debug("vsphere logout failed", vcenter=self.endpoint.label, error=type(exc).__name__)
+        finally:
+            self.si = None
+            metrics.SESSIONS.labels(self.endpoint.label).dec()
+
+
+class SessionPool:
+    """Sessions by ``Connection.session_key`` and endpoints by ``host:port``."""
+
+    def __init__(self, max_workers: int = 8, request_timeout: float = 120.0) -> None:
+        self.max_workers = max_workers
+        self.request_timeout = request_timeout
+        self.endpoints: dict[str, Endpoint] = {}
+        self.sessions: dict[tuple[str, str, str], Session] = {}
+        self._login_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+
+    def endpoint_for(self, conn: Connection) -> Endpoint:
+        _, host, port = parse_endpoint(conn.endpoint)
+        label = f"{host}:{port}"
+        ep = self.endpoints.get(label)
+        if ep is None:
+            ep = self.endpoints[label] = Endpoint(label, self.max_workers)
+        return ep
+
+    async def session(self, conn: Connection) -> Session:
+        """The logged-in session for ``conn`` (logging in on first use, in the endpoint's pool)."""
+        key = conn.session_key
+        existing = self.sessions.get(key)
+        if existing is not None:
+            return existing
+        lock = self._login_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            existing = self.sessions.get(key)
+            if existing is not None:
+                return existing
+            endpoint = self.endpoint_for(conn)
+            sess = Session(conn, endpoint, self.request_timeout)
+            await asyncio.get_running_loop().run_in_executor(endpoint.pool, sess.login)
+            self._drop_stale(conn)
+            self.sessions[key] = sess
+            return sess
+
+    def _drop_stale(self, conn: Connection) -> None:
+        """A Provider whose credentials changed gets a new key: log the old session out."""
+        for key in [k for k in self.sessions if k[:2] == conn.session_key[:2] and k != conn.session_key]:
+            old = self.sessions.pop(key)
+            old.endpoint.pool.submit(old.logout)
+
+    async def run(self, conn: Connection, fn: Callable[[Session], T]) -> T:
+        """Run blocking ``fn(session)`` in the vCenter's pool with re-login and error mapping."""
+        sess = await self.session(conn)
+        return await asyncio.get_running_loop().run_in_executor(sess.endpoint.pool, sess.call, fn)
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        sessions, self.sessions = list(self.sessions.values()), {}
+        await asyncio.gather(
+            *(loop.run_in_executor(s.endpoint.pool, s.logout) for s in sessions), return_exceptions=True
+        )
+        for ep in self.endpoints.values():
+            ep.pool.shutdown(wait=False, cancel_futures=True)
+        self.endpoints.clear()

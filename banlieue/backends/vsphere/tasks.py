@@ -1,0 +1,62 @@
+"""Waiting for vSphere tasks without holding a thread: poll ``info`` with back-off from asyncio.
+
+Each poll is one RetrievePropertiesEx on the task (state, error, result); the first poll is
+immediate (vcsim finishes tasks before the call returns), then 0.1 s doubling to 2 s.
+A task that has not finished within ``timeout`` seconds (``--vsphere-task-timeout``, default
+600 s) raises TaskFailed(reason="TaskTimeout"); the task itself keeps running in vCenter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+from pyVmomi import vim as _vim
+
+from banlieue.backends.base import TaskFailed
+from banlieue.backends.vsphere import metrics
+from banlieue.backends.vsphere.faults import task_error
+from banlieue.backends.vsphere.properties import ObjectProps, retrieve_objects
+from banlieue.backends.vsphere.session import Session
+
+# pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
+vim: Any = _vim
+
+T = TypeVar("T")
+
+
+class Runner(Protocol):
+    """Runs a blocking ``fn(session)`` in the vCenter's pool (SessionPool.run bound to a Connection)."""
+
+    def __call__(self, fn: Callable[[Session], T]) -> Awaitable[T]: ...
+
+
+def _task_info(task: Any) -> Callable[[Session], ObjectProps]:
+    def read(s: Session) -> ObjectProps:
+        return retrieve_objects(s.content, [task], vim.Task, ["info.state", "info.error", "info.result"])[0]
+
+    return read
+
+
+async def wait_task(run: Runner, task: Any, what: str, timeout: float, vcenter: str) -> Any:
+    """Wait for ``task``; return ``info.result``. Raises TaskFailed (fault message) or on timeout."""
+    gauge = metrics.TASKS_IN_FLIGHT.labels(vcenter)
+    gauge.inc()
+    try:
+        deadline = time.monotonic() + timeout
+        delay = 0.1
+        while True:
+            info = await run(_task_info(task))
+            state = info.get("info.state")
+            if state == "success":
+                return info.get("info.result")
+            if state == "error":
+                raise task_error(info.get("info.error"), what)
+            if time.monotonic() >= deadline:
+                raise TaskFailed(f"{what}: not finished after {timeout:.0f} s", reason="TaskTimeout")
+            await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+            delay = min(delay * 2, 2.0)
+    finally:
+        gauge.dec()
