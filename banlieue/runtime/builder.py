@@ -159,6 +159,7 @@ class ControllerBuilder:
         recover_panic: bool | None = None,
         cache_sync_timeout: float | None = None,
         need_leader_election: bool | None = None,
+        reconciliation_timeout: float | None = None,
     ) -> ControllerBuilder:
         """Controller options (see ``Controller``); None keeps the default."""
         given = {
@@ -168,6 +169,7 @@ class ControllerBuilder:
             "recover_panic": recover_panic,
             "cache_sync_timeout": cache_sync_timeout,
             "need_leader_election": need_leader_election,
+            "reconciliation_timeout": reconciliation_timeout,
         }
         self._options.update({k: v for k, v in given.items() if v is not None})
         return self
@@ -187,6 +189,7 @@ class ControllerBuilder:
             recover_panic=self._options.get("recover_panic", True),
             cache_sync_timeout=self._options.get("cache_sync_timeout", CACHE_SYNC_TIMEOUT),
             need_leader_election=self._options.get("need_leader_election", True),
+            reconciliation_timeout=self._options.get("reconciliation_timeout"),
         )
         queue = controller.queue
         owner = self._for.kind

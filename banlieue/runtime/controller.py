@@ -67,6 +67,9 @@ class Controller:
     ``default_controller_rate_limiter()``). ``clock``: time for backoff, delays and metrics.
     ``recover_panic``: see the module docstring. ``cache_sync_timeout``: seconds.
     ``need_leader_election``: the manager starts the controller only on the leader (True).
+    ``reconciliation_timeout``: seconds (wall time) after which one reconcile is cancelled and
+    counted in ``controller_runtime_reconcile_timeouts_total``, then treated as an error (cr
+    ``ReconciliationTimeout``; default None: no limit).
 
     ``queue`` is the controller's ``RateLimitingQueue[Request]`` (named after the controller, so
     it emits the ``workqueue_*`` metrics); handlers feed it.
@@ -83,6 +86,7 @@ class Controller:
         recover_panic: bool = True,
         cache_sync_timeout: float = CACHE_SYNC_TIMEOUT,
         need_leader_election: bool = True,
+        reconciliation_timeout: float | None = None,
     ) -> None:
         if not name:
             raise ValueError("a controller needs a name")
@@ -94,6 +98,7 @@ class Controller:
         self.recover_panic = recover_panic
         self.cache_sync_timeout = cache_sync_timeout
         self.need_leader_election = need_leader_election
+        self.reconciliation_timeout = reconciliation_timeout
         self._clock: Clock = clock if clock is not None else REAL_CLOCK
         limiter: RateLimiter[Request] = (
             rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock=self._clock)
@@ -109,6 +114,7 @@ class Controller:
         self._errors = m.RECONCILE_ERRORS.labels(name)
         self._terminal_errors = m.TERMINAL_RECONCILE_ERRORS.labels(name)
         self._panics = m.RECONCILE_PANICS.labels(name)
+        self._timeouts = m.RECONCILE_TIMEOUTS.labels(name)
         self._time = m.RECONCILE_TIME.labels(name)
         self._active_workers = m.ACTIVE_WORKERS.labels(name)
 
@@ -222,6 +228,18 @@ class Controller:
                 queue.done(request)
                 self._active_workers.dec()
 
+    async def _call_reconciler(self, request: Request) -> Result:
+        if self.reconciliation_timeout is None:
+            return await self.reconciler.reconcile(request)
+        scope = asyncio.timeout(self.reconciliation_timeout)
+        try:
+            async with scope:
+                return await self.reconciler.reconcile(request)
+        except TimeoutError:
+            if scope.expired():  # our deadline, not a TimeoutError raised by the reconciler
+                self._timeouts.inc()
+            raise
+
     async def _reconcile_handler(self, request: Request) -> None:
         """One attempt: reconcile, then act on the outcome (cr reconcileHandler)."""
         queue = self.queue
@@ -233,7 +251,7 @@ class Controller:
         ):
             started = self._clock.now()
             try:
-                result = await self.reconciler.reconcile(request)
+                result = await self._call_reconciler(request)
                 if not isinstance(result, Result):
                     raise TypeError(f"reconcile returned {type(result).__name__}, not Result")
             except Exception as exc:

@@ -38,6 +38,11 @@ RECONCILE_PANICS = Counter(
     "Total number of reconciliation panics per controller",
     ["controller"],
 )
+RECONCILE_TIMEOUTS = Counter(
+    "controller_runtime_reconcile_timeouts_total",
+    "Total number of reconciliation timeouts per controller",
+    ["controller"],
+)
 
 RECONCILE_TIME_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,

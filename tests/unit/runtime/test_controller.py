@@ -385,3 +385,33 @@ def test_invalid_options() -> None:
         Controller("", ScriptedReconciler())
     with pytest.raises(ValueError):
         Controller("x", ScriptedReconciler(), max_concurrent_reconciles=0)
+
+
+async def test_reconciliation_timeout_counts_and_requeues(run: Any) -> None:
+    name = unique("timeout")
+
+    class Slow:
+        calls = 0
+
+        async def reconcile(self, request: Request) -> Result:
+            self.calls += 1
+            if self.calls == 1:
+                await asyncio.Event().wait()  # never finishes: cut by the timeout
+            raise TimeoutError("the reconciler's own timeout is not ours")
+
+    clock = FakeClock()
+    c = Controller(name, Slow(), clock=clock, reconciliation_timeout=0.01)
+    run(c)
+    c.queue.add(REQ)
+    await asyncio.wait_for(until_async(lambda: total(name, "error") == 1), 5)
+    assert sample("controller_runtime_reconcile_timeouts_total", controller=name) == 1
+    assert c.queue.waiting == 1  # error path: rate-limited requeue
+    await clock.advance(0.005)
+    await asyncio.wait_for(until_async(lambda: total(name, "error") == 2), 5)
+    assert sample("controller_runtime_reconcile_timeouts_total", controller=name) == 1
+
+
+async def until_async(condition: Callable[[], bool]) -> None:
+    """Like ``until`` but sleeping in real time (for wall-clock timeouts)."""
+    while not condition():
+        await asyncio.sleep(0.001)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from banlieue.runtime.clock import FakeClock
@@ -199,3 +201,39 @@ async def test_unnamed_queue_has_no_background_task() -> None:
     q.add("a")
     await q.get()
     assert not q._tasks
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "get", "done"]), st.integers(0, 4)), max_size=60))
+def test_queue_matches_the_client_go_model(ops: list[tuple[str, int]]) -> None:
+    """Random add/get/done sequences against a direct model of client-go's Add/Get/Done."""
+
+    async def scenario() -> None:
+        q: WorkQueue[int] = WorkQueue()
+        queue: list[int] = []
+        dirty: set[int] = set()
+        processing: set[int] = set()
+        for op, key in ops:
+            if op == "add":
+                q.add(key)
+                if key not in dirty:
+                    dirty.add(key)
+                    if key not in processing:
+                        queue.append(key)
+            elif op == "get" and queue:
+                expected = queue.pop(0)
+                assert await q.get() == expected
+                processing.add(expected)
+                dirty.discard(expected)
+            elif op == "done" and key in processing:
+                q.done(key)
+                processing.discard(key)
+                if key in dirty:
+                    queue.append(key)
+            assert list(q._queue) == queue and len(q) == len(queue)
+            assert q._dirty == dirty and q._processing == processing
+            # client-go invariant: every queued item is dirty and not processing, no duplicates.
+            assert len(set(queue)) == len(queue)
+            assert all(k in dirty and k not in processing for k in queue)
+
+    asyncio.run(scenario())
