@@ -1,0 +1,63 @@
+"""docs/operations.md stays complete: every flag, every condition reason, every exported metric."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from prometheus_client import REGISTRY
+
+import banlieue.backends.vsphere.metrics
+import banlieue.runtime.metrics  # noqa: F401  (registers the metrics documented)
+from banlieue.api.core import ImageReason, ProviderConditionReason, VirtualMachineReason
+from banlieue.api.infrastructure import VSphereMachineReason
+from banlieue.cmd.parser import DEV_FLAGS, ROLE_FLAGS, VSPHERE_FLAGS
+
+ROOT = Path(__file__).resolve().parents[3]
+OPERATIONS = (ROOT / "docs/operations.md").read_text()
+
+
+def reasons(cls: type) -> set[str]:
+    return {v for k, v in vars(cls).items() if k.isupper() and isinstance(v, str)}
+
+
+def table_rows(text: str) -> set[str]:
+    """The first cell of every Markdown table row, without backticks."""
+    return {m.group(1) for m in re.finditer(r"^\| `([^`]+)`", text, re.MULTILINE)}
+
+
+def section(title: str) -> str:
+    start = OPERATIONS.index(title)
+    end = OPERATIONS.find("\n### ", start + 1)
+    return OPERATIONS[start:end if end != -1 else None]
+
+
+def test_every_condition_reason_has_a_row() -> None:
+    assert reasons(ProviderConditionReason) <= table_rows(section("### Provider"))
+    assert reasons(ImageReason) <= table_rows(section("### VMImage"))
+    assert reasons(VirtualMachineReason) <= table_rows(section("### VirtualMachine"))
+    assert reasons(VSphereMachineReason) <= table_rows(section("### VSphereMachine"))
+
+
+def test_every_role_flag_and_env_is_documented() -> None:
+    rows = table_rows(section("## Configuration"))
+    documented = {row.split("[")[0] for row in rows}
+    for spec in ROLE_FLAGS + VSPHERE_FLAGS:
+        assert spec.flag in documented
+        assert f"`{spec.env}`" in OPERATIONS
+    assert {spec.flag for spec in DEV_FLAGS}.isdisjoint(documented), "dev flags belong to the README tour"
+
+
+def test_every_exported_metric_is_documented() -> None:
+    rows = table_rows(section("## Metrics"))
+    exported = set()
+    for name, collector in REGISTRY._names_to_collectors.items():
+        module = type(collector).__module__
+        if module.startswith("prometheus_client") and not name.endswith(("_created", "_bucket", "_sum", "_count")):
+            exported.add(name)
+    ours = {n for n in exported if n.startswith(("controller_runtime_", "workqueue_", "banlieue_",
+                                                  "leader_election_", "rest_client_"))}
+    # Counters register both <name> and <name>_total; the documented name is <name>_total.
+    ours = {n for n in ours if f"{n}_total" not in ours}
+    missing = {n for n in ours if n not in rows}
+    assert not missing
