@@ -10,6 +10,9 @@ The result of each reconcile is handled exactly as in controller-runtime (see
 gets a fresh ``reconcileID`` (uuid4), bound with ``controller``, ``namespace`` and ``name`` in
 ``structlog.contextvars``, so every log line written during the reconcile carries them.
 
+A Go reconciler can return a Result *and* an error (cr then ignores the Result with a warning);
+in Python a reconcile either returns or raises, so that case cannot arise.
+
 Panics: Go separates errors from panics; Python has only exceptions. banlieue counts as a
 "panic" an exception that signals a programming error rather than a failed operation
 (``PANIC_TYPES``: AssertionError, AttributeError, LookupError, NameError, TypeError,
@@ -267,7 +270,7 @@ class Controller:
                     queue.add_rate_limited(request)
                 self._errors.inc()
                 self._total["error"].inc()
-                self._log.error("Reconciler error", exc_info=exc)
+                self._log.error("Reconciler error", error=str(exc), exc_info=exc)
                 return
             self._time.observe(self._clock.now() - started)
             if result.requeue_after is not None and result.requeue_after > 0:

@@ -14,6 +14,7 @@ How the controller treats what a reconciler returns or raises (``cr:pkg/internal
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -93,3 +94,14 @@ class Reconciler(Protocol):
     """
 
     async def reconcile(self, request: Request) -> Result: ...
+
+
+class Func:
+    """Adapts an ``async def fn(request) -> Result`` to the ``Reconciler`` protocol (cr
+    ``reconcile.Func``)."""
+
+    def __init__(self, fn: Callable[[Request], Awaitable[Result]]) -> None:
+        self.fn = fn
+
+    async def reconcile(self, request: Request) -> Result:
+        return await self.fn(request)

@@ -15,7 +15,7 @@ from structlog.testing import LogCapture
 from banlieue.runtime.clock import FakeClock
 from banlieue.runtime.controller import CacheSyncTimeoutError, Controller
 from banlieue.runtime.log import get_logger
-from banlieue.runtime.reconcile import Request, Result, TerminalError
+from banlieue.runtime.reconcile import Func, Request, Result, TerminalError
 
 from .fakes import sample, until
 
@@ -415,3 +415,19 @@ async def until_async(condition: Callable[[], bool]) -> None:
     """Like ``until`` but sleeping in real time (for wall-clock timeouts)."""
     while not condition():
         await asyncio.sleep(0.001)
+
+
+async def test_func_adapter_and_request_keys(run: Any) -> None:
+    seen: list[Request] = []
+
+    async def fn(request: Request) -> Result:
+        seen.append(request)
+        return Result()
+
+    c = Controller(unique("func"), Func(fn), clock=FakeClock())
+    run(c)
+    c.queue.add(Request.from_key("ns/a"))
+    c.queue.add(Request.from_key("cluster-scoped"))
+    await until(lambda: len(seen) == 2)
+    assert seen == [Request("ns", "a"), Request("", "cluster-scoped")]
+    assert [str(r) for r in seen] == ["ns/a", "cluster-scoped"]
