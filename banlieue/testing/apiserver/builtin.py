@@ -73,6 +73,7 @@ def builtin_types() -> list[ResourceType]:
         ),
         ResourceType(
             "events.k8s.io", "v1", "events", "event", "Event", True, short_names=["ev"],
+            storage_group_resource=("", "events"),
             top_level_fields=_BASE | {
                 "eventTime", "series", "reportingController", "reportingInstance", "action", "reason",
                 "regarding", "related", "note", "type", "deprecatedSource", "deprecatedFirstTimestamp",

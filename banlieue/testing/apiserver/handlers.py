@@ -18,13 +18,14 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from . import builtin, errors
+from . import builtin, errors, protobuf
 from .errors import ApiError
 from .patching import apply_patch
 from .peers import to_table
 from .resources import ResourceType
 from .rest import WriteOptions
 from .selectors import parse_field_selector, parse_label_selector
+from .views import present
 from .watch import DEFAULT_WATCH_TIMEOUT, WatchRequest, serve_watch
 
 if TYPE_CHECKING:
@@ -71,14 +72,6 @@ def _bool(v: str | None) -> bool:
     return (v or "").lower() in ("1", "true")
 
 
-def present(rt: ResourceType, obj: JSON) -> JSON:
-    """``obj`` as served at ``rt``'s version (CRD conversion strategy None: apiVersion only)."""
-    if obj.get("apiVersion") != rt.api_version:
-        obj = dict(obj)
-        obj["apiVersion"] = rt.api_version
-    return obj
-
-
 def wants_table(request: web.Request) -> bool:
     """Whether the Accept header asks for a meta.k8s.io Table."""
     accept = request.headers.get("Accept", "")
@@ -108,6 +101,11 @@ async def read_body(request: web.Request) -> JSON:
             body = json.loads(raw or b"{}")
         except (ValueError, UnicodeDecodeError) as e:
             raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from e
+    elif ctype == "application/vnd.kubernetes.protobuf":
+        try:
+            body = protobuf.decode(raw)
+        except protobuf.ProtobufError as e:
+            raise errors.unsupported_media_type(ctype, ["application/json", "application/yaml"]) from e
     elif ctype in ("application/yaml", "application/x-yaml", "text/yaml"):
         try:
             body = yaml.safe_load(raw or b"{}")
@@ -147,7 +145,7 @@ def _selectors(rt: ResourceType, request: web.Request) -> Any:
         raise errors.bad_request(str(e)) from e
 
     def matches(obj: JSON) -> bool:
-        return ls.matches(obj["metadata"].get("labels") or {}) and fs.matches(obj)
+        return ls.matches(obj["metadata"].get("labels") or {}) and fs.matches(present(rt, obj))
 
     return matches
 
@@ -244,7 +242,7 @@ async def watch_objects(server: ApiServer, t: Target, request: web.Request) -> w
         def transform(obj: JSON) -> JSON:
             return to_table([present(rt, obj)], rt.printer_columns, list_rv=obj["metadata"].get("resourceVersion", ""),
                             continue_token=None, include_object=inc)
-    elif rt.builtin is False:
+    else:
         def transform(obj: JSON) -> JSON:
             return present(rt, obj)
     req = WatchRequest(
@@ -300,15 +298,9 @@ async def handle_resource(server: ApiServer, t: Target, request: web.Request) ->
                                    subresource=sub)
         return json_response(present(rt, obj), 201 if created else 200, warning_headers(opts.warnings))
     # DELETE
-    raw = await request.read()
     options: JSON = {}
-    if raw.strip():
-        try:
-            options = json.loads(raw)
-        except ValueError as e:
-            raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from e
-        if not isinstance(options, dict):
-            raise errors.bad_request("DeleteOptions must be an object")
+    if request.can_read_body:
+        options = await read_body(request)
     if q.get("propagationPolicy"):
         options["propagationPolicy"] = q["propagationPolicy"]
     if options.get("dryRun"):

@@ -21,6 +21,7 @@ from .patch import PatchError, json_merge_patch, json_patch
 from .peers import peer
 from .resources import ResourceType
 from .rest import Rest, WriteOptions
+from .views import present
 
 JSON = dict[str, Any]
 
@@ -75,7 +76,7 @@ def apply_patch(
         return _apply(rest, rt, ns, name, raw, opts, subresource=subresource)
     if opts.force:
         raise errors.bad_request("force is only allowed for apply requests")
-    live = rest.get_or_404(rt, ns, name)
+    live = present(rt, rest.get_or_404(rt, ns, name))
     doc = _decode_json(raw)
     try:
         if ctype == JSON_PATCH:
@@ -116,6 +117,8 @@ def _apply(
         raise errors.bad_request(f"the name of the object ({amd['name']}) does not match the name on the URL ({name})")
     amd["name"] = name
     live = rest.store.get(rt.group_resource, ns if rt.namespaced else "", name)
+    if live is not None:
+        live = present(rt, live)
     if live is None and subresource == "status":
         raise errors.not_found(rt.group, rt.plural, name)
     ssa = peer("ssa")

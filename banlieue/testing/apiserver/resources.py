@@ -47,6 +47,8 @@ class ResourceType:
     served: bool = True
     storage: bool = True
     crd_name: str | None = None
+    # Storage shared with another API (events.k8s.io/v1 events live with core/v1 events).
+    storage_group_resource: tuple[str, str] | None = None
 
     @property
     def api_version(self) -> str:
@@ -55,8 +57,8 @@ class ResourceType:
 
     @property
     def group_resource(self) -> tuple[str, str]:
-        """The storage key: (group, plural)."""
-        return (self.group, self.plural)
+        """The storage key: (group, plural), or the shared storage of another API."""
+        return self.storage_group_resource or (self.group, self.plural)
 
     def list_kind(self) -> str:
         """``<Kind>List``."""
@@ -105,7 +107,8 @@ class Registry:
 
     def for_group_resource(self, group: str, plural: str) -> ResourceType | None:
         """The storage-version type of ``plural.group`` (any served version if none is storage)."""
-        found = [rt for (g, _, p), rt in self._by_gvr.items() if g == group and p == plural]
+        found = [rt for (g, _, p), rt in self._by_gvr.items() if g == group and p == plural
+                 and rt.storage_group_resource is None]
         for rt in found:
             if rt.storage:
                 return rt
