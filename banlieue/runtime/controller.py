@@ -162,7 +162,13 @@ class Controller:
                 loop.create_task(self._worker(), name=f"controller:{self.name}:worker-{i}")
                 for i in range(self.max_concurrent_reconciles)
             ]
-            await asyncio.gather(*self._workers)
+            # Workers end when the queue is shut down and empty, or when stop() cancels them after
+            # its drain timeout; only a worker's exception (an unrecovered panic) fails start().
+            done, _ = await asyncio.wait(self._workers, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                error = None if task.cancelled() else task.exception()
+                if error is not None:
+                    raise error
         finally:
             self._log.info("Shutdown signal received, waiting for all workers to finish")
             self.queue.shutdown()

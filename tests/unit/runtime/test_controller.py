@@ -377,7 +377,7 @@ async def test_stop_cancels_after_drain_timeout(run: Any) -> None:
     c.queue.add(REQ)
     await until(lambda: REQ in c.queue._processing)
     await asyncio.wait_for(c.stop(drain_timeout=0.05), 5)
-    assert task.done()
+    assert task.done() and not task.cancelled() and task.exception() is None
 
 
 def test_invalid_options() -> None:
