@@ -10,7 +10,8 @@ from enum import StrEnum
 
 from pydantic import ConfigDict, Field
 
-from banlieue.api.core import MAX_DISKS, MAX_NICS, DiskProvisioning, Firmware, PowerState
+from banlieue.api.groups import INFRA_GROUP
+from banlieue.api.groups import VERSION as VERSION
 from banlieue.api.meta import (
     LIST_ATOMIC,
     APIEndpoint,
@@ -27,9 +28,10 @@ from banlieue.api.meta import (
     TemplateObjectMeta,
     list_map,
 )
+from banlieue.api.virtualmachine import PowerState
+from banlieue.api.vmclass import MAX_DISKS, MAX_NICS, DiskProvisioning, Firmware
 
-GROUP = "infrastructure.banlieue.io"
-VERSION = "v1alpha1"
+GROUP = INFRA_GROUP
 API_VERSION = f"{GROUP}/{VERSION}"
 
 VSPHERE_MACHINE_FINALIZER = "infrastructure.banlieue.io/vspheremachine"
@@ -224,9 +226,7 @@ class VSphereMachine(KubeObject):
     api_version: str = API_VERSION
     kind: str = "VSphereMachine"
     spec: VSphereMachineSpec = Field(default_factory=VSphereMachineSpec)
-    """Desired state."""
     status: VSphereMachineStatus | None = None
-    """Observed state."""
 
 
 class VSphereMachineList(ApiModel):
@@ -294,9 +294,7 @@ class VSphereMachineTemplate(KubeObject):
     api_version: str = API_VERSION
     kind: str = "VSphereMachineTemplate"
     spec: VSphereMachineTemplateSpec
-    """Desired state."""
     status: VSphereMachineTemplateStatus | None = None
-    """Observed state."""
 
 
 class VSphereMachineTemplateList(ApiModel):
@@ -344,9 +342,7 @@ class VSphereCluster(KubeObject):
     api_version: str = API_VERSION
     kind: str = "VSphereCluster"
     spec: VSphereClusterSpec = Field(default_factory=VSphereClusterSpec)
-    """Desired state."""
     status: VSphereClusterStatus | None = None
-    """Observed state."""
 
 
 class VSphereClusterList(ApiModel):
@@ -380,7 +376,6 @@ class VSphereClusterTemplate(KubeObject):
     api_version: str = API_VERSION
     kind: str = "VSphereClusterTemplate"
     spec: VSphereClusterTemplateSpec
-    """Desired state."""
 
 
 class VSphereClusterTemplateList(ApiModel):

@@ -1,0 +1,236 @@
+"""Provider (banlieue.io/v1alpha1): one backend instance, one vCenter (SPEC §2)."""
+
+from __future__ import annotations
+
+from pydantic import ConfigDict, Field
+
+from banlieue.api.groups import CORE_API_VERSION as API_VERSION
+from banlieue.api.meta import (
+    IMMUTABLE,
+    LIST_SET,
+    ApiModel,
+    Condition,
+    KubeObject,
+    ListMeta,
+    LocalObjectReference,
+    list_map,
+)
+
+_CONDITIONS = list_map("type")
+_BY_NAME = list_map("name")
+
+class ProviderConditionReason:
+    """Reasons of the Provider ``Ready`` and ``ProviderReachable`` conditions (SPEC §2)."""
+
+    RECONCILED = "Reconciled"
+    SECRET_MISSING = "SecretMissing"
+    SECRET_INVALID = "SecretInvalid"
+    CONNECT_FAILED = "ConnectFailed"
+    TLS_VERIFY_FAILED = "TLSVerifyFailed"
+    INVENTORY_FAILED = "InventoryFailed"
+    PAUSED = "Paused"
+
+
+PROVIDER_REACHABLE = "ProviderReachable"
+
+
+class KeyReference(ApiModel):
+    """A key of a ConfigMap or Secret in the Provider's namespace."""
+
+    name: str = Field(min_length=1)
+    """Name of the ConfigMap or Secret."""
+    key: str = Field(default="ca.crt", min_length=1)
+    """Key holding the PEM bundle."""
+
+
+class CABundle(ApiModel):
+    """PEM CA bundle used to verify the endpoint's TLS certificate; exactly one source is set."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.inline), has(self.configMapRef), has(self.secretRef)]"
+                    ".filter(x, x).size() == 1",
+                    "message": "exactly one of inline, configMapRef or secretRef must be set",
+                }
+            ]
+        }
+    )
+
+    inline: str | None = Field(default=None, min_length=1)
+    """PEM-encoded certificates, inline."""
+    config_map_ref: KeyReference | None = None
+    """A ConfigMap key holding the PEM bundle (key defaults to ca.crt)."""
+    secret_ref: KeyReference | None = None
+    """A Secret key holding the PEM bundle (key defaults to ca.crt)."""
+
+
+class ProviderConnection(ApiModel):
+    """How to reach and authenticate to the backend (vCenter)."""
+
+    endpoint: str = Field(min_length=1)
+    """vCenter address: a host, host:port, or https URL (``/sdk`` is implied)."""
+    credentials_ref: LocalObjectReference
+    """Secret in the Provider's namespace with keys ``username`` and ``password``."""
+    insecure_skip_tls_verify: bool = Field(default=False, alias="insecureSkipTLSVerify")
+    """Skip TLS certificate verification (development only)."""
+    ca_bundle: CABundle | None = None
+    """CA bundle to verify the endpoint; the system trust store when absent."""
+
+
+class StorageTarget(ApiModel):
+    """The vSphere object a storage class maps to; exactly one is set."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.datastore) != has(self.datastoreCluster)",
+                    "message": "exactly one of datastore or datastoreCluster must be set",
+                }
+            ]
+        }
+    )
+
+    datastore: str | None = Field(default=None, min_length=1)
+    """Datastore name."""
+    datastore_cluster: str | None = Field(default=None, min_length=1)
+    """Datastore cluster (storage pod) name."""
+
+
+class StorageClassMapping(ApiModel):
+    """An abstract storage class offered by this Provider."""
+
+    name: str = Field(min_length=1)
+    """Abstract storage class name used by VMClass disks."""
+    target: StorageTarget
+    """The datastore or datastore cluster it maps to."""
+
+
+class NetworkTarget(ApiModel):
+    """The vSphere network a network class maps to; exactly one is set."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.portGroup) != has(self.distributedPortGroup)",
+                    "message": "exactly one of portGroup or distributedPortGroup must be set",
+                }
+            ]
+        }
+    )
+
+    port_group: str | None = Field(default=None, min_length=1)
+    """Standard port group name."""
+    distributed_port_group: str | None = Field(default=None, min_length=1)
+    """Distributed port group name."""
+
+
+class NetworkClassMapping(ApiModel):
+    """An abstract network class offered by this Provider."""
+
+    name: str = Field(min_length=1)
+    """Abstract network class name used by VMClass interfaces."""
+    target: NetworkTarget
+    """The port group it maps to."""
+
+
+class ProviderCapabilities(ApiModel):
+    """What this Provider offers: abstract storage and network classes, and features."""
+
+    storage_classes: list[StorageClassMapping] | None = Field(default=None, max_length=100, json_schema_extra=_BY_NAME)
+    """Storage classes, by name."""
+    network_classes: list[NetworkClassMapping] | None = Field(default=None, max_length=100, json_schema_extra=_BY_NAME)
+    """Network classes, by name."""
+    features: list[str] | None = Field(default=None, json_schema_extra=LIST_SET)
+    """Features the operator declares (detected features are reported per failure domain)."""
+
+
+class ProviderSpec(ApiModel):
+    """Desired state of a Provider: one backend instance (one vCenter)."""
+
+    provider_class_ref: LocalObjectReference = Field(json_schema_extra=IMMUTABLE)
+    """The provider class implementing this backend (``vsphere``); immutable."""
+    connection: ProviderConnection
+    """Endpoint, credentials and TLS settings."""
+    capabilities: ProviderCapabilities | None = None
+    """Storage and network classes and features offered."""
+    paused: bool | None = None
+    """Stop reconciling this Provider (its status keeps the last known failure domains)."""
+
+
+class FailureDomainCapacity(ApiModel):
+    """Free capacity of a failure domain."""
+
+    cpu_mhz: int | None = Field(default=None, ge=0, alias="cpuMHz")
+    """Free CPU, MHz."""
+    memory_mib: int | None = Field(default=None, ge=0, alias="memoryMiB")
+    """Free memory, MiB."""
+    storage_gib: int | None = Field(default=None, ge=0, alias="storageGiB")
+    """Free storage, GiB."""
+
+
+class FailureDomainRaw(ApiModel):
+    """Backend placement of a failure domain."""
+
+    datacenter: str | None = None
+    """vSphere datacenter name."""
+    cluster: str | None = None
+    """vSphere compute cluster name."""
+
+
+class ProviderFailureDomainAttributes(ApiModel):
+    """What a failure domain offers."""
+
+    available_storage_classes: list[str] | None = Field(default=None, json_schema_extra=LIST_SET)
+    """Storage classes verified reachable from this failure domain."""
+    available_network_classes: list[str] | None = Field(default=None, json_schema_extra=LIST_SET)
+    """Network classes verified present in this failure domain."""
+    features: list[str] | None = Field(default=None, json_schema_extra=LIST_SET)
+    """Features detected in this failure domain."""
+    capacity: FailureDomainCapacity | None = None
+    """Free capacity."""
+    raw: FailureDomainRaw | None = None
+    """Backend placement (datacenter, cluster)."""
+
+
+class ProviderFailureDomain(ApiModel):
+    """One failure domain of a Provider: a (datacenter, compute cluster) pair."""
+
+    name: str = Field(min_length=1, max_length=63)
+    """slug(<provider>-<datacenter>-<cluster>)."""
+    labels: dict[str, str] | None = None
+    """Topology labels (``dc``, ``cluster``) used by selectors and anti-affinity."""
+    attributes: ProviderFailureDomainAttributes | None = None
+    """Classes, features, capacity and raw placement."""
+
+
+class ProviderStatus(ApiModel):
+    """Observed state of a Provider."""
+
+    failure_domains: list[ProviderFailureDomain] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    """Failure domains discovered on the backend; kept on transient errors."""
+    conditions: list[Condition] | None = Field(default=None, json_schema_extra=_CONDITIONS)
+    """Ready and ProviderReachable."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The .metadata.generation last reconciled."""
+
+
+class Provider(KubeObject):
+    """Provider is one backend instance (one vCenter) that VirtualMachines can be placed on."""
+
+    api_version: str = API_VERSION
+    kind: str = "Provider"
+    spec: ProviderSpec
+    status: ProviderStatus | None = None
+
+
+class ProviderList(ApiModel):
+    """A list of Providers."""
+
+    api_version: str = API_VERSION
+    kind: str = "ProviderList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[Provider] = Field(default_factory=list)

@@ -1,0 +1,216 @@
+"""VirtualMachine (banlieue.io/v1alpha1): the user's object (SPEC §2, §4)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from banlieue.api.groups import CORE_API_VERSION as API_VERSION
+from banlieue.api.meta import (
+    IMMUTABLE,
+    LIST_ATOMIC,
+    ApiModel,
+    Condition,
+    ContractVersionedObjectReference,
+    Initialization,
+    KubeObject,
+    LabelSelector,
+    ListMeta,
+    LocalObjectReference,
+    MachineAddress,
+    Time,
+    list_map,
+)
+
+_CONDITIONS = list_map("type")
+_BY_NAME = list_map("name")
+
+VIRTUAL_MACHINE_FINALIZER = "banlieue.io/virtualmachine"
+"""Finalizer the controller puts on every VirtualMachine (SPEC §2)."""
+MIGRATE_ANNOTATION = "banlieue.io/migrate"
+"""Annotation whose value ``"true"`` authorises a manual migration; cleared after it happens."""
+OWNED_BY_LABEL = "banlieue.io/owned-by"
+"""Label on a VSphereMachine naming the VirtualMachine that owns it."""
+PROVIDER_LABEL = "banlieue.io/provider"
+"""Label on a VSphereMachine naming the Provider it was placed on."""
+
+class VirtualMachineConditionType:
+    """Condition types of a VirtualMachine (SPEC §2)."""
+
+    READY = "Ready"
+    SCHEDULED = "Scheduled"
+    PLACEMENT_VALID = "PlacementValid"
+    INFRASTRUCTURE_READY = "InfrastructureReady"
+    MIGRATING = "Migrating"
+    PAUSED = "Paused"
+
+
+class VirtualMachineReason:
+    """Reasons used on VirtualMachine conditions (SPEC §4)."""
+
+    CLASS_NOT_FOUND = "ClassNotFound"
+    IMAGE_NOT_FOUND = "ImageNotFound"
+    NO_PROVIDER_MATCHED = "NoProviderMatched"
+    NO_FAILURE_DOMAIN_MATCHED = "NoFailureDomainMatched"
+    IMAGE_NOT_READY = "ImageNotReady"
+    FIRMWARE_UNSUPPORTED = "FirmwareUnsupported"
+    INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+    ANTI_AFFINITY_UNSATISFIED = "AntiAffinityUnsatisfied"
+    PROVIDER_CHANGED = "ProviderChanged"
+    FAILURE_DOMAIN_CHANGED = "FailureDomainChanged"
+
+
+class PowerState(StrEnum):
+    """Virtual machine power state (vSphere names)."""
+
+    POWERED_ON = "PoweredOn"
+    POWERED_OFF = "PoweredOff"
+    SUSPENDED = "Suspended"
+
+
+class MigrationPolicy(StrEnum):
+    """What to do when the current placement becomes invalid (drift)."""
+
+    AUTOMATIC = "automatic"
+    MANUAL = "manual"
+    NEVER = "never"
+
+
+class AntiAffinityMode(StrEnum):
+    """Whether an anti-affinity term is a hard or soft constraint."""
+
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+
+
+class AntiAffinityTerm(ApiModel):
+    """Keep this VM apart from the VMs selected by ``labelSelector`` across ``topologyKey``."""
+
+    topology_key: str = Field(min_length=1)
+    """Failure-domain label whose value must differ (``dc``, ``cluster``)."""
+    label_selector: LabelSelector | None = None
+    """VirtualMachines (same namespace) to keep apart from; none selects nothing."""
+    mode: AntiAffinityMode = AntiAffinityMode.REQUIRED
+    """required (never violated) or preferred (best effort)."""
+
+
+class Placement(ApiModel):
+    """Constraints on where the VM may run."""
+
+    provider_selector: LabelSelector | None = None
+    """Selects Providers by label (all Providers in the namespace when absent)."""
+    failure_domain_selector: LabelSelector | None = None
+    """Selects failure domains by their labels (all when absent)."""
+    anti_affinity: list[AntiAffinityTerm] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
+    """Anti-affinity terms."""
+
+
+class UserData(ApiModel):
+    """Guest user data (cloud-init / ignition) in a Secret; passed by reference only."""
+
+    secret_ref: LocalObjectReference
+    """Secret in the VM's namespace."""
+    key: str = Field(default="user-data", min_length=1)
+    """Key of the Secret holding the user data."""
+
+
+class VirtualMachineSpec(ApiModel):
+    """Desired state of a VirtualMachine."""
+
+    class_ref: LocalObjectReference = Field(json_schema_extra=IMMUTABLE)
+    """VMClass (cluster-scoped) giving the shape; immutable."""
+    image_ref: LocalObjectReference = Field(json_schema_extra=IMMUTABLE)
+    """VMImage (cluster-scoped) to boot; immutable."""
+    placement: Placement | None = None
+    """Placement constraints."""
+    desired_power_state: PowerState = PowerState.POWERED_ON
+    """PoweredOn, PoweredOff or Suspended."""
+    user_data: UserData | None = None
+    """Guest user data."""
+    migration_policy: MigrationPolicy = MigrationPolicy.AUTOMATIC
+    """automatic (recreate elsewhere), manual (wait for the banlieue.io/migrate annotation) or never."""
+    paused: bool | None = None
+    """Stop reconciling this VM."""
+
+
+class ResolvedStorage(ApiModel):
+    """How one disk's abstract storage class resolved on the chosen failure domain."""
+
+    name: str = Field(min_length=1)
+    """Disk name."""
+    storage_class: str | None = None
+    """Abstract storage class."""
+    datastore: str | None = None
+    """Datastore it resolved to."""
+    datastore_cluster: str | None = None
+    """Datastore cluster it resolved to."""
+
+
+class ResolvedNetwork(ApiModel):
+    """How one interface's abstract network class resolved on the chosen failure domain."""
+
+    name: str = Field(min_length=1)
+    """Interface name."""
+    network_class: str | None = None
+    """Abstract network class."""
+    port_group: str | None = None
+    """Port group it resolved to."""
+    distributed_port_group: str | None = None
+    """Distributed port group it resolved to."""
+
+
+class ScheduledPlacement(ApiModel):
+    """The placement the scheduler chose."""
+
+    provider_name: str | None = None
+    """Provider (same namespace)."""
+    provider_class: str | None = None
+    """Provider class (``vsphere``)."""
+    failure_domain: str | None = None
+    """Failure domain name on that Provider."""
+    resolved_storage: list[ResolvedStorage] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    """Disks resolved to datastores."""
+    resolved_networks: list[ResolvedNetwork] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    """Interfaces resolved to port groups."""
+    scheduled_at: Time | None = None
+    """When this placement was chosen."""
+
+
+class VirtualMachineStatus(ApiModel):
+    """Observed state of a VirtualMachine."""
+
+    scheduled: ScheduledPlacement | None = None
+    """Chosen placement."""
+    infrastructure_ref: ContractVersionedObjectReference | None = None
+    """The infrastructure object realising this VM (a VSphereMachine of the same name)."""
+    initialization: Initialization | None = None
+    """Mirrored from the infrastructure object."""
+    addresses: list[MachineAddress] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
+    """Addresses reported by the guest."""
+    observed_power_state: PowerState | None = None
+    """Power state observed on the backend."""
+    provider_id: str | None = Field(default=None, alias="providerID")
+    """Backend identifier (``vsphere://<BIOS UUID>``)."""
+    conditions: list[Condition] | None = Field(default=None, json_schema_extra=_CONDITIONS)
+    """Ready, Scheduled, PlacementValid, InfrastructureReady, Migrating, Paused."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The .metadata.generation last reconciled."""
+
+
+class VirtualMachine(KubeObject):
+    """VirtualMachine is one declarative virtual machine, scheduled onto a Provider's failure domain."""
+
+    api_version: str = API_VERSION
+    kind: str = "VirtualMachine"
+    spec: VirtualMachineSpec
+    status: VirtualMachineStatus | None = None
+
+
+class VirtualMachineList(ApiModel):
+    """A list of VirtualMachines."""
+
+    api_version: str = API_VERSION
+    kind: str = "VirtualMachineList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[VirtualMachine] = Field(default_factory=list)
