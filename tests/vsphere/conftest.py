@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -22,6 +22,12 @@ def connection_for(vc: VcsimProcess, provider: str = "default/vc", **overrides: 
     }
     fields.update(overrides)
     return Connection(**fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def make_conn() -> Callable[..., Connection]:
+    """``make_conn(vcsim_process, provider="ns/name", **field_overrides) -> Connection``."""
+    return connection_for
 
 
 @pytest.fixture

@@ -54,7 +54,13 @@ def resolve_network(idx: InventoryIndex, datacenter: str, name: str) -> NetworkR
 
 
 def clone_plan(idx: InventoryIndex, spec: VMSpec, template_snapshot: Any | None) -> ClonePlan:
-    """CloneSpec, destination folder and the clone mode actually used. Raises NotFound."""
+    """CloneSpec, destination folder and the clone mode actually used. Raises NotFound for any
+    name in ``spec`` (networks and disk datastores included) before anything is cloned."""
+    for nic in spec.nics:
+        resolve_network(idx, spec.datacenter, nic.network)
+    for disk in spec.disks:
+        if disk.datastore:
+            resolve_datastore(idx, spec.datacenter, disk.datastore)
     if spec.datacenter not in idx.datacenters:
         raise NotFound(f"datacenter {spec.datacenter!r} not found", reason="DatacenterNotFound")
     cluster = idx.clusters.get((spec.datacenter, spec.cluster))

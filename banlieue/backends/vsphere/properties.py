@@ -107,6 +107,11 @@ def _collect(collector: Any, specs: list[Any]) -> list[ObjectProps]:
     result = collector.RetrievePropertiesEx(specs, PC.RetrieveOptions())
     while result is not None:
         for oc in result.objects or []:
+            for missing in oc.missingSet or []:
+                # vcsim answers an expired session with per-property NotAuthenticated faults
+                # instead of a SOAP fault: raise it so the session layer logs in again.
+                if isinstance(missing.fault, vim.fault.NotAuthenticated):
+                    raise missing.fault
             out.append(ObjectProps(oc.obj, {p.name: p.val for p in oc.propSet or []}))
         if not result.token:
             break

@@ -1,0 +1,180 @@
+"""Clone, reconfigure, guestinfo, power and destroy against vcsim, read back through pyvmomi."""
+
+from __future__ import annotations
+
+import ssl
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pyVim.connect import Disconnect, SmartConnect
+from pyVmomi import vim
+
+from banlieue.backends.base import Connection, DiskSpec, InvalidSpec, NicSpec, NotFound, VMSpec
+from banlieue.backends.vsphere import guestinfo
+from banlieue.backends.vsphere.backend import VSphereBackend
+from banlieue.backends.vsphere.find import UID_KEY
+from banlieue.testing.vcsim import VcsimProcess
+
+pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def si(vcsim: VcsimProcess) -> Iterator[Any]:
+    """An independent pyvmomi session to read what the adapter did (and act behind its back)."""
+    s = SmartConnect(
+        host=vcsim.host, port=vcsim.port, user=vcsim.username, pwd=vcsim.password,
+        sslContext=ssl.create_default_context(cafile=vcsim.ca_file),
+    )
+    yield s
+    Disconnect(s)
+
+
+def vms_with_uid(si: Any, uid: str) -> list[Any]:
+    content = si.RetrieveContent()
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+    try:
+        return [vm for vm in view.view if any(o.key == UID_KEY and o.value == uid for o in vm.config.extraConfig)]
+    finally:
+        view.Destroy()
+
+
+def spec(uid: str, **kw: Any) -> VMSpec:
+    base: dict[str, Any] = {
+        "uid": uid,
+        "name": f"vm-{uid[:8]}",
+        "datacenter": "DC0",
+        "cluster": "DC0_C1",
+        "template": "ubuntu-22.04",
+        "num_cpus": 4,
+        "num_cores_per_socket": 2,
+        "memory_mib": 4096,
+        "disks": (DiskSpec("os", 20), DiskSpec("data", 5, provisioning="thick")),
+        "nics": (
+            NicSpec("eth0", "DC0_DVPG0", addresses=("10.0.0.5/24",), dhcp4=False, gateway4="10.0.0.1",
+                    nameservers=("10.0.0.2",)),
+            NicSpec("eth1", "VM Network", mac_address="00:50:56:01:02:03"),
+        ),
+        "user_data": b"#cloud-config\nhostname: test\n",
+    }
+    base.update(kw)
+    return VMSpec(**base)
+
+
+async def test_create_reconfigure_guestinfo_power_on_reads_back(
+    backend: VSphereBackend, conn: Connection, si: Any
+) -> None:
+    uid = str(uuid.uuid4())
+    result = await backend.create_vm(conn, spec(uid))
+    assert result.created
+    info = await backend.set_power_state(conn, uid, "PoweredOn")
+    assert info.power_state == "PoweredOn"
+
+    [vm] = vms_with_uid(si, uid)
+    hw = vm.config.hardware
+    assert (hw.numCPU, hw.numCoresPerSocket, hw.memoryMB) == (4, 2, 4096)
+    disks = [d for d in hw.device if isinstance(d, vim.vm.device.VirtualDisk)]
+    assert [d.capacityInKB // (1024 * 1024) for d in disks] == [20, 5]
+    nics = [d for d in hw.device if isinstance(d, vim.vm.device.VirtualEthernetCard)]
+    assert len(nics) == 2
+    assert isinstance(nics[0].backing, vim.vm.device.VirtualEthernetCard.DistributedVirtualPortBackingInfo)
+    assert nics[1].backing.deviceName == "VM Network"
+    assert nics[1].macAddress == "00:50:56:01:02:03"
+    assert vm.runtime.powerState == "poweredOn"
+    assert vm.config.uuid == info.bios_uuid and vm.config.instanceUuid == info.instance_uuid
+
+    extra = {o.key: o.value for o in vm.config.extraConfig}
+    assert extra["guestinfo.userdata.encoding"] == "base64"
+    assert extra["guestinfo.metadata.encoding"] == "base64"
+    md, ud = guestinfo.decode(extra)
+    assert ud == b"#cloud-config\nhostname: test\n"
+    assert md is not None
+    assert md["instance-id"] == uid and md["local-hostname"] == f"vm-{uid[:8]}"
+    eth0 = md["network"]["ethernets"]["id0"]
+    assert eth0["match"]["macaddress"] == nics[0].macAddress.lower()
+    assert eth0["addresses"] == ["10.0.0.5/24"] and eth0["dhcp4"] is False
+    assert eth0["routes"] == [{"to": "0.0.0.0/0", "via": "10.0.0.1"}]
+    assert md["network"]["ethernets"]["id1"]["match"]["macaddress"] == "00:50:56:01:02:03"
+    # The VM is in the requested cluster: its resource pool belongs to DC0_C1.
+    assert vm.resourcePool.owner.name == "DC0_C1"
+
+
+async def test_create_twice_yields_one_vm_and_destroy_twice_is_fine(
+    backend: VSphereBackend, conn: Connection, si: Any
+) -> None:
+    uid = str(uuid.uuid4())
+    first = await backend.create_vm(conn, spec(uid))
+    second = await backend.create_vm(conn, spec(uid))
+    assert first.created and not second.created
+    assert second.vm.moref == first.vm.moref
+    # A fresh backend (a restarted controller) has no cache: it must find the VM by UID too.
+    other = VSphereBackend()
+    try:
+        third = await other.create_vm(conn, spec(uid))
+    finally:
+        await other.close()
+    assert not third.created
+    assert len(vms_with_uid(si, uid)) == 1
+
+    await backend.set_power_state(conn, uid, "PoweredOn")
+    assert await backend.destroy_vm(conn, uid, off_mode="hard") is True
+    assert vms_with_uid(si, uid) == []
+    assert await backend.destroy_vm(conn, uid) is False
+    assert await backend.find_vm(conn, uid) is None
+
+
+async def test_find_vm_by_uid_and_by_instance_uuid(backend: VSphereBackend, conn: Connection) -> None:
+    uid = str(uuid.uuid4())
+    created = await backend.create_vm(conn, spec(uid, nics=(), disks=()))
+    found = await backend.find_vm(conn, uid)
+    assert found is not None and found.moref == created.vm.moref
+    by_uuid = await backend.find_vm(conn, "not-a-known-uid", instance_uuid=created.vm.instance_uuid)
+    assert by_uuid is not None and by_uuid.moref == created.vm.moref
+    await backend.destroy_vm(conn, uid)
+
+
+async def test_power_off_modes_and_suspend(backend: VSphereBackend, conn: Connection) -> None:
+    uid = str(uuid.uuid4())
+    await backend.create_vm(conn, spec(uid, nics=(), disks=()))
+    for state, mode in [("PoweredOn", "hard"), ("PoweredOff", "soft"), ("PoweredOn", "hard"),
+                        ("Suspended", "hard"), ("PoweredOff", "trySoft"), ("PoweredOn", "hard"),
+                        ("PoweredOff", "hard")]:
+        info = await backend.set_power_state(conn, uid, state, off_mode=mode, soft_timeout=5)  # type: ignore[arg-type]
+        assert info.power_state == state, (state, mode)
+    await backend.destroy_vm(conn, uid)
+
+
+async def test_shrinking_a_disk_is_invalid_and_unknown_names_are_not_found(
+    backend: VSphereBackend, conn: Connection
+) -> None:
+    uid = str(uuid.uuid4())
+    await backend.create_vm(conn, spec(uid, nics=(), disks=(DiskSpec("os", 10),)))
+    with pytest.raises(InvalidSpec):
+        await backend.create_vm(conn, spec(uid, nics=(), disks=(DiskSpec("os", 5),)))
+    await backend.destroy_vm(conn, uid)
+    with pytest.raises(NotFound) as err:
+        await backend.create_vm(conn, spec(str(uuid.uuid4()), template="no-such-template"))
+    assert err.value.reason == "TemplateNotFound"
+    with pytest.raises(NotFound) as err:
+        await backend.create_vm(conn, spec(str(uuid.uuid4()), nics=(NicSpec("eth0", "no-such-pg"),)))
+    assert err.value.reason == "NetworkNotFound"
+
+
+async def test_linked_clone_without_template_snapshot_falls_back_to_full_clone(
+    backend: VSphereBackend, conn: Connection
+) -> None:
+    uid = str(uuid.uuid4())
+    result = await backend.create_vm(conn, spec(uid, clone_mode="linkedClone", disks=(), nics=()))
+    assert result.clone_mode == "fullClone"
+    assert "no snapshot" in result.message
+    await backend.destroy_vm(conn, uid)
+
+
+async def test_unknown_network_is_reported_before_anything_is_cloned(
+    backend: VSphereBackend, conn: Connection, si: Any
+) -> None:
+    uid = str(uuid.uuid4())
+    with pytest.raises(NotFound):
+        await backend.create_vm(conn, spec(uid, nics=(NicSpec("eth0", "no-such-pg"),)))
+    assert vms_with_uid(si, uid) == []

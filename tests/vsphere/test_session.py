@@ -1,0 +1,104 @@
+"""Sessions, TLS, error mapping and per-vCenter isolation against vcsim."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Callable
+
+import pytest
+from pyVim.connect import Disconnect, SmartConnect
+
+from banlieue.backends.base import AuthFailed, Capabilities, Connection, TLSVerifyFailed, Transient
+from banlieue.backends.vsphere.backend import VSphereBackend
+from banlieue.testing.vcsim import VcsimProcess
+
+MakeConn = Callable[..., Connection]
+
+pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
+
+
+async def test_terminated_session_is_reestablished_without_a_failed_operation(
+    backend: VSphereBackend, conn: Connection, vcsim: VcsimProcess
+) -> None:
+    await backend.check_connection(conn)
+    [sess] = backend.sessions.sessions.values()
+    key = await asyncio.to_thread(lambda: sess.content.sessionManager.currentSession.key)
+    admin = SmartConnect(host=vcsim.host, port=vcsim.port, user=vcsim.username, pwd=vcsim.password,
+                         sslContext=ssl.create_default_context(cafile=vcsim.ca_file))
+    try:
+        admin.content.sessionManager.TerminateSession([key])
+    finally:
+        Disconnect(admin)
+    generation = sess.generation
+    # Several operations at once after the session died: all succeed, one re-login.
+    results = await asyncio.gather(*(backend.find_template(conn, "DC0", "ubuntu-22.04") for _ in range(4)))
+    assert all(t is not None for t in results)
+    assert sess.generation == generation + 1
+    new_key = await asyncio.to_thread(lambda: sess.content.sessionManager.currentSession.key)
+    assert new_key != key
+
+
+async def test_one_session_per_provider_and_a_new_one_when_credentials_change(
+    backend: VSphereBackend, vcsim: VcsimProcess, make_conn: MakeConn
+) -> None:
+    a = make_conn(vcsim, provider="ns/a")
+    b = make_conn(vcsim, provider="ns/b")
+    await asyncio.gather(backend.check_connection(a), backend.check_connection(a), backend.check_connection(b))
+    assert len(backend.sessions.sessions) == 2
+    assert len(backend.sessions.endpoints) == 1  # one pool per vCenter, shared by Providers
+    a2 = make_conn(vcsim, provider="ns/a", ca_bundle=vcsim.ca_pem + "\n")
+    await backend.check_connection(a2)
+    assert a.session_key not in backend.sessions.sessions
+    assert a2.session_key in backend.sessions.sessions
+
+
+async def test_tls_verification(
+    backend: VSphereBackend, vcsim_factory: Callable[..., VcsimProcess], make_conn: MakeConn
+) -> None:
+    vc = vcsim_factory(dc=1, cluster=1)
+    other = vcsim_factory(dc=1, cluster=1)  # its CA did not sign vc's certificate
+    assert await backend.check_connection(make_conn(vc, provider="t/right")) == "6.5"
+    with pytest.raises(TLSVerifyFailed):
+        await backend.check_connection(make_conn(vc, provider="t/wrong", ca_bundle=other.ca_pem))
+    with pytest.raises(TLSVerifyFailed):
+        await backend.check_connection(make_conn(vc, provider="t/system-roots", ca_bundle=None))
+    insecure = make_conn(vc, provider="t/insecure", ca_bundle=None, insecure_skip_tls_verify=True)
+    assert await backend.check_connection(insecure) == "6.5"
+
+
+async def test_wrong_password_and_refused_connection(
+    backend: VSphereBackend, vcsim: VcsimProcess, make_conn: MakeConn
+) -> None:
+    with pytest.raises(AuthFailed):
+        await backend.check_connection(make_conn(vcsim, provider="t/pw", password="wrong"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(Transient):
+        await backend.check_connection(make_conn(vcsim, provider="t/down", endpoint=f"127.0.0.1:{port}"))
+
+
+async def test_a_slow_vcenter_does_not_delay_another(
+    vcsim_factory: Callable[..., VcsimProcess], make_conn: MakeConn
+) -> None:
+    slow_vc = vcsim_factory(dc=1, cluster=1, method_delay={"RetrievePropertiesEx": 5000})
+    fast_vc = vcsim_factory(dc=1, cluster=2)
+    backend = VSphereBackend(max_workers=2)
+    try:
+        slow, fast = make_conn(slow_vc, provider="t/slow"), make_conn(fast_vc, provider="t/fast")
+        await asyncio.gather(backend.check_connection(slow), backend.check_connection(fast))
+        # Fill every worker of the slow vCenter's pool with 5 s calls.
+        pending = [asyncio.create_task(backend.inventory(slow, Capabilities())) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        for _ in range(5):
+            inv = await backend.inventory(fast, Capabilities())
+            assert len(inv.failure_domains) == 2
+            assert await backend.find_template(fast, "DC0", "ubuntu-22.04") is not None
+        # Ten calls on the fast vCenter finished while the slow ones are still waiting.
+        assert not any(t.done() for t in pending)
+        slow_results = await asyncio.gather(*pending)
+        assert all(len(r.failure_domains) == 1 for r in slow_results)
+    finally:
+        await backend.close()

@@ -1,0 +1,91 @@
+"""Change notifications (PropertyCollector WaitForUpdatesEx) against vcsim."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pyVim.connect import Disconnect, SmartConnect
+from pyVim.task import WaitForTask
+from pyVmomi import vim
+
+from banlieue.backends.base import Connection, VMChange, VMSpec
+from banlieue.backends.vsphere.backend import VSphereBackend
+from banlieue.testing.vcsim import VcsimProcess
+
+pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
+
+
+@contextlib.asynccontextmanager
+async def watching(backend: VSphereBackend, conn: Connection) -> AsyncIterator[asyncio.Queue[VMChange]]:
+    queue: asyncio.Queue[VMChange] = asyncio.Queue()
+
+    async def pump() -> None:
+        async for change in backend.watch(conn):
+            queue.put_nowait(change)
+
+    task = asyncio.create_task(pump())
+    try:
+        yield queue
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def next_for(queue: asyncio.Queue[VMChange], uid: str, kind: str, timeout: float = 20) -> VMChange:
+    async with asyncio.timeout(timeout):
+        while True:
+            change = await queue.get()
+            if change.uid == uid and change.kind == kind:
+                return change
+
+
+def behind_the_back(vc: VcsimProcess, moref: str, action: str) -> None:
+    si = SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password,
+                      sslContext=ssl.create_default_context(cafile=vc.ca_file))
+    try:
+        vm: Any = vim.VirtualMachine(moref, si._stub)
+        WaitForTask(vm.PowerOffVM_Task() if action == "off" else vm.Destroy_Task())
+    finally:
+        Disconnect(si)
+
+
+async def test_power_off_and_destroy_behind_the_adapters_back_are_notified(
+    backend: VSphereBackend, conn: Connection, vcsim: VcsimProcess
+) -> None:
+    uid = str(uuid.uuid4())
+    spec = VMSpec(uid=uid, name=f"w-{uid[:8]}", datacenter="DC1", cluster="DC1_C0", template="ubuntu-22.04",
+                  num_cpus=1, memory_mib=512)
+    created = await backend.create_vm(conn, spec)
+    await backend.set_power_state(conn, uid, "PoweredOn")
+    async with watching(backend, conn) as queue:
+        first = await next_for(queue, uid, "modified")  # the initial resync lists it
+        assert first.moref == created.vm.moref
+        assert first.instance_uuid == created.vm.instance_uuid
+        await asyncio.to_thread(behind_the_back, vcsim, created.vm.moref, "off")
+        change = await next_for(queue, uid, "modified")
+        assert change.moref == created.vm.moref
+        info = await backend.find_vm(conn, uid)
+        assert info is not None and info.power_state == "PoweredOff"
+        await asyncio.to_thread(behind_the_back, vcsim, created.vm.moref, "destroy")
+        removed = await next_for(queue, uid, "removed")
+        assert removed.moref == created.vm.moref
+    assert await backend.find_vm(conn, uid) is None
+
+
+async def test_idle_watch_sends_no_request_until_the_long_poll_expires(
+    backend: VSphereBackend, conn: Connection
+) -> None:
+    async with watching(backend, conn) as queue:
+        await asyncio.sleep(1.0)  # initial resync done
+        while not queue.empty():
+            queue.get_nowait()
+        before = backend.soap_requests(conn)
+        await asyncio.sleep(2.0)  # < watch_max_wait (5 s in the fixture)
+        assert backend.soap_requests(conn) == before
