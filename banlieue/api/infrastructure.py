@@ -174,7 +174,7 @@ class VSphereMachineSpec(ApiModel):
     template: str | None = None
     """Template to clone."""
     clone_mode: CloneMode = CloneMode.FULL_CLONE
-    """fullClone or linkedClone (needs a template snapshot; disks cannot grow)."""
+    """fullClone (default: disks can be grown to sizeGiB) or linkedClone (needs a template snapshot; disks cannot grow; CAPV's default)."""
     num_cpus: int | None = Field(default=None, ge=1, alias="numCPUs")
     """Virtual CPUs."""
     num_cores_per_socket: int | None = Field(default=None, ge=1)

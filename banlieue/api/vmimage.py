@@ -65,7 +65,7 @@ class VMImageSpec(ApiModel):
     os_version: str | None = None
     """Version (``22.04``)."""
     architecture: Architecture = Architecture.AMD64
-    """amd64 or arm64."""
+    """amd64 (default, as CAPI's autoscaler assumes) or arm64."""
     guest_agent: GuestAgent = GuestAgent.CLOUD_INIT
     """cloud-init, ignition or none."""
     sources: list[ImageSource] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
