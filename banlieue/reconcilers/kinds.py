@@ -1,0 +1,66 @@
+"""Resource kinds, field managers, finalizers and labels the reconcilers use (SPEC §1-§4).
+
+One place for the wire names every reconciler shares, so they are written byte-for-byte once.
+"""
+
+from __future__ import annotations
+
+from banlieue.api.kinds import kind_info
+from banlieue.runtime.kinds import CONFIG_MAP, SECRET, ResourceKind
+
+
+def _kind(kind: str, group: str) -> ResourceKind:
+    info = kind_info(kind, group)
+    return ResourceKind(info.group, info.version, info.kind, info.plural, info.namespaced)
+
+
+# banlieue.io
+PROVIDER = _kind("Provider", "banlieue.io")
+VM_CLASS = _kind("VMClass", "banlieue.io")
+VM_IMAGE = _kind("VMImage", "banlieue.io")
+VIRTUAL_MACHINE = _kind("VirtualMachine", "banlieue.io")
+# infrastructure.banlieue.io (CAPI v1beta2 infrastructure provider)
+VSPHERE_MACHINE = _kind("VSphereMachine", "infrastructure.banlieue.io")
+VSPHERE_MACHINE_TEMPLATE = _kind("VSphereMachineTemplate", "infrastructure.banlieue.io")
+VSPHERE_CLUSTER = _kind("VSphereCluster", "infrastructure.banlieue.io")
+VSPHERE_CLUSTER_TEMPLATE = _kind("VSphereClusterTemplate", "infrastructure.banlieue.io")
+# Cluster API core (read only; CAPI core owns them).
+CAPI_CLUSTER = ResourceKind("cluster.x-k8s.io", "v1beta2", "Cluster", "clusters")
+CAPI_MACHINE = ResourceKind("cluster.x-k8s.io", "v1beta2", "Machine", "machines")
+
+__all__ = [
+    "CAPI_CLUSTER",
+    "CAPI_MACHINE",
+    "CONFIG_MAP",
+    "PROVIDER",
+    "SECRET",
+    "VIRTUAL_MACHINE",
+    "VM_CLASS",
+    "VM_IMAGE",
+    "VSPHERE_CLUSTER",
+    "VSPHERE_CLUSTER_TEMPLATE",
+    "VSPHERE_MACHINE",
+    "VSPHERE_MACHINE_TEMPLATE",
+]
+
+# Field managers (SPEC §4): one per role.
+FIELD_MANAGER_CONTROLLER = "banlieue.io/controller"
+FIELD_MANAGER_PROVIDER_VSPHERE = "banlieue.io/provider-vsphere"
+
+# Leases (SPEC §4).
+LEASE_CONTROLLER = "banlieue-controller"
+LEASE_PROVIDER_VSPHERE = "banlieue-provider-vsphere"
+
+# Finalizers (SPEC §2, §3).
+FINALIZER_VIRTUAL_MACHINE = "banlieue.io/virtualmachine"
+FINALIZER_VSPHERE_MACHINE = "infrastructure.banlieue.io/vspheremachine"
+
+# Labels and annotations.
+LABEL_OWNED_BY = "banlieue.io/owned-by"
+LABEL_PROVIDER = "banlieue.io/provider"
+ANNOTATION_MIGRATE = "banlieue.io/migrate"
+CAPI_LABEL_CLUSTER_NAME = "cluster.x-k8s.io/cluster-name"
+CAPI_LABEL_WATCH_FILTER = "cluster.x-k8s.io/watch-filter"
+CAPI_ANNOTATION_PAUSED = "cluster.x-k8s.io/paused"
+
+PROVIDER_CLASS_VSPHERE = "vsphere"
