@@ -134,3 +134,32 @@ async def test_invalid_objects_rejected_with_422_and_field(
     assert status["reason"] == "Invalid"
     fields = [c.get("field") for c in status["details"]["causes"]]
     assert field in fields, status
+
+
+async def test_printer_columns_read_status_through_the_status_subresource(apiserver: Any) -> None:
+    await install(apiserver)
+    code, _, err = await kubectl(apiserver, "apply", "--validate=false", "-f", "config/samples/virtualmachines.yaml")
+    assert code == 0, err
+    status = {
+        "status": {
+            "scheduled": {"providerName": "vcenter-a", "failureDomain": "vcenter-a-dc0-dc0-c0"},
+            "observedPowerState": "PoweredOn",
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.7"}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned", "message": "",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        }
+    }
+    url = apiserver.url.rstrip("/") + "/apis/banlieue.io/v1alpha1/namespaces/default/virtualmachines/web-1/status"
+    async with aiohttp.ClientSession() as session, session.patch(
+        url, data=json.dumps(status), headers={"Content-Type": "application/merge-patch+json"}
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+    code, out, err = await kubectl(apiserver, "get", "virtualmachine", "web-1", "-n", "default")
+    assert code == 0, err
+    header, row = out.splitlines()[:2]
+    cells = dict(zip(header.split(), row.split(), strict=False))
+    assert cells["PROVIDER"] == "vcenter-a"
+    assert cells["FAILUREDOMAIN"] == "vcenter-a-dc0-dc0-c0"
+    assert cells["POWER"] == "PoweredOn"
+    assert cells["IP"] == "10.0.0.7"
+    assert cells["READY"] == "True"
