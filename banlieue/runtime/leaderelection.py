@@ -115,8 +115,9 @@ class LeaderElector:
     async def try_acquire_or_renew(self) -> bool:
         """One attempt (client-go tryAcquireOrRenew). True when we hold the lease afterwards."""
         now = time.time()
-        if self.is_leader() and self._lease is not None:
-            # Fast path: update our own last-read object; its resourceVersion guards it.
+        if self.is_leader() and self._lease is not None and self.observed_holder == self.identity:
+            # Fast path: update our own last-read object; its resourceVersion guards it. Only
+            # while the last record we saw names us (client-go IsLeader reads the observed record).
             lease = {**self._lease, "spec": self._record(now, self._lease.get("spec") or {})}
             try:
                 self._observe(await self._put(lease))

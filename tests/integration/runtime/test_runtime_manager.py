@@ -1,0 +1,111 @@
+"""Manager, probes/metrics and the event recorder against the API double over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import aiohttp
+from runtime_helpers import eventually, new_client
+
+from banlieue.runtime.client import Client
+from banlieue.runtime.health import HealthServer
+from banlieue.runtime.kinds import CONFIG_MAP, EVENT, LEASE
+from banlieue.runtime.manager import Manager
+from banlieue.runtime.recorder import EventRecorder
+
+
+async def _get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        return r.status, await r.text()
+
+
+async def test_health_server_checks_and_metrics() -> None:
+    health = HealthServer(metrics_bind_address="127.0.0.1:0", health_probe_bind_address="127.0.0.1:0")
+    ready = False
+    health.add_readyz_check("synced", lambda: ready)
+    await health.start()
+    try:
+        probes, metrics = health.bound_ports["probes"], health.bound_ports["metrics"]
+        assert await _get(f"http://127.0.0.1:{probes}/healthz") == (200, "ok")
+        status, body = await _get(f"http://127.0.0.1:{probes}/readyz")
+        assert status == 500 and "[-]synced failed" in body
+        assert (await _get(f"http://127.0.0.1:{probes}/readyz?exclude=synced"))[0] == 200
+        ready = True
+        assert await _get(f"http://127.0.0.1:{probes}/readyz") == (200, "ok")
+        status, body = await _get(f"http://127.0.0.1:{probes}/readyz/synced?verbose")
+        assert status == 200 and "[+]synced ok" in body
+        status, body = await _get(f"http://127.0.0.1:{metrics}/metrics")
+        assert status == 200 and "leader_election_master_status" in body
+    finally:
+        await health.stop()
+
+
+class Runnable:
+    def __init__(self, need_leader_election: bool) -> None:
+        self.need_leader_election = need_leader_election
+        self.started = asyncio.Event()
+        self.drained = False
+
+    async def start(self) -> None:
+        self.started.set()
+        await asyncio.Event().wait()
+
+    async def stop(self, drain_timeout: float = 30.0) -> None:
+        self.drained = True
+
+
+async def test_manager_syncs_elects_runs_and_shuts_down(apiserver: Any, client: Client, namespace: str) -> None:
+    await client.create(CONFIG_MAP, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "seen", "namespace": namespace}})
+    mgr = Manager(
+        new_client(apiserver), namespace=namespace, leader_election=True, leader_election_id="mgr-test",
+        lease_duration=2.0, renew_deadline=1.5, retry_period=0.3, metrics_bind_address="127.0.0.1:0",
+        health_probe_bind_address="127.0.0.1:0", graceful_shutdown_timeout=5.0, handle_signals=False,
+    )
+    informer = mgr.get_informer(CONFIG_MAP)
+    assert mgr.get_informer(CONFIG_MAP) is informer
+    controller, other = Runnable(True), Runnable(False)
+    mgr.add(controller)
+    mgr.add(other)
+    task = asyncio.create_task(mgr.start())
+    try:
+        async with asyncio.timeout(10):
+            await controller.started.wait()
+        assert other.started.is_set() and informer.has_synced()
+        assert mgr.cache.get(CONFIG_MAP, "seen", namespace) is not None
+        assert [o["metadata"]["name"] for o in mgr.cache.list(CONFIG_MAP, namespace)] == ["seen"]
+        port = mgr.health.bound_ports["probes"]
+        assert await _get(f"http://127.0.0.1:{port}/readyz") == (200, "ok")
+        lease = await client.get(LEASE, "mgr-test", namespace)
+        assert lease["spec"]["holderIdentity"] == mgr.elector.identity  # type: ignore[union-attr]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert controller.drained
+    lease = await client.get(LEASE, "mgr-test", namespace)
+    assert lease["spec"]["holderIdentity"] == ""  # released on shutdown
+
+
+async def test_event_recorder_posts_and_folds_repeats_into_a_series(client: Client, namespace: str) -> None:
+    recorder = EventRecorder(client, "banlieue.io/test", instance="test-1")
+    task = asyncio.create_task(recorder.start())
+    regarding = await client.create(CONFIG_MAP, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "r", "namespace": namespace}})
+    try:
+        for _ in range(3):
+            recorder.event(regarding, "Warning", "Failed", "backend unreachable")
+        recorder.event(regarding, "Normal", "Created", "created", action="Create")
+        await recorder.flush()
+        events = (await client.list(EVENT, namespace))["items"]
+        failed = [e for e in events if e["reason"] == "Failed"]
+        assert len(failed) == 1 and len(events) == 2
+        assert failed[0]["series"]["count"] == 3
+        assert failed[0]["regarding"]["name"] == "r" and failed[0]["reportingController"] == "banlieue.io/test"
+        recorder.event({"bogus": True}, "Normal", "X", "no metadata")  # never raises
+        await recorder.flush()
+        await eventually(lambda: recorder.posted + recorder.dropped == 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
