@@ -89,7 +89,7 @@ class ObjectMeta(ApiModel):
     name: str | None = None
     generate_name: str | None = None
     namespace: str | None = None
-    uid: str | None = Field(default=None, alias="uid")
+    uid: str | None = None
     resource_version: str | None = None
     generation: int | None = None
     creation_timestamp: Time | None = None
