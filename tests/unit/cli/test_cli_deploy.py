@@ -152,3 +152,19 @@ def test_release_rejects_an_image_without_tag(tmp_path: Path) -> None:
                           timeout=60, check=False)
     assert proc.returncode == 2
     assert "must be NAME:TAG" in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_scripts_pass_shellcheck() -> None:
+    scripts = [ROOT / "hack/release.sh", ROOT / "hack/e2e-kind.sh"]
+    proc = subprocess.run(["shellcheck", *map(str, scripts)], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_e2e_kind_refuses_to_start_without_credentials() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VSPHERE_")}
+    proc = subprocess.run(["bash", str(ROOT / "hack/e2e-kind.sh")], env=env, capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert proc.returncode != 0
+    assert "VSPHERE_SERVER" in proc.stderr
