@@ -123,8 +123,9 @@ def _apply(
         raise errors.not_found(rt.group, rt.plural, name)
     ssa = peer("ssa")
     now = rest.clock()
-    if ssa is None:
+    if ssa is None:  # ssa.py not there yet: merge without ownership tracking
         merged = json_merge_patch(live or {}, applied)
+        rest._managed_fields(live, merged, opts, "Apply", subresource)
     else:
         try:
             merged = ssa.server_side_apply(

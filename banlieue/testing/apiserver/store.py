@@ -192,13 +192,15 @@ class Store:
         return self._compacted.get(gr, 0)
 
     def compact(self) -> None:
-        """Drop all event history (like an etcd compaction): older watches and continues get 410."""
+        """Drop all event history (like an etcd compaction): every resourceVersion handed out so far
+        becomes too old, so watches and continue tokens from them get 410."""
+        mark = self.next_rv()
         for gr, hist in self._history.items():
             hist.clear()
-            self._compacted[gr] = self.rv
+            self._compacted[gr] = mark
         for gr in list(self._objects):
-            self._compacted[gr] = self.rv
-        self._compacted[("", "*")] = self.rv
+            self._compacted[gr] = mark
+        self._compacted[("", "*")] = mark
 
     def global_compacted(self) -> int:
         """The revision of the last full compaction (0 if never)."""
@@ -206,7 +208,7 @@ class Store:
 
     def events_since(self, gr: GroupResource, rv: int) -> list[Event] | None:
         """Events of ``gr`` with revision > ``rv``, or None when ``rv`` is older than the history."""
-        if rv < self.compacted_rv(gr):
+        if rv < max(self.compacted_rv(gr), self.global_compacted()):
             return None
         hist = self._history.get(gr, ())
         # Histories are short-ish and appended in order: scan from the right.
