@@ -2,6 +2,7 @@
 # Renders the clusterctl release assets into out/ (or $OUT_DIR):
 #   out/infrastructure-components.yaml  CRDs + RBAC + Namespace + Deployment + admission policies
 #   out/metadata.yaml                   release series -> CAPI contract (v1beta2)
+#   out/cluster-template.yaml           `clusterctl generate cluster` default flavour
 #
 #   BANLIEUE_IMAGE=registry.example/banlieue:v0.1.0 hack/release.sh
 #
@@ -48,4 +49,5 @@ YAML
 mkdir -p "$out"
 kubectl kustomize "$overlay" >"$out/infrastructure-components.yaml"
 cp metadata.yaml "$out/metadata.yaml"
-echo "release: wrote $out/infrastructure-components.yaml and $out/metadata.yaml (image $image)"
+cp templates/cluster-template.yaml "$out/cluster-template.yaml"
+echo "release: wrote infrastructure-components.yaml, metadata.yaml, cluster-template.yaml to $out (image $image)"

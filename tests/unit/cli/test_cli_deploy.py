@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -144,6 +146,7 @@ def test_release_renders_clusterctl_components(tmp_path: Path) -> None:
     assert container["image"] == "localhost:5000/banlieue:v0.1.0-rc.1"
     assert "--log-level=${BANLIEUE_LOG_LEVEL:=info}" in container["args"]
     assert (tmp_path / "metadata.yaml").read_text() == (ROOT / "metadata.yaml").read_text()
+    assert (tmp_path / "cluster-template.yaml").is_file()
 
 
 def test_release_rejects_an_image_without_tag(tmp_path: Path) -> None:
@@ -168,3 +171,38 @@ def test_e2e_kind_refuses_to_start_without_credentials() -> None:
                           timeout=30, check=False)
     assert proc.returncode != 0
     assert "VSPHERE_SERVER" in proc.stderr
+
+
+def clusterctl_substitute(text: str, values: dict[str, str]) -> str:
+    """clusterctl's variable syntax: ``${NAME}`` (required) and ``${NAME:=default}``."""
+    def one(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(3)
+        if name in values:
+            return values[name]
+        assert default is not None, f"required variable {name} not given"
+        return default
+
+    return re.sub(r"\$\{([A-Z0-9_]+)(:=([^}]*))?\}", one, text)
+
+
+def test_cluster_template_renders_valid_banlieue_objects() -> None:
+    required = {"CLUSTER_NAME": "demo", "NAMESPACE": "default", "KUBERNETES_VERSION": "v1.33.0",
+                "CONTROL_PLANE_MACHINE_COUNT": "3", "WORKER_MACHINE_COUNT": "2",
+                "CONTROL_PLANE_ENDPOINT_IP": "10.0.0.100"}
+    docs = [d for d in yaml.safe_load_all(clusterctl_substitute(
+        (ROOT / "templates/cluster-template.yaml").read_text(), required)) if d]
+    schemas = {}
+    for crd_file in (ROOT / "config/crd").glob("infrastructure.banlieue.io_*.yaml"):
+        [crd] = load(crd_file)
+        [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+        schemas[crd["spec"]["names"]["kind"]] = version["schema"]["openAPIV3Schema"]
+    banlieue_docs = [d for d in docs if d["apiVersion"] == "infrastructure.banlieue.io/v1alpha1"]
+    assert sorted(d["kind"] for d in banlieue_docs) == ["VSphereCluster", "VSphereMachineTemplate",
+                                                         "VSphereMachineTemplate"]
+    for doc in banlieue_docs:
+        jsonschema.validate(doc["spec"], schemas[doc["kind"]]["properties"]["spec"])
+    [cluster] = [d for d in docs if d["kind"] == "Cluster"]
+    assert cluster["spec"]["infrastructureRef"] == {"apiGroup": "infrastructure.banlieue.io",
+                                                    "kind": "VSphereCluster", "name": "demo"}
+    [kcp] = [d for d in docs if d["kind"] == "KubeadmControlPlane"]
+    assert kcp["spec"]["replicas"] == 3
