@@ -1,0 +1,155 @@
+"""Build a backend ``Connection`` from a Provider, its credentials Secret and its CA bundle.
+
+Shared by the provider-role reconcilers (Provider, VMImage, VSphereMachine). SPEC §2:
+``Provider.spec.connection{endpoint, credentialsRef{name} (Secret keys username, password),
+insecureSkipTLSVerify, caBundle{inline | configMapRef{name,key} | secretRef{name,key}} (key
+default ca.crt)}``. Errors carry the SPEC's ``ProviderReachable`` reasons:
+
+- ``SecretMissing``: the credentials Secret, or the ConfigMap/Secret named by ``caBundle``, is not
+  in the cache (absent, or not yet synced).
+- ``SecretInvalid``: it exists but a key is missing, empty, or not valid base64/UTF-8.
+
+Reads come from the manager's cache only (never the API server), so a reconcile that calls
+``connection_for`` registers Secret and ConfigMap informers on first use. Messages name the
+object and key, never a value.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+from banlieue.api.provider import Provider, ProviderConditionReason
+from banlieue.backends.base import Connection
+from banlieue.runtime.cache import Cache
+from banlieue.runtime.kinds import CONFIG_MAP, SECRET
+
+USERNAME_KEY = "username"
+PASSWORD_KEY = "password"
+
+
+class ConnectionConfigError(Exception):
+    """The Provider's connection cannot be built. ``reason`` is ``SecretMissing`` or
+    ``SecretInvalid`` (SPEC §2); ``str(err)`` is an actionable message without secret values."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def _missing(kind: str, namespace: str | None, name: str) -> ConnectionConfigError:
+    return ConnectionConfigError(
+        ProviderConditionReason.SECRET_MISSING,
+        f"{kind} {namespace}/{name} not found: create it in the Provider's namespace",
+    )
+
+
+def secret_value(secret: Mapping[str, Any], key: str) -> str | None:
+    """The UTF-8 text of ``key`` in a Secret (``data`` base64, else ``stringData``); None when
+    the key is absent. Raises ConnectionConfigError(SecretInvalid) on bad base64 or UTF-8."""
+    data = secret.get("data") or {}
+    if key in data:
+        try:
+            return base64.b64decode(str(data[key]), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+            name = (secret.get("metadata") or {}).get("name", "?")
+            raise ConnectionConfigError(
+                ProviderConditionReason.SECRET_INVALID, f"Secret {name} key {key!r} is not valid base64-encoded UTF-8 text"
+            ) from exc
+    string_data = secret.get("stringData") or {}
+    if key in string_data:
+        return str(string_data[key])
+    return None
+
+
+def connection_from_objects(
+    provider: Provider,
+    secret: Mapping[str, Any] | None,
+    ca_source: Mapping[str, Any] | None = None,
+) -> Connection:
+    """Pure: the Connection of ``provider`` given its credentials Secret and (when
+    ``caBundle`` names a ConfigMap or Secret) that object as wire dicts; None = not found.
+    Raises ConnectionConfigError (SecretMissing / SecretInvalid)."""
+    ns = provider.metadata.namespace
+    conn = provider.spec.connection
+    cred_name = conn.credentials_ref.name
+    if secret is None:
+        raise _missing("Secret", ns, cred_name)
+    username = secret_value(secret, USERNAME_KEY)
+    password = secret_value(secret, PASSWORD_KEY)
+    for key, value in ((USERNAME_KEY, username), (PASSWORD_KEY, password)):
+        if not value:
+            raise ConnectionConfigError(
+                ProviderConditionReason.SECRET_INVALID,
+                f"Secret {ns}/{cred_name} has no non-empty key {key!r} (keys {USERNAME_KEY!r} and {PASSWORD_KEY!r} are required)",
+            )
+    assert username is not None and password is not None
+    ca_bundle: str | None = None
+    bundle = conn.ca_bundle
+    if bundle is not None:
+        if bundle.inline:
+            ca_bundle = bundle.inline
+        elif bundle.config_map_ref is not None:
+            ref = bundle.config_map_ref
+            if ca_source is None:
+                raise _missing("ConfigMap", ns, ref.name)
+            ca_bundle = (ca_source.get("data") or {}).get(ref.key)
+            if ca_bundle is None:
+                binary = (ca_source.get("binaryData") or {}).get(ref.key)
+                ca_bundle = base64.b64decode(binary).decode("utf-8", "replace") if binary else None
+            if not ca_bundle:
+                raise ConnectionConfigError(
+                    ProviderConditionReason.SECRET_INVALID, f"ConfigMap {ns}/{ref.name} has no non-empty key {ref.key!r} (CA bundle)"
+                )
+        elif bundle.secret_ref is not None:
+            ref = bundle.secret_ref
+            if ca_source is None:
+                raise _missing("Secret", ns, ref.name)
+            ca_bundle = secret_value(ca_source, ref.key)
+            if not ca_bundle:
+                raise ConnectionConfigError(
+                    ProviderConditionReason.SECRET_INVALID, f"Secret {ns}/{ref.name} has no non-empty key {ref.key!r} (CA bundle)"
+                )
+    return Connection(
+        provider=f"{ns}/{provider.metadata.name}",
+        endpoint=conn.endpoint,
+        username=username,
+        password=password,
+        ca_bundle=ca_bundle,
+        insecure_skip_tls_verify=conn.insecure_skip_tls_verify,
+    )
+
+
+def referenced_secrets(provider: Provider) -> list[str]:
+    """Names of the Secrets (same namespace) ``provider`` reads: credentials, CA secretRef."""
+    conn = provider.spec.connection
+    names = [conn.credentials_ref.name]
+    if conn.ca_bundle is not None and conn.ca_bundle.secret_ref is not None:
+        names.append(conn.ca_bundle.secret_ref.name)
+    return names
+
+
+def referenced_config_maps(provider: Provider) -> list[str]:
+    """Names of the ConfigMaps (same namespace) ``provider`` reads: the CA configMapRef."""
+    bundle = provider.spec.connection.ca_bundle
+    return [bundle.config_map_ref.name] if bundle is not None and bundle.config_map_ref is not None else []
+
+
+def connection_for(provider: Provider, cache: Cache) -> Connection:
+    """The Connection of ``provider`` from the Secret/ConfigMap objects in ``cache``.
+
+    Raises ConnectionConfigError(reason, message) with reason ``SecretMissing`` or
+    ``SecretInvalid`` (SPEC §2 Provider reasons)."""
+    ns = provider.metadata.namespace
+    secret = cache.get(SECRET, provider.spec.connection.credentials_ref.name, ns)
+    ca_source: Mapping[str, Any] | None = None
+    bundle = provider.spec.connection.ca_bundle
+    if bundle is not None and not bundle.inline:
+        if bundle.config_map_ref is not None:
+            ca_source = cache.get(CONFIG_MAP, bundle.config_map_ref.name, ns)
+        elif bundle.secret_ref is not None:
+            ca_source = cache.get(SECRET, bundle.secret_ref.name, ns)
+    return connection_from_objects(provider, secret, ca_source)
