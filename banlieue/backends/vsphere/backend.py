@@ -26,6 +26,7 @@ from banlieue.backends.base import (
     NotFound,
     PowerOffMode,
     PowerState,
+    TaskFailed,
     TemplateInfo,
     Transient,
     VMChange,
@@ -74,6 +75,7 @@ class VSphereBackend:
         self.index_ttl = index_ttl
         self._indexes: dict[str, tuple[float, InventoryIndex]] = {}
         self._vm_indexes: dict[str, find.VMIndex] = {}
+        self._templates: dict[tuple[str, str, str], tuple[float, Any]] = {}
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -159,6 +161,25 @@ class VSphereBackend:
         idx = await self._index(conn)
         linked = mode == "linkedClone"
 
+        try:
+            await self._converge(run, vm, spec, idx, linked, vcenter, conn)
+        except TaskFailed as exc:
+            # A reconfigure raced with another change of the VM (on vcsim 0.24: a concurrent
+            # clone of the same template briefly blanks disk file names): converging is
+            # idempotent, so re-read and apply what still differs, once.
+            log.warning("vsphere reconfigure failed; re-reading and retrying once", vcenter=vcenter, error=str(exc))
+            await self._converge(run, vm, spec, idx, linked, vcenter, conn)
+        info = await run(lambda s: find.read_vm(s.content, vm, idx))
+        if info is None:
+            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound")
+        log.info("vsphere vm converged", vcenter=vcenter, vm=info.name, created=created, clone_mode=mode)
+        return CreateResult(vm=info, created=created, clone_mode=mode, message=message)
+
+    async def _converge(
+        self, run: Runner, vm: Any, spec: VMSpec, idx: InventoryIndex, linked: bool, vcenter: str, conn: Connection
+    ) -> None:
+        """Read the VM and apply what differs from ``spec``: hardware (and guestinfo in the same
+        ReconfigVM when every final MAC is known), else guestinfo after reading generated MACs."""
         def read(s: Session) -> dict[str, Any]:
             return retrieve_objects(s.content, [vm], vim.VirtualMachine, CONVERGE_PATHS)[0].props
 
@@ -187,11 +208,6 @@ class VSphereBackend:
             extra = clone.extra_config_spec(self._guestinfo(spec, final_macs), props)
             if extra is not None:
                 await self._reconfigure(run, vm, extra, vcenter)
-        info = await run(lambda s: find.read_vm(s.content, vm, idx))
-        if info is None:
-            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound")
-        log.info("vsphere vm converged", vcenter=vcenter, vm=info.name, created=created, clone_mode=mode)
-        return CreateResult(vm=info, created=created, clone_mode=mode, message=message)
 
     def _guestinfo(self, spec: VMSpec, macs: list[str]) -> dict[str, str]:
         pairs = list(zip(spec.nics, macs, strict=False))
@@ -204,7 +220,14 @@ class VSphereBackend:
     async def _clone(self, conn: Connection, spec: VMSpec) -> tuple[Any, Any, str]:
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
-        template = await run(lambda s: find.template_object(s.content, spec.datacenter, spec.template))
+        key = (vcenter, spec.datacenter, spec.template)
+        cached = self._templates.get(key)
+        if cached is not None and time.monotonic() - cached[0] < self.index_ttl:
+            template = cached[1]
+        else:
+            template = await run(lambda s: find.template_object(s.content, spec.datacenter, spec.template))
+            if template is not None:
+                self._templates[key] = (time.monotonic(), template)
         if template is None:
             raise NotFound(f"template {spec.template!r} not found in {spec.datacenter!r}", reason="TemplateNotFound")
         snapshot = None
@@ -219,7 +242,11 @@ class VSphereBackend:
             plan = clone.clone_plan(await self._index(conn), spec, snapshot)
         except NotFound:
             plan = clone.clone_plan(await self._index(conn, fresh=True), spec, snapshot)
-        task = await run(lambda s: template.CloneVM_Task(folder=plan.folder, name=spec.name, spec=plan.spec))
+        try:
+            task = await run(lambda s: template.CloneVM_Task(folder=plan.folder, name=spec.name, spec=plan.spec))
+        except NotFound:
+            self._templates.pop(key, None)  # the cached template was removed or replaced
+            raise
         vm = await wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, vcenter)
         self._vm_index(conn).put(spec.uid, vm)
         log.info("vsphere vm cloned", vcenter=vcenter, vm=spec.name, clone_mode=plan.mode)
@@ -236,10 +263,12 @@ class VSphereBackend:
         found = await self._locate(conn, uid)
         if found is None:
             raise NotFound(f"no VM carries uid {uid}", reason="VMNotFound")
-        vm = found[0]
+        vm, before = found
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
-        await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, vcenter)
+        if before.power_state == state:
+            return before
+        await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, vcenter, before.power_state)
         info = await run(lambda s: find.read_vm(s.content, vm, None))
         if info is None:
             raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
@@ -255,7 +284,9 @@ class VSphereBackend:
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
         if info.power_state != "PoweredOff":
-            await power.set_power(run, vm, "PoweredOff", off_mode, soft_timeout, self.task_timeout, vcenter)
+            await power.set_power(
+                run, vm, "PoweredOff", off_mode, soft_timeout, self.task_timeout, vcenter, info.power_state
+            )
             if await power.power_state(run, vm) != "PoweredOff":
                 raise Transient(f"guest {info.name} has not shut down within {soft_timeout:.0f} s", reason="PowerOffPending")
         try:

@@ -65,9 +65,12 @@ async def set_power(
     soft_timeout: float,
     task_timeout: float,
     vcenter: str,
+    have: PowerState | None = None,
 ) -> None:
-    """Drive ``vm`` towards ``want``; returns when done (or when a soft power-off timed out)."""
-    have = await power_state(run, vm)
+    """Drive ``vm`` towards ``want``; returns when done (or when a soft power-off timed out).
+    ``have`` is the power state just read, if the caller has it (saves one request)."""
+    if have is None:
+        have = await power_state(run, vm)
     if have == want:
         return
 
