@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             from banlieue.cmd import crdgen
 
             return crdgen.run(command.out)
-        from banlieue.cmd.logs import configure_logging
+        from banlieue.runtime.log import configure_logging
 
         if isinstance(command, DevCommand):
             from banlieue.cmd import dev

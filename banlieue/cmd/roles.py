@@ -12,7 +12,7 @@ controllers, leader election per role, probes, metrics). Contract for that imple
 * Raise :class:`banlieue.options.StartupError` with a one-line, credential-free message when the
   process cannot start (kubeconfig unusable, API server unreachable, port in use); ``main``
   prints it and exits 1. Fail fast: do not retry the first API contact forever.
-* Logging is already configured (``banlieue.cmd.logs.configure_logging``) from ``options``.
+* Logging is already configured (``banlieue.runtime.log.configure_logging``) from ``options``.
 """
 
 from __future__ import annotations

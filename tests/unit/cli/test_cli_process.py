@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 import banlieue
 from banlieue import cli
@@ -97,6 +100,19 @@ def test_unreachable_api_server_is_one_line_exit_1(tmp_path: Path) -> None:
     assert_one_line_error(proc, 1, "banlieue: error: ")
 
 
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """main() configures process-wide logging onto this test's captured stderr; undo it after,
+    so later tests do not log into a closed capture stream."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+@pytest.mark.usefixtures("restore_logging")
 def test_main_turns_startup_error_into_one_line(monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     seen: list[tuple[str, Options]] = []
@@ -115,6 +131,7 @@ def test_main_turns_startup_error_into_one_line(monkeypatch: pytest.MonkeyPatch,
     )
 
 
+@pytest.mark.usefixtures("restore_logging")
 def test_main_returns_the_role_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
     async def graceful(role: str, options: Options) -> int:
         return 0 if role == "manager" and options.leader_elect else 3
