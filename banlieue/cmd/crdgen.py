@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from banlieue.options import StartupError
+
 KUSTOMIZATION = "kustomization.yaml"
 
 
@@ -31,9 +33,15 @@ def write_kustomization(out: str | Path) -> Path:
 
 
 def run(out: str) -> int:
-    """Generate the CRDs into ``out`` and their kustomization; returns exit code 0."""
+    """Generate the CRDs into ``out`` and their kustomization; returns exit code 0.
+
+    Raises StartupError (one line, exit 1) when ``out`` cannot be created or written.
+    """
     # Imported by name so the command surface does not depend on the API layer at import time.
     crdgen = importlib.import_module("banlieue.api.crdgen")
-    crdgen.write_crds(out)
-    write_kustomization(out)
+    try:
+        crdgen.write_crds(out)
+        write_kustomization(out)
+    except OSError as err:
+        raise StartupError(f"crdgen: cannot write {out}: {err.strerror or err}") from None
     return 0

@@ -80,6 +80,12 @@ def test_usage_error_is_one_line_exit_2(args: list[str], env: dict[str, str], te
     assert_one_line_error(run(args, env), 2, text)
 
 
+def test_crdgen_into_an_unwritable_place_is_one_line_exit_1(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert_one_line_error(run(["crdgen", "--out", str(blocker / "crd")]), 1, "crdgen: cannot write")
+
+
 def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
