@@ -23,7 +23,7 @@ import structlog
 import yaml
 from aiohttp import web
 
-from . import crds, discovery, errors
+from . import crds, discovery, errors, openapi_proto
 from .builtin import builtin_types
 from .errors import ApiError
 from .faults import Faults
@@ -78,6 +78,7 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._gc_task: asyncio.Task[None] | None = None
         self._openapi_v2: JSON | None = None
+        self._openapi_v2_pb: bytes | None = None
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.rest.create(self.registry.get("", "v1", "namespaces"),  # type: ignore[arg-type]
                              "", {"metadata": {"name": ns}}, WriteOptions(field_manager="kube-apiserver"))
@@ -257,6 +258,12 @@ class ApiServer:
         if segs == ["openapi", "v2"]:
             if self._openapi_v2 is None:
                 self._openapi_v2 = mod.openapi_v2(crd_list)
+                self._openapi_v2_pb = None
+            if "protobuf" in request.headers.get("Accept", ""):
+                if self._openapi_v2_pb is None:
+                    self._openapi_v2_pb = openapi_proto.document(self._openapi_v2)
+                return web.Response(body=self._openapi_v2_pb,
+                                    headers={"Content-Type": "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"})
             return json_response(self._openapi_v2)
         if segs == ["openapi", "v3"]:
             gvs = ["api/v1"] + [f"apis/{g}/{v}" for g, vs in self.registry.group_versions().items() if g for v in vs]
