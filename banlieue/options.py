@@ -217,6 +217,13 @@ def choice(*allowed: str, aliases: Mapping[str, str] | None = None) -> Callable[
     return parse
 
 
+def parse_directory(value: str) -> str:
+    """Parse a directory path (created later if missing); must not be empty."""
+    if not value.strip():
+        raise ValueError("must be a directory path")
+    return value
+
+
 def parse_kubeconfig(value: str) -> str | None:
     """Validate an explicit kubeconfig path: it must be an existing file; ``""`` means none."""
     if value == "":

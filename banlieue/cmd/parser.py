@@ -33,6 +33,7 @@ from banlieue.options import (
     default_leader_election_namespace,
     parse_bind_address,
     parse_bool,
+    parse_directory,
     parse_kubeconfig,
     parse_label_value,
     parse_namespace,
@@ -82,7 +83,7 @@ DEV_MANAGER_FLAGS = [
 DEV_FLAGS = [
     FlagSpec("--exit-when-ready", parse_bool, "false",
              "exit 0 once the samples are Ready (bare flag = true)", boolean=True),
-    FlagSpec("--state-dir", str, ".banlieue", "directory for kubeconfig, logs and simulator state", metavar="DIR"),
+    FlagSpec("--state-dir", parse_directory, ".banlieue", "directory for kubeconfig, logs and simulator state", metavar="DIR"),
     FlagSpec("--api-port", parse_port, "0", "127.0.0.1 port of the API-server double (0 = free)", metavar="PORT"),
     FlagSpec("--vcsim-port", parse_port, "0", "127.0.0.1 port of vcsim (0 = free)", metavar="PORT"),
 ]

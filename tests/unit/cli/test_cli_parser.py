@@ -136,9 +136,10 @@ def test_dev_defaults_and_flags() -> None:
         (["manager", "--kubeconfig", "/nonexistent/kc"], {}, "--kubeconfig must be an existing kubeconfig file"),
         (["manager", "--watch-filter", "a b"], {}, "--watch-filter must be a valid label value"),
         (["dev", "--api-port", "70000"], {}, "--api-port must be a port number"),
+        (["dev", "--state-dir", ""], {}, "--state-dir must be a directory path (got '')"),
     ],
     ids=["no-command", "no-backend", "unknown-backend", "zero-workers", "bad-env-bool", "bad-log-format",
-         "missing-kubeconfig", "bad-watch-filter", "bad-port"],
+         "missing-kubeconfig", "bad-watch-filter", "bad-port", "empty-state-dir"],
 )
 def test_usage_errors(argv: list[str], env: dict[str, str], message: str, isolated: dict[str, Path]) -> None:
     with pytest.raises(UsageError) as err:
