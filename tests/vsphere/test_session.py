@@ -102,3 +102,24 @@ async def test_a_slow_vcenter_does_not_delay_another(
         assert all(len(r.failure_domains) == 1 for r in slow_results)
     finally:
         await backend.close()
+
+
+async def test_requests_and_sessions_are_exported_as_prometheus_metrics(
+    backend: VSphereBackend, conn: Connection
+) -> None:
+    from prometheus_client import REGISTRY
+
+    label = backend.sessions.endpoint_for(conn).label
+    before = REGISTRY.get_sample_value(
+        "banlieue_vsphere_requests_total", {"vcenter": label, "method": "RetrievePropertiesEx", "outcome": "success"}
+    ) or 0.0
+    await backend.inventory(conn, Capabilities())
+    after = REGISTRY.get_sample_value(
+        "banlieue_vsphere_requests_total", {"vcenter": label, "method": "RetrievePropertiesEx", "outcome": "success"}
+    )
+    assert after == before + 1
+    assert (REGISTRY.get_sample_value("banlieue_vsphere_sessions", {"vcenter": label}) or 0) >= 1
+    count = REGISTRY.get_sample_value(
+        "banlieue_vsphere_request_duration_seconds_count", {"vcenter": label, "method": "RetrievePropertiesEx"}
+    )
+    assert count is not None and count >= 1

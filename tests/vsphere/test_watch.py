@@ -89,3 +89,30 @@ async def test_idle_watch_sends_no_request_until_the_long_poll_expires(
         before = backend.soap_requests(conn)
         await asyncio.sleep(2.0)  # < watch_max_wait (5 s in the fixture)
         assert backend.soap_requests(conn) == before
+
+
+async def test_watch_survives_a_terminated_session(
+    backend: VSphereBackend, conn: Connection, vcsim: VcsimProcess
+) -> None:
+    uid = str(uuid.uuid4())
+    spec = VMSpec(uid=uid, name=f"w-{uid[:8]}", datacenter="DC0", cluster="DC0_C2", template="ubuntu-22.04",
+                  num_cpus=1, memory_mib=512)
+    created = await backend.create_vm(conn, spec)
+    await backend.set_power_state(conn, uid, "PoweredOn")
+    async with watching(backend, conn) as queue:
+        await next_for(queue, uid, "modified")
+        [sess] = backend.sessions.sessions.values()
+        key = await asyncio.to_thread(lambda: sess.content.sessionManager.currentSession.key)
+        admin = SmartConnect(host=vcsim.host, port=vcsim.port, user=vcsim.username, pwd=vcsim.password,
+                             sslContext=ssl.create_default_context(cafile=vcsim.ca_file))
+        try:
+            admin.content.sessionManager.TerminateSession([key])
+        finally:
+            Disconnect(admin)
+        await asyncio.to_thread(behind_the_back, vcsim, created.vm.moref, "off")
+        # Either the long poll sees the change, or it fails with NotAuthenticated, logs in
+        # again and resyncs: both deliver a change for the VM.
+        await next_for(queue, uid, "modified")
+        info = await backend.find_vm(conn, uid)
+        assert info is not None and info.power_state == "PoweredOff"
+    await backend.destroy_vm(conn, uid)
