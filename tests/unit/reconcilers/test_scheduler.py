@@ -1,0 +1,241 @@
+"""Table tests of the VirtualMachine scheduler (banlieue.reconcilers.scheduler), one row per rule,
+plus a hypothesis test that no input makes ``schedule`` raise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from banlieue.api.provider import Provider
+from banlieue.api.virtualmachine import AntiAffinityTerm, VirtualMachine
+from banlieue.api.vmclass import VMClass
+from banlieue.api.vmimage import VMImage
+from banlieue.reconcilers.scheduler import PeerPlacement, SchedulingInput, schedule
+
+NS = "default"
+
+
+def fd(name: str, dc: str = "dc0", cluster: str = "c0", *, mem: int | None = 65536, storage: int | None = 1000,
+       cpu: int | None = 10000, sc: tuple[str, ...] = ("standard",), nc: tuple[str, ...] = ("default",),
+       features: tuple[str, ...] = ("bios", "efi", "efi-secure")) -> dict[str, Any]:
+    cap = {k: v for k, v in (("memoryMiB", mem), ("storageGiB", storage), ("cpuMHz", cpu)) if v is not None}
+    return {"name": name, "labels": {"dc": dc, "cluster": cluster}, "attributes": {
+        "availableStorageClasses": list(sc), "availableNetworkClasses": list(nc), "features": list(features),
+        "capacity": cap, "raw": {"datacenter": dc.upper(), "cluster": cluster.upper()}}}
+
+
+def provider(name: str, domains: list[dict[str, Any]], labels: dict[str, str] | None = None,
+             pclass: str = "vsphere", features: tuple[str, ...] = ()) -> Provider:
+    return Provider.from_wire({
+        "metadata": {"name": name, "namespace": NS, "labels": labels or {}},
+        "spec": {"providerClassRef": {"name": pclass}, "connection": {"endpoint": "vc", "credentialsRef": {"name": "s"}},
+                 "capabilities": {"storageClasses": [{"name": "standard", "target": {"datastore": "DS0"}}],
+                                  "networkClasses": [{"name": "default", "target": {"portGroup": "VM Network"}}],
+                                  "features": list(features)}},
+        "status": {"failureDomains": domains},
+    })
+
+
+def vm_class(*, mem: int = 4096, disks: tuple[int, ...] = (20,), firmware: str = "efi",
+             features: tuple[str, ...] = (), sc: str = "standard", nc: str = "default") -> VMClass:
+    return VMClass.from_wire({"metadata": {"name": "small"}, "spec": {
+        "hardware": {"cpus": 2, "memoryMiB": mem,
+                     "disks": [{"name": f"d{i}", "sizeGiB": s, "storageClass": sc} for i, s in enumerate(disks)]},
+        "network": {"interfaces": [{"name": "eth0", "networkClass": nc}]},
+        "firmware": firmware, "features": list(features)}})
+
+
+def image(ready: dict[str, bool] | None = None, classes: tuple[str, ...] = ("vsphere",)) -> VMImage:
+    rows = [{"providerName": p, "providerNamespace": NS, "ready": r, "reason": "Reconciled" if r else "TemplateNotFound",
+             "message": "" if r else "template ubuntu not found"} for p, r in (ready or {}).items()]
+    return VMImage.from_wire({"metadata": {"name": "ubuntu"}, "spec": {
+        "sources": [{"providerClass": c, "kind": "Template", "ref": "ubuntu-tpl"} for c in classes]},
+        "status": {"perProvider": rows}})
+
+
+def vm(name: str = "vm-1", labels: dict[str, str] | None = None, placement: dict[str, Any] | None = None) -> VirtualMachine:
+    return VirtualMachine.from_wire({"metadata": {"name": name, "namespace": NS, "labels": labels or {}},
+                                     "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "ubuntu"},
+                                              "placement": placement or {}}})
+
+
+def inp(*, the_vm: VirtualMachine | None = None, cls: VMClass | None = None, img: VMImage | None = None,
+        providers: list[Provider] | None = None, peers: tuple[PeerPlacement, ...] = (),
+        current: tuple[str, str] | None = None) -> SchedulingInput:
+    providers = providers if providers is not None else [provider("a", [fd("a-dc0-c0")])]
+    img = img or image({p.metadata.name or "": True for p in providers})
+    return SchedulingInput(the_vm or vm(), cls or vm_class(), img, tuple(providers), peers, current)
+
+
+DB_TERM = {"topologyKey": "cluster", "labelSelector": {"matchLabels": {"app": "db"}}, "mode": "required"}
+TWO = [provider("a", [fd("a-dc0-c0", cluster="c0", mem=1000), fd("a-dc0-c1", cluster="c1", mem=2000)])]
+
+# (id, input, expected (provider, domain) or reason, substring of the message)
+CASES: list[tuple[str, SchedulingInput, tuple[str, str] | str, str]] = [
+    ("places-on-the-only-domain", inp(), ("a", "a-dc0-c0"), ""),
+    ("no-providers", inp(providers=[]), "NoProviderMatched", "Providers seen: none"),
+    ("provider-selector-excludes-all", inp(the_vm=vm(placement={"providerSelector": {"matchLabels": {"site": "b"}}}),
+                                            providers=[provider("a", [fd("x")], {"site": "a"})]),
+     "NoProviderMatched", "providerSelector"),
+    ("provider-selector-picks-labelled", inp(the_vm=vm(placement={"providerSelector": {"matchLabels": {"site": "b"}}}),
+                                              providers=[provider("a", [fd("a1", mem=99999)], {"site": "a"}),
+                                                         provider("b", [fd("b1", mem=1)], {"site": "b"})],
+                                              cls=vm_class(mem=1)), ("b", "b1"), ""),
+    ("provider-class-without-image-source", inp(providers=[provider("a", [fd("x")], pclass="kvm")]),
+     "NoProviderMatched", "has a source for (vsphere)"),
+    ("image-not-ready", inp(img=image({"a": False})), "ImageNotReady", "TemplateNotFound"),
+    ("image-not-resolved-yet", inp(img=image({})), "ImageNotReady", "not resolved yet"),
+    ("image-ready-only-on-b", inp(providers=[provider("a", [fd("a1", mem=99999)]), provider("b", [fd("b1", mem=8192)])],
+                                  img=image({"a": False, "b": True})), ("b", "b1"), ""),
+    ("no-failure-domains-yet", inp(providers=[provider("a", [])]), "NoFailureDomainMatched", "no failure domains yet"),
+    ("fd-selector-excludes-all", inp(the_vm=vm(placement={"failureDomainSelector": {"matchLabels": {"dc": "dc9"}}})),
+     "NoFailureDomainMatched", "failureDomainSelector"),
+    ("fd-selector-picks", inp(the_vm=vm(placement={"failureDomainSelector": {"matchLabels": {"cluster": "c0"}}}),
+                              providers=TWO, cls=vm_class(mem=1)), ("a", "a-dc0-c0"), ""),
+    ("storage-class-missing", inp(cls=vm_class(sc="fast")), "NoFailureDomainMatched", "storage class fast"),
+    ("network-class-missing", inp(cls=vm_class(nc="dmz")), "NoFailureDomainMatched", "network class dmz"),
+    ("feature-missing", inp(cls=vm_class(features=("vtpm",))), "NoFailureDomainMatched", "feature vtpm"),
+    ("feature-from-provider-capabilities", inp(cls=vm_class(features=("vtpm",)),
+                                               providers=[provider("a", [fd("a1")], features=("vtpm",))]), ("a", "a1"), ""),
+    ("firmware-unsupported", inp(cls=vm_class(firmware="efi-secure"), providers=[provider("a", [fd("a1", features=("bios", "efi"))])]),
+     "FirmwareUnsupported", "efi-secure"),
+    ("firmware-unreported-not-filtered", inp(providers=[provider("a", [fd("a1", features=())])]), ("a", "a1"), ""),
+    ("memory-insufficient", inp(cls=vm_class(mem=8192), providers=[provider("a", [fd("a1", mem=4096)])]),
+     "InsufficientCapacity", "memory 8192 MiB needed, 4096 free"),
+    ("storage-insufficient", inp(cls=vm_class(disks=(20, 100)), providers=[provider("a", [fd("a1", storage=50)])]),
+     "InsufficientCapacity", "storage 120 GiB needed, 50 free"),
+    ("cpu-mhz-not-a-filter", inp(providers=[provider("a", [fd("a1", cpu=0)])]), ("a", "a1"), ""),
+    ("unreported-capacity-not-filtered", inp(providers=[provider("a", [fd("a1", mem=None, storage=None)])]), ("a", "a1"), ""),
+    ("most-free-memory-wins", inp(providers=TWO, cls=vm_class(mem=1)), ("a", "a-dc0-c1"), ""),
+    ("tie-broken-by-name", inp(providers=[provider("b", [fd("b1")]), provider("a", [fd("a2"), fd("a1")])]), ("a", "a1"), ""),
+    ("required-anti-affinity-avoids-peer-cluster",
+     inp(the_vm=vm(labels={"app": "db"}, placement={"antiAffinity": [DB_TERM]}), providers=TWO, cls=vm_class(mem=1),
+         peers=(PeerPlacement("db-0", {"app": "db"}, "a", "a-dc0-c1"),)), ("a", "a-dc0-c0"), ""),
+    ("required-anti-affinity-unsatisfied",
+     inp(the_vm=vm(labels={"app": "db"}, placement={"antiAffinity": [DB_TERM]}), providers=TWO, cls=vm_class(mem=1),
+         peers=(PeerPlacement("db-0", {"app": "db"}, "a", "a-dc0-c1"), PeerPlacement("db-1", {"app": "db"}, "a", "a-dc0-c0"))),
+     "AntiAffinityUnsatisfied", "db-0 (cluster=c1)"),
+    ("anti-affinity-excludes-itself",
+     inp(the_vm=vm("db-0", labels={"app": "db"}, placement={"antiAffinity": [DB_TERM]}),
+         peers=(PeerPlacement("db-0", {"app": "db"}, "a", "a-dc0-c0"),)), ("a", "a-dc0-c0"), ""),
+    ("anti-affinity-topology-value-across-providers",
+     inp(the_vm=vm(labels={"app": "db"}, placement={"antiAffinity": [DB_TERM]}),
+         providers=[provider("a", [fd("a1", cluster="c0")]), provider("b", [fd("b1", cluster="c0")])],
+         peers=(PeerPlacement("db-0", {"app": "db"}, "b", "b1"),)), "AntiAffinityUnsatisfied", "cluster=c0"),
+    ("anti-affinity-domain-without-topology-label-unconstrained",
+     inp(the_vm=vm(labels={"app": "db"}, placement={"antiAffinity": [{**DB_TERM, "topologyKey": "rack"}]}),
+         peers=(PeerPlacement("db-0", {"app": "db"}, "a", "a-dc0-c0"),)), ("a", "a-dc0-c0"), ""),
+    ("anti-affinity-without-selector-selects-nothing",
+     inp(the_vm=vm(placement={"antiAffinity": [{"topologyKey": "cluster", "mode": "required"}]}),
+         peers=(PeerPlacement("db-0", {"app": "db"}, "a", "a-dc0-c0"),)), ("a", "a-dc0-c0"), ""),
+    ("peer-required-term-is-symmetric",
+     inp(the_vm=vm(labels={"app": "db"}), providers=TWO, cls=vm_class(mem=1),
+         peers=(PeerPlacement("db-0", {"app": "db"}, "a", "a-dc0-c1", (AntiAffinityTerm.from_wire(DB_TERM),)),)),
+     ("a", "a-dc0-c0"), ""),
+    ("preferred-anti-affinity-scores",
+     inp(the_vm=vm(labels={"app": "db"}, placement={"antiAffinity": [{**DB_TERM, "mode": "preferred"}]}), providers=TWO,
+         cls=vm_class(mem=1), peers=(PeerPlacement("db-0", {"app": "db"}, "a", "a-dc0-c1"),)), ("a", "a-dc0-c0"), ""),
+    ("preferred-anti-affinity-never-blocks",
+     inp(the_vm=vm(labels={"app": "db"}, placement={"antiAffinity": [{**DB_TERM, "mode": "preferred"}]}),
+         peers=(PeerPlacement("db-0", {"app": "db"}, "a", "a-dc0-c0"),)), ("a", "a-dc0-c0"), ""),
+    ("sticky-keeps-valid-current", inp(providers=TWO, cls=vm_class(mem=1), current=("a", "a-dc0-c0")), ("a", "a-dc0-c0"), ""),
+    ("sticky-ignores-capacity", inp(providers=TWO, cls=vm_class(mem=50000), current=("a", "a-dc0-c0")), ("a", "a-dc0-c0"), ""),
+    ("most-specific-reason-is-deepest",
+     inp(cls=vm_class(mem=8192), providers=[provider("a", [fd("a1", mem=1), fd("a2", sc=())])]),
+     "InsufficientCapacity", "a1: memory"),
+]
+
+
+@pytest.mark.parametrize(("case", "expected", "needle"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_schedule_rules(case: SchedulingInput, expected: tuple[str, str] | str, needle: str) -> None:
+    decision = schedule(case)
+    if isinstance(expected, tuple):
+        assert decision.placement is not None, decision.message
+        assert (decision.placement.provider_name, decision.placement.failure_domain) == expected
+        assert decision.reason is None
+    else:
+        assert decision.placement is None
+        assert decision.reason == expected
+        assert needle in decision.message
+
+
+def test_placement_resolves_classes_and_template() -> None:
+    decision = schedule(inp())
+    assert decision.placement is not None
+    p = decision.placement
+    assert p.provider_class == "vsphere"
+    assert p.template == "ubuntu-tpl"
+    assert [(s.name, s.storage_class, s.datastore) for s in p.resolved_storage] == [("d0", "standard", "DS0")]
+    assert [(n.name, n.network_class, n.port_group) for n in p.resolved_networks] == [("eth0", "default", "VM Network")]
+
+
+DRIFT = [
+    ("provider-selector-changed", vm(placement={"providerSelector": {"matchLabels": {"site": "b"}}}),
+     [provider("a", [fd("a1")], {"site": "a"}), provider("b", [fd("b1")], {"site": "b"})], ("b", "b1"), "NoProviderMatched"),
+    ("fd-selector-changed", vm(placement={"failureDomainSelector": {"matchLabels": {"cluster": "c1"}}}), TWO,
+     ("a", "a-dc0-c1"), "NoFailureDomainMatched"),
+    ("domain-vanished", vm(), [provider("a", [fd("a2")])], ("a", "a2"), "NoFailureDomainMatched"),
+]
+
+
+@pytest.mark.parametrize(("the_vm", "providers", "moved_to", "reason"), [d[1:] for d in DRIFT], ids=[d[0] for d in DRIFT])
+def test_drift_reports_current_invalid_and_a_new_placement(
+    the_vm: VirtualMachine, providers: list[Provider], moved_to: tuple[str, str], reason: str
+) -> None:
+    decision = schedule(inp(the_vm=the_vm, providers=providers, cls=vm_class(mem=1), current=("a", "a-dc0-c0")))
+    assert decision.current_invalid is not None and decision.current_invalid[0] == reason
+    assert not decision.kept
+    assert decision.placement is not None
+    assert (decision.placement.provider_name, decision.placement.failure_domain) == moved_to
+
+
+_labels = st.dictionaries(st.sampled_from(["dc", "cluster", "site", "app"]), st.sampled_from(["a", "b", "c0", "c1"]), max_size=3)
+_selector = st.one_of(st.none(), st.builds(lambda m: {"matchLabels": m}, _labels),
+                      st.builds(lambda k, op, v: {"matchExpressions": [{"key": k, "operator": op, "values": v}]},
+                                st.sampled_from(["dc", "cluster", "site"]), st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]),
+                                st.lists(st.sampled_from(["a", "c0"]), max_size=2)))
+_opt_int = st.one_of(st.none(), st.integers(0, 100000))
+
+
+@st.composite
+def _inputs(draw: st.DrawFn) -> SchedulingInput:
+    providers = []
+    for pname in draw(st.lists(st.sampled_from(["a", "b", "c"]), max_size=3)):
+        domains = [fd(f"{pname}-{i}", dc=draw(st.sampled_from(["dc0", "dc1"])), cluster=draw(st.sampled_from(["c0", "c1"])),
+                      mem=draw(_opt_int), storage=draw(_opt_int), cpu=draw(_opt_int),
+                      sc=tuple(draw(st.lists(st.sampled_from(["standard", "fast"]), max_size=2))),
+                      features=tuple(draw(st.lists(st.sampled_from(["bios", "efi", "vtpm"]), max_size=3))))
+                   for i in range(draw(st.integers(0, 3)))]
+        providers.append(provider(pname, domains, draw(_labels), pclass=draw(st.sampled_from(["vsphere", "kvm"]))))
+    placement: dict[str, Any] = {}
+    if (sel := draw(_selector)) is not None:
+        placement["providerSelector"] = sel
+    if (sel := draw(_selector)) is not None:
+        placement["failureDomainSelector"] = sel
+    terms = draw(st.lists(st.builds(lambda k, s, m: {"topologyKey": k, "labelSelector": s, "mode": m},
+                                    st.sampled_from(["dc", "cluster", "rack"]), _selector, st.sampled_from(["required", "preferred"])),
+                          max_size=2))
+    placement["antiAffinity"] = [{k: v for k, v in t.items() if v is not None} for t in terms]
+    peers = tuple(PeerPlacement(f"p{i}", draw(_labels), draw(st.sampled_from(["a", "b", "z"])), draw(st.sampled_from(["a-0", "b-1", "q"])))
+                  for i in range(draw(st.integers(0, 3))))
+    current = draw(st.one_of(st.none(), st.tuples(st.sampled_from(["a", "b", "z"]), st.sampled_from(["a-0", "b-0", "q"]))))
+    ready = {p: draw(st.booleans()) for p in ["a", "b", "c"]}
+    cls = vm_class(mem=draw(st.integers(1, 70000)), disks=tuple(draw(st.lists(st.integers(1, 500), max_size=3))),
+                   firmware=draw(st.sampled_from(["bios", "efi", "efi-secure"])),
+                   features=tuple(draw(st.lists(st.sampled_from(["vtpm", "efi"]), max_size=2))))
+    return SchedulingInput(vm(labels=draw(_labels), placement=placement), cls, image(ready), tuple(providers), peers, current)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_inputs())
+def test_schedule_never_raises_and_is_consistent(case: SchedulingInput) -> None:
+    decision = schedule(case)
+    assert (decision.placement is None) == (decision.reason is not None)
+    if decision.placement is not None:
+        names = {(p.metadata.name, d.name) for p in case.providers for d in (p.status.failure_domains if p.status else None) or ()}
+        assert (decision.placement.provider_name, decision.placement.failure_domain) in names
+    if decision.kept:
+        assert case.current is not None and decision.current_invalid is None
