@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 ARGS ?=
 GOENV := GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(CURDIR)/.cache/go-build GOFLAGS=-mod=mod
 
-.PHONY: dev test lint typecheck check-generated unit vcsim deps venv clean crds
+.PHONY: dev test lint check-generated unit vcsim deps venv clean generate release image e2e-kind
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -29,8 +29,9 @@ lint: venv
 	$(VENV)/bin/ruff check banlieue tests bench hack
 	$(VENV)/bin/mypy
 
-crds: venv
-	$(VENV)/bin/banlieue crdgen --out config/crd
+# Regenerate every generated manifest (CRDs, RBAC, admission policies) from banlieue/api.
+generate: venv
+	$(VENV)/bin/banlieue crdgen --out config/crd --rbac-out config/rbac --admission-out config/admission
 
 check-generated: venv
 	bash hack/check-generated.sh
@@ -45,6 +46,17 @@ unit: venv
 # The README's first command: banlieue on an embedded default (API double + vcsim + manager).
 dev: deps venv bin/vcsim
 	$(VENV)/bin/banlieue dev $(ARGS)
+
+# clusterctl provider components (out/infrastructure-components.yaml).
+release:
+	bash hack/release.sh
+
+image:
+	docker build -t banlieue:dev .
+
+# The demo against a real cluster (kind + CAPI + a real vCenter); cannot run on the dev machines.
+e2e-kind:
+	bash hack/e2e-kind.sh
 
 clean:
 	rm -rf $(VENV) bin .cache .banlieue

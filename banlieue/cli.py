@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         if isinstance(command, CrdgenCommand):
             from banlieue.cmd import crdgen
 
-            return crdgen.run(command.out)
+            return crdgen.run(command.out, rbac_out=command.rbac_out, admission_out=command.admission_out)
         from banlieue.runtime.log import configure_logging
 
         if isinstance(command, DevCommand):

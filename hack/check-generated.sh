@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Fails when generated files (CRDs) differ from a fresh generation.
+# Fails when generated files (CRDs, RBAC, admission policies) differ from a fresh generation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-.venv/bin/banlieue crdgen --out "$tmp/crd"
-if ! diff -ru config/crd "$tmp/crd"; then
-  echo "config/crd is stale: run 'make crds' and commit the result" >&2
-  exit 1
-fi
+.venv/bin/banlieue crdgen --out "$tmp/crd" --rbac-out "$tmp/rbac" --admission-out "$tmp/admission"
+status=0
+for d in crd rbac admission; do
+  if ! diff -ru "config/$d" "$tmp/$d"; then
+    echo "config/$d is stale: run 'make generate' and commit the result" >&2
+    status=1
+  fi
+done
+exit $status

@@ -192,7 +192,7 @@ def write_crds(out: str) -> None:
     """Write one ``<group>_<plural>.yaml`` per kind into directory ``out`` (created if missing).
 
     Only CRDs: CI diffs ``config/crd`` against a fresh generation (hack/check-generated.sh);
-    ``banlieue crdgen`` (banlieue.cmd.crdgen) adds the ``kustomization.yaml`` listing them.
+    ``banlieue crdgen`` (banlieue.cmd.crdgen) adds the ``Kustomization`` listing them.
     """
     os.makedirs(out, exist_ok=True)
     for info in resource_kinds():

@@ -24,7 +24,9 @@ def kustomization(resources: list[str], header: str) -> str:
 
 
 def write_files(out: str, files: dict[str, list[dict[str, Any]]], header: str) -> None:
-    """Write each ``name -> documents`` into directory ``out`` plus a ``kustomization.yaml`` listing them.
+    """Write each ``name -> documents`` into directory ``out`` plus a ``Kustomization`` listing them.
+
+    The extension-less name (accepted by kustomize) keeps ``kubectl apply -f DIR/`` working.
 
     ``out`` is created if missing; raises OSError when it cannot be written.
     """
@@ -32,5 +34,5 @@ def write_files(out: str, files: dict[str, list[dict[str, Any]]], header: str) -
     for name, docs in files.items():
         with open(os.path.join(out, name), "w", encoding="utf-8") as fh:
             fh.write(dump_documents(docs))
-    with open(os.path.join(out, "kustomization.yaml"), "w", encoding="utf-8") as fh:
+    with open(os.path.join(out, "Kustomization"), "w", encoding="utf-8") as fh:
         fh.write(kustomization(list(files), header))

@@ -99,9 +99,15 @@ class RoleCommand:
 
 @dataclass(frozen=True)
 class CrdgenCommand:
-    """``banlieue crdgen --out DIR``: write the CRD YAML files into ``out``."""
+    """``banlieue crdgen --out DIR [--rbac-out DIR] [--admission-out DIR]``.
+
+    Writes the CRD YAML files into ``out``; when given, also the RBAC manifests into ``rbac_out``
+    and the ValidatingAdmissionPolicies into ``admission_out`` (all generated from banlieue.api).
+    """
 
     out: str
+    rbac_out: str | None = None
+    admission_out: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     crd = sub.add_parser("crdgen", help="write the CRDs to a directory")
     crd.add_argument("--out", default="config/crd", help="output directory (default config/crd)")
+    crd.add_argument("--rbac-out", default=None, help="also write the RBAC manifests here (e.g. config/rbac)")
+    crd.add_argument("--admission-out", default=None, help="also write the admission policies here (e.g. config/admission)")
 
     dev = sub.add_parser("dev", help="API-server double + vSphere simulator + manager, on 127.0.0.1")
     _add_flags(dev, DEV_FLAGS + DEV_MANAGER_FLAGS)
@@ -183,7 +191,7 @@ def parse_command(
     """
     args = build_parser().parse_args(list(argv))
     if args.command == "crdgen":
-        return CrdgenCommand(out=args.out)
+        return CrdgenCommand(out=args.out, rbac_out=args.rbac_out, admission_out=args.admission_out)
     if args.command == "dev":
         values = _resolve_all(DEV_FLAGS + DEV_MANAGER_FLAGS, args, env)
         dev_keys = {spec.dest for spec in DEV_FLAGS}

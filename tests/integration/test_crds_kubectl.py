@@ -44,8 +44,8 @@ async def kubectl(apiserver: Any, *args: str) -> tuple[int, str, str]:
 
 
 async def install(apiserver: Any) -> None:
-    # One file at a time: config/crd also holds kustomization.yaml, which `apply -f DIR` rejects.
-    files = sorted(str(p) for p in (REPO / "config" / "crd").glob("*.yaml") if p.name != "kustomization.yaml")
+    # One file at a time: config/crd also holds Kustomization, which `apply -f DIR` rejects.
+    files = sorted(str(p) for p in (REPO / "config" / "crd").glob("*.yaml") if p.name != "Kustomization")
     args = [a for f in files for a in ("-f", f)]
     code, out, err = await kubectl(apiserver, "apply", "--validate=false", *args)
     assert code == 0, err

@@ -20,10 +20,11 @@ REPO = Path(__file__).resolve().parents[3]
 def test_committed_files_are_fresh(directory: str, render: object, tmp_path: Path) -> None:
     files = render()  # type: ignore[operator]
     committed = {p.name for p in (REPO / "config" / directory).glob("*.yaml")}
-    assert committed == set(files) | {"kustomization.yaml"}
+    assert committed == set(files)
+    assert (REPO / "config" / directory / "Kustomization").is_file()
     for name, docs in files.items():
         assert (REPO / "config" / directory / name).read_text() == dump_documents(docs), name
-    kust = yaml.safe_load((REPO / "config" / directory / "kustomization.yaml").read_text())
+    kust = yaml.safe_load((REPO / "config" / directory / "Kustomization").read_text())
     assert kust["resources"] == sorted(files)
 
 
