@@ -13,10 +13,12 @@ Public API:
 Options (keyword -> ``bin/vcsim`` flag): ``dc``, ``cluster``, ``host`` (per cluster),
 ``standalone_host``, ``vm`` (per resource pool), ``pool``, ``pod``, ``pg``, ``ds``, ``autostart``,
 ``templates`` (list of names), ``datastores`` / ``portgroups`` (lists of extra names),
+``datastore_clusters`` (``{"gold": "ds1+ds2"}``: StoragePods made of existing datastores),
 ``username``, ``password``, ``tls`` (bool), ``method_delay`` (``{"CloneVM_Task": 5000}``, ms),
 ``delay`` (ms, every method), ``delay_jitter``.
 
-The binary is ``$BANLIEUE_VCSIM`` or ``<repo>/bin/vcsim``; when missing it is built on demand if
+The binary is ``$BANLIEUE_VCSIM`` or ``<repo>/bin/vcsim``; when missing (or older than
+``hack/vcsim/main.go``) it is built on demand if
 ``go`` and the Debian govmomi sources are present, else the requesting test is skipped.
 """
 
@@ -54,9 +56,10 @@ def vcsim_binary() -> Path:
     if env_path:
         return Path(env_path)
     binary = REPO_ROOT / "bin" / "vcsim"
-    if binary.exists():
-        return binary
+    source = REPO_ROOT / "hack" / "vcsim" / "main.go"
     go = shutil.which("go")
+    if binary.exists() and (go is None or not source.exists() or binary.stat().st_mtime >= source.stat().st_mtime):
+        return binary
     if go is None or not Path(GOPATH, "src/github.com/vmware/govmomi/simulator").is_dir():
         raise VcsimUnavailable(
             "bin/vcsim is missing and cannot be built (needs golang-go and "

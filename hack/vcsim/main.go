@@ -60,7 +60,9 @@ type info struct {
 	Templates   map[string][]string `json:"templates"`
 	Datastores  map[string][]string `json:"datastores"`
 	Networks    map[string][]string `json:"networks"`
-	PID         int                 `json:"pid"`
+	// DatastoreClusters: datacenter -> datastore cluster (StoragePod) name -> member datastores.
+	DatastoreClusters map[string]map[string][]string `json:"datastore_clusters"`
+	PID               int                            `json:"pid"`
 
 	tempDirs []string // extra datastores' backing directories, removed on exit
 }
@@ -161,7 +163,20 @@ func makeTLS(dir string) (*tls.Config, string, error) {
 }
 
 // customize renames VMs into templates, adds datastores and port groups, and fills inv.
-func customize(ctx context.Context, c *vim25.Client, templates, datastores, portgroups []string, inv *info) error {
+// parsePods reads "gold=ds1+ds2,silver=ds3" into name -> datastore names.
+func parsePods(s string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, p := range splitList(s) {
+		kv := strings.SplitN(p, "=", 2)
+		if len(kv) != 2 || kv[0] == "" || kv[1] == "" {
+			return nil, fmt.Errorf("--datastore-clusters: %q is not name=ds1+ds2", p)
+		}
+		out[kv[0]] = strings.Split(kv[1], "+")
+	}
+	return out, nil
+}
+
+func customize(ctx context.Context, c *vim25.Client, templates, datastores, portgroups []string, pods map[string][]string, inv *info) error {
 	finder := find.NewFinder(c, false)
 	dcs, err := finder.DatacenterList(ctx, "*")
 	if err != nil {
@@ -234,10 +249,43 @@ func customize(ctx context.Context, c *vim25.Client, templates, datastores, port
 				}
 			}
 		}
+		inv.DatastoreClusters[dcName] = map[string][]string{}
+		if len(pods) > 0 {
+			folders, err := dc.Folders(ctx)
+			if err != nil {
+				return err
+			}
+			for name, members := range pods {
+				pod, err := folders.DatastoreFolder.CreateStoragePod(ctx, name)
+				if err != nil {
+					return err
+				}
+				var refs []types.ManagedObjectReference
+				for _, m := range members {
+					ds, err := finder.Datastore(ctx, m)
+					if err != nil {
+						return fmt.Errorf("--datastore-clusters: %s: %v", m, err)
+					}
+					refs = append(refs, ds.Reference())
+				}
+				task, err := pod.MoveInto(ctx, refs)
+				if err != nil {
+					return err
+				}
+				if err := task.Wait(ctx); err != nil {
+					return err
+				}
+				inv.DatastoreClusters[dcName][name] = members
+			}
+		}
 		allDS, _ := finder.DatastoreList(ctx, "*")
 		inv.Datastores[dcName] = []string{}
+		seen := map[string]bool{}
 		for _, ds := range allDS {
-			inv.Datastores[dcName] = append(inv.Datastores[dcName], ds.Name())
+			if !seen[ds.Name()] {
+				seen[ds.Name()] = true
+				inv.Datastores[dcName] = append(inv.Datastores[dcName], ds.Name())
+			}
 		}
 
 		if len(portgroups) > 0 {
@@ -296,6 +344,7 @@ func main() {
 	templates := flag.String("templates", "ubuntu-22.04", "comma list of template names made from existing VMs in every datacenter")
 	datastores := flag.String("datastores", "", "comma list of extra datastore names mounted on every host")
 	portgroups := flag.String("portgroups", "", "comma list of extra distributed port group names in every datacenter")
+	datastoreClusters := flag.String("datastore-clusters", "", "datastore clusters in every datacenter: name=ds1+ds2,name2=ds3 (datastores must exist)")
 	username := flag.String("username", "user", "login user name")
 	password := flag.String("password", "pass", "login password")
 	useTLS := flag.Bool("tls", false, "serve https with a generated CA + server certificate")
@@ -307,6 +356,10 @@ func main() {
 	flag.Parse()
 
 	delays, err := parseDelays(*methodDelay)
+	if err != nil {
+		log.Fatal(err)
+	}
+	pods, err := parsePods(*datastoreClusters)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -333,6 +386,7 @@ func main() {
 		Username: *username, Password: *password, TLS: *useTLS, Insecure: !*useTLS,
 		Clusters: map[string][]string{}, Templates: map[string][]string{},
 		Datastores: map[string][]string{}, Networks: map[string][]string{}, PID: os.Getpid(),
+		DatastoreClusters: map[string]map[string][]string{},
 	}
 	ctx := context.Background()
 
@@ -361,7 +415,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("connect to self: %v", err)
 	}
-	if err := customize(ctx, client.Client, splitList(*templates), splitList(*datastores), splitList(*portgroups), inv); err != nil {
+	if err := customize(ctx, client.Client, splitList(*templates), splitList(*datastores), splitList(*portgroups), pods, inv); err != nil {
 		log.Fatalf("customize: %v", err)
 	}
 	_ = client.Logout(ctx)

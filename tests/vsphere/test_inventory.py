@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
+import ssl
+import uuid
+from collections.abc import Callable
 
-from banlieue.backends.base import Capabilities, Connection, NetworkClass, StorageClass
+import pytest
+from pyVim.connect import Disconnect, SmartConnect
+from pyVmomi import vim
+
+from banlieue.backends.base import Capabilities, Connection, NetworkClass, NicSpec, StorageClass, VMSpec
 from banlieue.backends.vsphere.backend import VSphereBackend
+from banlieue.testing.vcsim import VcsimProcess
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
 
@@ -56,3 +63,43 @@ async def test_find_template_by_name_and_datacenter(backend: VSphereBackend, con
     assert t.disk_gib == 1
     assert t.has_snapshot is False
     assert await backend.find_template(conn, "DC0", "no-such-template") is None
+
+
+async def test_datastore_cluster_pool_and_folder_placement(
+    backend: VSphereBackend, vcsim_factory: Callable[..., VcsimProcess], make_conn: Callable[..., Connection]
+) -> None:
+    vc = vcsim_factory(dc=1, cluster=2, pool=1, datastores=["fast-ds"], datastore_clusters={"gold": "fast-ds"},
+                       portgroups=["pg-web"])
+    conn = make_conn(vc)
+    caps = Capabilities(
+        storage_classes=(StorageClass("gold", datastore_cluster="gold"), StorageClass("fast", datastore="fast-ds")),
+        network_classes=(NetworkClass("web", distributed_port_group="pg-web"),),
+    )
+    inv = await backend.inventory(conn, caps)
+    assert [fd.cluster for fd in inv.failure_domains] == ["DC0_C0", "DC0_C1"]
+    for fd in inv.failure_domains:
+        assert fd.available_storage_classes == ("gold", "fast")
+        assert fd.available_network_classes == ("web",)
+
+    # A folder created after the name cache was filled is still found (the cache is re-read).
+    si = SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password,
+                      sslContext=ssl.create_default_context(cafile=vc.ca_file))
+    try:
+        si.content.rootFolder.childEntity[0].vmFolder.CreateFolder("team-a").CreateFolder("prod")
+    finally:
+        Disconnect(si)
+    uid = str(uuid.uuid4())
+    result = await backend.create_vm(conn, VMSpec(
+        uid=uid, name="placed", datacenter="DC0", cluster="DC0_C1", template="ubuntu-22.04", num_cpus=1,
+        memory_mib=256, resource_pool="DC0_C1_RP1", folder="team-a/prod", datastore="fast-ds",
+        nics=(NicSpec("eth0", "pg-web"),)))
+    si = SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password,
+                      sslContext=ssl.create_default_context(cafile=vc.ca_file))
+    try:
+        vm = vim.VirtualMachine(result.vm.moref, si._stub)
+        assert vm.resourcePool.name == "DC0_C1_RP1"
+        assert vm.parent.name == "prod" and vm.parent.parent.name == "team-a"
+        assert [ds.name for ds in vm.datastore] == ["fast-ds"]
+    finally:
+        Disconnect(si)
+    assert result.vm.nics[0].network == "pg-web"

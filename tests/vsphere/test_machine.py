@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ssl
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -178,3 +178,28 @@ async def test_unknown_network_is_reported_before_anything_is_cloned(
     with pytest.raises(NotFound):
         await backend.create_vm(conn, spec(uid, nics=(NicSpec("eth0", "no-such-pg"),)))
     assert vms_with_uid(si, uid) == []
+
+
+async def test_logs_and_reprs_never_contain_the_password_or_user_data(
+    vcsim_factory: Callable[..., VcsimProcess], make_conn: Callable[..., Connection],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    password = "s3cr3t-Pw-banlieue"
+    vc = vcsim_factory(dc=1, cluster=1, password=password)
+    conn = make_conn(vc)
+    secret = b"#cloud-config\nchpasswd: hunter2-user-data\n"
+    uid = str(uuid.uuid4())
+    fresh = VSphereBackend()
+    try:
+        s = spec(uid, user_data=secret, disks=(), nics=(), cluster="DC0_C0")
+        await fresh.create_vm(conn, s)
+        await fresh.set_power_state(conn, uid, "PoweredOn")
+        await fresh.destroy_vm(conn, uid, off_mode="hard")
+        assert password not in repr(conn) and "hunter2" not in repr(s)
+    finally:
+        await fresh.close()
+    out = capsys.readouterr()
+    assert "vsphere session opened" in out.out + out.err  # the logs were captured
+    for text in (out.out, out.err):
+        assert password not in text
+        assert "hunter2" not in text

@@ -1,1 +1,5 @@
-"""The vSphere backend: pyvmomi behind an async adapter."""
+"""The vSphere backend: pyvmomi behind an async adapter (``VSphereBackend``)."""
+
+from banlieue.backends.vsphere.backend import VSphereBackend
+
+__all__ = ["VSphereBackend"]
