@@ -70,12 +70,11 @@ def github_anchor(heading: str) -> str:
 
 
 def test_relative_links_and_anchors_resolve() -> None:
-    pages = [ROOT / "docs/concepts.md", ROOT / "docs/operations.md", ROOT / "docs/README-draft-sections.md",
+    pages = [ROOT / "docs/concepts.md", ROOT / "docs/operations.md", ROOT / "README.md",
              *sorted((ROOT / "docs/decisions").glob("*.md"))]
     checked = 0
     for page in pages:
-        # README-draft-sections.md is written to be merged into the top-level README.md.
-        base = ROOT if page.name == "README-draft-sections.md" else page.parent
+        base = page.parent
         for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
             if target.startswith(("http://", "https://")):
                 continue
