@@ -1,0 +1,428 @@
+"""VSphereMachine: the pure ``decide(snapshot) -> Plan`` of the provider role (SPEC §3, §4).
+
+Ready reasons are SPEC §3's (``WaitingForBootstrapData``, ``WaitingForClusterInfrastructure``,
+``Cloning``, ``PoweringOn``, ``WaitingForIPAddress``, ``Provisioned``, ``TemplateNotFound``,
+``InvalidSpec``, ``CloneFailed``, ``Deleting``, ``Paused``), the Provider's connection reasons of
+SPEC §2 (``SecretMissing``, ``SecretInvalid``, ``ConnectFailed``, ``TLSVerifyFailed``) and these,
+introduced here:
+
+- ``WaitingForOwner``: CAPI path (label ``cluster.x-k8s.io/cluster-name``) but no Machine owner
+  yet, or the owner is not in the cache (CAPV returns early the same way; no finalizer yet).
+- ``WaitingForCluster``: the CAPI Cluster named by the label is not found.
+- ``ProviderNotFound``: ``spec.providerRef`` names no Provider in the namespace.
+- ``FailureDomainNotFound``: no Provider lists the failure domain in ``status.failureDomains``.
+- ``VMNotFound``: the VM was provisioned (``status.instanceUUID`` known) but is gone from vCenter:
+  reported with a Warning event, never silently re-created (delete the object to recover).
+- ``PoweringOff``: a soft power-off (``powerOffMode`` soft/trySoft) is still waiting for the guest.
+
+Paused (``Cluster.spec.paused`` or the ``cluster.x-k8s.io/paused`` annotation on the machine or
+its Cluster): ``Paused`` True and nothing else happens, deletion included; ``Ready`` keeps its
+value (a running machine stays Ready) and is only created (False, ``Paused``) when absent.
+
+Deletion: ``Ready`` False ``Deleting``; destroy (power-off per ``powerOffMode``) then drop the
+finalizer; a VM already gone is success. A Provider that no longer exists cannot reach the VM:
+the finalizer is dropped with a Warning event ``ProviderGone``. A Secret that is missing or a
+vCenter that cannot be reached while deleting keeps ``Deleting`` with the cause in the message
+and retries every ``RETRY_SECONDS`` (and on every Secret/Provider change).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Literal, cast
+
+from banlieue.api.conditions import PAUSED, READY, get_condition, set_condition
+from banlieue.api.infrastructure import (
+    DEFAULT_GUEST_SOFT_POWER_OFF_TIMEOUT_SECONDS,
+    VSphereMachine,
+    VSphereMachineStatus,
+)
+from banlieue.api.meta import Initialization, MachineAddress, MachineAddressType
+from banlieue.api.provider import Provider
+from banlieue.api.virtualmachine import PowerState
+from banlieue.backends.base import PowerOffMode as OffMode
+from banlieue.backends.base import PowerState as PowerStateName
+from banlieue.backends.base import VMInfo, VMSpec
+from banlieue.reconcilers.kinds import (
+    CAPI_ANNOTATION_PAUSED,
+    CAPI_LABEL_CLUSTER_NAME,
+    FINALIZER_VSPHERE_MACHINE,
+)
+from banlieue.reconcilers.vspheremachine_placement import (
+    BootstrapData,
+    PlacementError,
+    build_vm_spec,
+    capi_failure_domain,
+    capi_machine_owner,
+    cluster_infrastructure_provisioned,
+    cluster_paused,
+    is_capi_path,
+    resolve_placement,
+)
+
+
+class R:
+    """Ready reasons (SPEC §3 plus the ones documented in the module docstring)."""
+
+    WAITING_FOR_OWNER = "WaitingForOwner"
+    WAITING_FOR_CLUSTER = "WaitingForCluster"
+    WAITING_FOR_BOOTSTRAP_DATA = "WaitingForBootstrapData"
+    WAITING_FOR_CLUSTER_INFRASTRUCTURE = "WaitingForClusterInfrastructure"
+    CLONING = "Cloning"
+    POWERING_ON = "PoweringOn"
+    POWERING_OFF = "PoweringOff"
+    WAITING_FOR_IP_ADDRESS = "WaitingForIPAddress"
+    PROVISIONED = "Provisioned"
+    TEMPLATE_NOT_FOUND = "TemplateNotFound"
+    INVALID_SPEC = "InvalidSpec"
+    CLONE_FAILED = "CloneFailed"
+    DELETING = "Deleting"
+    PAUSED = "Paused"
+    NOT_PAUSED = "NotPaused"
+    VM_NOT_FOUND = "VMNotFound"
+    CONNECT_FAILED = "ConnectFailed"
+    TLS_VERIFY_FAILED = "TLSVerifyFailed"
+
+
+WARNING_REASONS = frozenset(
+    {R.TEMPLATE_NOT_FOUND, R.INVALID_SPEC, R.CLONE_FAILED, R.VM_NOT_FOUND, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED,
+     "SecretMissing", "SecretInvalid", "ProviderNotFound", "FailureDomainNotFound"}
+)
+RETRY_SECONDS = 60.0
+"""Re-check interval for conditions nothing notifies about (template created, vCenter back)."""
+IP_POLL_SECONDS = 60.0
+"""Safety re-check while waiting for an IP (the property-collector watch normally reports it)."""
+POWER_OFF_POLL_SECONDS = 10.0
+"""Re-check interval while a guest shuts down (soft power-off)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A backend error as seen by decide: which ``step`` (lookup, create, power, destroy), the
+    backend ``reason`` (``BackendError.reason``) and its message."""
+
+    step: Literal["connect", "lookup", "create", "power", "destroy"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything decide needs. ``capi_machine``/``cluster`` are wire dicts from the cache;
+    ``providers`` the Providers of the namespace; ``bootstrap`` the decoded data (None: none or
+    not readable, see ``bootstrap_error``); ``looked_up`` whether the backend was asked (it is
+    only asked once a Provider and connection are known); ``vm`` its answer; ``failure`` the
+    last backend error; ``converged``/``destroyed``/``powered`` record what this reconcile did."""
+
+    machine: VSphereMachine
+    now: datetime
+    capi_machine: Mapping[str, Any] | None = None
+    cluster: Mapping[str, Any] | None = None
+    providers: tuple[Provider, ...] = ()
+    bootstrap: BootstrapData | None = None
+    bootstrap_error: str | None = None
+    connection_error: tuple[str, str] | None = None
+    looked_up: bool = False
+    vm: VMInfo | None = None
+    failure: Failure | None = None
+    converged: bool = False
+    destroyed: bool = False
+    powered: bool = False
+
+
+@dataclass(frozen=True)
+class Action:
+    """One backend call: ``create`` (find-or-clone + converge ``spec``), ``power`` to ``state``,
+    or ``destroy`` (power off per ``off_mode`` within ``soft_timeout`` seconds)."""
+
+    kind: Literal["create", "power", "destroy"]
+    spec: VMSpec | None = None
+    state: PowerStateName = "PoweredOn"
+    off_mode: OffMode = "trySoft"
+    soft_timeout: float = float(DEFAULT_GUEST_SOFT_POWER_OFF_TIMEOUT_SECONDS)
+
+
+@dataclass(frozen=True)
+class Event:
+    """An Event to record on the machine."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do. ``connect``: the reconciler must build the connection of ``provider`` and
+    look up the VM (``Snapshot.looked_up``) before deciding further; ``provider`` is the Provider
+    backend calls go to. ``status`` is the full desired status (None: leave it);
+    ``write_status_first``: write it before ``action`` (a clone takes minutes); ``provider_id``:
+    value to write to ``spec.providerID``; ``retry``: fail the reconcile after writing (backoff)."""
+
+    status: VSphereMachineStatus | None = None
+    add_finalizer: bool = False
+    remove_finalizer: bool = False
+    action: Action | None = None
+    write_status_first: bool = False
+    provider_id: str | None = None
+    events: tuple[Event, ...] = ()
+    requeue_after: float | None = None
+    retry: bool = False
+    provider: Provider | None = None
+    connect: bool = False
+
+
+@dataclass
+class _Status:
+    """Builder of the desired status from the current one."""
+
+    snap: Snapshot
+    status: VSphereMachineStatus = field(init=False)
+
+    def __post_init__(self) -> None:
+        current = self.snap.machine.status or VSphereMachineStatus()
+        self.status = current.model_copy(deep=True)
+        self.status.observed_generation = self.snap.machine.metadata.generation
+
+    def cond(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.status.conditions = set_condition(
+            self.status.conditions, type_, status, reason, message, self.snap.machine.metadata.generation, self.snap.now
+        )
+
+    def ready(self, status: bool, reason: str, message: str) -> None:
+        self.cond(READY, status, reason, message)
+
+    def vm(self, vm: VMInfo, failure_domain: str | None) -> None:
+        self.status.instance_uuid = vm.instance_uuid
+        self.status.bios_uuid = vm.bios_uuid
+        self.status.vm_ref = vm.moref
+        self.status.power_state = PowerState(vm.power_state)
+        self.status.addresses = machine_addresses(vm) or None
+        if failure_domain is not None:
+            self.status.failure_domain = failure_domain
+
+
+def machine_addresses(vm: VMInfo) -> list[MachineAddress]:
+    """CAPI MachineAddresses: one ``InternalIP`` per IP VMware Tools reports (link-local IPv6
+    left out, as kubelet does)."""
+    return [MachineAddress(type=MachineAddressType.INTERNAL_IP, address=ip) for ip in vm.addresses if not ip.lower().startswith("fe80:")]
+
+
+def provider_id(vm: VMInfo) -> str:
+    """``vsphere://<BIOS UUID>``: what vSphere's cloud provider puts on the Node (SPEC §3)."""
+    return f"vsphere://{vm.bios_uuid}"
+
+
+def _events(before: VSphereMachineStatus | None, after: VSphereMachineStatus | None, extra: Sequence[Event] = ()) -> tuple[Event, ...]:
+    """``extra`` plus one Event when the Ready reason changes (Warning for failure reasons)."""
+    out = list(extra)
+    old = get_condition(before.conditions if before else None, READY)
+    new = get_condition(after.conditions if after else None, READY)
+    if new is not None and (old is None or (old.reason, old.status) != (new.reason, new.status)):
+        if not any(e.reason == new.reason for e in out):
+            out.append(Event("Warning" if new.reason in WARNING_REASONS else "Normal", new.reason, new.message or new.reason))
+    return tuple(out)
+
+
+def _failure_reason(failure: Failure) -> str:
+    if failure.reason == "AuthFailed" or failure.step == "connect":
+        return R.CONNECT_FAILED
+    if failure.reason == "TLSVerifyFailed":
+        return R.TLS_VERIFY_FAILED
+    if failure.reason == "Transient":
+        return R.CONNECT_FAILED
+    if failure.step == "create":
+        if failure.reason == "TemplateNotFound":
+            return R.TEMPLATE_NOT_FOUND
+        if failure.reason == "InvalidSpec" or failure.reason.endswith("NotFound"):
+            return R.INVALID_SPEC
+        return R.CLONE_FAILED
+    return R.CONNECT_FAILED if failure.step == "lookup" else failure.reason
+
+
+def decide(snap: Snapshot) -> Plan:
+    """The plan for one step of the machine's life. Never raises: malformed input becomes a
+    ``Ready`` condition with a reason and an actionable message."""
+    try:
+        plan = _decide(snap)
+    except Exception as exc:  # decide must never raise; surface the bug as a condition
+        st = _Status(snap)
+        st.ready(False, R.INVALID_SPEC, f"internal error deciding this machine: {type(exc).__name__}: {exc}")
+        return Plan(status=st.status, events=_events(snap.machine.status, st.status), retry=True)
+    return plan
+
+
+def _with_events(snap: Snapshot, plan: Plan, extra: Sequence[Event] = ()) -> Plan:
+    return replace(plan, events=_events(snap.machine.status, plan.status, (*plan.events, *extra)))
+
+
+def _decide(snap: Snapshot) -> Plan:
+    m = snap.machine
+    meta = m.metadata
+    st = _Status(snap)
+    has_finalizer = FINALIZER_VSPHERE_MACHINE in (meta.finalizers or ())
+    deleting = meta.deletion_timestamp is not None
+    capi = is_capi_path(m, CAPI_LABEL_CLUSTER_NAME)
+
+    # CAPI: wait for the owner and the Cluster (no finalizer yet: CAPV returns early too).
+    if capi and not deleting:
+        if capi_machine_owner(m) is None or snap.capi_machine is None:
+            st.ready(False, R.WAITING_FOR_OWNER, "waiting for the Machine controller to set an owner reference")
+            return _with_events(snap, Plan(status=st.status))
+        if snap.cluster is None:
+            name = (meta.labels or {}).get(CAPI_LABEL_CLUSTER_NAME) or "?"
+            st.ready(False, R.WAITING_FOR_CLUSTER, f"waiting for Cluster {name} (label {CAPI_LABEL_CLUSTER_NAME})")
+            return _with_events(snap, Plan(status=st.status))
+
+    # Pause: Paused True and nothing else, on every path (deletion included).
+    paused = CAPI_ANNOTATION_PAUSED in (meta.annotations or {}) or (capi and cluster_paused(snap.cluster, CAPI_ANNOTATION_PAUSED))
+    if paused:
+        st.cond(PAUSED, True, R.PAUSED, "reconciliation is paused (Cluster.spec.paused or the cluster.x-k8s.io/paused annotation)")
+        if get_condition(st.status.conditions, READY) is None:
+            st.ready(False, R.PAUSED, "reconciliation is paused")
+        return _with_events(snap, Plan(status=st.status))
+    st.cond(PAUSED, False, R.NOT_PAUSED, "")
+
+    if deleting:
+        return _decide_delete(snap, st, has_finalizer, capi)
+    if not has_finalizer:
+        # First write of a machine: the finalizer, before anything exists on vCenter.
+        return Plan(add_finalizer=True, provider=None)
+
+    if capi:
+        if not cluster_infrastructure_provisioned(snap.cluster):
+            st.ready(False, R.WAITING_FOR_CLUSTER_INFRASTRUCTURE, "waiting for Cluster status.initialization.infrastructureProvisioned")
+            return _with_events(snap, Plan(status=st.status))
+
+    needs_bootstrap = capi or m.spec.bootstrap_data_secret_ref is not None
+    vm_exists = snap.vm is not None
+    if needs_bootstrap and snap.bootstrap is None and not vm_exists and not (m.status and m.status.instance_uuid):
+        st.ready(False, R.WAITING_FOR_BOOTSTRAP_DATA, snap.bootstrap_error or "waiting for Machine.spec.bootstrap.dataSecretName")
+        return _with_events(snap, Plan(status=st.status))
+    if snap.bootstrap is not None and snap.bootstrap.format not in ("cloud-config", ""):
+        st.ready(False, R.INVALID_SPEC, f"bootstrap format {snap.bootstrap.format!r} is not supported by this provider (cloud-config only)")
+        return _with_events(snap, Plan(status=st.status))
+
+    fd_name = capi_failure_domain(snap.capi_machine) if capi else None
+    fd_name = fd_name or m.spec.failure_domain
+    try:
+        placement = resolve_placement(m, fd_name, snap.providers)
+        vm_spec = build_vm_spec(m, placement, snap.bootstrap.data if snap.bootstrap else None)
+    except PlacementError as err:
+        st.ready(False, err.reason, err.message)
+        return _with_events(snap, Plan(status=st.status))
+
+    if snap.connection_error is not None:
+        reason, message = snap.connection_error
+        st.ready(False, reason, f"Provider {placement.provider.metadata.name}: {message}")
+        return _with_events(snap, Plan(status=st.status))
+    if not snap.looked_up:
+        return Plan(provider=placement.provider, connect=True)
+
+    failure = snap.failure
+    if failure is not None and failure.step in ("connect", "lookup"):
+        st.ready(False, _failure_reason(failure), failure.message)
+        return _with_events(snap, Plan(status=st.status, requeue_after=RETRY_SECONDS))
+
+    vm = snap.vm
+    status_now = m.status or VSphereMachineStatus()
+    if vm is None:
+        if status_now.instance_uuid and not (failure and failure.step == "create"):
+            st.ready(False, R.VM_NOT_FOUND, f"VM {status_now.instance_uuid} ({status_now.vm_ref}) is no longer in vCenter: delete this object to replace it")
+            return _with_events(snap, Plan(status=st.status))
+        if failure is not None and failure.step == "create":
+            reason = _failure_reason(failure)
+            st.ready(False, reason, failure.message)
+            retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
+            return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else RETRY_SECONDS))
+        st.ready(False, R.CLONING, f"cloning template {vm_spec.template} into {placement.datacenter}/{placement.cluster}")
+        st.status.failure_domain = placement.failure_domain
+        return _with_events(snap, Plan(status=st.status, action=Action("create", spec=vm_spec), write_status_first=True))
+
+    # The VM exists: converge hardware when it drifted, or until provisioned once.
+    if failure is not None and failure.step == "create":
+        reason = _failure_reason(failure)
+        st.vm(vm, placement.failure_domain)
+        st.ready(False, reason, failure.message)
+        retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
+        return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else RETRY_SECONDS))
+    provisioned_before = bool(status_now.initialization and status_now.initialization.provisioned)
+    if not snap.converged and (not provisioned_before or _drifted(vm, vm_spec)):
+        return Plan(action=Action("create", spec=vm_spec), provider=placement.provider)
+
+    st.vm(vm, placement.failure_domain)
+    want = m.spec.power_state.value
+    if failure is not None and failure.step == "power":
+        pending = failure.reason == "PowerOffPending"
+        st.ready(False, R.POWERING_OFF if pending else R.CONNECT_FAILED, failure.message)
+        return _with_events(snap, Plan(status=st.status, requeue_after=POWER_OFF_POLL_SECONDS if pending else None, retry=not pending))
+    if vm.power_state != want and not snap.powered:
+        action = Action("power", state=cast(PowerStateName, want), off_mode=m.spec.power_off_mode.value, soft_timeout=_soft_timeout(m))
+        return Plan(action=action, provider=placement.provider)
+
+    events: list[Event] = []
+    if snap.powered:
+        events.append(Event("Normal", vm.power_state, f"VM {vm.name} is {vm.power_state}"))
+    pid = provider_id(vm)
+    write_pid = pid if m.spec.provider_id != pid else None
+    if vm.power_state != want:
+        st.ready(False, R.POWERING_ON if want == "PoweredOn" else R.POWERING_OFF, f"VM is {vm.power_state}, want {want}")
+        return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=POWER_OFF_POLL_SECONDS), events)
+    st.status.initialization = Initialization(provisioned=True)
+    if want == "PoweredOn" and not st.status.addresses:
+        st.ready(False, R.WAITING_FOR_IP_ADDRESS, "waiting for VMware Tools to report an IP address")
+        return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=IP_POLL_SECONDS), events)
+    st.ready(True, R.PROVISIONED, f"VM {vm.name} is {vm.power_state}" + (f" at {st.status.addresses[0].address}" if st.status.addresses else ""))
+    return _with_events(snap, Plan(status=st.status, provider_id=write_pid), events)
+
+
+def _drifted(vm: VMInfo, spec: VMSpec) -> bool:
+    """Hardware that differs from the spec (CPU, cores, memory, disk count/growth)."""
+    if vm.num_cpus != spec.num_cpus or vm.memory_mib != spec.memory_mib:
+        return True
+    if spec.num_cores_per_socket and vm.num_cores_per_socket != spec.num_cores_per_socket:
+        return True
+    if spec.disks and len(vm.disks_gib) < len(spec.disks):
+        return True
+    return any(have < disk.size_gib for have, disk in zip(vm.disks_gib, spec.disks, strict=False))
+
+
+def _decide_delete(snap: Snapshot, st: _Status, has_finalizer: bool, capi: bool) -> Plan:
+    m = snap.machine
+    if not has_finalizer:
+        return Plan()
+    st.ready(False, R.DELETING, "deleting the VM")
+    fd_name = (capi_failure_domain(snap.capi_machine) if capi else None) or m.spec.failure_domain or (m.status.failure_domain if m.status else None)
+    try:
+        placement = resolve_placement(m, fd_name, snap.providers)
+    except PlacementError as err:
+        if m.status is not None and m.status.instance_uuid:
+            # The Provider (or its failure domain) is gone: nothing can reach the VM any more.
+            note = f"{err.message}; dropping the finalizer without deleting VM {m.status.instance_uuid}: delete it in vCenter by hand"
+            return Plan(status=st.status, remove_finalizer=True, events=(Event("Warning", "ProviderGone", note),))
+        # Never provisioned and no place resolves: no VM can exist for it.
+        return Plan(status=st.status, remove_finalizer=True, events=(Event("Normal", "Deleted", f"nothing to delete: {err.message}"),))
+    if snap.connection_error is not None:
+        reason, message = snap.connection_error
+        st.ready(False, R.DELETING, f"cannot reach vCenter to delete the VM ({reason}: {message}); retrying")
+        return _with_events(snap, Plan(status=st.status, requeue_after=RETRY_SECONDS))
+    if not snap.looked_up:
+        return Plan(provider=placement.provider, connect=True)
+    failure = snap.failure
+    if failure is not None:
+        if failure.reason == "PowerOffPending":
+            st.ready(False, R.DELETING, f"waiting for the guest to shut down: {failure.message}")
+            return _with_events(snap, Plan(status=st.status, requeue_after=POWER_OFF_POLL_SECONDS))
+        st.ready(False, R.DELETING, f"cannot delete the VM yet ({failure.reason}: {failure.message}); retrying")
+        return _with_events(snap, Plan(status=st.status, requeue_after=RETRY_SECONDS))
+    if snap.destroyed or snap.vm is None:
+        events = [Event("Normal", "Deleted", f"VM {m.metadata.name} destroyed")] if snap.destroyed else []
+        return Plan(status=st.status, remove_finalizer=True, events=tuple(events))
+    action = Action("destroy", off_mode=m.spec.power_off_mode.value, soft_timeout=_soft_timeout(m))
+    return _with_events(snap, Plan(status=st.status, action=action, write_status_first=True, provider=placement.provider))
+
+
+def _soft_timeout(m: VSphereMachine) -> float:
+    return float(m.spec.guest_soft_power_off_timeout_seconds or DEFAULT_GUEST_SOFT_POWER_OFF_TIMEOUT_SECONDS)
