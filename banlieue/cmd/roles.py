@@ -1,26 +1,301 @@
-"""Role runners: wire the runtime Manager with the reconcilers of one role (SPEC §4).
+"""Role runners: wire the runtime Manager with the reconcilers of each role (SPEC §4-§5).
 
-PLACEHOLDER — the lead replaces :func:`run_role` with the real wiring (Manager, caches,
-controllers, leader election per role, probes, metrics). Contract for that implementation:
+``run_role(role, options)`` loads the kubeconfig (or the in-cluster service account), checks the
+API server answers (one bounded ``GET /version``: fail fast with a one-line StartupError rather
+than retrying forever), then builds one runtime ``Manager`` per role:
 
-* ``role`` is one of ``banlieue.options.ROLES``: ``"controller"`` (VirtualMachine,
-  VSphereCluster; field manager ``banlieue.io/controller``, Lease ``banlieue-controller``),
-  ``"provider-vsphere"`` (Provider, VMImage, VSphereMachine, VSphereMachineTemplate; field
-  manager ``banlieue.io/provider-vsphere``, Lease ``banlieue-provider-vsphere``) or ``"manager"``
-  (both, each with its own field manager and Lease).
-* Return the process exit code (0 after a graceful SIGTERM/SIGINT shutdown).
-* Raise :class:`banlieue.options.StartupError` with a one-line, credential-free message when the
-  process cannot start (kubeconfig unusable, API server unreachable, port in use); ``main``
-  prints it and exits 1. Fail fast: do not retry the first API contact forever.
-* Logging is already configured (``banlieue.runtime.log.configure_logging``) from ``options``.
+* ``controller``: VirtualMachine, VSphereCluster; field manager ``banlieue.io/controller``,
+  Lease ``banlieue-controller``; no backend.
+* ``provider-vsphere``: Provider, VMImage, VSphereMachine, VSphereMachineTemplate; field manager
+  ``banlieue.io/provider-vsphere``, Lease ``banlieue-provider-vsphere``; one ``VSphereBackend``
+  (closed on shutdown).
+* ``manager``: both, in one process. The runtime Manager holds one leader elector, so each role
+  gets its own Manager (own client, informers, elector); they share one probe/metrics server:
+  the first Manager serves it, and its ``/readyz`` also requires every other Manager's caches to
+  have synced. ``/metrics`` serves prometheus_client's process-wide registry, so every role's
+  series appear there.
+
+Signals: the first SIGTERM/SIGINT cancels every Manager, which drains its controllers (at most
+``GRACEFUL_SHUTDOWN_TIMEOUT`` seconds), releases its Lease and closes its client; the exit code is
+then 0. A second signal exits at once with 1 (controller-runtime ``SetupSignalHandler``). A
+Manager that fails (leader election lost, caches not synced in time, a controller error) stops
+the others and the process exits 1.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib
+import os
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import structlog
+from kubernetes_asyncio.client import Configuration
+from kubernetes_asyncio.config import ConfigException
+
+from banlieue.backends.base import Backend
 from banlieue.options import Options, StartupError
+from banlieue.reconcilers import kinds
+from banlieue.reconcilers.context import RoleContext
+from banlieue.reconcilers.metrics import bind_source
+from banlieue.runtime.client import Client
+from banlieue.runtime.config import Timeouts, load_config
+from banlieue.runtime.controller import Controller
+from banlieue.runtime.errors import ApiError
+from banlieue.runtime.manager import Manager
+
+log = structlog.get_logger("banlieue.cmd.roles")
+
+GRACEFUL_SHUTDOWN_TIMEOUT = 30.0
+"""Seconds the controllers may take to finish in-flight reconciles after SIGTERM (cr default)."""
+FIRST_CONTACT_TIMEOUT = 10.0
+"""Seconds the startup ``GET /version`` may take before the process gives up (exit 1)."""
+
+
+class Setup(Protocol):
+    """A reconciler module's ``setup(mgr, ctx) -> Controller``."""
+
+    def __call__(self, mgr: Manager, ctx: RoleContext) -> Controller: ...
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """One role of SPEC §4: its reconciler modules (under ``banlieue.reconcilers``), field
+    manager, Lease name, and whether it talks to vSphere."""
+
+    name: str
+    modules: tuple[str, ...]
+    field_manager: str
+    lease: str
+    backend: bool
+
+
+CONTROLLER = RoleSpec(
+    "controller", ("virtualmachine", "vspherecluster"),
+    kinds.FIELD_MANAGER_CONTROLLER, kinds.LEASE_CONTROLLER, backend=False,
+)
+PROVIDER_VSPHERE = RoleSpec(
+    "provider-vsphere", ("provider", "vmimage", "vspheremachine", "vspheremachinetemplate"),
+    kinds.FIELD_MANAGER_PROVIDER_VSPHERE, kinds.LEASE_PROVIDER_VSPHERE, backend=True,
+)
+ROLE_SPECS: dict[str, tuple[RoleSpec, ...]] = {
+    "controller": (CONTROLLER,),
+    "provider-vsphere": (PROVIDER_VSPHERE,),
+    "manager": (CONTROLLER, PROVIDER_VSPHERE),
+}
+
+
+def load_setups(spec: RoleSpec) -> list[tuple[str, Setup]]:
+    """Import ``banlieue.reconcilers.<module>.setup`` for every module of ``spec``.
+
+    Raises StartupError naming the module when it is missing or has no ``setup``.
+    """
+    setups: list[tuple[str, Setup]] = []
+    for module in spec.modules:
+        qualified = f"banlieue.reconcilers.{module}"
+        try:
+            loaded = importlib.import_module(qualified)
+        except ModuleNotFoundError as err:
+            if err.name == qualified:
+                raise StartupError(f"role {spec.name}: reconciler module {qualified} is not available") from None
+            raise StartupError(f"role {spec.name}: importing {qualified} failed: {err}") from None
+        setup = getattr(loaded, "setup", None)
+        if not callable(setup):
+            raise StartupError(f"role {spec.name}: {qualified} has no setup(mgr, ctx)")
+        setups.append((module, setup))
+    return setups
+
+
+def _server(cfg: Configuration) -> str:
+    """The API server as ``scheme://host:port``: never user info or a query (no credentials)."""
+    parts = urlsplit(str(cfg.host))
+    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}"
+
+
+def _has_any_config(kubeconfig: str | None) -> bool:
+    """False when neither a kubeconfig, KUBECONFIG, in-cluster nor ~/.kube/config is there."""
+    if kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST") or os.environ.get("KUBECONFIG"):
+        return True
+    return os.path.isfile(os.path.expanduser("~/.kube/config"))
+
+
+async def load_client_config(kubeconfig: str | None) -> Configuration:
+    """The connection config (runtime ``load_config``); StartupError when unusable."""
+    if not _has_any_config(kubeconfig):
+        raise StartupError("no kubeconfig: pass --kubeconfig, set KUBECONFIG, or run in a pod (in-cluster config)")
+    try:
+        return await load_config(kubeconfig)
+    except (ConfigException, OSError, ValueError, TypeError, KeyError) as err:
+        # kubernetes_asyncio's messages name the file or the missing key, never a token.
+        where = kubeconfig or "the in-cluster/KUBECONFIG configuration"
+        raise StartupError(f"cannot load kubeconfig {where}: {type(err).__name__}: {err}") from None
+
+
+async def first_contact(cfg: Configuration, timeout: float = FIRST_CONTACT_TIMEOUT) -> str:
+    """``GET /version`` once, bounded by ``timeout`` seconds; returns the server's gitVersion.
+
+    Raises StartupError (one line, the server URL without credentials) when the server does not
+    answer, refuses the credentials, or answers with an error.
+    """
+    server = _server(cfg)
+    probe = Client(cfg, timeouts=Timeouts(connect=min(5.0, timeout), request=timeout), server_error_retries=0,
+                   max_retry_after=0)
+    try:
+        async with asyncio.timeout(timeout):
+            info = await probe.request("GET", "/version", timeout=timeout)
+    except TimeoutError:
+        raise StartupError(f"API server {server} did not answer GET /version within {timeout:g} s") from None
+    except ApiError as err:
+        if err.status == 0:
+            raise StartupError(f"API server {server} unreachable: {err.message}") from None
+        if err.status in (401, 403):
+            raise StartupError(f"API server {server} refused the credentials ({err.status} {err.reason})") from None
+        raise StartupError(f"API server {server} answered GET /version with {err.status} {err.reason}") from None
+    finally:
+        await probe.close()
+    return str(info.get("gitVersion") or "unknown")
+
+
+def build_backend(options: Options) -> Backend:
+    """The provider role's vSphere backend (``--vsphere-task-timeout`` seconds per task)."""
+    from banlieue.backends.vsphere.backend import VSphereBackend
+
+    return VSphereBackend(task_timeout=options.vsphere_task_timeout)
+
+
+@dataclass
+class RoleRuntime:
+    """One role's Manager and context, as built by :func:`build_managers`."""
+
+    spec: RoleSpec
+    manager: Manager
+    context: RoleContext
+    controllers: list[Controller]
+
+
+def build_managers(
+    specs: Sequence[RoleSpec], setups: dict[str, list[tuple[str, Setup]]], cfg: Configuration, options: Options,
+    backend: Backend | None,
+) -> list[RoleRuntime]:
+    """One Manager per role, its reconcilers registered; the first Manager serves probes and
+    metrics for all (the others get bind address "0", disabled)."""
+    runtimes: list[RoleRuntime] = []
+    for index, spec in enumerate(specs):
+        client = Client(cfg)
+        mgr = Manager(
+            client,
+            namespace=options.namespace,
+            leader_election=options.leader_elect,
+            leader_election_id=spec.lease,
+            leader_election_namespace=options.leader_election_namespace,
+            metrics_bind_address=options.metrics_bind_address if index == 0 else "0",
+            health_probe_bind_address=options.health_probe_bind_address if index == 0 else "0",
+            graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
+            handle_signals=False,  # run_managers owns the signals: one handler for all Managers
+        )
+        ctx = RoleContext(
+            client=client,
+            cache=mgr.cache,
+            recorder=mgr.get_event_recorder(spec.field_manager),
+            field_manager=spec.field_manager,
+            backend=backend if spec.backend else None,
+            namespace=options.namespace,
+            watch_filter=options.watch_filter,
+            max_concurrent_reconciles=options.max_concurrent_reconciles,
+            vsphere_task_timeout=options.vsphere_task_timeout,
+        )
+        controllers = [setup(mgr, ctx) for _, setup in setups[spec.name]]
+        runtimes.append(RoleRuntime(spec, mgr, ctx, controllers))
+    first = runtimes[0].manager
+    for other in runtimes[1:]:
+        synced = other.manager.health.readyz_checks["informers-synced"]
+        first.health.add_readyz_check(f"informers-synced-{other.spec.name}", synced)
+    return runtimes
+
+
+def _vm_source(mgr: Manager) -> Callable[[], list[Mapping[str, Any]] | None]:
+    informer = mgr.get_informer(kinds.VIRTUAL_MACHINE)
+
+    def source() -> list[Mapping[str, Any]] | None:
+        return informer.store.list() if informer.has_synced() else None
+
+    return source
+
+
+async def run_managers(managers: Sequence[Manager]) -> int:
+    """Start every Manager; on SIGTERM/SIGINT stop them all and return 0; when one fails, stop
+    the others and return 1 (StartupError for a port already in use)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set():
+            log.error("second signal: exiting without draining", signal=sig.name)
+            os._exit(1)
+        log.info("shutting down", signal=sig.name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on_signal, sig)
+            signals.append(sig)
+    tasks = [asyncio.create_task(m.start(), name=f"manager {i}") for i, m in enumerate(managers)]
+    stopper = asyncio.create_task(stop.wait(), name="signal")
+    try:
+        await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+    failures = [r for r in results if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)]
+    for failure in failures:
+        if isinstance(failure, OSError):
+            raise StartupError(f"cannot serve probes/metrics: {failure.strerror or failure}") from None
+    if failures:
+        for failure in failures:
+            log.error("manager failed", error=f"{type(failure).__name__}: {failure}")
+        return 1
+    if not stop.is_set():
+        log.error("managers returned without a signal")
+        return 1
+    log.info("shutdown complete")
+    return 0
 
 
 async def run_role(role: str, options: Options) -> int:
-    """Run ``role`` until shutdown; returns the exit code. Raises StartupError (see module doc)."""
-    # NOT IMPLEMENTED: replaced by the lead with the Manager + reconciler wiring.
-    raise StartupError("role wiring not implemented yet")
+    """Run ``role`` (``controller``, ``provider-vsphere`` or ``manager``) until SIGTERM/SIGINT.
+
+    Returns 0 after a graceful shutdown, 1 when a Manager failed. Raises StartupError (one line,
+    no credentials) when the role is unknown, a reconciler module is missing, the kubeconfig is
+    unusable, the API server does not answer, or a listen port is taken.
+    """
+    specs = ROLE_SPECS.get(role)
+    if specs is None:
+        raise StartupError(f"unknown role {role!r} (one of {', '.join(ROLE_SPECS)})")
+    setups = {spec.name: load_setups(spec) for spec in specs}
+    cfg = await load_client_config(options.kubeconfig)
+    version = await first_contact(cfg)
+    log.info("starting", role=role, server=_server(cfg), server_version=version, namespace=options.namespace or "",
+             watch_filter=options.watch_filter or "", leader_elect=options.leader_elect)
+    backend = build_backend(options) if any(spec.backend for spec in specs) else None
+    unbind: Callable[[], None] | None = None
+    try:
+        runtimes = build_managers(specs, setups, cfg, options, backend)
+        for runtime in runtimes:
+            if runtime.spec is CONTROLLER:
+                unbind = bind_source(_vm_source(runtime.manager))
+        return await run_managers([r.manager for r in runtimes])
+    finally:
+        if unbind is not None:
+            unbind()
+        if backend is not None:
+            await backend.close()

@@ -19,6 +19,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 import banlieue.backends.vsphere.metrics
+import banlieue.reconcilers.metrics
 import banlieue.runtime.metrics  # noqa: F401  (registers the controller-runtime metrics)
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,9 +28,9 @@ PROMTOOL = shutil.which("promtool")
 
 # Exported by Prometheus itself for every scrape target.
 SYNTHETIC = {"up"}
-# Named in this config ahead of their definition: the reconcilers register them (gauge,
-# label ``phase``). Once registered, the name is checked like any other; drop it from here then.
-PENDING = {"banlieue_virtual_machines"}
+# Named in this config ahead of their definition (none at the moment). Once registered, a name
+# is checked like any other; drop it from here then.
+PENDING: set[str] = set()
 
 _KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
              "bool", "offset", "le"}
