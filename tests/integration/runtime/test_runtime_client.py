@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
-from runtime_helpers import Faults, widget
+from prometheus_client import REGISTRY
+from runtime_helpers import Faults, new_client, widget
 
 from banlieue.runtime.client import Client, retry_on_conflict
+from banlieue.runtime.config import load_config
 from banlieue.runtime.errors import AlreadyExists, Conflict, Invalid, NotFound, ServerError
 from banlieue.runtime.kinds import CONFIG_MAP, ResourceKind
 
@@ -146,3 +149,30 @@ async def test_5xx_retried_for_idempotent_verbs_only(client: Client, namespace: 
     with pytest.raises(ServerError):
         await client.create(CONFIG_MAP, config_map("s2", namespace))
     await client.create(CONFIG_MAP, config_map("s2", namespace))  # the rule fired once
+
+
+async def test_client_side_qps_limit_and_request_metric(apiserver: Any, namespace: str) -> None:
+    limited = new_client(apiserver, qps=10.0, burst=1)
+    try:
+        before = REGISTRY.get_sample_value(
+            "rest_client_requests_total", {"code": "404", "method": "GET", "host": limited.host}) or 0.0
+        started = time.monotonic()
+        for _ in range(4):
+            with pytest.raises(NotFound):
+                await limited.get(CONFIG_MAP, "missing", namespace)
+        assert time.monotonic() - started >= 0.25  # 1 token at once, then one per 100 ms
+        after = REGISTRY.get_sample_value(
+            "rest_client_requests_total", {"code": "404", "method": "GET", "host": limited.host})
+        assert after == before + 4
+    finally:
+        await limited.close()
+
+
+async def test_client_from_kubeconfig(apiserver: Any, namespace: str) -> None:
+    configuration = await load_config(apiserver.kubeconfig_path)
+    from_file = Client(configuration)
+    try:
+        listed = await from_file.list(CONFIG_MAP, namespace)
+        assert listed["items"] == []
+    finally:
+        await from_file.close()

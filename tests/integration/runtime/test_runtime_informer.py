@@ -242,3 +242,20 @@ async def test_500s_on_list_and_watch_recover(
     for i in range(3):
         await client.create(CONFIG_MAP, cm(f"x-{i}", namespace))
     await converged(informer, client, namespace, timeout=20)
+
+
+async def test_resync_redelivers_cached_objects_without_the_server(client: Client, namespace: str) -> None:
+    await client.create(CONFIG_MAP, cm("r", namespace))
+    informer = Informer(client, CONFIG_MAP, namespace=namespace, resync_period=0.3)
+    recorder = Recorder()
+    informer.add_event_handler(recorder)
+    task = asyncio.create_task(informer.run())
+    try:
+        assert await informer.wait_for_sync(10)
+        await eventually(lambda: recorder.by_key[f"{namespace}/r"].count("update") >= 2, timeout=5)
+        rvs = {rv for t, k, rv in recorder.events if k == f"{namespace}/r"}
+        assert len(rvs) == 1  # resync updates carry the same resourceVersion
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
