@@ -26,6 +26,7 @@ import math
 import re
 from collections.abc import Callable
 from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
 
 __all__ = [
@@ -79,17 +80,54 @@ def go_value(v: Any) -> str:
         return json.dumps(v, ensure_ascii=False)
     if isinstance(v, int | float):
         return go_number(v)
-    return json.dumps(v, separators=(",", ":"), sort_keys=True)
+    return _go_syntax(v)
+
+
+def _go_syntax(v: Any) -> str:
+    """Go ``%#v`` of an unstructured value (``map[string]interface {}{"a":1}``), keys sorted."""
+    if v is None:
+        return "interface {}(nil)"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, int | float):
+        return go_number(v)
+    if isinstance(v, dict):
+        inner = ", ".join(f"{json.dumps(k, ensure_ascii=False)}:{_go_syntax(v[k])}" for k in sorted(v))
+        return "map[string]interface {}{" + inner + "}"
+    if isinstance(v, list):
+        return "[]interface {}{" + ", ".join(_go_syntax(x) for x in v) + "}"
+    return str(v)
 
 
 def go_number(v: float) -> str:
-    """Go ``%v`` of a float64/int64: ``1`` not ``1.0``, ``1e+21`` for large magnitudes."""
+    """Go ``%v``: int64 as is; float64 shortest, ``%e`` form for exponents < -4 or >= 21 digits rule.
+
+    Matches ``fmt``'s shortest ``%g`` (precision 6 for the switch): ``1``, ``0.5``, ``100000``,
+    ``1e+06``, ``1.234567e+06``, ``1e-05``.
+    """
     if isinstance(v, int):
         return str(v)
-    if v.is_integer() and abs(v) < 1e21:
-        return str(int(v))
-    s = repr(v)
-    return s.replace("e+", "e+").replace("e-0", "e-").replace("e+0", "e+")
+    if v == 0 or not math.isfinite(v):
+        return "0" if v == 0 else ("+Inf" if v > 0 else ("-Inf" if v < 0 else "NaN"))
+    d = Decimal(repr(v)).normalize()
+    digits = "".join(str(x) for x in d.as_tuple().digits)
+    exp = d.adjusted()
+    nd, dp = len(digits), exp + 1
+    eprec = 6
+    if eprec > nd and nd >= dp:
+        eprec = nd
+    sign = "-" if v < 0 else ""
+    if exp < -4 or exp >= eprec:
+        mant = digits[0] + ("." + digits[1:] if nd > 1 else "")
+        return f"{sign}{mant}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    return sign + format(abs(d), "f")
+
+
+def go_float(v: float) -> str:
+    """Go ``%v`` of a float64 schema bound (``minimum: 1000000`` prints ``1e+06``)."""
+    return go_number(float(v))
 
 
 def _cause(reason: str, field: str, message: str) -> Cause:
@@ -216,13 +254,13 @@ class _Node:
         if self.multiple_of is not None and self.multiple_of > 0:
             q = v / self.multiple_of
             if not (math.isfinite(q) and q == math.floor(q)):
-                out.append(_invalid(path, v, f"{path} in body should be a multiple of {go_number(self.multiple_of)}"))
+                out.append(_invalid(path, v, f"{path} in body should be a multiple of {go_float(self.multiple_of)}"))
         if self.maximum is not None and (v >= self.maximum if self.excl_max else v > self.maximum):
             rel = "less than" if self.excl_max else "less than or equal to"
-            out.append(_invalid(path, v, f"{path} in body should be {rel} {go_number(self.maximum)}"))
+            out.append(_invalid(path, v, f"{path} in body should be {rel} {go_float(self.maximum)}"))
         if self.minimum is not None and (v <= self.minimum if self.excl_min else v < self.minimum):
             rel = "greater than" if self.excl_min else "greater than or equal to"
-            out.append(_invalid(path, v, f"{path} in body should be {rel} {go_number(self.minimum)}"))
+            out.append(_invalid(path, v, f"{path} in body should be {rel} {go_float(self.minimum)}"))
 
     def _validate_array(self, v: list[Any], path: str, out: list[Cause]) -> None:
         if self.items is not None:

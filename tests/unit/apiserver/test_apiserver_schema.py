@@ -10,6 +10,7 @@ import pytest
 from banlieue.testing.apiserver.schema import (
     apply_defaults,
     compile_schema,
+    go_number,
     prune,
     structural_errors,
     validate,
@@ -104,7 +105,7 @@ INVALID = [
     ("max-items", _obj(tags=["a", "b", "c"]), "FieldValueTooMany", "spec.tags", "Too many: 3: must have at most 2 items"),
     ("min-items", _obj(tags=[]), "FieldValueInvalid", "spec.tags", "Invalid value: 0: spec.tags in body should have at least 1 items"),
     ("set-duplicate", _obj(tags=["a", "a"]), "FieldValueDuplicate", "spec.tags[1]", 'Duplicate value: "a"'),
-    ("map-list-duplicate-key", _obj(disks=[{"name": "a"}, {"name": "a", "sizeGiB": 2}]), "FieldValueDuplicate", "spec.disks[1]", 'Duplicate value: {"name":"a"}'),
+    ("map-list-duplicate-key", _obj(disks=[{"name": "a"}, {"name": "a", "sizeGiB": 2}]), "FieldValueDuplicate", "spec.disks[1]", 'Duplicate value: map[string]interface {}{"name":"a"}'),
     ("item-path", _obj(disks=[{"name": "a", "sizeGiB": 0}]), "FieldValueInvalid", "spec.disks[0].sizeGiB", "Invalid value: 0: spec.disks[0].sizeGiB in body should be greater than or equal to 1"),
     ("item-required", _obj(disks=[{"sizeGiB": 1}]), "FieldValueRequired", "spec.disks[0].name", "Required value"),
     ("map-value-type", _obj(labels={"a": 1}), "FieldValueTypeInvalid", "spec.labels.a", 'Invalid value: "integer": spec.labels.a in body must be of type string: "integer"'),
@@ -249,3 +250,18 @@ def test_structural_errors(schema: dict[str, Any], msg: str) -> None:
 )
 def test_structural_ok(schema: dict[str, Any]) -> None:
     assert structural_errors(schema) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [(1, "1"), (1.0, "1"), (0.5, "0.5"), (100000.0, "100000"), (1e6, "1e+06"), (1234567.0, "1.234567e+06"),
+     (0.0001, "0.0001"), (0.00001, "1e-05"), (-2.5, "-2.5"), (10**7, "10000000")],
+    ids=["int", "integral-float", "half", "below-exp-switch", "million", "seven-digits", "small", "tiny", "negative", "big-int"],
+)
+def test_go_number_formatting(value: float, want: str) -> None:
+    assert go_number(value) == want
+
+
+def test_float_bound_rendered_like_go() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 1000000}}}
+    assert validate({"n": 2000000}, schema)[0]["message"] == "Invalid value: 2000000: n in body should be less than or equal to 1e+06"
