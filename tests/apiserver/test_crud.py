@@ -207,3 +207,41 @@ async def test_field_validation_modes(widgets: Http) -> None:
     assert status == 201 and "Warning" not in headers
     status, out, _ = await widgets.post(WIDGETS, body, params={"fieldValidation": "Nope"})
     assert status == 400
+
+
+async def test_create_rejects_resource_version_and_deletion_bumps_generation(widgets: Http) -> None:
+    body = widget("rv", 1)
+    body["metadata"]["resourceVersion"] = "5"
+    status, out, _ = await widgets.post(WIDGETS, body)
+    assert status == 400 and out["message"] == "resourceVersion should not be set on objects to be created"
+    _, w, _ = await widgets.post(WIDGETS, widget("gen", 1, finalizers=["example.com/x"]))
+    _, deleting, _ = await widgets.delete(f"{WIDGETS}/gen")
+    assert deleting["metadata"]["generation"] == w["metadata"]["generation"] + 1
+    _, again, _ = await widgets.delete(f"{WIDGETS}/gen")
+    assert again["metadata"]["generation"] == deleting["metadata"]["generation"]
+    assert again["metadata"]["resourceVersion"] == deleting["metadata"]["resourceVersion"]
+
+
+async def test_subprocess_server(tmp_path: object) -> None:
+    import json as _json
+
+    import aiohttp
+    import yaml
+
+    from banlieue.testing.apiserver.fixture import start_subprocess
+
+    from .conftest import WIDGET_CRD
+
+    d = tmp_path / "crds"  # type: ignore[operator]
+    d.mkdir()
+    (d / "widget.yaml").write_text(yaml.safe_dump(WIDGET_CRD))
+    with start_subprocess(crd_dir=d) as proc:
+        assert proc.url.startswith("http://127.0.0.1:")
+        async with aiohttp.ClientSession() as s:
+            async with s.get(proc.url + "/apis/example.com/v1") as r:
+                assert r.status == 200
+                assert "widgets" in [x["name"] for x in (await r.json())["resources"]]
+            async with s.post(proc.url + WIDGETS, data=_json.dumps(widget("sub", 1)),
+                              headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 201
+    assert proc.process.returncode is not None

@@ -120,7 +120,6 @@ async def test_validation_errors_through_kubectl(kubectl: Kubectl, widgets: Http
 
 
 async def test_server_side_apply_through_kubectl(kubectl: Kubectl, widgets: Http) -> None:
-    pytest.importorskip("banlieue.testing.apiserver.ssa")
     _, out, _ = await kubectl.apply(widget_doc(2), "--server-side", "--field-manager", "alice")
     assert "serverside-applied" in out
     rc, _, err = await kubectl.apply(widget_doc(4), "--server-side", "--field-manager", "bob", ok=False)

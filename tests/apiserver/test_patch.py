@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from kubernetes_asyncio import client as k8s
 
 from .conftest import WIDGETS, Http, widget
@@ -60,7 +59,6 @@ async def test_strategic_merge_patch(widgets: Http) -> None:
 
 
 async def test_server_side_apply(widgets: Http) -> None:
-    pytest.importorskip("banlieue.testing.apiserver.ssa")
     doc = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: a\nspec:\n  size: 2\n"
     status, body, _ = await widgets.patch(f"{WIDGETS}/a", doc, APPLY)
     assert status == 400 and "fieldManager" in body["message"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .peers import peer
+from . import schema as schema_mod
 from .resources import ResourceType
 
 JSON = dict[str, Any]
@@ -66,7 +66,6 @@ def validate_crd(crd: JSON) -> list[JSON]:
     if versions and len(storage) != 1:
         out.append(_cause("FieldValueInvalid", "spec.versions",
                           "Invalid value: []apiextensions.CustomResourceDefinitionVersion{...}: must have exactly one version marked as storage version"))
-    schema_mod = peer("schema")
     for i, v in enumerate(versions):
         if not isinstance(v, dict):
             continue
@@ -75,7 +74,7 @@ def validate_crd(crd: JSON) -> list[JSON]:
         schema = (v.get("schema") or {}).get("openAPIV3Schema")
         if schema is None:
             out.append(_cause("FieldValueRequired", f"spec.versions[{i}].schema.openAPIV3Schema", "Required value: schemas are required"))
-        elif schema_mod is not None:
+        else:
             for e in schema_mod.structural_errors(schema):
                 out.append(_cause("FieldValueInvalid", f"spec.versions[{i}].schema.openAPIV3Schema", e))
     return out

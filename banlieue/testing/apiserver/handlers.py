@@ -21,10 +21,10 @@ from multidict import CIMultiDict
 from . import builtin, errors, protobuf
 from .errors import ApiError
 from .patching import apply_patch
-from .peers import to_table
 from .resources import ResourceType
 from .rest import WriteOptions
 from .selectors import parse_field_selector, parse_label_selector
+from .tables import to_table
 from .views import present
 from .watch import DEFAULT_WATCH_TIMEOUT, WatchRequest, serve_watch
 
@@ -234,6 +234,9 @@ async def watch_objects(server: ApiServer, t: Target, request: web.Request) -> w
         timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else DEFAULT_WATCH_TIMEOUT
     except ValueError as e:
         raise errors.bad_request(f"invalid timeoutSeconds: {q['timeoutSeconds']}") from e
+    rv_param = q.get("resourceVersion")
+    if rv_param and not rv_param.isdigit():
+        raise errors.bad_request(f"invalid resource version: {rv_param}")
     sie = q.get("sendInitialEvents")
     transform = None
     if wants_table(request):

@@ -15,10 +15,9 @@ from typing import Any
 
 import yaml
 
-from . import errors
+from . import errors, ssa
 from .errors import ApiError
 from .patch import PatchError, json_merge_patch, json_patch
-from .peers import peer
 from .resources import ResourceType
 from .rest import Rest, WriteOptions
 from .views import present
@@ -121,19 +120,13 @@ def _apply(
         live = present(rt, live)
     if live is None and subresource == "status":
         raise errors.not_found(rt.group, rt.plural, name)
-    ssa = peer("ssa")
-    now = rest.clock()
-    if ssa is None:  # ssa.py not there yet: merge without ownership tracking
-        merged = json_merge_patch(live or {}, applied)
-        rest._managed_fields(live, merged, opts, "Apply", subresource)
-    else:
-        try:
-            merged = ssa.server_side_apply(
-                live, applied, manager=opts.field_manager, force=opts.force, schema=rt.schema,
-                subresource=subresource, now=now,
-            )
-        except ssa.ApplyConflict as e:
-            raise _conflict_error(rt, name, e.conflicts) from e
+    try:
+        merged = ssa.server_side_apply(
+            live, applied, manager=opts.field_manager, force=opts.force, schema=rt.schema,
+            subresource=subresource, now=rest.clock(),
+        )
+    except ssa.ApplyConflict as e:
+        raise _conflict_error(rt, name, e.conflicts) from e
     if live is None:
         merged.setdefault("metadata", {})["name"] = name
         if rt.namespaced:

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from . import builtin, errors
-from .peers import peer
+from . import builtin, errors, ssa
+from . import schema as schema_mod
 from .resources import ResourceType
 from .store import Store
 from .validation import meta_causes
@@ -112,8 +112,7 @@ class Rest:
                 obj["metadata"].pop(path.split(".", 1)[1], None)
             else:
                 obj.pop(path, None)
-        schema_mod = peer("schema")
-        if not rt.builtin and rt.schema is not None and schema_mod is not None:
+        if not rt.builtin and rt.schema is not None:
             unknown += [p for p in schema_mod.prune(obj, rt.schema) if p not in unknown]
         if not unknown:
             return
@@ -126,12 +125,11 @@ class Rest:
 
     def _validate(self, rt: ResourceType, obj: JSON, old: JSON | None) -> None:
         """Defaults then schema and metadata validation; 422 Invalid with causes."""
-        schema_mod = peer("schema")
         causes: list[JSON] = []
         hook = self.strategies.get(rt.group_resource)
         if hook is not None:
             causes += hook(obj, old)
-        if not rt.builtin and rt.schema is not None and schema_mod is not None:
+        if not rt.builtin and rt.schema is not None:
             schema_mod.apply_defaults(obj, rt.schema)
             causes += schema_mod.validate(obj, rt.schema)
         causes = meta_causes(obj["metadata"], label_name=rt.plural == "namespaces" and rt.group == "") + causes
@@ -148,18 +146,8 @@ class Rest:
             raise errors.invalid(rt.group, rt.kind, obj["metadata"].get("name", ""), causes)
 
     def _managed_fields(self, old: JSON | None, new: JSON, opts: WriteOptions, operation: str, sub: str | None) -> None:
-        ssa = peer("ssa")
-        if ssa is not None:
-            ssa.update_managed_fields(old, new, manager=opts.manager(), operation=operation, subresource=sub, now=self.clock())
-            return
-        # Fallback: one entry per (manager, operation) without a field set.
-        md = new["metadata"]
-        entries = [e for e in md.get("managedFields") or [] if e.get("manager") != opts.manager() or e.get("operation") != operation]
-        entry = {"manager": opts.manager(), "operation": operation, "apiVersion": new.get("apiVersion", ""),
-                 "time": self.clock(), "fieldsType": "FieldsV1", "fieldsV1": {}}
-        if sub:
-            entry["subresource"] = sub
-        md["managedFields"] = [*entries, entry]
+        ssa.update_managed_fields(old, new, manager=opts.manager(), operation=operation, subresource=sub,
+                                  now=self.clock())
 
     def _check_identity(self, rt: ResourceType, ns: str, obj: JSON) -> None:
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata", {}), dict):
@@ -193,6 +181,8 @@ class Rest:
         if not md.get("name") and md.get("generateName"):
             md["name"] = md["generateName"] + "".join(random.choice(GENERATE_ALPHABET) for _ in range(5))
         self.namespace_check(rt, ns, creating=True)
+        if md.get("resourceVersion") and operation != "Apply":
+            raise errors.bad_request("resourceVersion should not be set on objects to be created")
         self._unknown_fields(rt, obj, opts)
         for k in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "generation"):
             md.pop(k, None)
@@ -352,6 +342,9 @@ class Rest:
         new = dict(obj)
         new["metadata"] = nmd = dict(md)
         nmd["finalizers"] = finalizers
+        if not md.get("deletionTimestamp") and md.get("generation"):
+            # registry store markAsDeleting: entering deletion bumps generation.
+            nmd["generation"] = int(md["generation"]) + 1
         nmd.setdefault("deletionTimestamp", self.clock())
         nmd.setdefault("deletionGracePeriodSeconds", 0)
         if _strip_for_compare(new) == _strip_for_compare(obj) or opts.dry_run:

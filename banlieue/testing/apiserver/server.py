@@ -23,13 +23,12 @@ import structlog
 import yaml
 from aiohttp import web
 
-from . import crds, discovery, errors, openapi_proto
+from . import crds, discovery, errors, openapi, openapi_proto
 from .builtin import builtin_types
 from .errors import ApiError
 from .faults import Faults
 from .gc import GarbageCollector
 from .handlers import NOT_FOUND_PATH, handle_resource, json_response, parse_target
-from .peers import peer
 from .resources import Registry, ResourceType
 from .rest import Rest, WriteOptions
 from .store import DEFAULT_HISTORY, Store
@@ -118,8 +117,8 @@ class ApiServer:
         body = copy.deepcopy(crd)
         name = (body.get("metadata") or {}).get("name", "")
         opts = WriteOptions(field_manager="banlieue-apiserver-double")
+        body.setdefault("metadata", {}).pop("resourceVersion", None)
         if self.store.get(CRD_GR, "", name) is not None:
-            body["metadata"].pop("resourceVersion", None)
             live = self.store.get(CRD_GR, "", name)
             assert live is not None
             body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
@@ -242,22 +241,11 @@ class ApiServer:
                             headers={"Content-Type": discovery.AGGREGATED_CT.format(v=version)})
 
     def _openapi(self, request: web.Request, segs: list[str]) -> web.Response:
-        mod = peer("openapi")
-        if mod is None:  # openapi.py not there yet: empty documents (clients skip validation)
-            if segs == ["openapi", "v2"]:
-                return json_response({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.32.0"},
-                                      "paths": {}, "definitions": {}})
-            if segs == ["openapi", "v3"]:
-                gvs = ["api/v1"] + [f"apis/{g}/{v}" for g, vs in self.registry.group_versions().items() if g for v in vs]
-                return json_response({"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash=0"} for gv in gvs}})
-            if len(segs) >= 4:
-                return json_response({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.32.0"},
-                                      "paths": {}, "components": {"schemas": {}}})
-            raise NOT_FOUND_PATH
+
         crd_list = self.crd_objects()
         if segs == ["openapi", "v2"]:
             if self._openapi_v2 is None:
-                self._openapi_v2 = crds.strip_strategic_merge(mod.openapi_v2(crd_list), crd_list)
+                self._openapi_v2 = crds.strip_strategic_merge(openapi.openapi_v2(crd_list), crd_list)
                 self._openapi_v2_pb = None
             if "protobuf" in request.headers.get("Accept", ""):
                 if self._openapi_v2_pb is None:
@@ -267,13 +255,13 @@ class ApiServer:
             return json_response(self._openapi_v2)
         if segs == ["openapi", "v3"]:
             gvs = ["api/v1"] + [f"apis/{g}/{v}" for g, vs in self.registry.group_versions().items() if g for v in vs]
-            return json_response(mod.openapi_v3_index(gvs))
+            return json_response(openapi.openapi_v3_index(gvs))
         if len(segs) == 4 and segs[:3] == ["openapi", "v3", "api"]:
-            return json_response(crds.strip_strategic_merge(mod.openapi_v3_doc("", segs[3], crd_list), crd_list))
+            return json_response(crds.strip_strategic_merge(openapi.openapi_v3_doc("", segs[3], crd_list), crd_list))
         if len(segs) == 5 and segs[:3] == ["openapi", "v3", "apis"]:
             if discovery.api_resource_list(self.registry, segs[3], segs[4]) is None:
                 raise NOT_FOUND_PATH
-            return json_response(crds.strip_strategic_merge(mod.openapi_v3_doc(segs[3], segs[4], crd_list), crd_list))
+            return json_response(crds.strip_strategic_merge(openapi.openapi_v3_doc(segs[3], segs[4], crd_list), crd_list))
         raise NOT_FOUND_PATH
 
     async def _debug(self, request: web.Request, segs: list[str]) -> web.Response:
