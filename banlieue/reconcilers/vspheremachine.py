@@ -1,0 +1,264 @@
+"""VSphereMachine controller of the ``provider vsphere`` role (SPEC §3, §4; field manager
+``banlieue.io/provider-vsphere``): gather -> ``vspheremachine_decide.decide`` -> execute.
+
+One reconcile walks the machine as far as it can: decide, do the one thing the plan asks (add
+the finalizer, connect and look the VM up, clone/converge, power, destroy), feed the outcome
+back into the snapshot and decide again (at most ``MAX_STEPS`` times). Writes per machine on
+the happy path: finalizer (1), status ``Cloning`` before the clone (1), ``spec.providerID``
+(server-side apply of that field alone, 1), final status (1), plus one when the IP arrives
+later. Status is written only when it differs from the stored one (both normalised through
+the model). Backend errors never escape as exceptions except when the plan asks for a retry
+with backoff (``VSphereMachineRetry``, after the status has been written).
+
+Public API: ``setup(mgr, ctx) -> Controller`` (name ``vspheremachine``); indexes
+``INDEX_UID``, ``INDEX_INSTANCE_UUID``, ``INDEX_BOOTSTRAP_SECRET`` on VSphereMachine
+(``vspheremachine_sources``). Reasons: see ``vspheremachine_decide``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from banlieue.api.infrastructure import VSphereMachine, VSphereMachineStatus
+from banlieue.backends.base import Backend, BackendError, Connection
+from banlieue.reconcilers.context import RoleContext
+from banlieue.reconcilers.kinds import (
+    CAPI_CLUSTER,
+    CAPI_LABEL_CLUSTER_NAME,
+    CAPI_LABEL_WATCH_FILTER,
+    CAPI_MACHINE,
+    CONFIG_MAP,
+    FINALIZER_VSPHERE_MACHINE,
+    PROVIDER,
+    SECRET,
+    VSPHERE_MACHINE,
+)
+from banlieue.reconcilers.vsphere_connection import ConnectionConfigError, connection_for
+from banlieue.reconcilers.vspheremachine_decide import Action, Event, Failure, Plan, Snapshot, decide
+from banlieue.reconcilers.vspheremachine_placement import (
+    PlacementError,
+    bootstrap_secret_ref,
+    capi_machine_owner,
+    is_capi_path,
+    read_bootstrap,
+)
+from banlieue.reconcilers.vspheremachine_sources import (
+    INDEX_BOOTSTRAP_SECRET,
+    INDEX_INSTANCE_UUID,
+    INDEX_UID,
+    CapiWatch,
+    MapFuncs,
+    VMWatch,
+    parse_provider,
+    register_indexes,
+)
+from banlieue.runtime.builder import ControllerBuilder
+from banlieue.runtime.controller import Controller
+from banlieue.runtime.errors import NotFound
+from banlieue.runtime.log import get_logger
+from banlieue.runtime.manager import Manager
+from banlieue.runtime.predicate import watch_filter_predicate
+from banlieue.runtime.reconcile import Request, Result
+
+__all__ = ["INDEX_BOOTSTRAP_SECRET", "INDEX_INSTANCE_UUID", "INDEX_UID", "VSphereMachineReconciler", "VSphereMachineRetry", "setup"]
+
+log = get_logger("banlieue.reconcilers.vspheremachine")
+
+MAX_STEPS = 8
+"""Decide/act rounds per reconcile (finalizer, connect, converge, power and the final status)."""
+CAPI_NOT_SYNCED_REQUEUE = 2.0
+"""Seconds to wait when a CAPI-path machine arrives before the CAPI caches are synced."""
+
+
+class VSphereMachineRetry(Exception):
+    """Raised after the status is written when the plan asks for a retry with backoff."""
+
+
+class VSphereMachineReconciler:
+    """Reconciles one VSphereMachine (see the module docstring). ``capi`` answers whether the
+    CAPI Machine/Cluster caches can be read (None: CAPI is never consulted)."""
+
+    def __init__(self, ctx: RoleContext, backend: Backend, capi: CapiWatch | None = None) -> None:
+        self.ctx = ctx
+        self.backend = backend
+        self.capi = capi
+
+    # --- gather -------------------------------------------------------------------------
+    def _in_scope(self, raw: dict[str, Any]) -> bool:
+        meta = raw.get("metadata") or {}
+        if self.ctx.namespace and meta.get("namespace") != self.ctx.namespace:
+            return False
+        if self.ctx.watch_filter and (meta.get("labels") or {}).get(CAPI_LABEL_WATCH_FILTER) != self.ctx.watch_filter:
+            return False
+        return True
+
+    def _gather(self, machine: VSphereMachine) -> Snapshot | None:
+        cache = self.ctx.cache
+        ns = machine.metadata.namespace
+        capi = is_capi_path(machine, CAPI_LABEL_CLUSTER_NAME)
+        capi_machine = cluster = None
+        if capi:
+            if self.capi is None or not self.capi.ready():
+                return None
+            owner = capi_machine_owner(machine)
+            capi_machine = cache.get(CAPI_MACHINE, owner, ns) if owner else None
+            cluster_name = (machine.metadata.labels or {}).get(CAPI_LABEL_CLUSTER_NAME) or ((capi_machine or {}).get("spec") or {}).get("clusterName")
+            cluster = cache.get(CAPI_CLUSTER, str(cluster_name), ns) if cluster_name else None
+        providers = tuple(p for p in (parse_provider(raw) for raw in cache.list(PROVIDER, ns)) if p is not None)
+        bootstrap = bootstrap_error = None
+        ref = bootstrap_secret_ref(machine, capi_machine, capi)
+        if ref is not None:
+            secret = cache.get(SECRET, ref[0], ns)
+            if secret is None:
+                bootstrap_error = f"bootstrap data Secret {ns}/{ref[0]} not found"
+            else:
+                try:
+                    bootstrap = read_bootstrap(secret, ref[1])
+                except PlacementError as err:
+                    bootstrap_error = err.message
+        return Snapshot(
+            machine=machine, now=self.ctx.now(), capi_machine=capi_machine, cluster=cluster, providers=providers,
+            bootstrap=bootstrap, bootstrap_error=bootstrap_error,
+        )
+
+    # --- execute ------------------------------------------------------------------------
+    async def _look_up(self, snap: Snapshot, plan: Plan) -> tuple[Snapshot, Connection | None]:
+        assert plan.provider is not None
+        try:
+            conn = connection_for(plan.provider, self.ctx.cache)
+        except ConnectionConfigError as err:
+            return replace(snap, connection_error=(err.reason, err.message)), None
+        status = snap.machine.status
+        try:
+            vm = await self.backend.find_vm(conn, snap.machine.metadata.uid or "", status.instance_uuid if status else None)
+        except BackendError as err:
+            return replace(snap, looked_up=True, failure=Failure("lookup", err.reason, str(err))), conn
+        return replace(snap, looked_up=True, vm=vm), conn
+
+    async def _act(self, snap: Snapshot, action: Action, conn: Connection) -> Snapshot:
+        uid = snap.machine.metadata.uid or ""
+        try:
+            if action.kind == "create":
+                assert action.spec is not None
+                result = await self.backend.create_vm(conn, action.spec)
+                if result.message:
+                    self._event(snap, Event("Normal", "CloneModeChanged", result.message))
+                return replace(snap, vm=result.vm, converged=True, failure=None)
+            if action.kind == "power":
+                info = await self.backend.set_power_state(conn, uid, action.state, action.off_mode, action.soft_timeout)
+                return replace(snap, vm=info, powered=True, failure=None)
+            destroyed = await self.backend.destroy_vm(conn, uid, action.off_mode, action.soft_timeout)
+            return replace(snap, vm=None, destroyed=destroyed, failure=None)
+        except BackendError as err:
+            log.info("vsphere action failed", machine=str(snap.machine.metadata.name), action=action.kind, reason=err.reason, error=str(err))
+            if action.kind == "create" and err.reason == "VMNotFound":
+                return replace(snap, vm=None, failure=None, looked_up=False)
+            return replace(snap, failure=Failure(action.kind, err.reason, str(err)))
+
+    def _event(self, snap: Snapshot, event: Event) -> None:
+        obj = {"apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind, "metadata": snap.machine.metadata.to_wire()}
+        self.ctx.recorder.event(obj, event.type, event.reason, event.message)
+
+    async def _write_status(self, raw: dict[str, Any], status: VSphereMachineStatus) -> dict[str, Any]:
+        desired = status.to_wire()
+        current = VSphereMachineStatus.from_wire(raw.get("status") or {}).to_wire()
+        if desired == current:
+            return raw
+        meta = raw["metadata"]
+        body = {
+            "apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind,
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "status": desired,
+        }
+        return await self.ctx.client.apply_status(VSPHERE_MACHINE, body, field_manager=self.ctx.field_manager, force=True)
+
+    async def _write_provider_id(self, raw: dict[str, Any], provider_id: str) -> dict[str, Any]:
+        # Server-side apply of spec.providerID alone: the VirtualMachine controller applies the
+        # rest of the spec under its own field manager, so the two never conflict.
+        meta = raw["metadata"]
+        body = {
+            "apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind,
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "spec": {"providerID": provider_id},
+        }
+        return await self.ctx.client.apply(VSPHERE_MACHINE, body, field_manager=self.ctx.field_manager, force=True)
+
+    async def reconcile(self, request: Request) -> Result:
+        cached = self.ctx.cache.get(VSPHERE_MACHINE, request.name, request.namespace)
+        if cached is None:
+            return Result()
+        raw = dict(cached)
+        if not self._in_scope(raw):
+            return Result()
+        try:
+            machine = VSphereMachine.from_wire(raw)
+        except ValidationError as err:
+            log.warning("malformed VSphereMachine", machine=str(request), error=str(err))
+            return Result()
+        snap = self._gather(machine)
+        if snap is None:
+            return Result(requeue_after=CAPI_NOT_SYNCED_REQUEUE)
+        conn: Connection | None = None
+        events: list[Event] = []
+        plan = Plan()
+        try:
+            for _ in range(MAX_STEPS):
+                plan = decide(snap)
+                if plan.add_finalizer:
+                    raw = await self.ctx.client.add_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
+                    snap = replace(snap, machine=VSphereMachine.from_wire(raw))
+                    continue
+                if plan.connect:
+                    snap, conn = await self._look_up(snap, plan)
+                    continue
+                if plan.action is None or conn is None:
+                    break
+                events.extend(plan.events)
+                if plan.write_status_first and plan.status is not None:
+                    raw = await self._write_status(raw, plan.status)
+                    snap = replace(snap, machine=VSphereMachine.from_wire(raw))
+                snap = await self._act(snap, plan.action, conn)
+            else:
+                log.warning("vspheremachine reconcile did not settle", machine=str(request), steps=MAX_STEPS)
+            events.extend(plan.events)
+            if plan.provider_id is not None:
+                raw = await self._write_provider_id(raw, plan.provider_id)
+            if plan.status is not None:
+                raw = await self._write_status(raw, plan.status)
+            if plan.remove_finalizer:
+                await self.ctx.client.remove_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
+        except NotFound:
+            return Result()  # deleted while we worked: nothing left to report on
+        finally:
+            for event in dict.fromkeys(events):
+                self._event(snap, event)
+        if plan.retry:
+            ready = [c for c in (plan.status.conditions if plan.status else None) or [] if c.type == "Ready"]
+            raise VSphereMachineRetry(ready[0].message if ready else "retrying")
+        return Result(requeue_after=plan.requeue_after)
+
+
+def setup(mgr: Manager, ctx: RoleContext) -> Controller:
+    """Register the ``vspheremachine`` controller: for VSphereMachine (``--watch-filter`` applies
+    to it), watches Provider, Secret, ConfigMap, the optional CAPI Machine/Cluster, and the
+    vCenter property collector of every vSphere Provider. Raises ValueError without a backend."""
+    if ctx.backend is None:
+        raise ValueError("the vspheremachine controller needs a backend (provider role)")
+    register_indexes(ctx.cache)
+    maps = MapFuncs(ctx.cache)
+    capi = CapiWatch(mgr, ctx.client, maps)
+    vm_watch = VMWatch(ctx.backend, ctx.cache, maps, ctx.namespace)
+    reconciler = VSphereMachineReconciler(ctx, ctx.backend, capi)
+    return (
+        ControllerBuilder(mgr)
+        .named("vspheremachine")
+        .for_(VSPHERE_MACHINE, predicates=[watch_filter_predicate(ctx.watch_filter or "")])
+        .watches(PROVIDER, maps.provider)
+        .watches(SECRET, maps.secret)
+        .watches(CONFIG_MAP, maps.config_map)
+        .watches_channel(capi.requests())
+        .watches_channel(vm_watch.requests())
+        .with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles)
+        .complete(reconciler)
+    )
