@@ -11,9 +11,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from runtime_helpers import Faults, eventually
+from runtime_helpers import Faults, api_url, eventually
 
 from banlieue.runtime.client import Client, retry_on_conflict
+from banlieue.runtime.config import config_for_url
 from banlieue.runtime.event import DeletedFinalStateUnknown, Object
 from banlieue.runtime.informer import Backoff, Informer
 from banlieue.runtime.kinds import CONFIG_MAP
@@ -259,3 +260,39 @@ async def test_resync_redelivers_cached_objects_without_the_server(client: Clien
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+class CompactingClient(Client):
+    """Writes one object and compacts the server's history right after the first LIST page, so
+    the continue token of page 2 has expired (410)."""
+
+    def __init__(self, apiserver: Any, writer: Client, namespace: str) -> None:
+        super().__init__(config_for_url(api_url(apiserver)))
+        self.apiserver, self.writer, self.namespace = apiserver, writer, namespace
+        self.pages: list[tuple[int | None, bool]] = []
+
+    async def list(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.pages.append((kwargs.get("limit"), bool(kwargs.get("continue_"))))
+        page = await super().list(*args, **kwargs)
+        if len(self.pages) == 1:
+            await self.writer.create(CONFIG_MAP, cm("written-between-pages", self.namespace))
+            self.apiserver.server.compact()
+        return page
+
+
+async def test_expired_continue_token_falls_back_to_a_full_list(apiserver: Any, client: Client, namespace: str) -> None:
+    for i in range(5):
+        await client.create(CONFIG_MAP, cm(f"p-{i}", namespace))
+    paging = CompactingClient(apiserver, client, namespace)
+    informer = Informer(paging, CONFIG_MAP, namespace=namespace, page_size=2)
+    task = asyncio.create_task(informer.run())
+    try:
+        assert await informer.wait_for_sync(10)
+        assert paging.pages[:3] == [(2, False), (2, True), (None, False)]  # page 1, expired page 2, full list
+        assert cache_state(informer) == await server_state(client, namespace)
+        assert len(informer.store) == 6
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await paging.close()

@@ -7,12 +7,15 @@ import contextlib
 from typing import Any
 
 import aiohttp
-from runtime_helpers import eventually, new_client
+import pytest
+from runtime_helpers import WIDGET, eventually, new_client, widget
 
+from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.client import Client
 from banlieue.runtime.health import HealthServer
-from banlieue.runtime.kinds import CONFIG_MAP, EVENT, LEASE
-from banlieue.runtime.manager import Manager
+from banlieue.runtime.kinds import CONFIG_MAP, EVENT, LEASE, ResourceKind
+from banlieue.runtime.manager import LeaderElectionLost, Manager
+from banlieue.runtime.reconcile import Request, Result
 from banlieue.runtime.recorder import EventRecorder
 
 
@@ -108,4 +111,57 @@ async def test_event_recorder_posts_and_folds_repeats_into_a_series(client: Clie
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class MarkReady:
+    def __init__(self, mgr: Manager) -> None:
+        self.mgr = mgr
+        self.calls = 0
+
+    async def reconcile(self, request: Request) -> Result:
+        self.calls += 1
+        obj = self.mgr.cache.get(WIDGET, request.name, request.namespace)
+        if obj is not None and not (obj.get("status") or {}).get("ready"):
+            await self.mgr.client.patch_status(WIDGET, request.name, request.namespace, {"status": {"ready": True}})
+        return Result()
+
+
+async def test_builder_controller_reconciles_then_stops_when_the_lease_is_lost(
+    apiserver: Any, client: Client, namespace: str, widgets: ResourceKind
+) -> None:
+    mgr = Manager(
+        new_client(apiserver), namespace=namespace, leader_election=True, leader_election_id="ctl-test",
+        lease_duration=2.0, renew_deadline=1.5, retry_period=0.3, metrics_bind_address="0",
+        health_probe_bind_address="0", handle_signals=False,
+    )
+    reconciler = MarkReady(mgr)
+    controller = ControllerBuilder(mgr).named("widget-test").for_(widgets).with_options(
+        max_concurrent_reconciles=4).complete(reconciler)
+    task = asyncio.create_task(mgr.start())
+    try:
+        for i in range(20):
+            await client.create(widgets, widget(f"w-{i}", namespace))
+
+        async def all_ready() -> bool:
+            items = (await client.list(widgets, namespace))["items"]
+            return len(items) == 20 and all((o.get("status") or {}).get("ready") for o in items)
+
+        await eventually(all_ready, timeout=15)
+        # another holder takes the lease: renewals conflict, leadership is lost, controllers stop
+        lease = await client.get(LEASE, "ctl-test", namespace)
+        lease["spec"]["holderIdentity"] = "usurper"
+        lease["spec"]["leaseDurationSeconds"] = 60
+        await client.update(LEASE, lease)
+        with pytest.raises(LeaderElectionLost):
+            async with asyncio.timeout(6):
+                await task
+        assert controller.queue.shutting_down
+        calls = reconciler.calls
+        await client.create(widgets, widget("after-loss", namespace))
+        await asyncio.sleep(0.5)
+        assert reconciler.calls == calls
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, LeaderElectionLost):
             await task
