@@ -590,6 +590,11 @@ def server_side_apply(
     sub = subresource or ""
     me = (manager, "Apply", "", sub)
     prefixes = _reset_prefixes(subresource, status_subresource)
+    if base and not managers:
+        # kube skipNonAppliedManager: the first apply to an object nobody manages yet records
+        # what exists as owned by "before-first-apply", so applying other values conflicts.
+        _record_update(managers, {}, base, t, prefixes, manager="before-first-apply",
+                       api_version=str(base.get("apiVersion", "")), subresource=sub, now=now)  # fmt: skip
     cfg = _without_managed(applied)
     # Inside SMD the applier owns everything it sent (metadata.name included, which keeps
     # metadata from being pruned); stripMeta removes those paths afterwards.
@@ -631,6 +636,21 @@ def _prune(merged: JSON, t: _T, managers: dict[tuple[str, str, str, str], _Manag
     return out
 
 
+def _record_update(managers: dict[tuple[str, str, str, str], _Manager], old: JSON, new: JSON, t: _T,
+                   prefixes: tuple[Path, ...], *, manager: str, api_version: str, subresource: str, now: str) -> None:  # fmt: skip
+    """managedFieldsUpdater + SMD ``Updater.Update``: changes join ``manager``'s Update entry."""
+    cmp = _compare(old, new, t, prefixes)
+    current = ("\x00current-operation", "Update", "", "")
+    managers[current] = _Manager(current[0], "Update", "", "", None, set())
+    _take_ownership(managers, current, cmp, force=True)
+    del managers[current]
+    owned = _filter(cmp.modified | cmp.added, prefixes)
+    if owned:
+        key = (manager, "Update", api_version, subresource)
+        prev = managers.get(key)
+        managers[key] = _Manager(manager, "Update", api_version, subresource, now, owned | (prev.fields if prev else set()))
+
+
 def update_managed_fields(
     old: JSON | None,
     new: JSON,
@@ -667,15 +687,6 @@ def update_managed_fields(
         entries = (old or {}).get("metadata", {}).get("managedFields")
     managers = _decode_managers(entries)
     prefixes = _reset_prefixes(subresource, status_subresource)
-    cmp = _compare(_without_managed(old), _without_managed(new), t, prefixes)
-    current = ("\x00current-operation", "Update", "", "")
-    managers[current] = _Manager(current[0], "Update", "", "", None, set())
-    _take_ownership(managers, current, cmp, force=True)
-    del managers[current]
-    owned = _filter(cmp.modified | cmp.added, prefixes)
-    if owned:
-        api_version = str(new.get("apiVersion", ""))
-        key = (manager, "Update", api_version, subresource or "")
-        prev = managers.get(key)
-        managers[key] = _Manager(manager, "Update", api_version, subresource or "", now, owned | (prev.fields if prev else set()))
+    _record_update(managers, _without_managed(old), _without_managed(new), t, prefixes, manager=manager,
+                   api_version=str(new.get("apiVersion", "")), subresource=subresource or "", now=now)  # fmt: skip
     _set_managed(new, managers)

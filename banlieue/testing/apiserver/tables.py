@@ -339,6 +339,7 @@ def to_table(
     include_object: str = "Metadata",
     now: datetime | None = None,
     kind: str | None = None,
+    remaining_item_count: int | None = None,
 ) -> JSON:
     """Build a ``meta.k8s.io/v1`` Table for ``objs``.
 
@@ -347,7 +348,8 @@ def to_table(
     Namespace, ConfigMap, Secret, Lease, Event; other kinds get Name / Created At. Each row has
     ``cells`` and ``object``: PartialObjectMetadata for ``include_object="Metadata"`` (default), the
     object for ``"Object"``, null for ``"None"``. Ages are rendered relative to ``now`` (UTC,
-    default: the current time). ``list_rv``/``continue_token`` fill the Table's ListMeta.
+    default: the current time). ``list_rv``/``continue_token``/``remaining_item_count`` fill
+    the Table's ListMeta.
     """
     now = now or datetime.now(UTC)
     if columns is not None:
@@ -358,5 +360,7 @@ def to_table(
     meta: JSON = {"resourceVersion": list_rv}
     if continue_token:
         meta["continue"] = continue_token
+    if remaining_item_count is not None:
+        meta["remainingItemCount"] = remaining_item_count
     rows = [{"cells": cells(o, now), "object": _row_object(o, include_object)} for o in objs]
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": defs, "rows": rows}

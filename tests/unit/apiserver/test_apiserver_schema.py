@@ -12,6 +12,7 @@ from banlieue.testing.apiserver.schema import (
     compile_schema,
     go_number,
     prune,
+    structural_causes,
     structural_errors,
     validate,
 )
@@ -265,3 +266,12 @@ def test_go_number_formatting(value: float, want: str) -> None:
 def test_float_bound_rendered_like_go() -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 1000000}}}
     assert validate({"n": 2000000}, schema)[0]["message"] == "Invalid value: 2000000: n in body should be less than or equal to 1e+06"
+
+
+def test_structural_causes_split_field_and_reason() -> None:
+    causes = structural_causes(_root(spec={"properties": {}}, a={"type": "object", "$ref": "#/x"}),
+                               field_prefix="spec.versions[0].schema.openAPIV3Schema")
+    assert {"field": "spec.versions[0].schema.openAPIV3Schema.properties[spec].type", "reason": "FieldValueRequired",
+            "message": "Required value: must not be empty for specified object fields"} in causes
+    assert {"field": "spec.versions[0].schema.openAPIV3Schema.properties[a].$ref", "reason": "FieldValueForbidden",
+            "message": "Forbidden: $ref is not supported"} in causes

@@ -321,3 +321,13 @@ def test_fieldsv1_round_trip(paths: set[tuple[str, ...]]) -> None:
 def test_fieldsv1_order_dot_first_then_fields_then_keys() -> None:
     enc = encode_fields({("f:spec",), ("f:spec", "k:{}"), ("f:spec", "f:b"), ("f:spec", "f:a")})
     assert list(enc["f:spec"]) == [".", "f:a", "f:b", "k:{}"]
+
+
+def test_first_apply_to_unmanaged_object_records_before_first_apply() -> None:
+    live = _cfg({"replicas": 1, "image": "i"})
+    with pytest.raises(ApplyConflict) as ei:
+        _apply(live, _cfg({"replicas": 2}), "a")
+    assert ei.value.conflicts == [("before-first-apply", ".spec.replicas")]
+    obj = _apply(live, _cfg({"replicas": 1}), "a", now="T5")
+    assert _entry(obj, "before-first-apply", "Update")["fieldsV1"] == {"f:spec": {".": {}, "f:image": {}, "f:replicas": {}}}
+    assert _entry(obj, "a")["fieldsV1"] == {"f:spec": {"f:replicas": {}}}

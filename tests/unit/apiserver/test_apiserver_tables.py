@@ -172,3 +172,8 @@ def test_builtin_printers(obj: dict[str, Any], cols: list[str], cells: list[Any]
 def test_builtin_kind_for_empty_list() -> None:
     t = to_table([], None, list_rv="1", continue_token=None, now=NOW, kind="ConfigMap")
     assert [c["name"] for c in t["columnDefinitions"]] == ["Name", "Data", "Age"]
+
+
+def test_remaining_item_count_in_list_meta() -> None:
+    t = to_table([VM], [], list_rv="5", continue_token="tok", remaining_item_count=3, now=NOW)
+    assert t["metadata"] == {"resourceVersion": "5", "continue": "tok", "remainingItemCount": 3}
