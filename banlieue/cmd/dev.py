@@ -1,23 +1,489 @@
-"""``banlieue dev``: API-server double + vcsim + manager on 127.0.0.1, for ``make dev``.
+"""``banlieue dev``: API-server double + vcsim + ``banlieue manager`` on 127.0.0.1 (``make dev``).
 
-PLACEHOLDER — another helper replaces :func:`main`. Contract for that implementation:
+Stages, one progress line each (``[1/7] starting API server double ... ok (0.4 s)``):
 
-* ``args`` carries ``exit_when_ready``, ``state_dir`` (kubeconfig, logs, simulator state),
-  ``api_port``/``vcsim_port`` (0 = a free port, 127.0.0.1 only) and ``options``, the embedded
-  manager's :class:`banlieue.options.Options` (``kubeconfig`` is ``None``: dev writes its own
-  into ``state_dir`` and passes ``dataclasses.replace(options, kubeconfig=...)``).
-* Return the exit code; with ``exit_when_ready`` return 0 once the samples are Ready.
-* Raise :class:`banlieue.options.StartupError` (one line, exit 1) when it cannot start, e.g.
-  the vcsim binary is missing ("run make vcsim").
-* Every child process and port is released on exit, including on SIGINT/SIGTERM.
+1. the API-server double (``python -m banlieue.testing.apiserver``), log ``apiserver.log``;
+2. one vcsim per sample Provider (``vcenter-a``, ``vcenter-b``: 2 datacenters x 3 clusters,
+   template ``ubuntu-22.04``, TLS with a generated CA), state and log in ``vcsim-<provider>/``;
+3. ``<state-dir>/kubeconfig`` and the CRDs (every ``config/crd/*.yaml`` through ``kubectl apply``;
+   the ``Kustomization`` is not a CRD and is skipped);
+4. ``banlieue manager --leader-elect`` with that kubeconfig, log ``manager.log``, metrics and
+   probes on 127.0.0.1 (the configured port when free, else a free one), until ``/readyz`` is 200;
+5. ``config/samples/*.yaml`` through ``kubectl apply -f -``, each Provider's endpoint and CA
+   rewritten (in memory) to its vcsim's URL and CA certificate;
+6. wait (at most ``READY_TIMEOUT`` seconds) until every sample VirtualMachine is Ready, printing
+   the phases as they change;
+7. ``kubectl get bvm,vsm,bprov``.
+
+Then it prints how to use kubectl against it and runs until Ctrl-C/SIGTERM (``--exit-when-ready``:
+exits 0 at once). A failing stage raises StartupError naming the stage, the reason and the log;
+every child is stopped on exit (manager first, so it releases its Leases; SIGTERM, then SIGKILL).
+Children run in their own session (a terminal's Ctrl-C reaches only this process, which stops
+them in order) and get SIGTERM should this process die (Linux ``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
-from banlieue.options import DevOptions, StartupError
+import contextlib
+import ctypes
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from banlieue.options import DevOptions, StartupError, split_bind_address
+from banlieue.reconcilers.metrics import READY, phase_of
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STAGES = 7
+READY_TIMEOUT = 180.0
+"""Seconds stage 6 waits for the sample VirtualMachines (clones in vcsim take about a second)."""
+STARTUP_TIMEOUT = 60.0
+"""Seconds a child (API double, vcsim, manager) may take to report that it is up."""
+STOP_TIMEOUT = 40.0
+"""Seconds a child may take to exit after SIGTERM (the manager drains up to 30 s)."""
+KUBECTL_FALLBACK = Path("/usr/lib/google-cloud-sdk/bin/kubectl")
+VM_PATH = "/apis/banlieue.io/v1alpha1/virtualmachines"
 
 
-def main(args: DevOptions) -> int:
-    """Run the dev environment until interrupted (or until ready); returns the exit code."""
-    # NOT IMPLEMENTED: replaced by the helper that builds the dev environment.
-    raise StartupError("banlieue dev is not implemented yet")
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class Child:
+    """A started child process, its log file and (for the API double) its stdout pipe."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self, lines: int = 15) -> str:
+        """The last ``lines`` lines of the log, for error messages."""
+        try:
+            text = self.log.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ""
+        return " | ".join(line.strip() for line in text if line.strip())
+
+
+@dataclass
+class Children:
+    """Every child started so far; :meth:`stop_all` stops them in reverse order."""
+
+    started: list[Child] = field(default_factory=list)
+
+    def start(self, name: str, argv: list[str], log: Path, *, stdout_pipe: bool = False,
+              cwd: Path | None = None) -> Child:
+        """Start ``argv`` with stderr (and stdout unless piped) appended to ``log``."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("wb") as sink:
+            process = subprocess.Popen(
+                argv, stdout=subprocess.PIPE if stdout_pipe else sink, stderr=sink, stdin=subprocess.DEVNULL,
+                cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        child = Child(name, process, log)
+        self.started.append(child)
+        return child
+
+    def check(self) -> None:
+        """Raise StartupError when a child has exited."""
+        for child in self.started:
+            code = child.process.poll()
+            if code is not None:
+                raise StartupError(f"{child.name} exited with code {code} (log {child.log}): {child.tail(5)}")
+
+    def stop_all(self) -> None:
+        """SIGTERM each child (newest first), wait up to STOP_TIMEOUT s, then SIGKILL."""
+        for child in reversed(self.started):
+            process = child.process
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=10)
+            if process.stdout is not None:
+                process.stdout.close()
+        self.started.clear()
+
+
+class Progress:
+    """Prints ``[i/7] title ... ok (x s)`` lines; detail lines in between repeat the title."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.index = 0
+        self._detail = False
+
+    def detail(self, text: str) -> None:
+        """A line under the running stage."""
+        if not self._detail:
+            self.out.write("\n")
+            self._detail = True
+        self.out.write(f"      {text}\n")
+        self.out.flush()
+
+    @contextlib.contextmanager
+    def stage(self, title: str) -> Iterator[None]:
+        """One stage; a StartupError inside gets the stage's name prepended."""
+        self.index += 1
+        self._detail = False
+        prefix = f"[{self.index}/{STAGES}] {title} ..."
+        self.out.write(prefix + " ")
+        self.out.flush()
+        started = time.monotonic()
+        try:
+            yield
+        except StartupError as err:
+            self._finish(prefix, f"failed ({time.monotonic() - started:.1f} s)")
+            raise StartupError(f"stage {self.index}/{STAGES} ({title}) failed: {err}") from None
+        except BaseException:
+            self._finish(prefix, f"interrupted ({time.monotonic() - started:.1f} s)")
+            raise
+        self._finish(prefix, f"ok ({time.monotonic() - started:.1f} s)")
+
+    def _finish(self, prefix: str, result: str) -> None:
+        self.out.write(f"{prefix} {result}\n" if self._detail else f"{result}\n")
+        self.out.flush()
+
+
+# --- small helpers ------------------------------------------------------------------------------
+
+
+def free_port(host: str = "127.0.0.1", preferred: int = 0) -> int:
+    """``preferred`` when it can be bound on ``host`` now, else a free port chosen by the OS."""
+    for port in ((preferred, 0) if preferred else (0,)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise StartupError(f"no free port on {host}")
+
+
+def find_kubectl() -> str:
+    """kubectl on PATH, else the Google Cloud SDK's; StartupError when neither exists."""
+    found = shutil.which("kubectl")
+    if found:
+        return found
+    if KUBECTL_FALLBACK.is_file():
+        return str(KUBECTL_FALLBACK)
+    raise StartupError("kubectl not found on PATH nor at /usr/lib/google-cloud-sdk/bin/kubectl (run make deps)")
+
+
+def find_vcsim() -> Path:
+    """``$BANLIEUE_VCSIM`` or ``<repo>/bin/vcsim``; StartupError when missing."""
+    path = Path(os.environ.get("BANLIEUE_VCSIM") or REPO_ROOT / "bin" / "vcsim")
+    if not path.is_file():
+        raise StartupError(f"{path} is missing: run `make vcsim`")
+    return path
+
+
+def config_dir(name: str) -> Path:
+    """``config/<name>`` of the source tree (``make dev`` runs from a clone)."""
+    for root in (REPO_ROOT, Path.cwd()):
+        if (root / "config" / name).is_dir():
+            return root / "config" / name
+    raise StartupError(f"config/{name} not found (run banlieue dev from a clone of the repository)")
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """GET ``url`` (127.0.0.1 only, no proxy); returns (status, body); status 0 = no answer."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as resp:
+            return int(resp.status), resp.read()
+    except urllib.error.HTTPError as err:
+        return int(err.code), err.read()
+    except (OSError, ValueError):
+        return 0, b""
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig for the (plain HTTP, no auth) API double at ``server``, context ``banlieue-dev``."""
+    name = "banlieue-dev"
+    cfg = {
+        "apiVersion": "v1", "kind": "Config", "current-context": name, "preferences": {},
+        "clusters": [{"name": name, "cluster": {"server": server}}],
+        "users": [{"name": name, "user": {}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}],
+    }
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def sample_documents(directory: Path) -> list[dict[str, Any]]:
+    """Every YAML document of ``directory/*.yaml`` (not sub-directories: ``capi/`` needs CAPI)."""
+    docs: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("*.yaml")):
+        docs.extend(d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if isinstance(d, dict))
+    return docs
+
+
+def is_provider(doc: dict[str, Any]) -> bool:
+    """True for a ``banlieue.io`` Provider document."""
+    return doc.get("kind") == "Provider" and str(doc.get("apiVersion", "")).startswith("banlieue.io/")
+
+
+def point_providers_at(docs: list[dict[str, Any]], endpoints: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+    """Copies of ``docs`` whose Providers use ``endpoints[name] = (sdk_url, ca_pem)``: the endpoint
+    replaced and TLS verified against the simulator's CA (``caBundle.inline``) instead of skipped."""
+    out: list[dict[str, Any]] = []
+    for doc in docs:
+        doc = json.loads(json.dumps(doc))
+        name = str((doc.get("metadata") or {}).get("name", ""))
+        if is_provider(doc) and name in endpoints:
+            url, ca_pem = endpoints[name]
+            connection = doc.setdefault("spec", {}).setdefault("connection", {})
+            connection["endpoint"] = url
+            connection.pop("insecureSkipTLSVerify", None)
+            connection["caBundle"] = {"inline": ca_pem}
+        out.append(doc)
+    return out
+
+
+# --- the environment --------------------------------------------------------------------------
+
+
+@dataclass
+class DevEnv:
+    """The running pieces; filled stage by stage."""
+
+    args: DevOptions
+    progress: Progress
+    children: Children = field(default_factory=Children)
+    kubectl: str = ""
+    api_url: str = ""
+    kubeconfig: Path = Path()
+    vcsims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metrics_url: str = ""
+    probes_url: str = ""
+    vm_names: list[str] = field(default_factory=list)
+
+    @property
+    def state(self) -> Path:
+        return self.args.state_dir
+
+    def run_kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60.0) -> str:
+        """``kubectl --kubeconfig <state>/kubeconfig ARGS``; StartupError with stderr on failure."""
+        argv = [self.kubectl, "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.state / "kube-cache"), *args]
+        try:
+            proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise StartupError(f"kubectl {' '.join(args[:2])} did not finish within {timeout:g} s") from None
+        if proc.returncode != 0:
+            raise StartupError(f"kubectl {' '.join(args[:2])} failed: {' '.join(proc.stderr.split())[:500]}")
+        return proc.stdout
+
+    def start_apiserver(self) -> None:
+        child = self.children.start(
+            "API server double",
+            [sys.executable, "-m", "banlieue.testing.apiserver", "--host", "127.0.0.1", "--port", str(self.args.api_port)],
+            self.state / "apiserver.log", stdout_pipe=True,
+        )
+        assert child.process.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(child.process.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout=STARTUP_TIMEOUT):
+                raise StartupError(f"no URL within {STARTUP_TIMEOUT:g} s (log {child.log}): {child.tail(5)}")
+        line = child.process.stdout.readline().decode(errors="replace").strip()
+        if not line.startswith("http://"):
+            self.children.check()
+            raise StartupError(f"unexpected first line {line!r} (log {child.log})")
+        self.api_url = line
+
+    def start_vcsims(self, providers: list[str]) -> None:
+        binary = find_vcsim()
+        pending: dict[str, tuple[Child, Path]] = {}
+        for index, provider in enumerate(providers):
+            workdir = self.state / f"vcsim-{provider}"
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir.mkdir(parents=True)
+            port = self.args.vcsim_port + index if self.args.vcsim_port else 0
+            info = workdir / "info.json"
+            argv = [str(binary), f"--listen=127.0.0.1:{port}", f"--info-file={info}", "--dc=2", "--cluster=3",
+                    "--templates=ubuntu-22.04", "--tls=true", f"--tls-dir={workdir / 'tls'}"]
+            pending[provider] = (self.children.start(f"vcsim {provider}", argv, workdir / "vcsim.log", cwd=workdir), info)
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while pending:
+            for provider, (child, info) in list(pending.items()):
+                with contextlib.suppress(OSError, ValueError):
+                    self.vcsims[provider] = json.loads(info.read_text(encoding="utf-8"))
+                    del pending[provider]
+                    continue
+                if child.process.poll() is not None or time.monotonic() > deadline:
+                    raise StartupError(f"{child.name} did not start (log {child.log}): {child.tail(5)}")
+            time.sleep(0.05)
+
+    def install_crds(self) -> int:
+        self.kubeconfig = write_kubeconfig(self.state / "kubeconfig", self.api_url)
+        files = sorted(p for p in config_dir("crd").glob("*.yaml") if p.name.lower() != "kustomization.yaml")
+        crds = [p for p in files if (yaml.safe_load(p.read_text(encoding="utf-8")) or {}).get("kind") == "CustomResourceDefinition"]
+        if not crds:
+            raise StartupError(f"no CustomResourceDefinition in {config_dir('crd')}")
+        self.run_kubectl("apply", "--validate=false", *(a for p in crds for a in ("-f", str(p))))
+        return len(crds)
+
+    def start_manager(self) -> None:
+        options = self.args.options
+        listeners = {}
+        for name, address in (("metrics", options.metrics_bind_address), ("probes", options.health_probe_bind_address)):
+            host, port = split_bind_address(address) or ("127.0.0.1", 0)
+            host = host if host in ("127.0.0.1", "localhost") else "127.0.0.1"  # dev: loopback only
+            listeners[name] = (host, free_port(host, port))
+        if listeners["metrics"] == listeners["probes"]:
+            listeners["probes"] = ("127.0.0.1", free_port())
+        self.metrics_url = "http://{}:{}/metrics".format(*listeners["metrics"])
+        self.probes_url = "http://{}:{}".format(*listeners["probes"])
+        argv = [
+            sys.executable, "-m", "banlieue.cli", "manager", "--kubeconfig", str(self.kubeconfig),
+            "--leader-elect", "--leader-election-namespace", "default",
+            "--metrics-bind-address", "{}:{}".format(*listeners["metrics"]),
+            "--health-probe-bind-address", "{}:{}".format(*listeners["probes"]),
+            "--max-concurrent-reconciles", str(options.max_concurrent_reconciles),
+            "--log-format", options.log_format, "--log-level", options.log_level,
+            "--vsphere-task-timeout", f"{options.vsphere_task_timeout:g}",
+        ]
+        if options.watch_filter:
+            argv += ["--watch-filter", options.watch_filter]
+        child = self.children.start("banlieue manager", argv, self.state / "manager.log")
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while http_get(self.probes_url + "/readyz", timeout=2.0)[0] != 200:
+            self.children.check()
+            if time.monotonic() > deadline:
+                raise StartupError(f"/readyz not ready within {STARTUP_TIMEOUT:g} s (log {child.log})")
+            time.sleep(0.2)
+
+    def apply_samples(self) -> int:
+        docs = sample_documents(config_dir("samples"))
+        endpoints = {name: (vc["url"], Path(vc["ca_file"]).read_text(encoding="utf-8")) for name, vc in self.vcsims.items()}
+        docs = point_providers_at(docs, endpoints)
+        self.vm_names = sorted(
+            str(d["metadata"]["name"]) for d in docs
+            if d.get("kind") == "VirtualMachine" and str(d.get("apiVersion", "")).startswith("banlieue.io/")
+        )
+        self.run_kubectl("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(docs, sort_keys=False))
+        return len(docs)
+
+    def virtual_machines(self) -> dict[str, dict[str, Any]]:
+        status, body = http_get(self.api_url + VM_PATH)
+        if status != 200:
+            raise StartupError(f"listing VirtualMachines answered {status or 'nothing'} (log {self.state / 'apiserver.log'})")
+        items = json.loads(body).get("items") or []
+        return {str(vm["metadata"]["name"]): vm for vm in items if vm["metadata"].get("namespace") == "default"}
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        last, last_print = "", 0.0
+        while True:
+            self.children.check()
+            vms = self.virtual_machines()
+            phases = {name: phase_of(vms[name]) if name in vms else "Missing" for name in self.vm_names}
+            ready = sum(1 for p in phases.values() if p == READY)
+            waiting = ", ".join(f"{n} {p}" for n, p in phases.items() if p != READY)
+            line = f"{ready}/{len(phases)} Ready" + (f" (waiting: {waiting})" if waiting else "")
+            if line != last or time.monotonic() - last_print > 15:
+                self.progress.detail(line)
+                last, last_print = line, time.monotonic()
+            if ready == len(phases):
+                return
+            if time.monotonic() > deadline:
+                reasons = "; ".join(f"{n}: {_ready_reason(vms.get(n))}" for n, p in phases.items() if p != READY)
+                raise StartupError(f"not Ready within {timeout:g} s: {reasons} (log {self.state / 'manager.log'})")
+            time.sleep(0.5)
+
+
+def _ready_reason(vm: dict[str, Any] | None) -> str:
+    if vm is None:
+        return "not created"
+    for condition in (vm.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return f"Ready={condition.get('status')} {condition.get('reason', '')}: {condition.get('message', '')}"[:300]
+    return "no Ready condition yet"
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(args: DevOptions, out: IO[str] | None = None) -> int:
+    """Run the dev environment until interrupted (or, with ``exit_when_ready``, until ready).
+
+    Returns 0 (ready and exited, or stopped by Ctrl-C/SIGTERM once ready), 130 when interrupted
+    before ready. Raises StartupError naming the failed stage, its reason and log file.
+    """
+    out = out or sys.stdout
+    started = time.monotonic()
+    try:
+        args.state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise StartupError(f"cannot create --state-dir {args.state_dir}: {err.strerror or err}") from None
+    env = DevEnv(args, Progress(out))
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    ready = False
+    try:
+        env.kubectl = find_kubectl()
+        providers = [str(d["metadata"]["name"]) for d in sample_documents(config_dir("samples")) if is_provider(d)]
+        with env.progress.stage("starting API server double"):
+            env.start_apiserver()
+        with env.progress.stage(f"starting vcsim for {', '.join(providers) or 'no Provider'}"):
+            env.start_vcsims(providers)
+        with env.progress.stage("installing CRDs (config/crd)"):
+            env.install_crds()
+        with env.progress.stage("starting banlieue manager"):
+            env.start_manager()
+        with env.progress.stage("applying samples (config/samples, Providers pointed at vcsim)"):
+            env.apply_samples()
+        with env.progress.stage(f"waiting for {len(env.vm_names)} VirtualMachines to be Ready"):
+            env.wait_ready()
+        with env.progress.stage("kubectl get bvm,vsm,bprov"):
+            table = env.run_kubectl("get", "bvm,vsm,bprov")
+        ready = True
+        out.write(table)
+        _print_usage(env, out, time.monotonic() - started)
+        if args.exit_when_ready:
+            return 0
+        while True:
+            env.children.check()
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        out.write("\nstopping ...\n")
+        return 0 if ready else 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abandon the children
+        try:
+            env.children.stop_all()
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, previous)
+        out.flush()
+
+
+def _print_usage(env: DevEnv, out: IO[str], elapsed: float) -> None:
+    state = env.state
+    shown = state if state.is_absolute() else Path("$PWD") / state
+    out.write(
+        f"\nbanlieue dev is ready ({elapsed:.1f} s). In another terminal:\n"
+        f"  export KUBECONFIG={shown / 'kubeconfig'}\n"
+        f"  kubectl get bvm,vsm,bprov,bvmc,bvmi,vsc\n"
+        f"Manager log: {state / 'manager.log'}   metrics: {env.metrics_url}   probes: {env.probes_url}/readyz\n"
+        + ("" if env.args.exit_when_ready else "Ctrl-C stops everything.\n")
+    )
+    out.flush()
