@@ -29,6 +29,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from banlieue.testing.apiserver.patch import json_equal
+
 __all__ = [
     "OBJECT_META_FIELDS",
     "CompiledSchema",
@@ -51,6 +53,9 @@ OBJECT_META_FIELDS = frozenset(
 )  # fmt: skip
 
 Cause = dict[str, str]
+
+# Marks "no old value" (create, or a field the old object did not have) for ratcheting.
+_NO_OLD: Any = object()
 
 
 def _json_type(v: Any) -> str:
@@ -199,7 +204,9 @@ class _Node:
 
     # --- validation (kube-openapi SchemaValidator) ---------------------------------------------
 
-    def validate(self, v: Any, path: str, out: list[Cause]) -> None:
+    def validate(self, v: Any, path: str, out: list[Cause], old: Any = _NO_OLD) -> None:
+        if old is not _NO_OLD and json_equal(v, old):
+            return  # CRD validation ratcheting: an unchanged value keeps passing
         if v is None:
             if (self.type or self.int_or_string) and not self.nullable:
                 msg = f'{path} in body must be of type {self.type_label}: "null"'
@@ -223,9 +230,9 @@ class _Node:
         elif jt in ("integer", "number"):
             self._validate_number(v, path, out)
         elif jt == "array":
-            self._validate_array(v, path, out)
+            self._validate_array(v, path, out, old)
         elif jt == "object":
-            self._validate_object(v, path, out)
+            self._validate_object(v, path, out, old)
         if self.enum is not None and not any(_enum_eq(v, e) for e in self.enum):
             out.append(_cause("FieldValueNotSupported", path, f"Unsupported value: {go_value(v)}: {self.enum_msg}"))
 
@@ -263,10 +270,12 @@ class _Node:
             rel = "greater than" if self.excl_min else "greater than or equal to"
             out.append(_invalid(path, v, f"{path} in body should be {rel} {go_float(self.minimum)}"))
 
-    def _validate_array(self, v: list[Any], path: str, out: list[Cause]) -> None:
+    def _validate_array(self, v: list[Any], path: str, out: list[Cause], old: Any = _NO_OLD) -> None:
         if self.items is not None:
+            olds = self._correlate(old)
             for i, x in enumerate(v):
-                self.items.validate(x, f"{path}[{i}]", out)
+                prev = olds.get(self._item_key(x), _NO_OLD) if olds else _NO_OLD
+                self.items.validate(x, f"{path}[{i}]", out, prev)
         n = len(v)
         if self.min_items is not None and n < self.min_items:
             out.append(_invalid(path, n, f"{path} in body should have at least {self.min_items} items"))
@@ -274,6 +283,21 @@ class _Node:
             out.append(_cause("FieldValueTooMany", path, f"Too many: {n}: must have at most {self.max_items} items"))
         if self.list_type in ("set", "map"):
             self._validate_list_type(v, path, out)
+
+    def _item_key(self, x: Any) -> str:
+        if self.list_type == "map" and isinstance(x, dict):
+            return json.dumps({k: x.get(k) for k in self.list_map_keys}, sort_keys=True)
+        return json.dumps(x, sort_keys=True)
+
+    def _correlate(self, old: Any) -> dict[str, Any]:
+        """Old items matched for ratcheting: list-map items by key, set items by value; atomic
+        lists are not correlated (apiextensions ratcheting ``CorrelatableOldValue``)."""
+        if not isinstance(old, list) or self.list_type not in ("map", "set"):
+            return {}
+        out: dict[str, Any] = {}
+        for x in old:
+            out.setdefault(self._item_key(x), x)
+        return out
 
     def _validate_list_type(self, v: list[Any], path: str, out: list[Cause]) -> None:
         # apiserver/schema/listtype: duplicates are reported at the later index.
@@ -290,7 +314,7 @@ class _Node:
                 out.append(_cause("FieldValueDuplicate", f"{path}[{i}]", f"Duplicate value: {go_value(key)}"))
             seen.add(token)
 
-    def _validate_object(self, v: dict[str, Any], path: str, out: list[Cause]) -> None:
+    def _validate_object(self, v: dict[str, Any], path: str, out: list[Cause], old: Any = _NO_OLD) -> None:
         for k in self.required:
             if k not in v:
                 out.append(_cause("FieldValueRequired", _child(path, k), "Required value"))
@@ -303,7 +327,8 @@ class _Node:
         for k, x in v.items():
             sub = props.get(k) or self.additional
             if sub is not None:
-                sub.validate(x, _child(path, k), out)
+                prev = old.get(k, _NO_OLD) if isinstance(old, dict) else _NO_OLD
+                sub.validate(x, _child(path, k), out, prev)
         if self.embedded and v:
             for k in ("apiVersion", "kind"):
                 if k not in v:
@@ -409,10 +434,10 @@ class CompiledSchema:
         self.schema = schema
         self.root = _Node(schema)
 
-    def validate(self, obj: Any, *, path: str = "") -> list[Cause]:
+    def validate(self, obj: Any, *, path: str = "", old: Any = None) -> list[Cause]:
         """See :func:`validate`."""
         out: list[Cause] = []
-        self.root.validate(obj, path, out)
+        self.root.validate(obj, path, out, _NO_OLD if old is None else old)
         return out
 
     def apply_defaults(self, obj: dict[str, Any]) -> None:
@@ -450,7 +475,7 @@ def compile_schema(schema: dict[str, Any]) -> CompiledSchema:
 compile: Callable[[dict[str, Any]], CompiledSchema] = compile_schema
 
 
-def validate(obj: Any, schema: dict[str, Any], *, path: str = "") -> list[Cause]:
+def validate(obj: Any, schema: dict[str, Any], *, path: str = "", old: Any = None) -> list[Cause]:
     """Validate ``obj`` against a structural schema; return StatusCause dicts (empty when valid).
 
     Each cause is ``{"reason", "message", "field"}`` as kube-apiserver reports them, e.g.
@@ -458,10 +483,12 @@ def validate(obj: Any, schema: dict[str, Any], *, path: str = "") -> list[Cause]
     spec.cpus in body should be greater than or equal to 1"}``. Reasons: FieldValueRequired,
     FieldValueTypeInvalid, FieldValueNotSupported (enum), FieldValueInvalid, FieldValueTooLong
     (maxLength), FieldValueTooMany (maxItems/maxProperties), FieldValueDuplicate (list-type
-    set/map). ``path`` prefixes every field path. Source: kube-openapi validate +
-    ``kubeOpenAPIResultToFieldErrors``.
+    set/map). ``path`` prefixes every field path. ``old`` (updates): CRD validation ratcheting
+    (beta, on by default since 1.30): a value deep-equal to the old one at the same place
+    (properties by name, list-map items by key, set items by value) is not re-validated.
+    Source: kube-openapi validate + ``kubeOpenAPIResultToFieldErrors``.
     """
-    return compile_schema(schema).validate(obj, path=path)
+    return compile_schema(schema).validate(obj, path=path, old=old)
 
 
 def apply_defaults(obj: dict[str, Any], schema: dict[str, Any]) -> None:

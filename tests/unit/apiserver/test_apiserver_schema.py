@@ -275,3 +275,18 @@ def test_structural_causes_split_field_and_reason() -> None:
             "message": "Required value: must not be empty for specified object fields"} in causes
     assert {"field": "spec.versions[0].schema.openAPIV3Schema.properties[a].$ref", "reason": "FieldValueForbidden",
             "message": "Forbidden: $ref is not supported"} in causes
+
+
+RATCHET = [
+    ("unchanged-invalid-field-passes", _obj(cpus=0), _obj(cpus=0) | {"metadata": {"name": "a", "labels": {"x": "y"}}}, []),
+    ("changed-invalid-field-fails", _obj(cpus=0), _obj(cpus=-1), ["spec.cpus"]),
+    ("newly-invalid-field-fails", _obj(), _obj(power="x"), ["spec.power"]),
+    ("unchanged-list-map-item-by-key", _obj(disks=[{"name": "a", "sizeGiB": 0}]),
+     _obj(disks=[{"name": "b", "sizeGiB": 0}, {"name": "a", "sizeGiB": 0}]), ["spec.disks[0].sizeGiB"]),
+    ("unchanged-missing-required-in-unchanged-object", {"spec": {"memoryMiB": 4}}, {"spec": {"memoryMiB": 4}, "status": {"phase": "x"}}, []),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "fields"), [c[1:] for c in RATCHET], ids=[c[0] for c in RATCHET])
+def test_validation_ratcheting(old: dict[str, Any], new: dict[str, Any], fields: list[str]) -> None:
+    assert [c["field"] for c in validate(new, SCHEMA, old=old)] == fields
