@@ -116,3 +116,35 @@ async def test_crd_dir_preload(tmp_path: object) -> None:
     server = ApiServer()
     assert server.load_crd_dir(d) == 1
     assert server.registry.get("example.com", "v1", "widgets") is not None
+
+
+async def test_crd_update_adds_a_served_version(widgets: Http) -> None:
+    _, crd, _ = await widgets.get(f"{CRDS}/widgets.example.com")
+    v1 = crd["spec"]["versions"][0]
+    v2 = copy.deepcopy(v1)
+    v2["name"], v2["storage"] = "v2", False
+    crd["spec"]["versions"].append(v2)
+    status, updated, _ = await widgets.put(f"{CRDS}/widgets.example.com", crd)
+    assert status == 200 and updated["metadata"]["generation"] == 2
+    status, body, _ = await widgets.get("/apis/example.com")
+    assert [v["version"] for v in body["versions"]] == ["v2", "v1"]
+    status, w, _ = await widgets.post("/apis/example.com/v1/namespaces/default/widgets",
+                                      {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "x"},
+                                       "spec": {"size": 1}})
+    assert status == 201 and w["apiVersion"] == "example.com/v1"
+    status, w2, _ = await widgets.get("/apis/example.com/v2/namespaces/default/widgets/x")
+    assert status == 200 and w2["apiVersion"] == "example.com/v2" and w2["spec"]["size"] == 1
+    assert updated["status"]["storedVersions"] == ["v1"]
+
+
+async def test_watch_ends_when_crd_is_deleted(widgets: Http) -> None:
+    import asyncio
+
+    async def delete_later() -> None:
+        await asyncio.sleep(0.3)
+        await widgets.delete(f"{CRDS}/gadgets.example.com")
+
+    task = asyncio.create_task(delete_later())
+    events = await widgets.watch_lines("/apis/example.com/v1/gadgets", {"timeoutSeconds": "20"}, stop_after=10)
+    await task
+    assert events == []

@@ -172,3 +172,22 @@ async def test_client_side_apply_of_builtin_uses_strategic_merge(kubectl: Kubect
     assert "configmap/applied configured" in out
     _, out, _ = await kubectl.run("get", "cm", "applied", "-o", "json")
     assert json.loads(out)["data"] == {"k": "v2", "k2": "x"}
+
+
+async def test_watch_wait_delete_and_categories(kubectl: Kubectl, widgets: Http) -> None:
+    await kubectl.apply(widget_doc(2))
+    _, out, _ = await kubectl.run("get", "all-widgets", "-o", "name")
+    assert out.strip() == "widget.example.com/w1"
+    proc = await asyncio.create_subprocess_exec(
+        kubectl.binary, "--kubeconfig", str(kubectl.kubeconfig), "--cache-dir", str(kubectl.cache),
+        "get", "wd", "-w", "--request-timeout=3s", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    await asyncio.sleep(1.0)
+    await kubectl.run("patch", "wd", "w1", "--type", "merge", "-p", '{"spec":{"size":7}}')
+    out_b, _ = await asyncio.wait_for(proc.communicate(), 15)
+    rows = [ln.split() for ln in out_b.decode().splitlines()]
+    assert rows[0][:2] == ["NAME", "SIZE"] and ["w1", "2"] == rows[1][:2] and ["w1", "7"] in [r[:2] for r in rows]
+    waiter = asyncio.create_task(kubectl.run("wait", "--for=delete", "wd/w1", "--timeout=15s"))
+    await asyncio.sleep(0.5)
+    await kubectl.run("delete", "wd", "w1", "--wait=false")
+    rc, out, _ = await waiter
+    assert rc == 0

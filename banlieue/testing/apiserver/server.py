@@ -100,8 +100,12 @@ class ApiServer:
         live = self.store.get(CRD_GR, "", obj["metadata"]["name"])
         self.registry.remove_group_resource(group, plural)
         if live is None:
-            # The cleanup finalizer emptied it already; drop leftovers of a forced removal.
+            # The cleanup finalizer emptied it already; drop leftovers of a forced removal, and end
+            # the watches of a resource that no longer exists (kube closes them too).
             self.store.drop_group_resource((group, plural))
+            for w in self.store.watchers():
+                if w.gr == (group, plural):
+                    w.stop()
             return
         for new_rt in crds.resource_types(live):
             self.registry.add(new_rt)
@@ -241,7 +245,6 @@ class ApiServer:
                             headers={"Content-Type": discovery.AGGREGATED_CT.format(v=version)})
 
     def _openapi(self, request: web.Request, segs: list[str]) -> web.Response:
-
         crd_list = self.crd_objects()
         if segs == ["openapi", "v2"]:
             if self._openapi_v2 is None:
