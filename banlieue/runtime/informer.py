@@ -277,6 +277,10 @@ class Informer:
             while True:
                 try:
                     await self._list_and_watch()
-                except (ApiError, ValueError) as exc:
+                except ApiError as exc:
                     self._log.warning("list/watch failed", error=str(exc))
+                except Exception:
+                    # client-go HandleError: a malformed response or object must not end the
+                    # informer; log it and relist after the backoff.
+                    self._log.exception("list/watch failed unexpectedly")
                 await asyncio.sleep(self.backoff.next_delay())
