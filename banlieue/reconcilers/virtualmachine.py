@@ -1,0 +1,329 @@
+"""VirtualMachine reconciler wiring: gather -> ``virtualmachine_decide.decide`` -> execute (SPEC §4).
+
+Writes per VM are few by construction (finalizer, one VSphereMachine apply, one status write per
+meaningful change): status and the VSphereMachine are written only when they differ, and
+``ReadYourWrites`` stops a reconcile that runs before the informer has seen the controller's own
+last write from writing the same thing again (or scheduling a peer as if this VM were unplaced).
+
+Indexes on the VirtualMachine cache (``setup`` registers them): ``spec.classRef.name``,
+``spec.imageRef.name``, ``status.scheduled.providerName`` (value ``<namespace>/<provider>``) and
+``unscheduled`` (value ``<namespace>``, VMs without a placement).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from banlieue.api.infrastructure import VSphereMachine
+from banlieue.api.provider import Provider
+from banlieue.api.virtualmachine import AntiAffinityTerm, VirtualMachine
+from banlieue.api.vmclass import VMClass
+from banlieue.api.vmimage import VMImage
+from banlieue.reconcilers.context import RoleContext
+from banlieue.reconcilers.kinds import (
+    ANNOTATION_MIGRATE,
+    FINALIZER_VIRTUAL_MACHINE,
+    PROVIDER,
+    VIRTUAL_MACHINE,
+    VM_CLASS,
+    VM_IMAGE,
+    VSPHERE_MACHINE,
+)
+from banlieue.reconcilers.scheduler import PeerPlacement
+from banlieue.reconcilers.virtualmachine_decide import Plan, Snapshot, decide
+from banlieue.runtime.builder import ControllerBuilder, ManagerLike
+from banlieue.runtime.controller import Controller
+from banlieue.runtime.errors import NotFound
+from banlieue.runtime.event import Object
+from banlieue.runtime.log import get_logger
+from banlieue.runtime.predicate import Funcs, Predicate, and_, watch_filter_predicate
+from banlieue.runtime.reconcile import Request, Result
+
+log = get_logger("reconcilers.virtualmachine")
+
+INDEX_CLASS = "spec.classRef.name"
+INDEX_IMAGE = "spec.imageRef.name"
+INDEX_PROVIDER = "status.scheduled.providerName"
+INDEX_UNSCHEDULED = "unscheduled"
+
+
+def _get(obj: Object, *path: str) -> Any:
+    cur: Any = obj
+    for part in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
+def index_class(obj: Object) -> list[str]:
+    """``spec.classRef.name`` of a VirtualMachine."""
+    name = _get(obj, "spec", "classRef", "name")
+    return [name] if isinstance(name, str) else []
+
+
+def index_image(obj: Object) -> list[str]:
+    """``spec.imageRef.name`` of a VirtualMachine."""
+    name = _get(obj, "spec", "imageRef", "name")
+    return [name] if isinstance(name, str) else []
+
+
+def index_provider(obj: Object) -> list[str]:
+    """``<namespace>/<status.scheduled.providerName>`` (Providers are namespaced)."""
+    name = _get(obj, "status", "scheduled", "providerName")
+    return [f"{obj['metadata'].get('namespace', '')}/{name}"] if isinstance(name, str) else []
+
+
+def index_unscheduled(obj: Object) -> list[str]:
+    """``<namespace>`` of a VirtualMachine without a placement."""
+    return [] if _get(obj, "status", "scheduled", "providerName") else [str(obj["metadata"].get("namespace", ""))]
+
+
+@dataclass
+class _Written:
+    stale: set[str]
+    obj: Object | None
+    at: float
+
+
+@dataclass
+class ReadYourWrites:
+    """Overlays the controller's own last write of an object on a possibly stale cache read.
+
+    ``record(key, before, after)``: the object was ``before`` (None: absent) and is now
+    ``after`` (None: deleted). ``view(key, cached)`` returns ``after`` while the cache still
+    shows a state that write superseded (a resourceVersion it replaced, or absence after a
+    create), else the cache. Entries expire after ``ttl`` seconds, so a missed event can only
+    delay, never wedge, a reconcile.
+    """
+
+    ttl: float = 10.0
+    clock: Callable[[], float] = time.monotonic
+    _entries: OrderedDict[str, _Written] = field(default_factory=OrderedDict)
+
+    @staticmethod
+    def _rv(obj: Object | None) -> str:
+        return "" if obj is None else str(obj.get("metadata", {}).get("resourceVersion", ""))
+
+    def record(self, key: str, before: Object | None, after: Object | None) -> None:
+        now = self.clock()
+        while self._entries:
+            first = next(iter(self._entries.values()))
+            if now - first.at < self.ttl:
+                break
+            self._entries.popitem(last=False)
+        prior = self._entries.pop(key, None)
+        stale = {self._rv(before)}
+        if prior is not None and self._rv(prior.obj) == self._rv(before):
+            stale |= prior.stale
+        self._entries[key] = _Written(stale, after, now)
+
+    def view(self, key: str, cached: Object | None) -> Object | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return cached
+        if self.clock() - entry.at >= self.ttl or self._rv(cached) not in entry.stale:
+            del self._entries[key]
+            return cached
+        return entry.obj
+
+    def forget(self, key: str) -> None:
+        self._entries.pop(key, None)
+
+
+def _parse(model: Any, raw: Object | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return model.from_wire(raw)
+    except ValidationError:
+        log.warning("object does not parse, treated as absent", kind=raw.get("kind"), name=_get(raw, "metadata", "name"))
+        return None
+
+
+class VirtualMachineReconciler:
+    """Reconciles one VirtualMachine: see ``virtualmachine_decide`` for the rules."""
+
+    def __init__(self, ctx: RoleContext) -> None:
+        self.ctx = ctx
+        self.vms = ReadYourWrites()
+        self.machines = ReadYourWrites()
+        self.assumed: dict[str, tuple[str, str]] = {}
+        """Placements decided but maybe not yet visible in the cache (kube-scheduler's assume)."""
+
+    def _peers(self, namespace: str, me: str) -> tuple[PeerPlacement, ...]:
+        out: list[PeerPlacement] = []
+        for cached in self.ctx.cache.list(VIRTUAL_MACHINE, namespace):
+            name = str(cached["metadata"]["name"])
+            if name == me:
+                continue
+            key = f"{namespace}/{name}"
+            raw = self.vms.view(key, cached)
+            if raw is None:
+                continue
+            scheduled = _get(raw, "status", "scheduled") or {}
+            where = (scheduled.get("providerName"), scheduled.get("failureDomain"))
+            assumed = self.assumed.get(key)
+            if assumed is not None:
+                if assumed == where:
+                    del self.assumed[key]
+                where = assumed
+            if not (isinstance(where[0], str) and isinstance(where[1], str)):
+                continue
+            terms: list[AntiAffinityTerm] = []
+            for term in _get(raw, "spec", "placement", "antiAffinity") or ():
+                try:
+                    terms.append(AntiAffinityTerm.from_wire(term))
+                except ValidationError:
+                    continue
+            labels = raw["metadata"].get("labels") or {}
+            out.append(PeerPlacement(name, dict(labels), where[0], where[1], tuple(terms)))
+        return tuple(out)
+
+    def gather(self, request: Request) -> tuple[Snapshot, Object, Object | None] | None:
+        """The snapshot, the VM as read, and the VSphereMachine as read; None when the VM is gone."""
+        cache = self.ctx.cache
+        key = f"{request.namespace}/{request.name}"
+        raw = self.vms.view(key, cache.get(VIRTUAL_MACHINE, request.name, request.namespace))
+        vm: VirtualMachine | None = _parse(VirtualMachine, raw)
+        if raw is None or vm is None:
+            self.assumed.pop(key, None)
+            return None
+        machine_raw = self.machines.view(key, cache.get(VSPHERE_MACHINE, request.name, request.namespace))
+        providers = tuple(
+            p for p in (_parse(Provider, o) for o in cache.list(PROVIDER, request.namespace)) if p is not None
+        )
+        snapshot = Snapshot(
+            vm=vm,
+            vm_class=_parse(VMClass, cache.get(VM_CLASS, vm.spec.class_ref.name)),
+            image=_parse(VMImage, cache.get(VM_IMAGE, vm.spec.image_ref.name)),
+            providers=providers,
+            peers=self._peers(request.namespace, request.name),
+            machine=_parse(VSphereMachine, machine_raw),
+            now=self.ctx.now().astimezone(UTC),
+        )
+        return snapshot, raw, machine_raw
+
+    async def reconcile(self, request: Request) -> Result:
+        gathered = self.gather(request)
+        if gathered is None:
+            return Result()
+        snapshot, raw, machine_raw = gathered
+        plan = decide(snapshot)
+        key = f"{request.namespace}/{request.name}"
+        if plan.placement is not None:
+            self.assumed[key] = plan.placement
+        try:
+            await self.execute(key, raw, machine_raw, plan)
+        except NotFound:
+            # The VM went away while we wrote; its delete event finishes the job.
+            return Result()
+        return Result()
+
+    async def execute(self, key: str, raw: Object, machine_raw: Object | None, plan: Plan) -> None:
+        """Carry out ``plan`` in the documented order, recording each write for ``ReadYourWrites``."""
+        client, fm = self.ctx.client, self.ctx.field_manager
+        meta = raw["metadata"]
+        name, namespace = meta["name"], meta.get("namespace")
+        current = raw
+        if plan.add_finalizer:
+            current = await client.add_finalizer(VIRTUAL_MACHINE, current, FINALIZER_VIRTUAL_MACHINE)
+            self.vms.record(key, raw, current)
+        if plan.delete_machine and machine_raw is not None:
+            uid = machine_raw["metadata"].get("uid")
+            await client.delete(VSPHERE_MACHINE, name, namespace, ignore_not_found=True,
+                                preconditions={"uid": uid} if uid else None)
+            deleting = {**machine_raw, "metadata": {**machine_raw["metadata"],
+                                                    "deletionTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}}
+            self.machines.record(key, machine_raw, deleting)
+        if plan.apply_machine is not None:
+            applied = await client.apply(VSPHERE_MACHINE, plan.apply_machine, field_manager=fm, force=True)
+            self.machines.record(key, machine_raw, applied)
+        if plan.clear_migrate_annotation:
+            before = current
+            current = await client.patch(VIRTUAL_MACHINE, name, namespace,
+                                         {"metadata": {"annotations": {ANNOTATION_MIGRATE: None}}})
+            self.vms.record(key, before, current)
+        if plan.status is not None:
+            body = {"apiVersion": raw.get("apiVersion"), "kind": raw.get("kind"),
+                    "metadata": {"name": name, "namespace": namespace}, "status": plan.status}
+            before = current
+            current = await client.apply_status(VIRTUAL_MACHINE, body, field_manager=fm, force=True)
+            self.vms.record(key, before, current)
+        if plan.remove_finalizer:
+            await client.remove_finalizer(VIRTUAL_MACHINE, current, FINALIZER_VIRTUAL_MACHINE)
+            self.vms.forget(key)
+            self.assumed.pop(key, None)
+        for event in plan.events:
+            self.ctx.recorder.event(current, event.type, event.reason, event.message)
+
+
+def _vm_update_matters(old: Object, new: Object) -> bool:
+    # Spec (generation), labels, annotations (banlieue.io/migrate) and deletion matter; the
+    # controller's own status writes do not.
+    om, nm = old.get("metadata") or {}, new.get("metadata") or {}
+    return any(om.get(k) != nm.get(k) for k in ("generation", "labels", "annotations", "deletionTimestamp"))
+
+
+def _scheduled_changed(old: Object, new: Object) -> bool:
+    return bool(
+        _get(old, "status", "scheduled") != _get(new, "status", "scheduled")
+        or _get(old, "metadata", "labels") != _get(new, "metadata", "labels")
+    )
+
+
+def _requests(objs: Iterable[Object], exclude: tuple[str, str] | None = None) -> list[Request]:
+    out = []
+    for o in objs:
+        ns, name = str(o["metadata"].get("namespace", "")), str(o["metadata"]["name"])
+        if (ns, name) != exclude:
+            out.append(Request(ns, name))
+    return out
+
+
+def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
+    """Register the ``virtualmachine`` controller: for_(VirtualMachine), owns(VSphereMachine),
+    VMClass/VMImage -> the VMs using them, Provider -> the VMs placed on it and the unscheduled
+    VMs of its namespace, a VM's placement change or deletion -> the unscheduled VMs of its
+    namespace (anti-affinity peers). Registers the four indexes of the module docstring."""
+    cache = ctx.cache
+    for index, fn in ((INDEX_CLASS, index_class), (INDEX_IMAGE, index_image), (INDEX_PROVIDER, index_provider),
+                      (INDEX_UNSCHEDULED, index_unscheduled)):
+        cache.add_indexer(VIRTUAL_MACHINE, index, fn)
+
+    def by_class(obj: Object) -> list[Request]:
+        return _requests(cache.by_index(VIRTUAL_MACHINE, INDEX_CLASS, str(obj["metadata"]["name"])))
+
+    def by_image(obj: Object) -> list[Request]:
+        return _requests(cache.by_index(VIRTUAL_MACHINE, INDEX_IMAGE, str(obj["metadata"]["name"])))
+
+    def by_provider(obj: Object) -> list[Request]:
+        ns = str(obj["metadata"].get("namespace", ""))
+        placed = cache.by_index(VIRTUAL_MACHINE, INDEX_PROVIDER, f"{ns}/{obj['metadata']['name']}")
+        return _requests([*placed, *cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, ns)])
+
+    def peers_of(obj: Object) -> list[Request]:
+        ns = str(obj["metadata"].get("namespace", ""))
+        return _requests(cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, ns), (ns, str(obj["metadata"]["name"])))
+
+    scoped: Predicate = watch_filter_predicate(ctx.watch_filter or "")
+    reconciler = VirtualMachineReconciler(ctx)
+    return (
+        ControllerBuilder(mgr)
+        .named("virtualmachine")
+        .for_(VIRTUAL_MACHINE, predicates=[and_(scoped, Funcs(update=_vm_update_matters))])
+        .owns(VSPHERE_MACHINE, predicates=[scoped])
+        .watches(VM_CLASS, by_class)
+        .watches(VM_IMAGE, by_image)
+        .watches(PROVIDER, by_provider)
+        .watches(VIRTUAL_MACHINE, peers_of, predicates=[Funcs(create=lambda _o: False, update=_scheduled_changed)])
+        .with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles)
+        .complete(reconciler)
+    )

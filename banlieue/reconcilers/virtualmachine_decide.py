@@ -1,0 +1,450 @@
+"""VirtualMachine: the pure ``decide(snapshot) -> Plan`` (SPEC §2 VirtualMachine, §4).
+
+Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmachine`` executes):
+
+1. Deleting: delete the VSphereMachine, wait until it is gone (Ready False ``Deleting``), then drop
+   the finalizer ``banlieue.io/virtualmachine``.
+2. ``spec.paused``: ``Paused`` True, nothing else (CAPI v1beta2 Paused condition; the finalizer
+   is not added and status.observedGeneration does not advance while paused).
+3. Add the finalizer; resolve VMClass and VMImage (missing -> ``Scheduled`` False
+   ``ClassNotFound``/``ImageNotFound``).
+4. Schedule (``banlieue.reconcilers.scheduler``), keeping the current placement while valid.
+5. Drift (current placement invalid): ``automatic`` (or ``manual`` with annotation
+   ``banlieue.io/migrate: "true"``) deletes the VSphereMachine, waits until it is gone, then
+   places again (``Migrating`` True ``ProviderChanged``/``FailureDomainChanged`` until the new
+   machine is Ready; the annotation is cleared when the new placement is written); ``manual``
+   without the annotation and ``never`` keep the old placement with ``PlacementValid`` False.
+   When nothing else fits, the old placement is kept too.
+6. Apply the VSphereMachine (only when it differs from the cached one), mirror its status through
+   ``InfraMachineRead``, and compute ``Ready``: True only when InfrastructureReady is True, the
+   machine is provisioned and the observed power state is the desired one.
+
+The status in the plan is the full desired status, or None when it equals the current one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from banlieue.api.conditions import get_condition, is_true, set_condition
+from banlieue.api.infrastructure import API_VERSION as INFRA_API_VERSION
+from banlieue.api.infrastructure import GROUP as INFRA_GROUP
+from banlieue.api.infrastructure import VSphereMachine, VSphereMachineReason
+from banlieue.api.meta import Condition, ConditionStatus, ContractVersionedObjectReference, Initialization
+from banlieue.api.provider import Provider
+from banlieue.api.virtualmachine import (
+    MigrationPolicy,
+    ScheduledPlacement,
+    VirtualMachine,
+    VirtualMachineReason,
+    VirtualMachineStatus,
+)
+from banlieue.api.virtualmachine import VirtualMachineConditionType as C
+from banlieue.api.vmclass import IPAMSource, VMClass
+from banlieue.api.vmimage import VMImage
+from banlieue.reconcilers.kinds import (
+    ANNOTATION_MIGRATE,
+    FINALIZER_VIRTUAL_MACHINE,
+    LABEL_OWNED_BY,
+    LABEL_PROVIDER,
+    PROVIDER_CLASS_VSPHERE,
+)
+from banlieue.reconcilers.scheduler import PeerPlacement, Placement, SchedulingInput, image_template, schedule
+from banlieue.reconcilers.status_mirror import InfraMachineRead
+
+
+class Reason:
+    """Condition reasons banlieue chose where SPEC §4 names none (documented for operators)."""
+
+    READY = "Ready"
+    SCHEDULED = "Scheduled"
+    NOT_SCHEDULED = "NotScheduled"
+    VALID = "Valid"
+    NOT_MIGRATING = "NotMigrating"
+    PAUSED = "Paused"
+    NOT_PAUSED = "NotPaused"
+    DELETING = "Deleting"
+    WAITING_FOR_INFRASTRUCTURE = "WaitingForInfrastructure"
+    WAITING_FOR_POWER_STATE = "WaitingForPowerState"
+
+
+PROGRESS_REASONS = frozenset(
+    {VSphereMachineReason.CLONING, VSphereMachineReason.POWERING_ON, VSphereMachineReason.WAITING_FOR_IP_ADDRESS}
+)
+"""VSphereMachine Ready reasons mirrored as ``WaitingForInfrastructure``: each step would otherwise
+cost a VirtualMachine status write (the write budget per VM is small). Failure reasons
+(``CloneFailed``, ``TemplateNotFound``, ``InvalidSpec``...) are mirrored as they are."""
+
+MANAGED_SPEC_KEYS = (
+    "providerRef", "failureDomain", "template", "numCPUs", "memoryMiB", "disks", "network", "firmware",
+    "powerState", "bootstrapDataSecretRef",
+)
+"""VSphereMachine spec fields the controller owns (field manager ``banlieue.io/controller``)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The VM, what it references (None when missing), every Provider of its namespace, the
+    placements of the other VMs of the namespace, its VSphereMachine (None when absent), now."""
+
+    vm: VirtualMachine
+    vm_class: VMClass | None
+    image: VMImage | None
+    providers: tuple[Provider, ...]
+    peers: tuple[PeerPlacement, ...]
+    machine: VSphereMachine | None
+    now: datetime
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """A Kubernetes Event to record about the VM."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do, in order: add finalizer, delete machine, apply machine (full SSA body), clear
+    the migrate annotation, write status (full desired status; None = unchanged), remove the
+    finalizer. ``placement``: (provider, failure domain) the VM is placed on, for the
+    reconciler's assumed-placement cache."""
+
+    add_finalizer: bool = False
+    delete_machine: bool = False
+    apply_machine: dict[str, Any] | None = None
+    clear_migrate_annotation: bool = False
+    status: dict[str, Any] | None = None
+    remove_finalizer: bool = False
+    placement: tuple[str, str] | None = None
+    events: tuple[RecordedEvent, ...] = ()
+
+
+class _Conds:
+    """Accumulates condition changes (set_condition semantics) for one generation."""
+
+    def __init__(self, current: Sequence[Condition] | None, generation: int | None, now: datetime) -> None:
+        self.items = list(current or ())
+        self.generation = generation
+        self.now = now
+
+    def set(self, type_: str, status: ConditionStatus | bool, reason: str, message: str = "") -> None:
+        # metav1.Condition caps messages at 32768 characters; scheduler messages quote user input.
+        self.items = set_condition(self.items, type_, status, reason, message[:32768], self.generation, self.now)
+
+
+def desired_machine(vm: VirtualMachine, vm_class: VMClass, target: Placement) -> dict[str, Any]:
+    """The VSphereMachine the controller applies for ``vm`` on ``target`` (wire dict)."""
+    name, namespace = vm.metadata.name or "", vm.metadata.namespace or ""
+    labels = {**(vm.metadata.labels or {}), LABEL_OWNED_BY: name, LABEL_PROVIDER: target.provider_name}
+    hw = vm_class.spec.hardware
+    devices: list[dict[str, Any]] = []
+    for nic in (vm_class.spec.network.interfaces if vm_class.spec.network else None) or ():
+        device: dict[str, Any] = {"name": nic.name, "networkClass": nic.network_class}
+        if nic.ipam is not None and nic.ipam.source is IPAMSource.STATIC:
+            static = nic.ipam.static
+            device["dhcp4"] = False
+            if static is not None:
+                device.update(static.to_wire())
+        else:
+            device["dhcp4"] = True
+        devices.append(device)
+    spec: dict[str, Any] = {
+        "providerRef": {"name": target.provider_name},
+        "failureDomain": target.failure_domain,
+        "numCPUs": hw.cpus,
+        "memoryMiB": hw.memory_mib,
+        "firmware": str(vm_class.spec.firmware),
+        "powerState": str(vm.spec.desired_power_state),
+    }
+    if target.template is not None:
+        spec["template"] = target.template
+    if hw.disks:
+        spec["disks"] = [
+            {"name": d.name, "sizeGiB": d.size_gib, "provisioning": str(d.provisioning), "storageClass": d.storage_class}
+            for d in hw.disks
+        ]
+    if devices:
+        spec["network"] = {"devices": devices}
+    if vm.spec.user_data is not None:
+        # By reference only: the controller never reads or copies user data (SPEC §2).
+        spec["bootstrapDataSecretRef"] = {"name": vm.spec.user_data.secret_ref.name, "key": vm.spec.user_data.key}
+    owner = {
+        "apiVersion": vm.api_version, "kind": vm.kind, "name": name, "uid": vm.metadata.uid or "",
+        "controller": True, "blockOwnerDeletion": True,
+    }
+    return {
+        "apiVersion": INFRA_API_VERSION,
+        "kind": "VSphereMachine",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]},
+        "spec": spec,
+    }
+
+
+def _contains(actual: Any, desired: Any) -> bool:
+    if isinstance(desired, dict):
+        return isinstance(actual, dict) and all(k in actual and _contains(actual[k], v) for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(actual, list) and len(actual) == len(desired) and all(
+            _contains(a, d) for a, d in zip(actual, desired, strict=True)
+        )
+    return bool(actual == desired)
+
+
+def machine_differs(machine: VSphereMachine | None, desired: dict[str, Any]) -> bool:
+    """Whether applying ``desired`` would change ``machine``: labels differ, the owner reference
+    is missing, or a managed spec field differs (set, changed or to be removed)."""
+    if machine is None:
+        return True
+    actual = machine.to_wire()
+    meta = actual.get("metadata", {})
+    if (meta.get("labels") or {}) != desired["metadata"]["labels"]:
+        return True
+    owner = desired["metadata"]["ownerReferences"][0]
+    if not any(_contains(ref, owner) for ref in meta.get("ownerReferences") or ()):
+        return True
+    spec = actual.get("spec", {})
+    for key in MANAGED_SPEC_KEYS:
+        if key in desired["spec"]:
+            if not _contains(spec.get(key), desired["spec"][key]):
+                return True
+        elif key in spec:
+            return True
+    return False
+
+
+def _current(vm: VirtualMachine, machine: InfraMachineRead | None) -> tuple[str, str] | None:
+    sched = vm.status.scheduled if vm.status else None
+    if sched is not None and sched.provider_name and sched.failure_domain:
+        return (sched.provider_name, sched.failure_domain)
+    if machine is not None and machine.provider_name and machine.failure_domain:
+        # Status lost (restored from a backup, wiped): adopt the machine's placement.
+        return (machine.provider_name, machine.failure_domain)
+    return None
+
+
+def _old_placement(s: Snapshot, current: tuple[str, str]) -> Placement:
+    sched = s.vm.status.scheduled if s.vm.status else None
+    pclass = (sched.provider_class if sched else None) or PROVIDER_CLASS_VSPHERE
+    same = sched is not None and (sched.provider_name, sched.failure_domain) == current
+    return Placement(
+        provider_name=current[0],
+        provider_class=pclass,
+        failure_domain=current[1],
+        template=image_template(s.image, pclass) if s.image else None,
+        resolved_storage=tuple((sched.resolved_storage if sched and same else None) or ()),
+        resolved_networks=tuple((sched.resolved_networks if sched and same else None) or ()),
+    )
+
+
+def _scheduled(s: Snapshot, target: Placement) -> ScheduledPlacement:
+    old = s.vm.status.scheduled if s.vm.status else None
+    same = old is not None and (old.provider_name, old.failure_domain) == (target.provider_name, target.failure_domain)
+    return ScheduledPlacement(
+        provider_name=target.provider_name,
+        provider_class=target.provider_class,
+        failure_domain=target.failure_domain,
+        resolved_storage=list(target.resolved_storage) or None,
+        resolved_networks=list(target.resolved_networks) or None,
+        scheduled_at=(old.scheduled_at if same and old is not None else None) or s.now,
+    )
+
+
+def _infra_condition(conds: _Conds, machine: InfraMachineRead | None, name: str) -> None:
+    ready = machine.ready if machine is not None else None
+    if ready is None or (ready.status is not ConditionStatus.TRUE and ready.reason in PROGRESS_REASONS):
+        # One reason and message for "absent", "no Ready yet" and every progress step, so the
+        # VM's status is written once while the machine is being provisioned.
+        conds.set(C.INFRASTRUCTURE_READY, False, Reason.WAITING_FOR_INFRASTRUCTURE, f"VSphereMachine {name} is not Ready yet")
+    else:
+        conds.set(C.INFRASTRUCTURE_READY, ready.status, ready.reason, ready.message)
+
+
+def _finish(s: Snapshot, conds: _Conds, status: VirtualMachineStatus, **plan: Any) -> Plan:
+    status.conditions = conds.items
+    desired = status.to_wire()
+    current = (s.vm.status or VirtualMachineStatus()).to_wire()
+    return Plan(status=None if desired == current else desired, **plan)
+
+
+def _ready(conds: _Conds, s: Snapshot, machine: InfraMachineRead | None, blocked: tuple[str, str] | None) -> None:
+    name = s.vm.metadata.name or ""
+    infra = get_condition(conds.items, C.INFRASTRUCTURE_READY)
+    desired_power = s.vm.spec.desired_power_state
+    if blocked is not None:
+        conds.set(C.READY, False, *blocked)
+    elif infra is None or infra.status is not ConditionStatus.TRUE:
+        conds.set(C.READY, False, infra.reason if infra else Reason.WAITING_FOR_INFRASTRUCTURE,
+                  infra.message if infra else "")
+    elif machine is None or not machine.provisioned:
+        conds.set(C.READY, False, Reason.WAITING_FOR_INFRASTRUCTURE, f"VSphereMachine {name} is not provisioned yet")
+    elif machine.power_state is not desired_power:
+        observed = machine.power_state.value if machine.power_state else "unknown"
+        conds.set(C.READY, False, Reason.WAITING_FOR_POWER_STATE, f"desired {desired_power.value}, observed {observed}")
+    else:
+        conds.set(C.READY, True, Reason.READY)
+
+
+def _mirror(status: VirtualMachineStatus, machine: InfraMachineRead | None, name: str, exists: bool) -> None:
+    status.infrastructure_ref = (
+        ContractVersionedObjectReference(api_group=INFRA_GROUP, kind="VSphereMachine", name=name) if exists else None
+    )
+    status.initialization = Initialization(provisioned=True) if machine and machine.provisioned else None
+    status.addresses = list(machine.addresses) or None if machine else None
+    status.provider_id = machine.provider_id if machine else None
+    status.observed_power_state = machine.power_state if machine else None
+
+
+def decide(s: Snapshot) -> Plan:
+    """The plan for one reconcile of ``s.vm`` (module docstring). Never raises."""
+    vm = s.vm
+    name = vm.metadata.name or ""
+    conds = _Conds(vm.status.conditions if vm.status else None, vm.metadata.generation, s.now)
+    has_finalizer = FINALIZER_VIRTUAL_MACHINE in (vm.metadata.finalizers or ())
+    machine = InfraMachineRead.from_machine(s.machine) if s.machine is not None else None
+    status = (vm.status or VirtualMachineStatus()).model_copy(deep=True)
+
+    if vm.metadata.deletion_timestamp is not None:
+        if not has_finalizer:
+            return Plan()
+        if machine is None:
+            return Plan(remove_finalizer=True)
+        _infra_condition(conds, machine, name)
+        conds.set(C.READY, False, Reason.DELETING, f"waiting for VSphereMachine {name} to be deleted")
+        return _finish(s, conds, status, delete_machine=not machine.deleting)
+
+    if vm.spec.paused:
+        conds.set(C.PAUSED, True, Reason.PAUSED, "spec.paused is true")
+        if get_condition(conds.items, C.READY) is None:
+            conds.set(C.READY, False, Reason.PAUSED, "spec.paused is true")
+        return _finish(s, conds, status)
+
+    conds.set(C.PAUSED, False, Reason.NOT_PAUSED)
+    status.observed_generation = vm.metadata.generation
+    add_finalizer = not has_finalizer
+    events: list[RecordedEvent] = []
+    was_scheduled = get_condition(vm.status.conditions if vm.status else None, C.SCHEDULED)
+
+    def unschedulable(reason: str, message: str) -> None:
+        conds.set(C.SCHEDULED, False, reason, message)
+        if was_scheduled is None or was_scheduled.reason != reason:
+            events.append(RecordedEvent("Warning", "FailedScheduling", message))
+
+    if s.vm_class is None or s.image is None:
+        missing = (VirtualMachineReason.CLASS_NOT_FOUND, f"VMClass {vm.spec.class_ref.name} not found") if s.vm_class is None \
+            else (VirtualMachineReason.IMAGE_NOT_FOUND, f"VMImage {vm.spec.image_ref.name} not found")
+        unschedulable(*missing)
+        if get_condition(conds.items, C.PLACEMENT_VALID) is None:
+            conds.set(C.PLACEMENT_VALID, ConditionStatus.UNKNOWN, Reason.NOT_SCHEDULED, "not scheduled yet")
+        if get_condition(conds.items, C.MIGRATING) is None:
+            conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+        _infra_condition(conds, machine, name)
+        _mirror(status, machine, name, machine is not None)
+        _ready(conds, s, machine, missing)
+        return _finish(s, conds, status, add_finalizer=add_finalizer, events=tuple(events))
+
+    current = _current(vm, machine)
+    decision = schedule(SchedulingInput(vm, s.vm_class, s.image, s.providers, s.peers, current))
+    migrating = get_condition(conds.items, C.MIGRATING)
+    was_migrating = migrating is not None and migrating.status is ConditionStatus.TRUE
+    annotated = (vm.metadata.annotations or {}).get(ANNOTATION_MIGRATE) == "true"
+    policy = vm.spec.migration_policy
+    target: Placement | None = None
+    blocked: tuple[str, str] | None = None
+    delete_machine = clear_annotation = moving = False
+
+    if current is not None and decision.current_invalid is not None:
+        bad_reason, bad_message = decision.current_invalid
+        may_move = policy is MigrationPolicy.AUTOMATIC or (policy is MigrationPolicy.MANUAL and annotated)
+        new = decision.placement
+        if may_move and new is not None:
+            move_reason = (VirtualMachineReason.PROVIDER_CHANGED if new.provider_name != current[0]
+                           else VirtualMachineReason.FAILURE_DOMAIN_CHANGED)
+            move_message = (f"moving from {current[0]}/{current[1]} to {new.provider_name}/{new.failure_domain}: "
+                            f"{bad_message}")
+            conds.set(C.MIGRATING, True, move_reason, move_message)
+            moving = True
+            if not was_migrating:
+                events.append(RecordedEvent("Normal", move_reason, move_message))
+            if machine is not None:
+                conds.set(C.PLACEMENT_VALID, False, bad_reason, bad_message)
+                delete_machine = not machine.deleting
+                blocked = (move_reason, f"waiting for VSphereMachine {name} to be deleted before placing it on "
+                           f"{new.provider_name}/{new.failure_domain}")
+            else:
+                target = new
+                clear_annotation = annotated
+        elif may_move and machine is None:
+            # The old machine is gone and nothing else fits: wait instead of recreating it on a
+            # placement known to be invalid.
+            unschedulable(decision.reason or VirtualMachineReason.NO_FAILURE_DOMAIN_MATCHED, decision.message)
+            conds.set(C.PLACEMENT_VALID, False, bad_reason, bad_message)
+            blocked = (decision.reason or VirtualMachineReason.NO_FAILURE_DOMAIN_MATCHED, decision.message)
+        else:
+            target = _old_placement(s, current)
+            if policy is MigrationPolicy.NEVER:
+                hint = "migrationPolicy is never: the VM stays where it is"
+            elif new is None:
+                hint = f"no other placement fits ({decision.reason}: {decision.message})"
+            else:
+                hint = (f"annotate {ANNOTATION_MIGRATE}=\"true\" to move it to "
+                        f"{new.provider_name}/{new.failure_domain}")
+            conds.set(C.PLACEMENT_VALID, False, bad_reason, f"{bad_message}; {hint}")
+            conds.set(C.SCHEDULED, True, Reason.SCHEDULED, f"on {current[0]}/{current[1]}")
+            conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+    elif decision.placement is None:
+        unschedulable(decision.reason or VirtualMachineReason.NO_PROVIDER_MATCHED, decision.message)
+        blocked = (decision.reason or VirtualMachineReason.NO_PROVIDER_MATCHED, decision.message)
+        conds.set(C.PLACEMENT_VALID, ConditionStatus.UNKNOWN, Reason.NOT_SCHEDULED, "not scheduled yet")
+        conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+    else:
+        target = decision.placement
+
+    apply_machine: dict[str, Any] | None = None
+    if target is not None:
+        where = f"{target.provider_name}/{target.failure_domain}"
+        if not decision.current_invalid or target.provider_name != (current or ("", ""))[0] or \
+                target.failure_domain != (current or ("", ""))[1]:
+            conds.set(C.PLACEMENT_VALID, True, Reason.VALID)
+        if was_scheduled is None or was_scheduled.status is not ConditionStatus.TRUE or current != (
+            target.provider_name, target.failure_domain
+        ):
+            events.append(RecordedEvent("Normal", "Scheduled", f"placed on {where}"))
+        conds.set(C.SCHEDULED, True, Reason.SCHEDULED, f"on {where}")
+        status.scheduled = _scheduled(s, target)
+        if moving:
+            pass
+        elif was_migrating and not decision.current_invalid:
+            done = machine is not None and machine.provisioned and machine.ready is not None and \
+                machine.ready.status is ConditionStatus.TRUE
+            if done:
+                conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+        elif not was_migrating:
+            conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+        if machine is None or not machine.deleting:
+            wanted = desired_machine(vm, s.vm_class, target)
+            if machine_differs(s.machine, wanted):
+                apply_machine = wanted
+        if is_true(conds.items, C.MIGRATING) and blocked is None:
+            migrating_now = get_condition(conds.items, C.MIGRATING)
+            assert migrating_now is not None
+            blocked = (migrating_now.reason, migrating_now.message)
+
+    exists = machine is not None or apply_machine is not None
+    _infra_condition(conds, machine, name)
+    _mirror(status, machine, name, exists)
+    _ready(conds, s, machine, blocked)
+    return _finish(
+        s, conds, status,
+        add_finalizer=add_finalizer,
+        delete_machine=delete_machine,
+        apply_machine=apply_machine,
+        clear_migrate_annotation=clear_annotation,
+        placement=(target.provider_name, target.failure_domain) if target is not None else None,
+        events=tuple(events),
+    )
