@@ -508,7 +508,36 @@ def _encode_managers(managers: dict[tuple[str, str, str, str], _Manager]) -> lis
     return entries
 
 
+MAX_UPDATE_MANAGERS = 10  # kube fieldmanager DefaultMaxUpdateManagers
+
+
+def _cap_update_managers(managers: dict[tuple[str, str, str, str], _Manager]) -> None:
+    """kube capManagersManager: past 10 Update entries, the oldest merge into "ancient-changes"
+    (one bucket per apiVersion, carrying the time of the newest entry merged in)."""
+    updaters = sorted((k for k, m in managers.items() if m.operation != "Apply"),
+                      key=lambda k: (managers[k].time or "", managers[k].manager))  # fmt: skip
+    length = len(updaters)
+    first_by_version: dict[str, tuple[str, str, str, str]] = {}
+    for k in updaters:
+        if length <= MAX_UPDATE_MANAGERS:
+            break
+        m = managers[k]
+        bucket = ("ancient-changes", "Update", m.api_version, "")
+        first = first_by_version.get(m.api_version)
+        if first is None:
+            first_by_version[m.api_version] = k
+            continue
+        if bucket not in managers:
+            f = managers.pop(first)
+            managers[bucket] = _Manager("ancient-changes", "Update", m.api_version, "", f.time, f.fields)
+        managers[bucket].fields = managers[bucket].fields | m.fields
+        managers[bucket].time = m.time
+        del managers[k]
+        length -= 1
+
+
 def _set_managed(obj: JSON, managers: dict[tuple[str, str, str, str], _Manager]) -> None:
+    _cap_update_managers(managers)
     md = obj.setdefault("metadata", {})
     entries = _encode_managers(managers)
     if entries:

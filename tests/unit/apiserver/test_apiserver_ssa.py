@@ -331,3 +331,18 @@ def test_first_apply_to_unmanaged_object_records_before_first_apply() -> None:
     obj = _apply(live, _cfg({"replicas": 1}), "a", now="T5")
     assert _entry(obj, "before-first-apply", "Update")["fieldsV1"] == {"f:spec": {".": {}, "f:image": {}, "f:replicas": {}}}
     assert _entry(obj, "a")["fieldsV1"] == {"f:spec": {"f:replicas": {}}}
+
+
+def test_update_managers_capped_into_ancient_changes() -> None:
+    obj = _cfg({"env": {}})
+    update_managed_fields(None, obj, manager="m00", operation="Update", subresource=None, now="T00", schema=SCHEMA)
+    for i in range(1, 12):
+        new = copy.deepcopy(obj)
+        new["spec"]["env"][f"K{i}"] = "v"
+        update_managed_fields(obj, new, manager=f"m{i:02d}", operation="Update", subresource=None, now=f"T{i:02d}", schema=SCHEMA)
+        obj = new
+    entries = obj["metadata"]["managedFields"]
+    assert len(entries) == 10
+    ancient = _entry(obj, "ancient-changes", "Update")
+    assert set(ancient["fieldsV1"]["f:spec"]["f:env"]) >= {"f:K1", "f:K2"}
+    assert "m00" not in {e["manager"] for e in entries} and "m11" in {e["manager"] for e in entries}
