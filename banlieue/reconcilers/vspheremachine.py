@@ -85,6 +85,11 @@ class VSphereMachineReconciler:
         self.ctx = ctx
         self.backend = backend
         self.capi = capi
+        # Last status / providerID this process wrote, by object UID: a reconcile that runs on a
+        # cache not yet updated by our own write must not write the same thing again (only this
+        # role writes VSphereMachine status and spec.providerID).
+        self._written_status: dict[str, dict[str, Any]] = {}
+        self._written_provider_id: dict[str, str] = {}
 
     # --- gather -------------------------------------------------------------------------
     def _in_scope(self, raw: dict[str, Any]) -> bool:
@@ -165,24 +170,30 @@ class VSphereMachineReconciler:
     async def _write_status(self, raw: dict[str, Any], status: VSphereMachineStatus) -> dict[str, Any]:
         desired = status.to_wire()
         current = VSphereMachineStatus.from_wire(raw.get("status") or {}).to_wire()
-        if desired == current:
-            return raw
         meta = raw["metadata"]
+        if desired == current or self._written_status.get(meta["uid"]) == desired:
+            return raw
         body = {
             "apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind,
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "status": desired,
         }
-        return await self.ctx.client.apply_status(VSPHERE_MACHINE, body, field_manager=self.ctx.field_manager, force=True)
+        written = await self.ctx.client.apply_status(VSPHERE_MACHINE, body, field_manager=self.ctx.field_manager, force=True)
+        self._written_status[meta["uid"]] = desired
+        return written
 
     async def _write_provider_id(self, raw: dict[str, Any], provider_id: str) -> dict[str, Any]:
         # Server-side apply of spec.providerID alone: the VirtualMachine controller applies the
         # rest of the spec under its own field manager, so the two never conflict.
         meta = raw["metadata"]
+        if self._written_provider_id.get(meta["uid"]) == provider_id:
+            return raw
         body = {
             "apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind,
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "spec": {"providerID": provider_id},
         }
-        return await self.ctx.client.apply(VSPHERE_MACHINE, body, field_manager=self.ctx.field_manager, force=True)
+        written = await self.ctx.client.apply(VSPHERE_MACHINE, body, field_manager=self.ctx.field_manager, force=True)
+        self._written_provider_id[meta["uid"]] = provider_id
+        return written
 
     async def reconcile(self, request: Request) -> Result:
         cached = self.ctx.cache.get(VSPHERE_MACHINE, request.name, request.namespace)
@@ -223,11 +234,18 @@ class VSphereMachineReconciler:
                 log.warning("vspheremachine reconcile did not settle", machine=str(request), steps=MAX_STEPS)
             events.extend(plan.events)
             if plan.provider_id is not None:
+                # Writing spec bumps metadata.generation: decide again so the status written
+                # below carries the new observedGeneration (no second status write later).
                 raw = await self._write_provider_id(raw, plan.provider_id)
+                snap = replace(snap, machine=VSphereMachine.from_wire(raw))
+                plan = decide(snap)
+                events.extend(plan.events)
             if plan.status is not None:
                 raw = await self._write_status(raw, plan.status)
             if plan.remove_finalizer:
                 await self.ctx.client.remove_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
+                self._written_status.pop(str(raw["metadata"].get("uid")), None)
+                self._written_provider_id.pop(str(raw["metadata"].get("uid")), None)
         except NotFound:
             return Result()  # deleted while we worked: nothing left to report on
         finally:

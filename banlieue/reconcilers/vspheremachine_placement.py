@@ -198,7 +198,8 @@ def resolve_placement(machine: VSphereMachine, failure_domain: str | None, provi
         fd, where = fds_ok[0]
         assert where is not None
         return Placement(provider, fd.name, where[0], where[1])
-    return Placement(provider, None, datacenter, cluster)
+    named = next((fd.name for fd in (provider.status.failure_domains if provider.status else None) or () if _raw_of(fd) == (datacenter, cluster)), None)
+    return Placement(provider, named, datacenter, cluster)
 
 
 def _datastore_for(provider: Provider, storage_class: str) -> str:
