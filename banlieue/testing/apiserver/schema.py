@@ -449,6 +449,7 @@ class CompiledSchema:
         """See :func:`prune`."""
         out: list[str] = []
         self.root.prune(obj, "", out, root=True)
+        out.sort()  # structural/pruning PruneWithOptions sorts the unknown field paths
         return out
 
 
@@ -502,7 +503,7 @@ def apply_defaults(obj: dict[str, Any], schema: dict[str, Any]) -> None:
 
 
 def prune(obj: dict[str, Any], schema: dict[str, Any]) -> list[str]:
-    """Drop fields unknown to ``schema`` in place; return their paths (``spec.foo``, ``spec.a[0].b``).
+    """Drop fields unknown to ``schema`` in place; return their paths sorted (``spec.foo``, ``spec.a[0].b``).
 
     Root ``apiVersion``/``kind`` are kept and root ``metadata`` is cut to ObjectMeta fields (same
     for ``x-kubernetes-embedded-resource`` objects); ``x-kubernetes-preserve-unknown-fields``

@@ -290,3 +290,8 @@ RATCHET = [
 @pytest.mark.parametrize(("old", "new", "fields"), [c[1:] for c in RATCHET], ids=[c[0] for c in RATCHET])
 def test_validation_ratcheting(old: dict[str, Any], new: dict[str, Any], fields: list[str]) -> None:
     assert [c["field"] for c in validate(new, SCHEMA, old=old)] == fields
+
+
+def test_prune_paths_sorted() -> None:
+    obj = _obj(zz=1, aa=2) | {"bogus": 1}
+    assert prune(obj, SCHEMA) == ["bogus", "spec.aa", "spec.zz"]
