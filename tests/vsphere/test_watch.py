@@ -116,3 +116,25 @@ async def test_watch_survives_a_terminated_session(
         info = await backend.find_vm(conn, uid)
         assert info is not None and info.power_state == "PoweredOff"
     await backend.destroy_vm(conn, uid)
+
+
+async def test_a_running_watch_makes_lookups_of_unknown_uids_free(
+    backend: VSphereBackend, conn: Connection
+) -> None:
+    uid = str(uuid.uuid4())
+    spec = VMSpec(uid=uid, name=f"w-{uid[:8]}", datacenter="DC0", cluster="DC0_C0", template="ubuntu-22.04",
+                  num_cpus=1, memory_mib=256)
+    cold = VSphereBackend()
+    try:
+        await cold.create_vm(conn, spec)  # made by "another process": only the watch can tell us
+    finally:
+        await cold.close()
+    async with watching(backend, conn) as queue:
+        await next_for(queue, uid, "modified")
+        before = backend.soap_requests(conn)
+        assert await backend.find_vm(conn, str(uuid.uuid4())) is None
+        assert backend.soap_requests(conn) == before
+        found = await backend.find_vm(conn, uid)
+        assert found is not None and found.uid == uid
+        assert (await backend.create_vm(conn, spec)).created is False
+    await backend.destroy_vm(conn, uid)

@@ -100,7 +100,8 @@ class VSphereBackend:
         return idx
 
     async def _locate(self, conn: Connection, uid: str) -> tuple[Any, VMInfo] | None:
-        """(VM object, VMInfo) for ``uid``: cached moref (1 call) else a full scan (2 calls)."""
+        """(VM object, VMInfo) for ``uid``: cached moref (1 call), else a full scan (2 calls)
+        unless a running change watch keeps the index complete (0 calls for a miss)."""
         index = self._vm_index(conn)
         idx = self._indexes.get(self.sessions.endpoint_for(conn).label)
         nets = idx[1] if idx else None
@@ -112,6 +113,8 @@ class VSphereBackend:
                 if info is not None and info.uid == uid:
                     return vm, info
                 index.forget(uid)
+            if index.authoritative:
+                return None  # the change watch keeps the index complete: no scan needed
             find.scan_uids(s.content, index)
             vm = index.get(uid)
             if vm is None:

@@ -55,11 +55,17 @@ def extra_config(props: ObjectProps) -> dict[str, str]:
 
 
 class VMIndex:
-    """UID -> VM moref cache, filled by full scans and by creates; thread-safe."""
+    """UID -> VM moref cache, filled by full scans, creates and the change watch; thread-safe.
+
+    ``authoritative`` is True while a change watch that has applied its initial full batch is
+    running: then every managed VM is in the index (clones are added as they complete, removals
+    arrive as "leave"), and a miss needs no full scan.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_uid: dict[str, Any] = {}
+        self.authoritative = False
 
     def get(self, uid: str) -> Any | None:
         with self._lock:
@@ -72,10 +78,6 @@ class VMIndex:
     def forget(self, uid: str) -> None:
         with self._lock:
             self._by_uid.pop(uid, None)
-
-    def uid_of(self, moref: str) -> str | None:
-        with self._lock:
-            return next((u for u, vm in self._by_uid.items() if moid(vm) == moref), None)
 
 
 def scan_vms(content: Any) -> list[ObjectProps]:

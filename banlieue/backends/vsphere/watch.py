@@ -52,8 +52,9 @@ WATCH_PATHS = [
 class VMWatch:
     """The blocking half of a watch: collector setup, one long poll, teardown."""
 
-    def __init__(self, session: Session, max_wait_seconds: float) -> None:
+    def __init__(self, session: Session, max_wait_seconds: float, index: VMIndex) -> None:
         self.session = session
+        self.index = index
         self.max_wait = max_wait_seconds
         self.stub: Any = None
         self.collector: Any = None
@@ -96,6 +97,7 @@ class VMWatch:
                 self.setup()
             update = self.collector.WaitForUpdatesEx(self.version, PC.WaitOptions(maxWaitSeconds=int(self.max_wait)))
         except (vim.fault.NotAuthenticated, vmodl.fault.ManagedObjectNotFound):
+            self.index.authoritative = False
             # The session ended (or the collector went with it): share the pool's session,
             # logging in again if that one is the dead one too, then resync.
             if self.stub.GetSessionId() == self.session.stub.GetSessionId():
@@ -106,8 +108,20 @@ class VMWatch:
             raise map_exception(exc) from exc
         if update is None:
             return []
+        full = self.version == ""
         self.version = update.version
-        return self._changes(update)
+        changes = self._changes(update)
+        # Update the index here, as the batch arrives, not when the consumer gets to it.
+        for change in changes:
+            if change.uid is None:
+                continue
+            if change.kind == "removed":
+                self.index.forget(change.uid)
+            else:
+                self.index.put(change.uid, vim.VirtualMachine(change.moref, self.session.stub))
+        if full:
+            self.index.authoritative = True
+        return changes
 
     def _changes(self, update: Any) -> list[VMChange]:
         out: list[VMChange] = []
@@ -150,7 +164,7 @@ async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float) -
     Transient errors (vCenter unreachable) are retried with back-off (1 s doubling to 60 s);
     other BackendErrors end the iteration by raising.
     """
-    w = VMWatch(session, max_wait_seconds)
+    w = VMWatch(session, max_wait_seconds, index)
     thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"vsphere-watch-{session.endpoint.label}")
     loop = asyncio.get_running_loop()
     backoff = 1.0
@@ -165,16 +179,13 @@ async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float) -
                     raise err from exc
                 log.warning("vsphere watch failed; retrying", vcenter=session.endpoint.label, reason=err.reason)
                 w.collector = None
+                index.authoritative = False
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 60.0)
                 continue
             for change in changes:
-                if change.uid is not None:
-                    if change.kind == "removed":
-                        index.forget(change.uid)
-                    else:
-                        index.put(change.uid, vim.VirtualMachine(change.moref, session.stub))
                 yield change
     finally:
+        index.authoritative = False
         await loop.run_in_executor(session.endpoint.pool, w.cancel)
         thread.shutdown(wait=False, cancel_futures=True)
