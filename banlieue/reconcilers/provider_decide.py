@@ -51,7 +51,20 @@ from banlieue.api.provider import (
     ProviderFailureDomainAttributes,
     ProviderStatus,
 )
-from banlieue.backends.base import Capabilities, FailureDomainInfo, Inventory, NetworkClass, StorageClass
+from banlieue.backends.base import (
+    AuthFailed,
+    BackendError,
+    Capabilities,
+    FailureDomainInfo,
+    InvalidSpec,
+    Inventory,
+    NetworkClass,
+    NotFound,
+    StorageClass,
+    TaskFailed,
+    TLSVerifyFailed,
+    Transient,
+)
 from banlieue.reconcilers.kinds import PROVIDER_CLASS_VSPHERE
 from banlieue.reconcilers.slug import label_value, unique_slugs
 
@@ -67,11 +80,22 @@ MAX_MESSAGE = 1024
 Stage = Literal["config", "connect", "inventory"]
 
 
+def taxonomy(err: BackendError) -> str:
+    """The taxonomy name of a backend error (``AuthFailed``, ``TLSVerifyFailed``, ``Transient``,
+    ``NotFound``, ``InvalidSpec``, ``TaskFailed``) from its class, else its ``reason``: the
+    vSphere backend gives some errors a more specific ``reason`` (a Transient with reason
+    ``ConnectFailed``), and the mapping to SPEC reasons goes by the class."""
+    for cls in (AuthFailed, TLSVerifyFailed, Transient, NotFound, InvalidSpec, TaskFailed):
+        if isinstance(err, cls):
+            return cls.__name__
+    return err.reason
+
+
 @dataclass(frozen=True)
 class Failure:
     """What went wrong while gathering: ``stage`` (config: Secret/CA; connect: login;
-    inventory: the walk), ``reason`` (ConnectionConfigError.reason or BackendError.reason, e.g.
-    ``AuthFailed``, ``Transient``), ``message`` (never a credential)."""
+    inventory: the walk), ``reason`` (ConnectionConfigError.reason, or ``taxonomy(err)`` of a
+    BackendError, e.g. ``AuthFailed``, ``Transient``), ``message`` (never a credential)."""
 
     stage: Stage
     reason: str
@@ -196,7 +220,7 @@ def reason_of(failure: Failure) -> str:
         return R.SECRET_INVALID
     if failure.reason == "TLSVerifyFailed":
         return R.TLS_VERIFY_FAILED
-    if failure.stage == "connect" or failure.reason == "Transient":
+    if failure.stage == "connect" or failure.reason in ("Transient", R.CONNECT_FAILED):
         return R.CONNECT_FAILED
     return R.INVENTORY_FAILED
 

@@ -12,7 +12,16 @@ from hypothesis import strategies as st
 from banlieue.api.conditions import READY, get_condition
 from banlieue.api.meta import ConditionStatus
 from banlieue.api.provider import PROVIDER_REACHABLE, Provider, ProviderConditionReason
-from banlieue.backends.base import Capacity, FailureDomainInfo, Inventory
+from banlieue.backends.base import (
+    AuthFailed,
+    BackendError,
+    Capacity,
+    FailureDomainInfo,
+    Inventory,
+    TaskFailed,
+    TLSVerifyFailed,
+    Transient,
+)
 from banlieue.reconcilers.provider_decide import (
     REFRESH_SECONDS,
     UNSUPPORTED_PROVIDER_CLASS,
@@ -21,6 +30,7 @@ from banlieue.reconcilers.provider_decide import (
     capabilities_of,
     decide,
     reason_of,
+    taxonomy,
 )
 
 R = ProviderConditionReason
@@ -140,6 +150,7 @@ def test_empty_inventory_reachable_but_not_ready() -> None:
         pytest.param(Failure("connect", "TLSVerifyFailed", "bad cert"), R.TLS_VERIFY_FAILED, ConditionStatus.FALSE, True, None, id="tls-verify-failed"),
         pytest.param(Failure("connect", "Transient", "refused"), R.CONNECT_FAILED, ConditionStatus.FALSE, True, None, id="transient-is-connect-failed"),
         pytest.param(Failure("connect", "NotFound", "?"), R.CONNECT_FAILED, ConditionStatus.FALSE, True, None, id="other-connect-error-is-connect-failed"),
+        pytest.param(Failure("inventory", "ConnectFailed", "refused"), R.CONNECT_FAILED, ConditionStatus.FALSE, True, None, id="inventory-connect-failed-reason"),
         pytest.param(Failure("inventory", "Transient", "reset"), R.CONNECT_FAILED, ConditionStatus.FALSE, True, None, id="inventory-transient-is-connect-failed"),
         pytest.param(Failure("inventory", "AuthFailed", "no permission"), R.SECRET_INVALID, ConditionStatus.FALSE, True, None, id="inventory-auth-failed"),
         pytest.param(Failure("inventory", "TLSVerifyFailed", "x"), R.TLS_VERIFY_FAILED, ConditionStatus.FALSE, True, None, id="inventory-tls"),
@@ -200,6 +211,20 @@ def test_unsupported_provider_class() -> None:
     assert "kubevirt" in message and "vsphere" in message
     assert cond(plan.status, PROVIDER_REACHABLE)[0] == ConditionStatus.UNKNOWN
     assert plan.requeue_after is None and not plan.requeue
+
+
+@pytest.mark.parametrize(
+    ("err", "want"),
+    [
+        pytest.param(Transient("refused", reason="ConnectFailed"), "Transient", id="class-wins-over-specific-reason"),
+        pytest.param(AuthFailed("no"), "AuthFailed", id="auth"),
+        pytest.param(TLSVerifyFailed("no"), "TLSVerifyFailed", id="tls"),
+        pytest.param(TaskFailed("no"), "TaskFailed", id="task"),
+        pytest.param(BackendError("odd", reason="Weird"), "Weird", id="base-keeps-reason"),
+    ],
+)
+def test_taxonomy_by_class(err: BackendError, want: str) -> None:
+    assert taxonomy(err) == want
 
 
 def test_capabilities_of_maps_spec() -> None:
