@@ -718,23 +718,32 @@ def _check_node(s: dict[str, Any], p: str, where: str, errs: list[str], *, in_me
         _check_node(ap, f"{p}.additionalProperties", "object fields", errs, in_metadata=in_metadata)
     for j in ("allOf", "anyOf", "oneOf"):
         for i, sub in enumerate(s.get(j) or []):
-            _check_junctor(sub, f"{p}.{j}[{i}]", ios, errs)
+            _check_junctor(sub, f"{p}.{j}[{i}]", ios, errs, s)
     if isinstance(s.get("not"), dict):
-        _check_junctor(s["not"], f"{p}.not", ios, errs)
+        _check_junctor(s["not"], f"{p}.not", ios, errs, s)
 
 
-def _check_junctor(s: dict[str, Any], p: str, ios: bool, errs: list[str]) -> None:
+def _check_junctor(s: dict[str, Any], p: str, ios: bool, errs: list[str], outer: dict[str, Any] | None) -> None:
+    """Value validations only; every property/items they mention exists in the structural part."""
     for k in _JUNCTOR_FORBIDDEN:
         if k in s and not (ios and k == "type" and s[k] in ("integer", "string")):
             errs.append(f"{p}.{k}: Forbidden: must be empty to be structural")
     for k in s:
         if k.startswith("x-kubernetes-"):
             errs.append(f"{p}.{k}: Forbidden: must be undefined to be structural")
+    outer_props = (outer or {}).get("properties") or {}
+    outer_items = (outer or {}).get("items")
     for k, sub in (s.get("properties") or {}).items():
+        if k not in outer_props and not (outer or {}).get("x-kubernetes-preserve-unknown-fields"):
+            errs.append(f"{p}.properties[{k}]: Required value: must be specified in the structural part "
+                        "(outside of allOf, anyOf, oneOf and not)")  # fmt: skip
         if isinstance(sub, dict):
-            _check_junctor(sub, f"{p}.properties[{k}]", False, errs)
+            nested = outer_props.get(k)
+            _check_junctor(sub, f"{p}.properties[{k}]", False, errs, nested if isinstance(nested, dict) else None)
     if isinstance(s.get("items"), dict):
-        _check_junctor(s["items"], f"{p}.items", False, errs)
+        if not isinstance(outer_items, dict) and not (outer or {}).get("x-kubernetes-preserve-unknown-fields"):
+            errs.append(f"{p}.items: Required value: must be specified in the structural part (outside of allOf, anyOf, oneOf and not)")
+        _check_junctor(s["items"], f"{p}.items", False, errs, outer_items if isinstance(outer_items, dict) else None)
 
 
 def _check_list_type(s: dict[str, Any], p: str, errs: list[str]) -> None:

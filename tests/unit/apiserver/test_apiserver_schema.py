@@ -295,3 +295,26 @@ def test_validation_ratcheting(old: dict[str, Any], new: dict[str, Any], fields:
 def test_prune_paths_sorted() -> None:
     obj = _obj(zz=1, aa=2) | {"bogus": 1}
     assert prune(obj, SCHEMA) == ["bogus", "spec.aa", "spec.zz"]
+
+
+def test_docs_non_structural_example_reports_each_rule() -> None:
+    # The "Specifying a structural schema" counter-example from the CRD docs.
+    schema = {
+        "properties": {
+            "foo": {"pattern": "abc"},
+            "metadata": {"type": "object", "properties": {"name": {"type": "string", "pattern": "^a"},
+                                                          "finalizers": {"type": "array", "items": {"type": "string", "pattern": "my-finalizer"}}}},
+        },
+        "anyOf": [{"properties": {"bar": {"type": "integer", "minimum": 42}}, "required": ["bar"], "description": "foo bar object"}],
+    }
+    errs = structural_errors(schema)
+    expected = [
+        "openAPIV3Schema.type: Required value: must not be empty at the root",
+        "openAPIV3Schema.properties[foo].type: Required value",
+        "openAPIV3Schema.anyOf[0].properties[bar]: Required value: must be specified in the structural part",
+        "openAPIV3Schema.anyOf[0].properties[bar].type: Forbidden",
+        "openAPIV3Schema.anyOf[0].description: Forbidden",
+        "openAPIV3Schema.properties[metadata]: Forbidden",
+    ]
+    for want in expected:
+        assert any(e.startswith(want) for e in errs), (want, errs)
