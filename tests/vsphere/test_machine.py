@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import uuid
 from collections.abc import Callable, Iterator
@@ -203,3 +204,35 @@ async def test_logs_and_reprs_never_contain_the_password_or_user_data(
     for text in (out.out, out.err):
         assert password not in text
         assert "hunter2" not in text
+
+
+async def test_a_controller_killed_mid_clone_finds_the_vm_after_restart(
+    vcsim_factory: Callable[..., VcsimProcess], make_conn: Callable[..., Connection]
+) -> None:
+    vc = vcsim_factory(dc=1, cluster=1, method_delay={"CloneVM_Task": 2000})
+    conn = make_conn(vc)
+    uid = str(uuid.uuid4())
+    s = spec(uid, cluster="DC0_C0", disks=(), nics=())
+    first = VSphereBackend()
+    try:
+        attempt = asyncio.create_task(first.create_vm(conn, s))
+        await asyncio.sleep(0.7)  # the CloneVM_Task request is in flight
+        attempt.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await attempt
+    finally:
+        await first.close()
+    await asyncio.sleep(2.0)  # vcsim finishes the clone although its caller went away
+    restarted = VSphereBackend()
+    try:
+        result = await restarted.create_vm(conn, s)
+        assert result.created is False  # found by the UID written at clone time
+        assert result.vm.num_cpus == 4  # and converged
+        inv_si = SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password,
+                              sslContext=ssl.create_default_context(cafile=vc.ca_file))
+        try:
+            assert len(vms_with_uid(inv_si, uid)) == 1
+        finally:
+            Disconnect(inv_si)
+    finally:
+        await restarted.close()

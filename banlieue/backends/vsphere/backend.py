@@ -17,6 +17,7 @@ import structlog
 from pyVmomi import vim as _vim
 
 from banlieue.backends.base import (
+    Backend,
     BackendError,
     Capabilities,
     Connection,
@@ -311,3 +312,8 @@ class VSphereBackend:
 
     async def close(self) -> None:
         await self.sessions.close()
+
+
+def as_backend(backend: VSphereBackend) -> Backend:
+    """Static proof (checked by mypy --strict) that VSphereBackend satisfies the Backend protocol."""
+    return backend
