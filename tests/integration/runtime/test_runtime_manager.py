@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from runtime_helpers import WIDGET, eventually, new_client, widget
+from runtime_helpers import WIDGET, api_url, eventually, new_client, widget
 
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.client import Client
@@ -165,3 +169,33 @@ async def test_builder_controller_reconciles_then_stops_when_the_lease_is_lost(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, LeaderElectionLost):
             await task
+
+
+async def test_sigterm_drains_in_flight_reconciles_and_releases_the_lease(
+    apiserver: Any, client: Client, namespace: str, widgets: ResourceKind
+) -> None:
+    script = Path(__file__).with_name("runtime_sigterm_manager.py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(script.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), api_url(apiserver), namespace, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        await client.create(widgets, widget("slow", namespace))
+        async with asyncio.timeout(20):
+            while (await proc.stdout.readline()).strip() != b"reconciling":
+                pass
+        proc.send_signal(signal.SIGTERM)  # mid-reconcile
+        async with asyncio.timeout(20):
+            rest = await proc.stdout.read()
+            code = await proc.wait()
+        assert code == 0 and b"stopped" in rest
+        obj = await client.get(widgets, "slow", namespace)
+        assert obj["status"] == {"drained": True}  # the in-flight reconcile finished
+        lease = await client.get(LEASE, "sigterm-test", namespace)
+        assert lease["spec"]["holderIdentity"] == ""
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
