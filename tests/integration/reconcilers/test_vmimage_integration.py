@@ -1,0 +1,114 @@
+"""VMImage reconciler end to end: Provider + VMImage controllers in one real Manager against the
+API-server double and two vcsims (one with the template in both datacenters, one without)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from test_provider_integration import (  # the shared harness (fixtures re-exported for pytest)
+    api,
+    backend,
+    condition,
+    namespace,
+    provider_body,
+    provider_with,
+    running_role,
+    secret_body,
+    wait_for,
+)
+
+from banlieue.backends.vsphere.backend import VSphereBackend
+from banlieue.reconcilers import provider as provider_reconciler
+from banlieue.reconcilers import vmimage as vmimage_reconciler
+from banlieue.reconcilers.kinds import PROVIDER, SECRET, VM_IMAGE
+from banlieue.runtime.client import Client
+from banlieue.testing.vcsim import VcsimProcess
+
+__all__ = ["api", "backend", "namespace"]
+
+
+def image_body(name: str, ref: str = "ubuntu-22.04") -> dict[str, Any]:
+    return {
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": name},
+        "spec": {"osFamily": "linux", "osDistribution": "ubuntu", "osVersion": "22.04",
+                 "sources": [{"providerClass": "vsphere", "kind": "Template", "ref": ref}]},
+    }
+
+
+async def rows_of(api: Client, name: str, want: int) -> dict[str, Any] | None:
+    obj = await api.get(VM_IMAGE, name)
+    rows = (obj.get("status") or {}).get("perProvider") or []
+    return obj if len(rows) == want and all(r.get("reason") != "LookupFailed" for r in rows) else None
+
+
+@pytest.mark.vcsim
+async def test_vmimage_rows_for_two_providers(
+    apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, vcsim_factory: Callable[..., VcsimProcess],
+    backend: VSphereBackend,
+) -> None:
+    bare = vcsim_factory(templates=["debian-12"])
+    name = f"ubuntu-{namespace}"
+    for prov, vc in (("with", vcsim), ("without", bare)):
+        await api.create(SECRET, secret_body(f"{prov}-creds", namespace, username=vc.username, password=vc.password))
+        await api.create(PROVIDER, provider_body(prov, namespace, vc))
+    await api.create(PROVIDER, provider_body("nosecret", namespace, vcsim))
+    await api.create(VM_IMAGE, image_body(name))
+    async with running_role(apiserver, [provider_reconciler.setup, vmimage_reconciler.setup], backend):
+        await provider_with(api, "with", namespace, "Reconciled", "True")
+        await provider_with(api, "without", namespace, "Reconciled", "True")
+
+        async def settled() -> dict[str, Any] | None:
+            obj = await rows_of(api, name, 3)
+            if obj is None:
+                return None
+            rows = {r["providerName"]: r for r in obj["status"]["perProvider"]}
+            # the rows of the two reachable Providers are final once both datacenters were searched
+            return obj if rows["with"]["ready"] and "DC1" in rows["without"].get("message", "") else None
+
+        obj = await wait_for(settled, what="VMImage rows for both Providers")
+    rows = {r["providerName"]: r for r in obj["status"]["perProvider"]}
+    assert all(r["providerNamespace"] == namespace for r in rows.values())
+    assert rows["with"]["reason"] == "Reconciled"
+    refs = rows["with"]["resolvedRef"].split(",")
+    assert [r.split(":")[0] for r in refs] == ["DC0", "DC1"] and all(r.split(":")[1].startswith("vm-") for r in refs)
+    assert rows["without"]["ready"] is False and rows["without"]["reason"] == "TemplateNotFound"
+    assert "ubuntu-22.04" in rows["without"]["message"]
+    assert rows["nosecret"]["ready"] is False and rows["nosecret"]["reason"] == "SecretUnavailable"
+    ready = condition(obj, "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Reconciled")
+    assert f"{namespace}/without (TemplateNotFound)" in ready["message"]
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+
+
+@pytest.mark.vcsim
+async def test_vmimage_follows_provider_changes(
+    apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
+) -> None:
+    name = f"ubuntu-{namespace}"
+    await api.create(VM_IMAGE, image_body(name))
+    async with running_role(apiserver, [provider_reconciler.setup, vmimage_reconciler.setup], backend):
+
+        async def no_provider() -> bool:
+            ready = condition(await api.get(VM_IMAGE, name), "Ready")
+            return (ready.get("status"), ready.get("reason")) == ("False", "NoMatchingProvider")
+
+        await wait_for(no_provider, what="VMImage without any Provider")
+        # A Provider appears: the Provider watch re-reconciles the image (no 5-minute wait).
+        await api.create(SECRET, secret_body("vc-creds", namespace, username=vcsim.username, password=vcsim.password))
+        await api.create(PROVIDER, provider_body("vc", namespace, vcsim))
+
+        async def ready_here() -> dict[str, Any] | None:
+            obj = await api.get(VM_IMAGE, name)
+            rows = [r for r in obj["status"].get("perProvider") or [] if r["providerNamespace"] == namespace]
+            return obj if rows and rows[0]["ready"] and "," in rows[0].get("resolvedRef", "") else None
+
+        await wait_for(ready_here, what="VMImage ready on the new Provider")
+        await api.delete(PROVIDER, "vc", namespace)
+
+        async def row_gone() -> bool:
+            obj = await api.get(VM_IMAGE, name)
+            return not [r for r in obj["status"].get("perProvider") or [] if r["providerNamespace"] == namespace]
+
+        await wait_for(row_gone, what="row of the deleted Provider removed")
