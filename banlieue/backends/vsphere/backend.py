@@ -128,6 +128,8 @@ class VSphereBackend:
     # --- Backend ----------------------------------------------------------------------------
 
     async def check_connection(self, conn: Connection) -> str:
+        # CurrentTime needs a live session: one request proves reachability and credentials.
+        await self.sessions.run(conn, lambda s: s.si.CurrentTime())
         sess = await self.sessions.session(conn)
         return str(sess.content.about.apiVersion)
 

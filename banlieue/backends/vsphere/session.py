@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import structlog
 from pyVim import connect as _connect
 from pyVmomi import vim as _vim
+from pyVmomi import vmodl as _vmodl
 
 from banlieue.backends.base import BackendError, Connection
 from banlieue.backends.vsphere import metrics
@@ -36,6 +37,7 @@ from banlieue.backends.vsphere.faults import map_exception
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
 vim: Any = _vim
+vmodl: Any = _vmodl
 SmartConnect: Any = _connect.SmartConnect
 Disconnect: Any = _connect.Disconnect
 
@@ -107,7 +109,7 @@ class Endpoint:
                 outcome = "success"
                 return result
             except BaseException as exc:
-                if isinstance(exc, vim.MethodFault | Exception) and hasattr(exc, "_wsdlName"):
+                if isinstance(exc, vmodl.MethodFault):
                     outcome = "fault"
                 raise
             finally:
