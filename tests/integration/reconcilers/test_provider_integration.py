@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from banlieue.api.provider import PROVIDER_REACHABLE
 from banlieue.backends.vsphere.backend import VSphereBackend
@@ -29,6 +30,7 @@ from banlieue.runtime.config import Timeouts, config_for_url
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.kinds import EVENT, NAMESPACE
 from banlieue.runtime.manager import Manager
+from banlieue.runtime.metrics import RECONCILE_RESULTS
 from banlieue.testing.vcsim import VcsimProcess
 
 CRD_DIR = Path(__file__).resolve().parents[3] / "config" / "crd"
@@ -131,6 +133,18 @@ async def wait_for(check: Callable[[], Awaitable[Any]], timeout: float = 20.0, w
     raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
 
 
+def reconciles(controller: str) -> float:
+    """Finished reconciles of ``controller`` so far (controller_runtime_reconcile_total)."""
+    return sum(
+        REGISTRY.get_sample_value("controller_runtime_reconcile_total", {"controller": controller, "result": r}) or 0.0
+        for r in RECONCILE_RESULTS
+    )
+
+
+async def _more(than: float) -> bool:
+    return reconciles("provider") > than
+
+
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
 
@@ -150,10 +164,20 @@ async def provider_with(api: Client, name: str, namespace: str, reason: str, sta
 
 @pytest.mark.vcsim
 async def test_provider_reports_six_failure_domains(apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
-    await api.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+    secret = secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password)
+    await api.create(SECRET, secret)
     await api.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+    start = reconciles("provider")
     async with running_role(apiserver, [provider_reconciler.setup], backend):
         obj = await provider_with(api, "vc1", namespace, "Reconciled", "True")
+        # Another reconcile (Secret touched) that observes the same inventory writes nothing.
+        await wait_for(lambda: _more(start), what="the first reconcile counted")
+        before = reconciles("provider")
+        secret["metadata"]["annotations"] = {"touched": "1"}
+        await api.update(SECRET, secret)
+        await wait_for(lambda: _more(before), what="a second reconcile")
+        again = await api.get(PROVIDER, "vc1", namespace)
+        assert again["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
     status = obj["status"]
     assert status["observedGeneration"] == obj["metadata"]["generation"]
     assert condition(obj, PROVIDER_REACHABLE)["status"] == "True"
