@@ -156,7 +156,7 @@ class _Node:
         "excl_max", "excl_min", "format", "has_default", "int_or_string", "items", "list_map_keys",
         "list_type", "max_items", "max_length", "max_props", "maximum", "min_items", "min_length",
         "min_props", "minimum", "multiple_of", "not_", "nullable", "one_of", "pattern", "pattern_src",
-        "preserve", "properties", "raw", "required", "type", "type_label",
+        "preserve", "properties", "raw", "required", "rules", "type", "type_label",
     )  # fmt: skip
 
     def __init__(self, s: dict[str, Any]) -> None:
@@ -201,6 +201,7 @@ class _Node:
         self.any_of = [_Node(x) for x in s.get("anyOf") or []]
         self.one_of = [_Node(x) for x in s.get("oneOf") or []]
         self.not_ = _Node(s["not"]) if isinstance(s.get("not"), dict) else None
+        self.rules: list[dict[str, Any]] = [r for r in s.get("x-kubernetes-validations") or [] if isinstance(r, dict)]
 
     # --- validation (kube-openapi SchemaValidator) ---------------------------------------------
 
@@ -213,6 +214,7 @@ class _Node:
                 out.append(_cause("FieldValueTypeInvalid", path, f'Invalid value: "null": {msg}'))
             return
         jt = _json_type(v)
+        ok = True
         if self.type or self.int_or_string:
             ok = (
                 jt == self.type
@@ -235,6 +237,8 @@ class _Node:
             self._validate_object(v, path, out, old)
         if self.enum is not None and not any(_enum_eq(v, e) for e in self.enum):
             out.append(_cause("FieldValueNotSupported", path, f"Unsupported value: {go_value(v)}: {self.enum_msg}"))
+        if self.rules and ok:
+            _run_rules(self.rules, v, old, self.type, path, out)
 
     def _validate_props(self, v: Any, path: str, out: list[Cause]) -> None:
         for sub in self.all_of:
@@ -812,3 +816,416 @@ def _validate_default(node: _Node, value: Any) -> list[Cause]:
     node.apply_default(value)
     node.validate(value, "default", out)
     return out
+
+
+# --- x-kubernetes-validations: a CEL subset (apiextensions "Validation rules") ------------------
+#
+# Supported: literals (int, double, string, bool, null, list, map), self / oldSelf, field
+# selection and indexing, has(), size(), int()/double()/string(), the operators ! - * / % + -
+# < <= > >= == != in && || ?:, string methods startsWith/endsWith/contains/matches/lowerAscii/
+# upperAscii/trim, list/map macros all/exists/exists_one/filter/map. A rule outside this subset is
+# skipped (treated as passing) rather than rejecting a CRD the real server would accept.
+
+
+class CelError(Exception):
+    """A CEL rule failed to evaluate (kube reports it as an invalid value) or to parse."""
+
+
+class _Unsupported(CelError):
+    pass
+
+
+_CEL_TOKEN = re.compile(
+    r"""\s*(?:
+      (?P<num>0x[0-9a-fA-F]+u?|\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\.\d+(?:[eE][+-]?\d+)?|\d+u?)
+    | (?P<str>[rR]?(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'))
+    | (?P<id>[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<op>\|\||&&|==|!=|<=|>=|[-+*/%!<>?:.,()\[\]{}])
+    )""",
+    re.X,
+)
+
+
+def _cel_lex(src: str) -> list[tuple[str, Any]]:
+    toks: list[tuple[str, Any]] = []
+    pos = 0
+    while pos < len(src):
+        if src[pos:].strip() == "":
+            break
+        m = _CEL_TOKEN.match(src, pos)
+        if m is None:
+            raise _Unsupported(f"unexpected character at {pos}")
+        pos = m.end()
+        if m.group("num") is not None:
+            t = m.group("num").rstrip("u")
+            toks.append(("lit", int(t, 16) if t.startswith("0x") else (float(t) if any(c in t for c in ".eE") else int(t))))
+        elif m.group("str") is not None:
+            raw = m.group("str")
+            if raw[0] in "rR":
+                toks.append(("lit", raw[2:-1]))
+            else:
+                try:
+                    toks.append(("lit", json.loads('"' + raw[1:-1].replace('"', '\\"').replace("\\'", "'") + '"')))
+                except ValueError as e:
+                    raise _Unsupported(f"string literal {raw}") from e
+        elif m.group("id") is not None:
+            word = m.group("id")
+            if word in ("true", "false", "null"):
+                toks.append(("lit", {"true": True, "false": False, "null": None}[word]))
+            elif word == "in":
+                toks.append(("op", "in"))
+            else:
+                toks.append(("id", word))
+        else:
+            toks.append(("op", m.group("op")))
+    toks.append(("eof", None))
+    return toks
+
+
+_BINARY_PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3, "in": 3,
+                "+": 4, "-": 4, "*": 5, "/": 5, "%": 5}  # fmt: skip
+
+
+class _CelParser:
+    def __init__(self, src: str) -> None:
+        self.toks = _cel_lex(src)
+        self.i = 0
+
+    def peek(self) -> tuple[str, Any]:
+        return self.toks[self.i]
+
+    def take(self, kind: str | None = None, value: Any = None) -> tuple[str, Any]:
+        tok = self.toks[self.i]
+        if (kind and tok[0] != kind) or (value is not None and tok[1] != value):
+            raise _Unsupported(f"unexpected token {tok[1]!r}")
+        self.i += 1
+        return tok
+
+    def parse(self) -> Any:
+        e = self.expr()
+        self.take("eof")
+        return e
+
+    def expr(self) -> Any:
+        cond = self.binary(1)
+        if self.peek() == ("op", "?"):
+            self.take()
+            a = self.expr()
+            self.take("op", ":")
+            return ("?", cond, a, self.expr())
+        return cond
+
+    def binary(self, min_prec: int) -> Any:
+        left = self.unary()
+        while True:
+            kind, op = self.peek()
+            prec = _BINARY_PREC.get(op) if kind == "op" else None
+            if prec is None or prec < min_prec:
+                return left
+            self.take()
+            left = ("bin", op, left, self.binary(prec + 1))
+
+    def unary(self) -> Any:
+        if self.peek() in (("op", "!"), ("op", "-")):
+            op = self.take()[1]
+            return ("un", op, self.unary())
+        return self.postfix(self.primary())
+
+    def args(self, close: str) -> list[Any]:
+        out: list[Any] = []
+        while self.peek() != ("op", close):
+            out.append(self.expr())
+            if self.peek() == ("op", ","):
+                self.take()
+        self.take("op", close)
+        return out
+
+    def primary(self) -> Any:
+        kind, v = self.take()
+        if kind == "lit":
+            return ("lit", v)
+        if kind == "id":
+            if self.peek() == ("op", "("):
+                self.take()
+                return ("call", v, None, self.args(")"))
+            return ("var", v)
+        if v == "(":
+            e = self.expr()
+            self.take("op", ")")
+            return e
+        if v == "[":
+            return ("list", self.args("]"))
+        if v == "{":
+            items = []
+            while self.peek() != ("op", "}"):
+                k = self.expr()
+                self.take("op", ":")
+                items.append((k, self.expr()))
+                if self.peek() == ("op", ","):
+                    self.take()
+            self.take("op", "}")
+            return ("map", items)
+        raise _Unsupported(f"unexpected token {v!r}")
+
+    def postfix(self, e: Any) -> Any:
+        while True:
+            if self.peek() == ("op", "."):
+                self.take()
+                name = self.take("id")[1]
+                if self.peek() == ("op", "("):
+                    self.take()
+                    e = ("call", name, e, self.args(")"))
+                else:
+                    e = ("sel", e, name)
+            elif self.peek() == ("op", "["):
+                self.take()
+                idx = self.expr()
+                self.take("op", "]")
+                e = ("idx", e, idx)
+            else:
+                return e
+
+
+def _uses_old_self(node: Any) -> bool:
+    if isinstance(node, tuple):
+        if node == ("var", "oldSelf"):
+            return True
+        return any(_uses_old_self(x) for x in node)
+    if isinstance(node, list):
+        return any(_uses_old_self(x) for x in node)
+    return False
+
+
+_MISSING = object()
+
+
+def _cel_eval(node: Any, env: dict[str, Any]) -> Any:
+    kind = node[0]
+    if kind == "lit":
+        return node[1]
+    if kind == "var":
+        if node[1] not in env:
+            raise _Unsupported(f"undeclared reference to '{node[1]}'")
+        return env[node[1]]
+    if kind == "list":
+        return [_cel_eval(x, env) for x in node[1]]
+    if kind == "map":
+        return {_cel_eval(k, env): _cel_eval(v, env) for k, v in node[1]}
+    if kind == "sel":
+        obj = _cel_eval(node[1], env)
+        if not isinstance(obj, dict):
+            raise CelError(f"no such key: {node[2]}")
+        if node[2] not in obj:
+            raise CelError(f"no such key: {node[2]}")
+        return obj[node[2]]
+    if kind == "idx":
+        obj, i = _cel_eval(node[1], env), _cel_eval(node[2], env)
+        try:
+            return obj[i]
+        except (KeyError, IndexError, TypeError):
+            raise CelError(f"no such key: {i}" if isinstance(obj, dict) else f"index out of bounds: {i}") from None
+    if kind == "?":
+        return _cel_eval(node[2] if _cel_bool(_cel_eval(node[1], env)) else node[3], env)
+    if kind == "un":
+        v = _cel_eval(node[2], env)
+        if node[1] == "!":
+            return not _cel_bool(v)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise CelError("no such overload: -_")
+        return -v
+    if kind == "bin":
+        return _cel_binary(node, env)
+    if kind == "call":
+        return _cel_call(node, env)
+    raise _Unsupported(kind)
+
+
+def _cel_bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise CelError("no such overload: expected bool")
+    return v
+
+
+def _cel_binary(node: Any, env: dict[str, Any]) -> Any:
+    op = node[1]
+    if op in ("&&", "||"):
+        # CEL's commutative logic: an error on one side is absorbed when the other decides.
+        try:
+            a: Any = _cel_bool(_cel_eval(node[2], env))
+        except _Unsupported:
+            raise
+        except CelError as e:
+            a = e
+        if a is (op == "||"):
+            return a
+        b = _cel_bool(_cel_eval(node[3], env))
+        if b is (op == "||"):
+            return b
+        if isinstance(a, CelError):
+            raise a
+        return b
+    a, b = _cel_eval(node[2], env), _cel_eval(node[3], env)
+    if op == "==":
+        return json_equal(a, b)
+    if op == "!=":
+        return not json_equal(a, b)
+    if op == "in":
+        if isinstance(b, dict):
+            return a in b
+        if isinstance(b, list):
+            return any(json_equal(a, x) for x in b)
+        raise CelError("no such overload: in")
+    try:
+        if op in ("<", "<=", ">", ">="):
+            if isinstance(a, bool) != isinstance(b, bool):
+                raise TypeError
+            return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+        if op == "+":
+            if isinstance(a, bool) or isinstance(b, bool) or (type(a) is not type(b) and not (
+                isinstance(a, int | float) and isinstance(b, int | float)
+            )):
+                raise TypeError
+            return a + b
+        if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, int | float) or not isinstance(b, int | float):
+            raise TypeError
+        if op == "-":
+            return a - b
+        if op == "*":
+            return a * b
+        if b == 0 and isinstance(b, int):
+            raise CelError("division by zero" if op == "/" else "modulus by zero")
+        if op == "/":
+            return int(a / b) if isinstance(a, int) and isinstance(b, int) else a / b
+        return int(math.fmod(a, b)) if isinstance(a, int) and isinstance(b, int) else math.fmod(a, b)
+    except TypeError:
+        raise CelError(f"no such overload: {op}") from None
+
+
+_MACROS = ("all", "exists", "exists_one", "filter", "map")
+
+
+def _cel_call(node: Any, env: dict[str, Any]) -> Any:
+    _, name, target, args = node
+    if target is None and name == "has":
+        if len(args) != 1 or args[0][0] != "sel":
+            raise _Unsupported("has() needs a field selection")
+        obj = _cel_eval(args[0][1], env)
+        return isinstance(obj, dict) and args[0][2] in obj
+    if target is not None and name in _MACROS:
+        coll = _cel_eval(target, env)
+        if len(args) != 2 or args[0][0] != "var":
+            raise _Unsupported(f"{name} macro form")
+        var = args[0][1]
+        items = list(coll) if isinstance(coll, dict | list) else None
+        if items is None:
+            raise CelError(f"no such overload: {name}")
+        results = [(x, _cel_eval(args[1], {**env, var: x})) for x in items]
+        if name == "map":
+            return [r for _, r in results]
+        flags = [_cel_bool(r) for _, r in results]
+        if name == "all":
+            return all(flags)
+        if name == "exists":
+            return any(flags)
+        if name == "exists_one":
+            return sum(flags) == 1
+        return [x for (x, _), f in zip(results, flags, strict=True) if f]
+    vals = [_cel_eval(a, env) for a in args]
+    recv = _cel_eval(target, env) if target is not None else _MISSING
+    if recv is not _MISSING:
+        vals = [recv, *vals]
+    return _cel_function(name, vals)
+
+
+def _cel_function(name: str, vals: list[Any]) -> Any:
+    try:
+        if name == "size" and len(vals) == 1:
+            if isinstance(vals[0], str | list | dict):
+                return len(vals[0])
+            raise TypeError
+        if name in ("startsWith", "endsWith", "contains", "matches") and len(vals) == 2:
+            s, arg = vals
+            if not isinstance(s, str) or not isinstance(arg, str):
+                raise TypeError
+            if name == "startsWith":
+                return s.startswith(arg)
+            if name == "endsWith":
+                return s.endswith(arg)
+            if name == "contains":
+                return arg in s
+            return re.search(arg, s) is not None
+        if name in ("lowerAscii", "upperAscii", "trim") and len(vals) == 1 and isinstance(vals[0], str):
+            return {"lowerAscii": vals[0].lower(), "upperAscii": vals[0].upper(), "trim": vals[0].strip()}[name]
+        if name == "int" and len(vals) == 1:
+            return int(vals[0])
+        if name == "double" and len(vals) == 1:
+            return float(vals[0])
+        if name == "string" and len(vals) == 1:
+            v = vals[0]
+            return ("true" if v else "false") if isinstance(v, bool) else (go_number(v) if isinstance(v, int | float) else str(v))
+    except (TypeError, ValueError, re.error):
+        raise CelError(f"no such overload: {name}") from None
+    raise _Unsupported(f"function {name}")
+
+
+_RULE_CACHE: dict[str, Any] = {}
+
+
+def _compile_rule(rule: str) -> Any:
+    hit = _RULE_CACHE.get(rule)
+    if hit is None:
+        try:
+            hit = _CelParser(rule).parse()
+        except _Unsupported:
+            hit = False  # outside the subset: skipped
+        _RULE_CACHE[rule] = hit
+    return hit
+
+
+_RULE_REASONS = {
+    "FieldValueRequired": "Required value",
+    "FieldValueForbidden": "Forbidden",
+    "FieldValueDuplicate": "Duplicate value",
+}
+
+
+def _run_rules(rules: list[dict[str, Any]], v: Any, old: Any, node_type: str, path: str, out: list[Cause]) -> None:
+    """Evaluate ``x-kubernetes-validations`` at one node; transition rules need an old value."""
+    for r in rules:
+        rule = r.get("rule") or ""
+        ast = _compile_rule(rule)
+        if ast is False:
+            continue
+        if _uses_old_self(ast) and old is _NO_OLD:
+            continue
+        env = {"self": v, "oldSelf": None if old is _NO_OLD else old}
+        try:
+            ok = _cel_eval(ast, env) is True
+            detail = ""
+        except _Unsupported:
+            continue
+        except CelError as e:
+            ok, detail = False, f"{e} evaluating rule: {rule}"
+        if ok:
+            continue
+        if not detail:
+            detail = r.get("message") or ""
+            if r.get("messageExpression"):
+                mast = _compile_rule(r["messageExpression"])
+                try:
+                    m = _cel_eval(mast, env) if mast is not False else None
+                except CelError:
+                    m = None
+                if isinstance(m, str) and m.strip():
+                    detail = m
+            if not detail:
+                detail = f"failed rule: {rule}"
+        field = path + (r.get("fieldPath") or "") if r.get("fieldPath") else path
+        reason = r.get("reason") or "FieldValueInvalid"
+        typ = node_type or "object"
+        if reason in _RULE_REASONS:
+            prefix = _RULE_REASONS[reason]
+            message = f'{prefix}: "{typ}"' if reason == "FieldValueDuplicate" else f"{prefix}: {detail}"
+        else:
+            reason, message = "FieldValueInvalid", f'Invalid value: "{typ}": {detail}'
+        out.append(_cause(reason, field.lstrip("."), message))

@@ -318,3 +318,81 @@ def test_docs_non_structural_example_reports_each_rule() -> None:
     ]
     for want in expected:
         assert any(e.startswith(want) for e in errs), (want, errs)
+
+
+# --- x-kubernetes-validations (CEL subset) -----------------------------------------------------
+
+CEL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "spec": {
+            "type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "self.minReplicas <= self.replicas", "message": "replicas must be at least minReplicas"},
+                {"rule": "!(has(self.datastore) && has(self.storageClass))", "message": "at most one of datastore or storageClass may be set"},
+                {"rule": "[has(self.inline), has(self.ref)].filter(x, x).size() <= 1"},
+                {"rule": "self.name.startsWith('vm-') || self.name == ''", "fieldPath": ".name", "reason": "FieldValueForbidden"},
+                {"rule": "self.tags.all(t, size(t) < 5) && (self.tags.exists(t, t == 'a') || size(self.tags) == 0)",
+                 "messageExpression": "'bad tags: ' + string(size(self.tags))"},
+                {"rule": "self.replicas % 2 == 0 ? self.replicas / 2 >= 1 : true"},
+            ],
+            "properties": {
+                "replicas": {"type": "integer"},
+                "minReplicas": {"type": "integer"},
+                "datastore": {"type": "string"},
+                "storageClass": {"type": "string"},
+                "inline": {"type": "string"},
+                "ref": {"type": "string"},
+                "name": {"type": "string"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "uuid": {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "field is immutable"}]},
+                "lax": {"type": "string", "x-kubernetes-validations": [{"rule": "self.?foo.orValue('x') == 'x'"}]},
+            },
+        }
+    },
+}
+
+
+def _cel_obj(**spec: Any) -> dict[str, Any]:
+    return {"spec": {"replicas": 2, "minReplicas": 1, "name": "vm-a", "tags": ["a"], **spec}}
+
+
+CEL_CASES = [
+    ("all-rules-pass", _cel_obj(), None, []),
+    ("cross-field-comparison", _cel_obj(minReplicas=3), None,
+     [("FieldValueInvalid", "spec", 'Invalid value: "object": replicas must be at least minReplicas')]),
+    ("mutually-exclusive-has", _cel_obj(datastore="d", storageClass="s"), None,
+     [("FieldValueInvalid", "spec", 'Invalid value: "object": at most one of datastore or storageClass may be set')]),
+    ("filter-size-default-message", _cel_obj(inline="i", ref="r"), None,
+     [("FieldValueInvalid", "spec", 'Invalid value: "object": failed rule: [has(self.inline), has(self.ref)].filter(x, x).size() <= 1')]),
+    ("field-path-and-reason", _cel_obj(name="x"), None,
+     [("FieldValueForbidden", "spec.name", "Forbidden: failed rule: self.name.startsWith('vm-') || self.name == ''")]),
+    ("message-expression", _cel_obj(tags=["toolong"]), None, [("FieldValueInvalid", "spec", 'Invalid value: "object": bad tags: 1')]),
+    ("missing-field-is-eval-error", {"spec": {"minReplicas": 1, "name": "vm-a", "tags": []}}, None,
+     [("FieldValueInvalid", "spec", 'Invalid value: "object": no such key: replicas evaluating rule: self.minReplicas <= self.replicas'),
+      ("FieldValueInvalid", "spec", 'Invalid value: "object": no such key: replicas evaluating rule: '
+       "self.replicas % 2 == 0 ? self.replicas / 2 >= 1 : true")]),
+    ("transition-rule-skipped-on-create", _cel_obj(uuid="u1"), None, []),
+    ("transition-rule-unchanged-ok", _cel_obj(uuid="u1", replicas=4), _cel_obj(uuid="u1"), []),
+    ("transition-rule-immutable", _cel_obj(uuid="u2"), _cel_obj(uuid="u1"),
+     [("FieldValueInvalid", "spec.uuid", 'Invalid value: "string": field is immutable')]),
+    ("unsupported-syntax-skipped", _cel_obj(lax="y"), None, []),
+]
+
+
+@pytest.mark.parametrize(("obj", "old", "want"), [c[1:] for c in CEL_CASES], ids=[c[0] for c in CEL_CASES])
+def test_cel_validation_rules(obj: dict[str, Any], old: dict[str, Any] | None, want: list[tuple[str, str, str]]) -> None:
+    got = [(c["reason"], c["field"], c["message"]) for c in validate(obj, CEL_SCHEMA, old=old)]
+    assert got == want
+
+
+def test_project_crd_rules_evaluate() -> None:
+    # Rules as controller-gen writes them in config/crd (immutability and one-of checks).
+    schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "ref": {"type": "object", "x-kubernetes-validations": [{"rule": "has(self.portGroup) != has(self.distributedPortGroup)",
+                                                              "message": "exactly one of portGroup or distributedPortGroup must be set"}],
+                "properties": {"portGroup": {"type": "string"}, "distributedPortGroup": {"type": "string"}}}}}}}
+    assert validate({"spec": {"ref": {"portGroup": "a"}}}, schema) == []
+    assert [c["message"] for c in validate({"spec": {"ref": {}}}, schema)] == [
+        'Invalid value: "object": exactly one of portGroup or distributedPortGroup must be set'
+    ]
