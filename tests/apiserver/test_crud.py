@@ -198,7 +198,16 @@ async def test_field_validation_modes(widgets: Http) -> None:
     body["spec"]["foo"] = 1
     status, out, _ = await widgets.post(WIDGETS, body, params={"fieldValidation": "Strict"})
     assert status == 400 and out["reason"] == "BadRequest"
-    assert out["message"] == 'strict decoding error: unknown field "spec.foo"'
+    assert out["message"] == ('Widget in version "v1" cannot be handled as a Widget: '
+                              'strict decoding error: unknown field "spec.foo"')
+    dup = '{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "d"}, "spec": {"size": 1, "size": 2}}'
+    status, out, _ = await widgets.post(WIDGETS, dup, params={"fieldValidation": "Strict"})
+    assert status == 400 and 'duplicate field "size"' in out["message"]
+    status, out, headers = await widgets.post(WIDGETS, dup)
+    assert status == 201 and out["spec"]["size"] == 2 and '299 - "duplicate field \\"size\\""' in headers.getall("Warning")
+    status, out, _ = await widgets.patch(f"{WIDGETS}/d", {"spec": {"bar": 1}}, "application/merge-patch+json",
+                                         params={"fieldValidation": "Strict"})
+    assert status == 400 and out["message"] == 'strict decoding error: unknown field "spec.bar"'
     status, out, headers = await widgets.post(WIDGETS, body, params={"fieldValidation": "Warn"})
     assert status == 201 and "foo" not in out["spec"]
     assert headers.getall("Warning") == ['299 - "unknown field \\"spec.foo\\""']
@@ -245,3 +254,21 @@ async def test_subprocess_server(tmp_path: object) -> None:
                               headers={"Content-Type": "application/json"}) as r:
                 assert r.status == 201
     assert proc.process.returncode is not None
+
+
+async def test_content_negotiation(widgets: Http) -> None:
+    import yaml
+
+    await widgets.post(CMS, cm("neg", a="1"))
+    status, body, headers = await widgets.get(f"{CMS}/neg", headers={"Accept": "application/yaml"})
+    assert status == 200 and headers["Content-Type"].startswith("application/yaml")
+    assert yaml.safe_load(body)["data"] == {"a": "1"}
+    status, body, _ = await widgets.get(f"{CMS}/neg", headers={"Accept": "application/vnd.kubernetes.protobuf, application/json"})
+    assert status == 200 and body["data"] == {"a": "1"}
+    status, body, _ = await widgets.get(WIDGETS, headers={"Accept": "application/vnd.kubernetes.protobuf"})
+    assert status == 406 and body["reason"] == "NotAcceptable"
+    status, body, _ = await widgets.get(f"{CMS}/neg", headers={"Accept": "text/html"})
+    assert status == 406
+    status, body, _ = await widgets.post(CMS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n"},
+                                               "data": {"k": 1}})
+    assert status == 400 and "cannot unmarshal" in body["message"]

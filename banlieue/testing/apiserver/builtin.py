@@ -149,6 +149,16 @@ def prepare_write(rt: ResourceType, obj: JSON, old: JSON | None) -> None:
     """
     if not rt.builtin:
         return
+    if rt.group == "" and rt.plural in ("configmaps", "secrets"):
+        for f in ("data", "stringData"):
+            values = obj.get(f)
+            for v in values.values() if isinstance(values, dict) else ():
+                if not isinstance(v, str):
+                    json_type = "bool" if isinstance(v, bool) else "number" if isinstance(v, int | float) else (
+                        "object" if isinstance(v, dict) else "array" if isinstance(v, list) else "null")
+                    raise bad_request(
+                        f'{rt.kind} in version "v1" cannot be handled as a {rt.kind}: json: cannot unmarshal '
+                        f"{json_type} into Go struct field {rt.kind}.{f} of type string")
     if rt.group == "" and rt.plural == "secrets":
         _check_base64(rt, obj.get("data"))
         string_data = obj.pop("stringData", None)

@@ -92,13 +92,28 @@ def json_response(body: JSON, status: int = 200, headers: CIMultiDict[str] | Non
                         content_type="application/json", headers=headers)
 
 
-async def read_body(request: web.Request) -> JSON:
-    """Decode a JSON (or YAML) request body into an object; 400 / 415 otherwise."""
+def _pairs_hook(duplicates: list[str]) -> Any:
+    def hook(pairs: list[tuple[str, Any]]) -> JSON:
+        out: JSON = {}
+        for k, v in pairs:
+            if k in out:
+                duplicates.append(k)
+            out[k] = v
+        return out
+
+    return hook
+
+
+async def read_body(request: web.Request, duplicates: list[str] | None = None) -> JSON:
+    """Decode a JSON (or YAML) request body into an object; 400 / 415 otherwise.
+
+    Duplicate JSON keys are appended to ``duplicates`` (fieldValidation reports them).
+    """
     ctype = request.headers.get("Content-Type", "application/json").split(";", 1)[0].strip().lower()
     raw = await request.read()
     if ctype in ("application/json", "", "*/*"):
         try:
-            body = json.loads(raw or b"{}")
+            body = json.loads(raw or b"{}", object_pairs_hook=_pairs_hook(duplicates if duplicates is not None else []))
         except (ValueError, UnicodeDecodeError) as e:
             raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from e
     elif ctype == "application/vnd.kubernetes.protobuf":
@@ -261,8 +276,41 @@ async def watch_objects(server: ApiServer, t: Target, request: web.Request) -> w
     return await serve_watch(request, req, server.store, server.faults, server.bookmark_interval, {})
 
 
+ACCEPTABLE = "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+
+
+def negotiate(rt: ResourceType, accept: str) -> str:
+    """``json`` or ``yaml`` for the Accept header; 406 NotAcceptable when neither is allowed.
+
+    Protobuf is answered with JSON for builtin kinds (clients that ask for it also accept JSON);
+    custom resources have no protobuf form, as in kube-apiserver.
+    """
+    if not accept.strip():
+        return "json"
+    for part in accept.split(","):
+        media = part.split(";", 1)[0].strip().lower()
+        if media in ("application/json", "application/*", "*/*", "*"):
+            return "json"
+        if media == "application/yaml":
+            return "yaml"
+        if media == "application/vnd.kubernetes.protobuf" and rt.builtin:
+            return "json"
+    raise ApiError(406, "NotAcceptable", f"only the following media types are accepted: {ACCEPTABLE}")
+
+
 async def handle_resource(server: ApiServer, t: Target, request: web.Request) -> web.StreamResponse:
-    """Dispatch a resource request by method."""
+    """Dispatch a resource request by method; answers YAML when the client prefers it."""
+    form = negotiate(t.rt, request.headers.get("Accept", ""))
+    resp = await _handle_resource(server, t, request)
+    if form == "yaml" and isinstance(resp, web.Response) and resp.content_type == "application/json" and resp.body:
+        assert isinstance(resp.body, bytes)
+        text = yaml.safe_dump(json.loads(resp.body), sort_keys=False)
+        return web.Response(text=text, status=resp.status, content_type="application/yaml", headers={
+            k: v for k, v in resp.headers.items() if k.lower() == "warning"})
+    return resp
+
+
+async def _handle_resource(server: ApiServer, t: Target, request: web.Request) -> web.StreamResponse:
     rt, method, q = t.rt, request.method, request.query
     verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
     if verb is None:
@@ -279,16 +327,19 @@ async def handle_resource(server: ApiServer, t: Target, request: web.Request) ->
                                           continue_token=None, include_object=q.get("includeObject", "Metadata")))
         return json_response(obj)
     opts = write_options(request)
+    if method in ("POST", "PUT"):
+        # Decode errors of whole-object bodies carry kube's transformDecodeError prefix.
+        opts.decode_prefix = f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
     if method == "POST":
         if t.name is not None:
             raise errors.method_not_allowed(rt.group, rt.plural, method)
-        body = await read_body(request)
+        body = await read_body(request, opts.duplicate_fields)
         obj = server.rest.create(rt, ns, body, opts)
         return json_response(present(rt, obj), 201, warning_headers(opts.warnings))
     if method == "PUT":
         if t.name is None:
             raise errors.method_not_allowed(rt.group, rt.plural, method)
-        body = await read_body(request)
+        body = await read_body(request, opts.duplicate_fields)
         sub = "status" if t.subresource == "status" else None
         obj = server.rest.update(rt, ns, t.name, body, opts, subresource=sub)
         return json_response(present(rt, obj), 200, warning_headers(opts.warnings))

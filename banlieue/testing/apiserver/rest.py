@@ -51,6 +51,9 @@ class WriteOptions:
         self.force = force
         self.user_agent = user_agent
         self.warnings: list[str] = []
+        # Duplicate JSON keys seen while decoding the body; prefix of whole-object decode errors.
+        self.duplicate_fields: list[str] = []
+        self.decode_prefix = ""
 
     def manager(self) -> str:
         """fieldManager, or the User-Agent prefix before ``/`` as kube defaults it."""
@@ -114,14 +117,15 @@ class Rest:
                 obj.pop(path, None)
         if not rt.builtin and rt.schema is not None:
             unknown += [p for p in schema_mod.prune(obj, rt.schema) if p not in unknown]
-        if not unknown:
+        problems = [f'duplicate field "{p}"' for p in opts.duplicate_fields]
+        problems += [f'unknown field "{p}"' for p in unknown]
+        opts.duplicate_fields = []
+        if not problems:
             return
         if opts.field_validation == "Strict":
-            raise errors.bad_request(
-                "strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown)
-            )
+            raise errors.bad_request(opts.decode_prefix + "strict decoding error: " + ", ".join(problems))
         if opts.field_validation == "Warn":
-            opts.warnings += [f'unknown field "{p}"' for p in unknown]
+            opts.warnings += problems
 
     def _validate(self, rt: ResourceType, obj: JSON, old: JSON | None) -> None:
         """Defaults then schema and metadata validation; 422 Invalid with causes."""
