@@ -296,7 +296,9 @@ def _mirror(status: VirtualMachineStatus, machine: InfraMachineRead | None, name
     )
     status.initialization = Initialization(provisioned=True) if machine and machine.provisioned else None
     status.addresses = list(machine.addresses) or None if machine else None
-    status.provider_id = machine.provider_id if machine else None
+    # CAPI's Machine controller copies spec.providerID once the InfraMachine is provisioned; doing
+    # the same saves a status write while the provider sets providerID and provisioned in turn.
+    status.provider_id = machine.provider_id if machine and machine.provisioned else None
     status.observed_power_state = machine.power_state if machine else None
 
 

@@ -1,0 +1,399 @@
+"""The VirtualMachine controller in a real Manager against the API-server double (CRDs from
+config/crd). The test plays the provider role itself: it writes Provider.status.failureDomains,
+VMImage.status.perProvider and the VSphereMachine's status over the API."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from banlieue.reconcilers import virtualmachine, vspherecluster
+from banlieue.reconcilers.context import RoleContext
+from banlieue.reconcilers.kinds import (
+    FIELD_MANAGER_CONTROLLER,
+    PROVIDER,
+    VIRTUAL_MACHINE,
+    VM_CLASS,
+    VM_IMAGE,
+    VSPHERE_MACHINE,
+)
+from banlieue.runtime.client import Client
+from banlieue.runtime.config import Timeouts, config_for_url
+from banlieue.runtime.errors import NotFound
+from banlieue.runtime.kinds import NAMESPACE
+from banlieue.runtime.manager import Manager
+
+CRD_DIR = Path(__file__).resolve().parents[3] / "config" / "crd"
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def new_client(url: str) -> Client:
+    return Client(config_for_url(url), timeouts=Timeouts(connect=2.0, request=10.0, watch_margin=5.0))
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 10.0) -> Any:
+    """Poll ``check`` until it returns something truthy; AssertionError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = await check()
+        except NotFound:
+            last = None
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s (last: {last!r})")
+        await asyncio.sleep(0.05)
+
+
+@dataclass
+class Env:
+    """A namespace with the controller role's controllers running, and a client for the test."""
+
+    client: Client
+    namespace: str
+    server: Any
+
+    def controller_writes(self, name: str) -> list[str]:
+        """Writes the controller made for VM ``name``: its VM and VSphereMachine, except the VM
+        creation and the VSphereMachine status and finalizer writes the test makes as provider."""
+        out = []
+        for r in self.server.request_log():
+            if r.method not in WRITES or f"/namespaces/{self.namespace}/" not in r.path:
+                continue
+            if r.path.endswith(f"/virtualmachines/{name}") or r.path.endswith(f"/virtualmachines/{name}/status"):
+                out.append(f"{r.method} {r.path.rsplit('/', 2)[-2:]} {r.query}")
+            elif r.path.endswith(f"/vspheremachines/{name}") and (r.method == "DELETE" or "fieldManager" in r.query):
+                out.append(f"{r.method} vsm {r.query}")
+        return out
+
+    # --- the provider role, played by the test ---------------------------------------------
+    async def provider(self, name: str, domains: list[dict[str, Any]], labels: dict[str, str] | None = None) -> None:
+        body = {"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+                "metadata": {"name": name, "namespace": self.namespace, "labels": labels or {}},
+                "spec": {"providerClassRef": {"name": "vsphere"},
+                         "connection": {"endpoint": f"https://{name}.invalid/sdk", "credentialsRef": {"name": "creds"}},
+                         "capabilities": {"storageClasses": [{"name": "standard", "target": {"datastore": "LocalDS_0"}}],
+                                          "networkClasses": [{"name": "default", "target": {"portGroup": "VM Network"}}]}}}
+        await self.client.create(PROVIDER, body)
+        await self.provider_status(name, domains)
+
+    async def provider_status(self, name: str, domains: list[dict[str, Any]]) -> None:
+        await self.client.patch_status(PROVIDER, name, self.namespace, {"status": {"failureDomains": domains}})
+
+    async def image_ready(self, providers: list[str], image: str = "ubuntu") -> None:
+        rows = [{"providerName": p, "providerNamespace": self.namespace, "ready": True, "reason": "Reconciled",
+                 "resolvedRef": "vm-42"} for p in providers]
+        await self.client.patch_status(VM_IMAGE, image, None, {"status": {"perProvider": rows}})
+
+    async def machine_status(self, name: str, status: dict[str, Any], provider_id: str | None = None) -> None:
+        if provider_id is not None:
+            await self.client.patch(VSPHERE_MACHINE, name, self.namespace, {"spec": {"providerID": provider_id}})
+        await self.client.patch_status(VSPHERE_MACHINE, name, self.namespace, {"status": status})
+
+    async def provision(self, name: str, power: str = "PoweredOn") -> None:
+        await self.machine_status(name, {
+            "initialization": {"provisioned": True}, "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}],
+            "powerState": power, "failureDomain": "x",
+            "conditions": [_cond("Ready", "True", "Provisioned")]}, provider_id=f"vsphere://{name}-uuid")
+
+    # --- the user's objects ---------------------------------------------------------------
+    async def vm(self, name: str, **spec: Any) -> dict[str, Any]:
+        labels = spec.pop("labels", {"app": "web"})
+        body = {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+                "metadata": {"name": name, "namespace": self.namespace, "labels": labels},
+                "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "ubuntu"}, **spec}}
+        return await self.client.create(VIRTUAL_MACHINE, body)
+
+    async def get_vm(self, name: str) -> dict[str, Any]:
+        return await self.client.get(VIRTUAL_MACHINE, name, self.namespace)
+
+    async def get_vsm(self, name: str) -> dict[str, Any]:
+        return await self.client.get(VSPHERE_MACHINE, name, self.namespace)
+
+    async def condition(self, name: str, type_: str) -> dict[str, Any]:
+        vm = await self.get_vm(name)
+        return next((c for c in (vm.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
+def _cond(type_: str, status: str, reason: str) -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": reason, "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+
+def fd(name: str, cluster: str, mem: int = 65536, dc: str = "dc0") -> dict[str, Any]:
+    return {"name": name, "labels": {"dc": dc, "cluster": cluster}, "attributes": {
+        "availableStorageClasses": ["standard"], "availableNetworkClasses": ["default"], "features": ["bios", "efi"],
+        "capacity": {"cpuMHz": 10000, "memoryMiB": mem, "storageGiB": 1000},
+        "raw": {"datacenter": dc.upper(), "cluster": cluster.upper()}}}
+
+
+async def _shared_objects(client: Client) -> None:
+    """VMClass ``small`` and VMImage ``ubuntu`` (cluster-scoped)."""
+    for kind, body in (
+        (VM_CLASS, {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "small"}, "spec": {
+            "hardware": {"cpus": 2, "memoryMiB": 4096, "disks": [{"name": "os", "sizeGiB": 20, "storageClass": "standard"}]},
+            "network": {"interfaces": [{"name": "eth0", "networkClass": "default"}]}, "firmware": "efi"}}),
+        (VM_IMAGE, {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "ubuntu"}, "spec": {
+            "osDistribution": "ubuntu", "osVersion": "22.04",
+            "sources": [{"providerClass": "vsphere", "kind": "Template", "ref": "ubuntu-2204"}]}}),
+    ):
+        await client.create(kind, body)
+
+
+@contextlib.asynccontextmanager
+async def running_controllers(apiserver: Any, *, shared: bool = True) -> AsyncIterator[Env]:
+    apiserver.server.load_crd_dir(CRD_DIR)
+    client = new_client(apiserver.url)
+    namespace = f"ns-{uuid.uuid4().hex[:8]}"
+    await client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    if shared:
+        await _shared_objects(client)
+    mgr = Manager(new_client(apiserver.url), namespace=namespace, metrics_bind_address="127.0.0.1:0",
+                  health_probe_bind_address="127.0.0.1:0", handle_signals=False, graceful_shutdown_timeout=2.0)
+    recorder = mgr.get_event_recorder(FIELD_MANAGER_CONTROLLER)
+    ctx = RoleContext(client=mgr.client, cache=mgr.cache, recorder=recorder, field_manager=FIELD_MANAGER_CONTROLLER,
+                      namespace=namespace, max_concurrent_reconciles=2)
+    virtualmachine.setup(mgr, ctx)
+    vspherecluster.setup(mgr, ctx)
+    task = asyncio.create_task(mgr.start())
+    try:
+        async with asyncio.timeout(15):
+            await mgr.elected.wait()
+        yield Env(client, namespace, apiserver.server)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.close()
+
+
+@pytest.fixture
+async def env(apiserver: Any) -> AsyncIterator[Env]:
+    async with running_controllers(apiserver) as e:
+        await e.provider("vc-a", [fd("vc-a-dc0-c0", "c0", mem=8192), fd("vc-a-dc0-c1", "c1", mem=16384)], {"site": "a"})
+        await e.provider("vc-b", [fd("vc-b-dc0-c0", "c0", mem=4096)], {"site": "b"})
+        await e.image_ready(["vc-a", "vc-b"])
+        yield e
+
+
+async def test_schedules_applies_machine_mirrors_status_and_is_ready_only_once_provisioned(env: Env) -> None:
+    created = await env.vm("web-1", userData={"secretRef": {"name": "web-1-userdata"}})
+    vsm = await eventually(lambda: env.get_vsm("web-1"))
+    meta, spec = vsm["metadata"], vsm["spec"]
+    assert meta["labels"] == {"app": "web", "banlieue.io/owned-by": "web-1", "banlieue.io/provider": "vc-a"}
+    owner = meta["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"], owner["blockOwnerDeletion"]) == (
+        "VirtualMachine", "web-1", created["metadata"]["uid"], True, True)
+    assert spec["providerRef"] == {"name": "vc-a"} and spec["failureDomain"] == "vc-a-dc0-c1"  # most free memory
+    assert (spec["template"], spec["numCPUs"], spec["memoryMiB"], spec["firmware"], spec["powerState"]) == (
+        "ubuntu-2204", 2, 4096, "efi", "PoweredOn")
+    assert spec["disks"] == [{"name": "os", "sizeGiB": 20, "provisioning": "thin", "storageClass": "standard"}]
+    assert spec["network"] == {"devices": [{"name": "eth0", "networkClass": "default", "dhcp4": True}]}
+    assert spec["bootstrapDataSecretRef"] == {"name": "web-1-userdata", "key": "user-data"}
+
+    async def scheduled() -> dict[str, Any] | None:
+        vm = await env.get_vm("web-1")
+        return vm if (vm.get("status") or {}).get("scheduled") else None
+
+    vm = await eventually(scheduled)
+    assert vm["metadata"]["finalizers"] == ["banlieue.io/virtualmachine"]
+    status = vm["status"]
+    assert {k: status["scheduled"][k] for k in ("providerName", "providerClass", "failureDomain")} == {
+        "providerName": "vc-a", "providerClass": "vsphere", "failureDomain": "vc-a-dc0-c1"}
+    assert status["scheduled"]["resolvedStorage"] == [{"name": "os", "storageClass": "standard", "datastore": "LocalDS_0"}]
+    assert status["scheduled"]["resolvedNetworks"] == [{"name": "eth0", "networkClass": "default", "portGroup": "VM Network"}]
+    assert status["infrastructureRef"] == {"apiGroup": "infrastructure.banlieue.io", "kind": "VSphereMachine", "name": "web-1"}
+    assert status["observedGeneration"] == vm["metadata"]["generation"]
+    conds = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert conds["Scheduled"] == ("True", "Scheduled") and conds["Ready"] == ("False", "WaitingForInfrastructure")
+
+    await env.machine_status("web-1", {"conditions": [_cond("Ready", "False", "Cloning")], "powerState": "PoweredOff"})
+    await eventually(lambda: _has(env, "web-1", "observedPowerState", "PoweredOff"))
+    assert (await env.condition("web-1", "Ready"))["status"] == "False"
+
+    await env.provision("web-1")
+    ready = await eventually(lambda: _is(env, "web-1", "Ready", "True"))
+    assert ready["reason"] == "Ready"
+    status = (await env.get_vm("web-1"))["status"]
+    assert status["initialization"] == {"provisioned": True}
+    assert status["addresses"] == [{"type": "InternalIP", "address": "10.0.0.5"}]
+    assert status["providerID"] == "vsphere://web-1-uuid" and status["observedPowerState"] == "PoweredOn"
+    assert (await env.condition("web-1", "InfrastructureReady"))["reason"] == "Provisioned"
+
+    writes = env.controller_writes("web-1")
+    print("controller writes for web-1:", *writes, sep="\n  ")
+    # finalizer + VSphereMachine apply + status on scheduling, on the first machine status, on Ready.
+    assert len(writes) <= 5, writes
+
+    # No-op reconciles write nothing: a class relabel and a Provider capacity change re-enqueue the VM.
+    await env.client.patch(VM_CLASS, "small", None, {"metadata": {"labels": {"touched": "1"}}})
+    await env.provider_status("vc-a", [fd("vc-a-dc0-c0", "c0", mem=8000), fd("vc-a-dc0-c1", "c1", mem=12000)])
+    await asyncio.sleep(1.0)
+    assert env.controller_writes("web-1") == writes
+
+
+async def _has(env: Env, name: str, field: str, value: Any) -> bool:
+    return bool(((await env.get_vm(name)).get("status") or {}).get(field) == value)
+
+
+async def _is(env: Env, name: str, type_: str, status: str, reason: str | None = None) -> dict[str, Any] | None:
+    cond = await env.condition(name, type_)
+    ok = cond.get("status") == status and (reason is None or cond.get("reason") == reason)
+    return cond if ok else None
+
+
+async def test_powered_off_desired_state_is_propagated(env: Env) -> None:
+    await env.vm("off-1", desiredPowerState="PoweredOff")
+    vsm = await eventually(lambda: env.get_vsm("off-1"))
+    assert vsm["spec"]["powerState"] == "PoweredOff"
+    await env.provision("off-1", power="PoweredOn")
+    cond = await eventually(lambda: _is(env, "off-1", "Ready", "False", "WaitingForPowerState"))
+    assert "desired PoweredOff, observed PoweredOn" in cond["message"]
+    await env.machine_status("off-1", {"powerState": "PoweredOff"})
+    await eventually(lambda: _is(env, "off-1", "Ready", "True"))
+    await env.client.patch(VIRTUAL_MACHINE, "off-1", env.namespace, {"spec": {"desiredPowerState": "PoweredOn"}})
+    await eventually(lambda: _machine_field(env, "off-1", "powerState", "PoweredOn"))
+
+
+async def _machine_field(env: Env, name: str, field: str, value: Any) -> bool:
+    return bool((await env.get_vsm(name))["spec"].get(field) == value)
+
+
+async def _placed_on(env: Env, name: str, provider: str) -> dict[str, Any] | None:
+    try:
+        vsm = await env.get_vsm(name)
+    except NotFound:
+        return None
+    return vsm if vsm["spec"]["providerRef"]["name"] == provider and not vsm["metadata"].get("deletionTimestamp") else None
+
+
+async def test_automatic_migration_waits_for_the_old_machine_then_recreates(env: Env) -> None:
+    await env.vm("mig-1", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
+    old = await eventually(lambda: _placed_on(env, "mig-1", "vc-a"))
+    # The provider's finalizer keeps the old machine while it is torn down.
+    await env.client.patch(VSPHERE_MACHINE, "mig-1", env.namespace, {"metadata": {"finalizers": ["test/provider"]}})
+    await env.client.patch(VIRTUAL_MACHINE, "mig-1", env.namespace,
+                           {"spec": {"placement": {"providerSelector": {"matchLabels": {"site": "b"}}}}})
+    await eventually(lambda: _is(env, "mig-1", "Migrating", "True", "ProviderChanged"))
+    deleting = await eventually(lambda: env.get_vsm("mig-1"))
+    assert deleting["metadata"].get("deletionTimestamp") and deleting["spec"]["providerRef"]["name"] == "vc-a"
+    assert (await env.get_vm("mig-1"))["status"]["scheduled"]["providerName"] == "vc-a"  # not placed again yet
+    await env.client.patch(VSPHERE_MACHINE, "mig-1", env.namespace, {"metadata": {"finalizers": None}})
+    new = await eventually(lambda: _placed_on(env, "mig-1", "vc-b"))
+    assert new["metadata"]["uid"] != old["metadata"]["uid"] and new["metadata"]["labels"]["banlieue.io/provider"] == "vc-b"
+    assert (await env.get_vm("mig-1"))["status"]["scheduled"]["providerName"] == "vc-b"
+    assert (await env.condition("mig-1", "Migrating"))["status"] == "True"  # until the new machine is Ready
+    await env.provision("mig-1")
+    await eventually(lambda: _is(env, "mig-1", "Migrating", "False", "NotMigrating"))
+    await eventually(lambda: _is(env, "mig-1", "Ready", "True"))
+
+
+async def test_manual_migration_waits_for_the_annotation_and_clears_it(env: Env) -> None:
+    await env.vm("man-1", migrationPolicy="manual", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
+    old = await eventually(lambda: _placed_on(env, "man-1", "vc-a"))
+    await env.client.patch(VIRTUAL_MACHINE, "man-1", env.namespace,
+                           {"spec": {"placement": {"providerSelector": {"matchLabels": {"site": "b"}}}}})
+    cond = await eventually(lambda: _is(env, "man-1", "PlacementValid", "False", "NoProviderMatched"))
+    assert 'banlieue.io/migrate="true"' in cond["message"] and "vc-b/vc-b-dc0-c0" in cond["message"]
+    await asyncio.sleep(0.5)
+    assert (await env.get_vsm("man-1"))["metadata"]["uid"] == old["metadata"]["uid"]
+    await env.client.patch(VIRTUAL_MACHINE, "man-1", env.namespace, {"metadata": {"annotations": {"banlieue.io/migrate": "true"}}})
+    await eventually(lambda: _placed_on(env, "man-1", "vc-b"))
+
+    async def annotation_cleared() -> bool:
+        vm = await env.get_vm("man-1")
+        return "banlieue.io/migrate" not in (vm["metadata"].get("annotations") or {})
+
+    await eventually(annotation_cleared)
+    await eventually(lambda: _is(env, "man-1", "PlacementValid", "True", "Valid"))
+
+
+async def test_never_policy_keeps_the_old_placement(env: Env) -> None:
+    await env.vm("nev-1", migrationPolicy="never", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
+    old = await eventually(lambda: _placed_on(env, "nev-1", "vc-a"))
+    await env.client.patch(VIRTUAL_MACHINE, "nev-1", env.namespace,
+                           {"spec": {"placement": {"providerSelector": {"matchLabels": {"site": "b"}}}}})
+    cond = await eventually(lambda: _is(env, "nev-1", "PlacementValid", "False", "NoProviderMatched"))
+    assert "migrationPolicy is never" in cond["message"]
+    await asyncio.sleep(0.5)
+    vsm = await env.get_vsm("nev-1")
+    assert vsm["metadata"]["uid"] == old["metadata"]["uid"] and vsm["spec"]["providerRef"]["name"] == "vc-a"
+    assert (await env.condition("nev-1", "Migrating"))["status"] == "False"
+
+
+async def test_deletion_waits_for_the_machine_then_drops_the_finalizer(env: Env) -> None:
+    await env.vm("del-1")
+    await eventually(lambda: env.get_vsm("del-1"))
+    await env.client.patch(VSPHERE_MACHINE, "del-1", env.namespace, {"metadata": {"finalizers": ["test/provider"]}})
+    await env.client.delete(VIRTUAL_MACHINE, "del-1", env.namespace)
+    await eventually(lambda: _is(env, "del-1", "Ready", "False", "Deleting"))
+
+    async def machine_deleting() -> bool:
+        return bool((await env.get_vsm("del-1"))["metadata"].get("deletionTimestamp"))
+
+    await eventually(machine_deleting)
+    assert (await env.get_vm("del-1"))["metadata"]["finalizers"] == ["banlieue.io/virtualmachine"]
+    await env.client.patch(VSPHERE_MACHINE, "del-1", env.namespace, {"metadata": {"finalizers": None}})
+
+    async def vm_gone() -> bool:
+        try:
+            await env.get_vm("del-1")
+        except NotFound:
+            return True
+        return False
+
+    await eventually(vm_gone)
+
+
+async def test_missing_class_then_image_then_scheduled(apiserver: Any) -> None:
+    async with running_controllers(apiserver, shared=False) as env:
+        await env.provider("vc-a", [fd("vc-a-dc0-c0", "c0")])
+        await env.vm("late-1")
+        cond = await eventually(lambda: _is(env, "late-1", "Scheduled", "False", "ClassNotFound"))
+        assert "VMClass small not found" in cond["message"]
+        assert (await env.condition("late-1", "Ready"))["reason"] == "ClassNotFound"
+        await env.client.create(VM_CLASS, {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "small"},
+                                           "spec": {"hardware": {"cpus": 1, "memoryMiB": 512}}})
+        await eventually(lambda: _is(env, "late-1", "Scheduled", "False", "ImageNotFound"))
+        await env.client.create(VM_IMAGE, {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "ubuntu"},
+                                           "spec": {"sources": [{"providerClass": "vsphere", "kind": "Template", "ref": "t"}]}})
+        await eventually(lambda: _is(env, "late-1", "Scheduled", "False", "ImageNotReady"))
+        await env.image_ready(["vc-a"])
+        await eventually(lambda: _is(env, "late-1", "Scheduled", "True"))
+        await eventually(lambda: env.get_vsm("late-1"))
+
+
+async def test_paused_vm_is_left_alone_until_unpaused(env: Env) -> None:
+    await env.vm("pau-1", paused=True)
+    await eventually(lambda: _is(env, "pau-1", "Paused", "True", "Paused"))
+    await asyncio.sleep(0.5)
+    vm = await env.get_vm("pau-1")
+    assert not vm["metadata"].get("finalizers") and "scheduled" not in vm["status"]
+    with pytest.raises(NotFound):
+        await env.get_vsm("pau-1")
+    await env.client.patch(VIRTUAL_MACHINE, "pau-1", env.namespace, {"spec": {"paused": False}})
+    await eventually(lambda: env.get_vsm("pau-1"))
+    await eventually(lambda: _is(env, "pau-1", "Paused", "False", "NotPaused"))
+
+
+async def test_required_anti_affinity_spreads_vms_over_clusters(env: Env) -> None:
+    term = {"topologyKey": "cluster", "mode": "required", "labelSelector": {"matchLabels": {"app": "db"}}}
+    placement = {"providerSelector": {"matchLabels": {"site": "a"}}, "antiAffinity": [term]}
+    for name in ("db-0", "db-1", "db-2"):
+        await env.vm(name, labels={"app": "db"}, placement=placement)
+    first = await eventually(lambda: env.get_vsm("db-0"))
+    second = await eventually(lambda: env.get_vsm("db-1"))
+    assert {first["spec"]["failureDomain"], second["spec"]["failureDomain"]} == {"vc-a-dc0-c0", "vc-a-dc0-c1"}
+    cond = await eventually(lambda: _is(env, "db-2", "Scheduled", "False", "AntiAffinityUnsatisfied"))
+    assert "db-0" in cond["message"] or "db-1" in cond["message"]
+    await env.client.delete(VIRTUAL_MACHINE, "db-0", env.namespace)
+    await eventually(lambda: env.get_vsm("db-2"), timeout=15)
