@@ -236,3 +236,22 @@ async def test_a_controller_killed_mid_clone_finds_the_vm_after_restart(
             Disconnect(inv_si)
     finally:
         await restarted.close()
+
+
+async def test_a_failed_task_raises_task_failed_with_the_fault_message(
+    backend: VSphereBackend, conn: Connection
+) -> None:
+    from banlieue.backends.base import TaskFailed
+    from banlieue.backends.vsphere.tasks import wait_task
+
+    uid = str(uuid.uuid4())
+    created = await backend.create_vm(conn, spec(uid, disks=(), nics=()))
+    assert created.vm.power_state == "PoweredOff"
+    run = backend._runner(conn)
+    vm = vim.VirtualMachine(created.vm.moref, backend.sessions.sessions[conn.session_key].stub)
+    task = await run(lambda s: vm.PowerOffVM_Task())  # already off: the task fails
+    with pytest.raises(TaskFailed) as err:
+        await wait_task(run, task, "power off", 10.0, backend.sessions.endpoint_for(conn).label)
+    assert err.value.reason == "TaskFailed"
+    assert str(err.value).startswith("power off: ")
+    await backend.destroy_vm(conn, uid)
