@@ -215,7 +215,7 @@ async def test_field_validation_modes(widgets: Http) -> None:
     status, out, headers = await widgets.post(WIDGETS, body, params={"fieldValidation": "Ignore"})
     assert status == 201 and "Warning" not in headers
     status, out, _ = await widgets.post(WIDGETS, body, params={"fieldValidation": "Nope"})
-    assert status == 400
+    assert status == 422 and out["details"]["kind"] == "CreateOptions"
 
 
 async def test_create_rejects_resource_version_and_deletion_bumps_generation(widgets: Http) -> None:

@@ -61,7 +61,10 @@ async def test_strategic_merge_patch(widgets: Http) -> None:
 async def test_server_side_apply(widgets: Http) -> None:
     doc = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: a\nspec:\n  size: 2\n"
     status, body, _ = await widgets.patch(f"{WIDGETS}/a", doc, APPLY)
-    assert status == 400 and "fieldManager" in body["message"]
+    assert status == 422 and body["message"] == (
+        'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch')
+    status, body, _ = await widgets.patch(f"{WIDGETS}/a", {"spec": {"size": 1}}, MERGE, params={"force": "true"})
+    assert status == 422 and body["details"]["causes"][0]["field"] == "force"
     status, w, _ = await widgets.patch(f"{WIDGETS}/a", doc, APPLY, params={"fieldManager": "alice"})
     assert status == 201 and w["spec"]["size"] == 2
     assert any(e["manager"] == "alice" and e["operation"] == "Apply" for e in w["metadata"]["managedFields"])

@@ -4,7 +4,7 @@ Driven from Python (``server.faults``) or over HTTP at ``/debug/faults`` (GET sh
 DELETE clears). A POST body is a JSON object with any of:
 
 - ``errors``: list of rules ``{"status": 409|429|500, "rate": 0..1, "method": "PUT",
-  "path": "<regex on the URL path>", "times": N, "retryAfter": seconds}`` (rate defaults to 1;
+  "path": "<regex searched in the URL path with its query, e.g. watch=1>", "times": N, "retryAfter": seconds}`` (rate defaults to 1;
   without method/path a rule matches every API request; ``times`` limits how often it fires);
 - ``latency``: seconds added before every API request;
 - ``freezeWatches``: true to keep watch streams open but send nothing (not even bookmarks);

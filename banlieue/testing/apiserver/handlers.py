@@ -133,21 +133,46 @@ async def read_body(request: web.Request, duplicates: list[str] | None = None) -
     return body
 
 
+OPTIONS_KIND = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "PatchOptions", "DELETE": "DeleteOptions"}
+
+
 def write_options(request: web.Request) -> WriteOptions:
-    """dryRun, fieldManager, fieldValidation, force from the query; 400 on bad values."""
+    """dryRun, fieldManager, fieldValidation, force from the query.
+
+    Invalid values are 422 Invalid on ``<Verb>Options.meta.k8s.io`` as apimachinery's
+    ValidateCreateOptions/ValidatePatchOptions/... report them (``force`` only for apply patches,
+    ``fieldManager`` required for apply patches, at most 128 printable characters).
+    """
     q = request.query
+    causes: list[JSON] = []
     dry = q.getall("dryRun", [])
     for d in dry:
         if d != "All":
-            raise errors.invalid("meta.k8s.io", "DryRun", "", [{"reason": "FieldValueNotSupported",
-                                 "message": f'Unsupported value: "{d}": supported values: "All"', "field": "dryRun"}])
+            causes.append({"reason": "FieldValueNotSupported", "field": "dryRun",
+                           "message": f'Unsupported value: "{d}": supported values: "All"'})
     fv = q.get("fieldValidation", "Warn") or "Warn"
     if fv not in ("Strict", "Warn", "Ignore"):
-        raise errors.bad_request(f'fieldValidation must be one of "Ignore", "Warn", or "Strict", got "{fv}"')
+        causes.append({"reason": "FieldValueNotSupported", "field": "fieldValidation",
+                       "message": f'Unsupported value: "{fv}": supported values: "Ignore", "Strict", "Warn"'})
     fm = q.get("fieldManager")
     if fm is not None and len(fm) > 128:
-        raise errors.bad_request("fieldManager: Too long: must have at most 128 bytes")
-    return WriteOptions(dry_run=bool(dry), field_manager=fm, field_validation=fv, force=_bool(q.get("force")),
+        causes.append({"reason": "FieldValueTooLong", "field": "fieldManager",
+                       "message": "Too long: may not be more than 128 bytes"})
+    elif fm is not None and not fm.isprintable():
+        causes.append({"reason": "FieldValueInvalid", "field": "fieldManager",
+                       "message": f"Invalid value: {json.dumps(fm)}: must only contain printable characters"})
+    force = q.get("force")
+    if request.method == "PATCH":
+        is_apply = request.headers.get("Content-Type", "").startswith("application/apply-patch")
+        if is_apply and not fm:
+            causes.append({"reason": "FieldValueRequired", "field": "fieldManager",
+                           "message": "Required value: is required for apply patch"})
+        if not is_apply and force is not None:
+            causes.append({"reason": "FieldValueForbidden", "field": "force",
+                           "message": "Forbidden: may not be specified for non-apply patch"})
+    if causes:
+        raise errors.invalid("meta.k8s.io", OPTIONS_KIND.get(request.method, "CreateOptions"), "", causes)
+    return WriteOptions(dry_run=bool(dry), field_manager=fm, field_validation=fv, force=_bool(force),
                         user_agent=request.headers.get("User-Agent", ""))
 
 

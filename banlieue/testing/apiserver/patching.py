@@ -2,8 +2,8 @@
 
 Source: k8s.io/apiserver ``pkg/endpoints/handlers/patch.go``: json-patch and merge-patch decode
 errors are 400 BadRequest, application errors 422; strategic merge patch is refused with 415 on
-custom resources; apply (``application/apply-patch+yaml``) requires ``fieldManager`` (400),
-creates the object when absent, and reports ownership conflicts as 409 with
+custom resources; apply (``application/apply-patch+yaml``) requires ``fieldManager``,
+creates the object when absent (422 for a missing ``fieldManager`` comes from the options check), and reports ownership conflicts as 409 with
 ``FieldManagerConflict`` causes.
 """
 
@@ -74,7 +74,8 @@ def apply_patch(
     if ctype.startswith("application/apply-patch"):
         return _apply(rest, rt, ns, name, raw, opts, subresource=subresource)
     if opts.force:
-        raise errors.bad_request("force is only allowed for apply requests")
+        raise errors.invalid("meta.k8s.io", "PatchOptions", "", [{
+            "reason": "FieldValueForbidden", "field": "force", "message": "Forbidden: may not be specified for non-apply patch"}])
     live = present(rt, rest.get_or_404(rt, ns, name))
     doc = _decode_json(raw)
     try:
@@ -100,7 +101,8 @@ def _apply(
     rest: Rest, rt: ResourceType, ns: str, name: str, raw: bytes, opts: WriteOptions, *, subresource: str | None
 ) -> tuple[JSON, bool]:
     if not opts.field_manager:
-        raise errors.bad_request("PATCH, application/apply-patch+yaml requests must have a fieldManager")
+        raise errors.invalid("meta.k8s.io", "PatchOptions", "", [{
+            "reason": "FieldValueRequired", "field": "fieldManager", "message": "Required value: is required for apply patch"}])
     try:
         applied = yaml.safe_load(raw.decode() if raw else "")
     except (yaml.YAMLError, UnicodeDecodeError) as e:

@@ -90,7 +90,7 @@ class Rest:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def namespace_check(self, rt: ResourceType, ns: str, *, creating: bool) -> None:
+    def namespace_check(self, rt: ResourceType, ns: str, *, creating: bool, name: str = "") -> None:
         """404 when the namespace is missing; 403 when it is terminating (creates only)."""
         if not rt.namespaced:
             return
@@ -99,7 +99,7 @@ class Rest:
             raise errors.not_found("", "namespaces", ns)
         if creating and nso["metadata"].get("deletionTimestamp"):
             raise errors.forbidden(
-                rt.group, rt.plural, "",
+                rt.group, rt.plural, name,
                 f"unable to create new content in namespace {ns} because it is being terminated",
             )
 
@@ -184,7 +184,7 @@ class Rest:
         md = obj["metadata"]
         if not md.get("name") and md.get("generateName"):
             md["name"] = md["generateName"] + "".join(random.choice(GENERATE_ALPHABET) for _ in range(5))
-        self.namespace_check(rt, ns, creating=True)
+        self.namespace_check(rt, ns, creating=True, name=md.get("name") or "")
         if md.get("resourceVersion") and operation != "Apply":
             raise errors.bad_request("resourceVersion should not be set on objects to be created")
         self._unknown_fields(rt, obj, opts)
