@@ -151,6 +151,8 @@ class VcsimProcess:
         """Terminate (then kill after 5 s) and remove the work directory. Idempotent."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
+            if self.process.stdin is not None:
+                self.process.stdin.close()
             try:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -178,11 +180,12 @@ def start_vcsim(startup_timeout: float = 30.0, **opts: Any) -> VcsimProcess:
     opts = {"dc": 2, "cluster": 3, "templates": ["ubuntu-22.04"], "tls": True, **opts}
     workdir = Path(tempfile.mkdtemp(prefix="banlieue-vcsim-"))
     info_file = workdir / "info.json"
-    args = [str(binary), "--listen=127.0.0.1:0", f"--info-file={info_file}", *_flags(opts)]
+    args = [str(binary), "--listen=127.0.0.1:0", f"--info-file={info_file}", "--exit-on-stdin-eof", *_flags(opts)]
     if opts.get("tls"):
         args.append(f"--tls-dir={workdir / 'tls'}")
     stderr = (workdir / "stderr.log").open("wb")
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr, cwd=workdir)
+    # stdin stays an open pipe: if this (test) process dies, the pipe closes and vcsim exits.
+    process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, cwd=workdir)
     stderr.close()
     vc = VcsimProcess(process=process, workdir=workdir)
     deadline = time.monotonic() + startup_timeout

@@ -24,6 +24,7 @@ import (
 	"encoding/pem"
 	"flag"
 	"fmt"
+	"io"
 	"io/ioutil"
 	"log"
 	"math/big"
@@ -353,6 +354,7 @@ func main() {
 	delay := flag.Int("delay", 0, "global delay before every SOAP method (ms)")
 	jitter := flag.Float64("delay-jitter", 0, "delay jitter as coefficient of variation")
 	infoFile := flag.String("info-file", "", "write connection details and inventory as JSON here")
+	stdinEOF := flag.Bool("exit-on-stdin-eof", false, "exit when stdin closes (the parent died): no leaked simulators")
 	flag.Parse()
 
 	delays, err := parseDelays(*methodDelay)
@@ -449,5 +451,11 @@ func main() {
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	if *stdinEOF {
+		go func() {
+			_, _ = io.Copy(ioutil.Discard, os.Stdin)
+			sig <- syscall.SIGTERM
+		}()
+	}
 	<-sig
 }
