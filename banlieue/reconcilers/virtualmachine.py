@@ -7,7 +7,10 @@ last write from writing the same thing again (or scheduling a peer as if this VM
 
 Indexes on the VirtualMachine cache (``setup`` registers them): ``spec.classRef.name``,
 ``spec.imageRef.name``, ``status.scheduled.providerName`` (value ``<namespace>/<provider>``) and
-``unscheduled`` (value ``<namespace>``, VMs without a placement).
+``unscheduled`` (value ``<namespace>``, VMs without a placement) and
+``spec.placement.antiAffinity`` (value ``<namespace>``, VMs with anti-affinity terms: the only
+peers a VM without terms of its own must look at, so a reconcile does not read the whole
+namespace).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ INDEX_CLASS = "spec.classRef.name"
 INDEX_IMAGE = "spec.imageRef.name"
 INDEX_PROVIDER = "status.scheduled.providerName"
 INDEX_UNSCHEDULED = "unscheduled"
+INDEX_ANTI_AFFINITY = "spec.placement.antiAffinity"
 
 
 def _get(obj: Object, *path: str) -> Any:
@@ -84,6 +88,11 @@ def index_provider(obj: Object) -> list[str]:
 def index_unscheduled(obj: Object) -> list[str]:
     """``<namespace>`` of a VirtualMachine without a placement."""
     return [] if _get(obj, "status", "scheduled", "providerName") else [str(obj["metadata"].get("namespace", ""))]
+
+
+def index_anti_affinity(obj: Object) -> list[str]:
+    """``<namespace>`` of a VirtualMachine with anti-affinity terms."""
+    return [str(obj["metadata"].get("namespace", ""))] if _get(obj, "spec", "placement", "antiAffinity") else []
 
 
 @dataclass
@@ -158,9 +167,14 @@ class VirtualMachineReconciler:
         self.assumed: dict[str, tuple[str, str]] = {}
         """Placements decided but maybe not yet visible in the cache (kube-scheduler's assume)."""
 
-    def _peers(self, namespace: str, me: str) -> tuple[PeerPlacement, ...]:
+    def _peers(self, namespace: str, me: str, own_terms: bool) -> tuple[PeerPlacement, ...]:
+        """Placements of the namespace's other VMs: all of them when the VM has anti-affinity
+        terms, else only those with terms (symmetric anti-affinity)."""
+        cache = self.ctx.cache
+        candidates = cache.list(VIRTUAL_MACHINE, namespace) if own_terms else \
+            cache.by_index(VIRTUAL_MACHINE, INDEX_ANTI_AFFINITY, namespace)
         out: list[PeerPlacement] = []
-        for cached in self.ctx.cache.list(VIRTUAL_MACHINE, namespace):
+        for cached in candidates:
             name = str(cached["metadata"]["name"])
             if name == me:
                 continue
@@ -205,7 +219,8 @@ class VirtualMachineReconciler:
             vm_class=_parse(VMClass, cache.get(VM_CLASS, vm.spec.class_ref.name)),
             image=_parse(VMImage, cache.get(VM_IMAGE, vm.spec.image_ref.name)),
             providers=providers,
-            peers=self._peers(request.namespace, request.name),
+            peers=self._peers(request.namespace, request.name,
+                              bool(vm.spec.placement and vm.spec.placement.anti_affinity)),
             machine=_parse(VSphereMachine, machine_raw),
             now=self.ctx.now().astimezone(UTC),
         )
@@ -295,7 +310,7 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
     namespace (anti-affinity peers). Registers the four indexes of the module docstring."""
     cache = ctx.cache
     for index, fn in ((INDEX_CLASS, index_class), (INDEX_IMAGE, index_image), (INDEX_PROVIDER, index_provider),
-                      (INDEX_UNSCHEDULED, index_unscheduled)):
+                      (INDEX_UNSCHEDULED, index_unscheduled), (INDEX_ANTI_AFFINITY, index_anti_affinity)):
         cache.add_indexer(VIRTUAL_MACHINE, index, fn)
 
     def by_class(obj: Object) -> list[Request]:

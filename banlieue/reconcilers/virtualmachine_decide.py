@@ -2,10 +2,11 @@
 
 Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmachine`` executes):
 
-1. Deleting: delete the VSphereMachine, wait until it is gone (Ready False ``Deleting``), then drop
+1. ``spec.paused``: ``Paused`` True, nothing else (CAPI v1beta2 Paused condition; as in CAPI,
+   paused wins over deletion; the finalizer is not added and status.observedGeneration does not
+   advance while paused).
+2. Deleting: delete the VSphereMachine, wait until it is gone (Ready False ``Deleting``), then drop
    the finalizer ``banlieue.io/virtualmachine``.
-2. ``spec.paused``: ``Paused`` True, nothing else (CAPI v1beta2 Paused condition; the finalizer
-   is not added and status.observedGeneration does not advance while paused).
 3. Add the finalizer; resolve VMClass and VMImage (missing -> ``Scheduled`` False
    ``ClassNotFound``/``ImageNotFound``).
 4. Schedule (``banlieue.reconcilers.scheduler``), keeping the current placement while valid.
@@ -14,7 +15,8 @@ Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmach
    places again (``Migrating`` True ``ProviderChanged``/``FailureDomainChanged`` until the new
    machine is Ready; the annotation is cleared when the new placement is written); ``manual``
    without the annotation and ``never`` keep the old placement with ``PlacementValid`` False.
-   When nothing else fits, the old placement is kept too.
+   When nothing else fits, the old placement is kept too. An annotation set while the placement
+   is valid is cleared (there is nothing to migrate; it must not authorise a later move).
 6. Apply the VSphereMachine (only when it differs from the cached one), mirror its status through
    ``InfraMachineRead``, and compute ``Ready``: True only when InfrastructureReady is True, the
    machine is provisioned and the observed power state is the desired one.
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from banlieue.api.conditions import get_condition, is_true, set_condition
+from banlieue.api.conditions import get_condition, set_condition
 from banlieue.api.infrastructure import API_VERSION as INFRA_API_VERSION
 from banlieue.api.infrastructure import GROUP as INFRA_GROUP
 from banlieue.api.infrastructure import VSphereMachine, VSphereMachineReason
@@ -311,6 +313,12 @@ def decide(s: Snapshot) -> Plan:
     machine = InfraMachineRead.from_machine(s.machine) if s.machine is not None else None
     status = (vm.status or VirtualMachineStatus()).model_copy(deep=True)
 
+    if vm.spec.paused:
+        conds.set(C.PAUSED, True, Reason.PAUSED, "spec.paused is true")
+        if get_condition(conds.items, C.READY) is None:
+            conds.set(C.READY, False, Reason.PAUSED, "spec.paused is true")
+        return _finish(s, conds, status)
+
     if vm.metadata.deletion_timestamp is not None:
         if not has_finalizer:
             return Plan()
@@ -319,12 +327,6 @@ def decide(s: Snapshot) -> Plan:
         _infra_condition(conds, machine, name)
         conds.set(C.READY, False, Reason.DELETING, f"waiting for VSphereMachine {name} to be deleted")
         return _finish(s, conds, status, delete_machine=not machine.deleting)
-
-    if vm.spec.paused:
-        conds.set(C.PAUSED, True, Reason.PAUSED, "spec.paused is true")
-        if get_condition(conds.items, C.READY) is None:
-            conds.set(C.READY, False, Reason.PAUSED, "spec.paused is true")
-        return _finish(s, conds, status)
 
     conds.set(C.PAUSED, False, Reason.NOT_PAUSED)
     status.observed_generation = vm.metadata.generation
@@ -406,6 +408,7 @@ def decide(s: Snapshot) -> Plan:
         conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
     else:
         target = decision.placement
+        clear_annotation = annotated
 
     apply_machine: dict[str, Any] | None = None
     if target is not None:
@@ -432,9 +435,8 @@ def decide(s: Snapshot) -> Plan:
             wanted = desired_machine(vm, s.vm_class, target)
             if machine_differs(s.machine, wanted):
                 apply_machine = wanted
-        if is_true(conds.items, C.MIGRATING) and blocked is None:
-            migrating_now = get_condition(conds.items, C.MIGRATING)
-            assert migrating_now is not None
+        migrating_now = get_condition(conds.items, C.MIGRATING)
+        if migrating_now is not None and migrating_now.status is ConditionStatus.TRUE and blocked is None:
             blocked = (migrating_now.reason, migrating_now.message)
 
     exists = machine is not None or apply_machine is not None

@@ -147,6 +147,11 @@ ROWS: list[tuple[str, Snapshot, dict[str, Any], dict[str, tuple[str, str]]]] = [
      {"delete_machine": True}, {"Ready": ("False", "Deleting")}),
     ("deleting-waits-for-machine", snap(vm(deleting=True, scheduled=("a", "a-dc0-c0")), m=machine(deleting=True)), {},
      {"Ready": ("False", "Deleting")}),
+    ("paused-wins-over-deletion", snap(vm(paused=True, deleting=True, scheduled=("a", "a-dc0-c0")), m=READY_MACHINE), {},
+     {"Paused": ("True", "Paused")}),
+    ("annotation-without-drift-is-cleared", snap(vm(scheduled=("a", "a-dc0-c0"), policy="manual",
+                                                    annotations={"banlieue.io/migrate": "true"}), m=READY_MACHINE),
+     {"apply": ("a", "a-dc0-c0"), "clear_migrate_annotation": True}, {"PlacementValid": ("True", "Valid")}),
     ("status-lost-adopts-machine-placement", snap(vm(), m=machine(("a", "a-dc0-c1"))),
      {"apply": ("a", "a-dc0-c1"), "placement": ("a", "a-dc0-c1")}, {"Scheduled": ("True", "Scheduled")}),
 ]
