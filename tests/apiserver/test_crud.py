@@ -272,3 +272,15 @@ async def test_content_negotiation(widgets: Http) -> None:
     status, body, _ = await widgets.post(CMS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n"},
                                                "data": {"k": 1}})
     assert status == 400 and "cannot unmarshal" in body["message"]
+
+
+async def test_terminating_namespace_refuses_new_content(http: Http) -> None:
+    await http.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bye"}})
+    held = cm("held")
+    held["metadata"]["finalizers"] = ["example.com/hold"]  # type: ignore[index]
+    await http.post("/api/v1/namespaces/bye/configmaps", held)
+    await http.delete("/api/v1/namespaces/bye")
+    status, body, _ = await http.post("/api/v1/namespaces/bye/configmaps", cm("late"))
+    assert status == 403 and body["reason"] == "Forbidden"
+    assert body["message"] == ('configmaps "late" is forbidden: unable to create new content in namespace bye '
+                               "because it is being terminated")

@@ -148,3 +148,17 @@ async def test_watch_ends_when_crd_is_deleted(widgets: Http) -> None:
     events = await widgets.watch_lines("/apis/example.com/v1/gadgets", {"timeoutSeconds": "20"}, stop_after=10)
     await task
     assert events == []
+
+
+async def test_crd_immutable_fields_and_terminating_condition(widgets: Http) -> None:
+    _, crd, _ = await widgets.get(f"{CRDS}/widgets.example.com")
+    crd["spec"]["scope"] = "Cluster"
+    status, body, _ = await widgets.put(f"{CRDS}/widgets.example.com", crd)
+    assert status == 422 and body["details"]["causes"][0]["field"] == "spec.scope"
+    await widgets.post("/apis/example.com/v1/namespaces/default/widgets",
+                       {"apiVersion": "example.com/v1", "kind": "Widget",
+                        "metadata": {"name": "held", "finalizers": ["example.com/hold"]}, "spec": {"size": 1}})
+    status, body, _ = await widgets.delete(f"{CRDS}/widgets.example.com")
+    conds = {c["type"]: c["status"] for c in body["status"]["conditions"]}
+    assert conds.get("Terminating") == "True"
+    assert "customresourcecleanup.apiextensions.k8s.io" in body["metadata"]["finalizers"]

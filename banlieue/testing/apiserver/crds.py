@@ -80,6 +80,23 @@ def validate_crd(crd: JSON) -> list[JSON]:
     return out
 
 
+def validate_crd_update(crd: JSON, old: JSON | None) -> list[JSON]:
+    """Causes for changing immutable CRD fields (spec.group, spec.scope, spec.names.plural)."""
+    if old is None:
+        return []
+    out = []
+    for path in (("group",), ("scope",), ("names", "plural")):
+        new_v: Any = crd.get("spec")
+        old_v: Any = old.get("spec")
+        for p in path:
+            new_v = new_v.get(p) if isinstance(new_v, dict) else None
+            old_v = old_v.get(p) if isinstance(old_v, dict) else None
+        if new_v != old_v:
+            out.append(_cause("FieldValueInvalid", "spec." + ".".join(path),
+                              f'Invalid value: "{new_v}": field is immutable'))
+    return out
+
+
 def set_status(crd: JSON, old: JSON | None, now: str) -> None:
     """Set ``status`` (acceptedNames, conditions, storedVersions) in place, keeping transition times."""
     spec = crd["spec"]

@@ -351,6 +351,9 @@ class Rest:
             nmd["generation"] = int(md["generation"]) + 1
         nmd.setdefault("deletionTimestamp", self.clock())
         nmd.setdefault("deletionGracePeriodSeconds", 0)
+        hook = self.strategies.get(rt.group_resource)
+        if hook is not None:  # e.g. the CRD's Terminating condition
+            hook(new, obj)
         if _strip_for_compare(new) == _strip_for_compare(obj) or opts.dry_run:
             return (obj if not opts.dry_run else new), False
         rv = self.store.next_rv()

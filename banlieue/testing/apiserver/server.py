@@ -86,7 +86,7 @@ class ApiServer:
 
     def _crd_strategy(self, obj: JSON, old: JSON | None) -> list[JSON]:
         crds.default_crd(obj)
-        causes = crds.validate_crd(obj)
+        causes = crds.validate_crd(obj) + crds.validate_crd_update(obj, old)
         if not causes:
             crds.set_status(obj, old, self.rest.clock())
         return causes
