@@ -7,7 +7,8 @@ valid; otherwise most free capacity, then name)".
 
 Filters, in order (a candidate is one failure domain of one Provider of the VM's namespace):
 
-1. Provider: a class with a source in the VMImage, matching ``placement.providerSelector``
+1. Provider: a class this role can realise (``vsphere``: the only InfraMachine kind is
+   VSphereMachine) with a source in the VMImage, matching ``placement.providerSelector``
    (absent: every Provider) -> ``NoProviderMatched``.
 2. Image: a ``VMImage.status.perProvider[]`` row for (providerName, providerNamespace) with
    ``ready: true`` -> ``ImageNotReady``.
@@ -133,6 +134,7 @@ class SchedulingInput:
     providers: tuple[Provider, ...]
     peers: tuple[PeerPlacement, ...] = ()
     current: tuple[str, str] | None = None
+    provider_classes: frozenset[str] = frozenset({"vsphere"})
 
 
 def _names(items: Iterable[str]) -> str:
@@ -306,7 +308,8 @@ def _placement_selectors(inp: SchedulingInput) -> tuple[LabelSelector | None, La
 
 def _provider_eligible(inp: SchedulingInput, provider: Provider) -> bool:
     selector, _ = _placement_selectors(inp)
-    if image_template(inp.image, provider_class_of(provider)) is None:
+    pclass = provider_class_of(provider)
+    if pclass not in inp.provider_classes or image_template(inp.image, pclass) is None:
         return False
     return selector is None or selector.matches(provider.metadata.labels)
 
@@ -394,7 +397,8 @@ def schedule(inp: SchedulingInput) -> SchedulingDecision:
         classes = _names(s.provider_class for s in inp.image.spec.sources or ()) or "none"
         msg = (
             f"no Provider in namespace {namespace} matches placement.providerSelector {_selector_text(provider_selector)} "
-            f"with a class the VMImage {inp.image.metadata.name} has a source for ({classes}); "
+            f"with a class this controller supports ({_names(inp.provider_classes)}) and the VMImage "
+            f"{inp.image.metadata.name} has a source for ({classes}); "
             f"Providers seen: {_names(p.metadata.name or '' for p in providers) or 'none'}"
         )
         return _fail(VirtualMachineReason.NO_PROVIDER_MATCHED, msg, problem)

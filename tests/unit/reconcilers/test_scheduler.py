@@ -86,6 +86,8 @@ CASES: list[tuple[str, SchedulingInput, tuple[str, str] | str, str]] = [
                                               cls=vm_class(mem=1)), ("b", "b1"), ""),
     ("provider-class-without-image-source", inp(providers=[provider("a", [fd("x")], pclass="kvm")]),
      "NoProviderMatched", "has a source for (vsphere)"),
+    ("unsupported-provider-class", inp(providers=[provider("a", [fd("x")], pclass="kvm")], img=image({"a": True}, ("kvm",))),
+     "NoProviderMatched", "supports (vsphere)"),
     ("image-not-ready", inp(img=image({"a": False})), "ImageNotReady", "TemplateNotFound"),
     ("image-not-resolved-yet", inp(img=image({})), "ImageNotReady", "not resolved yet"),
     ("image-ready-only-on-b", inp(providers=[provider("a", [fd("a1", mem=99999)]), provider("b", [fd("b1", mem=8192)])],
