@@ -219,10 +219,6 @@ def capacity_shortfall(vm_class: VMClass, domain: ProviderFailureDomain) -> list
     return out
 
 
-def _topology(domain_labels: dict[tuple[str, str], dict[str, str]], provider: str, domain: str) -> dict[str, str] | None:
-    return domain_labels.get((provider, domain))
-
-
 def _term_selects(term: AntiAffinityTerm, labels: dict[str, str]) -> bool:
     # A term without a labelSelector selects nothing (metav1: nil selector matches nothing).
     return term.label_selector is not None and term.label_selector.matches(labels)
@@ -240,7 +236,7 @@ def anti_affinity_violations(
     for peer in inp.peers:
         if peer.name == me:
             continue
-        there = _topology(domain_labels, peer.provider_name, peer.failure_domain)
+        there = domain_labels.get((peer.provider_name, peer.failure_domain))
         if there is None:
             continue
         for term in own_terms:
@@ -312,13 +308,6 @@ def _provider_eligible(inp: SchedulingInput, provider: Provider) -> bool:
     if pclass not in inp.provider_classes or image_template(inp.image, pclass) is None:
         return False
     return selector is None or selector.matches(provider.metadata.labels)
-
-
-def _domain_eligible(inp: SchedulingInput, provider: Provider, domain: ProviderFailureDomain) -> bool:
-    _, fd_selector = _placement_selectors(inp)
-    return (fd_selector is None or fd_selector.matches(domain.labels)) and not domain_missing(
-        inp.vm_class, provider, domain
-    )
 
 
 def current_problem(inp: SchedulingInput) -> tuple[str, str] | None:
