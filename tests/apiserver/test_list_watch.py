@@ -165,3 +165,30 @@ async def test_watch_by_name_and_legacy_watch_path(http: Http) -> None:
     assert [e["object"]["metadata"]["name"] for e in events] == ["two"]
     events = await http.watch_lines(CMS, {"fieldSelector": "metadata.name=one", "timeoutSeconds": "1"})
     assert [json.dumps(e["object"]["metadata"]["name"]) for e in events] == ['"one"']
+
+
+async def test_pages_are_a_consistent_snapshot_and_exact_lists(http: Http) -> None:
+    for n in ("s1", "s2", "s3", "s4"):
+        await http.post(CMS, cm(n))
+    _, page, _ = await http.get(CMS, params={"limit": "2"})
+    list_rv = page["metadata"]["resourceVersion"]
+    await http.delete(f"{CMS}/s3")
+    await http.post(CMS, cm("s5"))
+    _, rest, _ = await http.get(CMS, params={"limit": "10", "continue": page["metadata"]["continue"]})
+    assert [i["metadata"]["name"] for i in rest["items"]] == ["s3", "s4"]
+    assert rest["metadata"]["resourceVersion"] == list_rv
+    _, exact, _ = await http.get(CMS, params={"resourceVersion": list_rv, "resourceVersionMatch": "Exact"})
+    assert [i["metadata"]["name"] for i in exact["items"]] == ["s1", "s2", "s3", "s4"]
+    _, now, _ = await http.get(CMS)
+    assert [i["metadata"]["name"] for i in now["items"]] == ["s1", "s2", "s4", "s5"]
+
+
+async def test_list_options_validation(http: Http) -> None:
+    status, body, _ = await http.get(CMS, params={"resourceVersionMatch": "Exact"})
+    assert status == 422 and body["details"]["kind"] == "ListOptions"
+    status, body, _ = await http.get(CMS, params={"resourceVersionMatch": "Sometimes", "resourceVersion": "1"})
+    assert status == 422 and body["details"]["causes"][0]["reason"] == "FieldValueNotSupported"
+    status, body, _ = await http.get(CMS, params={"watch": "1", "sendInitialEvents": "true"})
+    assert status == 422
+    status, body, _ = await http.get(CMS, params={"watch": "1", "resourceVersion": "abc"})
+    assert status == 422 and body["details"]["causes"][0]["field"] == "resourceVersion"

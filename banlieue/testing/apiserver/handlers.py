@@ -8,8 +8,6 @@ URL shapes (API concepts, "Resource URIs"): ``/api/v1/<plural>[/<name>[/<sub>]]`
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,14 +16,14 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from . import builtin, errors, protobuf
+from . import errors, protobuf
 from .errors import ApiError
+from .listing import list_objects, selector_matcher, validate_list_options
 from .patching import apply_patch
 from .resources import ResourceType
 from .rest import WriteOptions
-from .selectors import parse_field_selector, parse_label_selector
 from .tables import to_table
-from .views import present
+from .views import json_response, present, wants_table
 from .watch import DEFAULT_WATCH_TIMEOUT, WatchRequest, serve_watch
 
 if TYPE_CHECKING:
@@ -72,24 +70,12 @@ def _bool(v: str | None) -> bool:
     return (v or "").lower() in ("1", "true")
 
 
-def wants_table(request: web.Request) -> bool:
-    """Whether the Accept header asks for a meta.k8s.io Table."""
-    accept = request.headers.get("Accept", "")
-    return "as=Table" in accept and "g=meta.k8s.io" in accept
-
-
 def warning_headers(warnings: list[str]) -> CIMultiDict[str]:
     """``Warning: 299 - "<text>"`` headers (RFC 7234 warn-code 299, as kube-apiserver sends)."""
     h: CIMultiDict[str] = CIMultiDict()
     for w in warnings:
         h.add("Warning", '299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"')
     return h
-
-
-def json_response(body: JSON, status: int = 200, headers: CIMultiDict[str] | None = None) -> web.Response:
-    """Compact JSON with ``Content-Type: application/json``."""
-    return web.Response(body=json.dumps(body, separators=(",", ":")).encode(), status=status,
-                        content_type="application/json", headers=headers)
 
 
 def _pairs_hook(duplicates: list[str]) -> Any:
@@ -176,93 +162,10 @@ def write_options(request: web.Request) -> WriteOptions:
                         user_agent=request.headers.get("User-Agent", ""))
 
 
-def _selectors(rt: ResourceType, request: web.Request) -> Any:
-    q = request.query
-    try:
-        ls = parse_label_selector(q.get("labelSelector", ""))
-        fs = parse_field_selector(q.get("fieldSelector", ""), builtin.extra_field_selectors(rt))
-    except ValueError as e:
-        raise errors.bad_request(str(e)) from e
-
-    def matches(obj: JSON) -> bool:
-        return ls.matches(obj["metadata"].get("labels") or {}) and fs.matches(present(rt, obj))
-
-    return matches
-
-
-def _encode_continue(rv: int, last: tuple[str, str]) -> str:
-    start = f"{last[0]}/{last[1]}\x00"
-    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        d = json.loads(raw)
-        ns, _, name = str(d["start"]).rstrip("\x00").partition("/")
-        return int(d["rv"]), (ns, name)
-    except (ValueError, KeyError, TypeError, binascii.Error) as e:
-        raise errors.bad_request(f"continue key is not valid: {e}") from e
-
-
-EXPIRED_CONTINUE = (
-    "The provided continue parameter is too old to display a consistent list result. You can start a new "
-    "list without the continue parameter, or use the continue token in this response to retrieve the "
-    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
-    "that were created, modified, or deleted between the time the first chunk was returned and now may show up "
-    "in the list."
-)
-
-
-def list_objects(server: ApiServer, t: Target, request: web.Request) -> web.Response:
-    """LIST with selectors and limit/continue pagination (continue tokens expire on compaction)."""
-    rt, q = t.rt, request.query
-    matches = _selectors(rt, request)
-    store = server.store
-    limit = 0
-    if q.get("limit"):
-        try:
-            limit = max(0, int(q["limit"]))
-        except ValueError as e:
-            raise errors.bad_request(f"invalid limit: {q['limit']}") from e
-    list_rv, after = store.rv, None
-    if q.get("continue"):
-        list_rv, after = _decode_continue(q["continue"])
-        if list_rv < max(store.compacted_rv(rt.group_resource), store.global_compacted()):
-            raise errors.expired(EXPIRED_CONTINUE)
-    items: list[JSON] = []
-    token = None
-    remaining = 0
-    last: tuple[str, str] | None = None
-    for key, obj in store.items(rt.group_resource, t.namespace if rt.namespaced else None):
-        if after is not None and key <= after:
-            continue
-        if not matches(obj):
-            continue
-        if limit and len(items) >= limit:
-            remaining += 1
-            continue
-        items.append(present(rt, obj))
-        last = key
-    if remaining and last is not None:
-        token = _encode_continue(list_rv, last)
-    if wants_table(request):
-        table = to_table(items, rt.printer_columns, list_rv=str(list_rv), continue_token=token,
-                         include_object=q.get("includeObject", "Metadata"))
-        return json_response(table)
-    md: JSON = {"resourceVersion": str(list_rv)}
-    if token:
-        md["continue"] = token
-        if not q.get("labelSelector") and not q.get("fieldSelector"):
-            md["remainingItemCount"] = remaining
-    return json_response({"kind": rt.list_kind(), "apiVersion": rt.api_version, "metadata": md, "items": items})
-
-
 async def watch_objects(server: ApiServer, t: Target, request: web.Request) -> web.StreamResponse:
     """WATCH (``?watch=1`` or the ``/watch/`` prefix)."""
     rt, q = t.rt, request.query
-    base = _selectors(rt, request)
+    base = selector_matcher(rt, request)
     matches = base
     if t.name is not None:
         name = t.name
@@ -274,9 +177,7 @@ async def watch_objects(server: ApiServer, t: Target, request: web.Request) -> w
         timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else DEFAULT_WATCH_TIMEOUT
     except ValueError as e:
         raise errors.bad_request(f"invalid timeoutSeconds: {q['timeoutSeconds']}") from e
-    rv_param = q.get("resourceVersion")
-    if rv_param and not rv_param.isdigit():
-        raise errors.bad_request(f"invalid resource version: {rv_param}")
+    validate_list_options(request, watch=True)
     sie = q.get("sendInitialEvents")
     transform = None
     if wants_table(request):
@@ -394,7 +295,7 @@ def delete_collection(server: ApiServer, t: Target, request: web.Request, option
                       opts: WriteOptions) -> web.Response:
     """DELETE on a collection: delete every matching object; returns the list of them."""
     rt = t.rt
-    matches = _selectors(rt, request)
+    matches = selector_matcher(rt, request)
     victims = [o for _, o in server.store.items(rt.group_resource, t.namespace if rt.namespaced else None) if matches(o)]
     items = []
     for obj in victims:

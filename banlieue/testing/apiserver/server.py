@@ -28,10 +28,11 @@ from .builtin import builtin_types
 from .errors import ApiError
 from .faults import Faults
 from .gc import GarbageCollector
-from .handlers import NOT_FOUND_PATH, handle_resource, json_response, parse_target
+from .handlers import NOT_FOUND_PATH, handle_resource, parse_target
 from .resources import Registry, ResourceType
 from .rest import Rest, WriteOptions
 from .store import DEFAULT_HISTORY, Store
+from .views import json_response
 
 JSON = dict[str, Any]
 log = structlog.get_logger(__name__)

@@ -220,6 +220,24 @@ class Store:
         out.reverse()
         return out
 
+    def items_at(self, gr: GroupResource, rv: int, namespace: str | None = None) -> list[tuple[Key, JSON]] | None:
+        """(key, object) pairs of ``gr`` as they were at revision ``rv`` (key order), or None when
+        ``rv`` is older than the history (a consistent snapshot for continue tokens and
+        ``resourceVersionMatch=Exact``, rebuilt by undoing later events)."""
+        if rv >= self.rv:
+            return list(self.items(gr, namespace))
+        events = self.events_since(gr, rv)
+        if events is None:
+            return None
+        objs = dict(self._objects.get(gr, {}))
+        for ev in reversed(events):
+            key = key_of(ev.obj)
+            if ev.type == "ADDED" or ev.old is None:
+                objs.pop(key, None)
+            else:
+                objs[key] = ev.old
+        return [(k, objs[k]) for k in sorted(objs) if namespace is None or k[0] == namespace]
+
     def subscribe(self, gr: GroupResource) -> Watcher:
         """Register a watcher; every later event of ``gr`` lands on its queue."""
         w = Watcher(gr)

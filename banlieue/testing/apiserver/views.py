@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict
 
 from . import events
 from .resources import ResourceType
@@ -22,3 +26,15 @@ def present(rt: ResourceType, obj: JSON) -> JSON:
         obj = dict(obj)
         obj["apiVersion"] = rt.api_version
     return obj
+
+
+def wants_table(request: web.Request) -> bool:
+    """Whether the Accept header asks for a meta.k8s.io Table."""
+    accept = request.headers.get("Accept", "")
+    return "as=Table" in accept and "g=meta.k8s.io" in accept
+
+
+def json_response(body: JSON, status: int = 200, headers: CIMultiDict[str] | None = None) -> web.Response:
+    """Compact JSON with ``Content-Type: application/json``."""
+    return web.Response(body=json.dumps(body, separators=(",", ":")).encode(), status=status,
+                        content_type="application/json", headers=headers)
