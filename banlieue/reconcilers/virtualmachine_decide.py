@@ -54,7 +54,14 @@ from banlieue.reconcilers.kinds import (
     LABEL_PROVIDER,
     PROVIDER_CLASS_VSPHERE,
 )
-from banlieue.reconcilers.scheduler import PeerPlacement, Placement, SchedulingInput, image_template, schedule
+from banlieue.reconcilers.scheduler import (
+    PeerPlacement,
+    Placement,
+    SchedulingDecision,
+    SchedulingInput,
+    image_template,
+    schedule,
+)
 from banlieue.reconcilers.status_mirror import InfraMachineRead
 
 
@@ -304,151 +311,173 @@ def _mirror(status: VirtualMachineStatus, machine: InfraMachineRead | None, name
     status.observed_power_state = machine.power_state if machine else None
 
 
-def decide(s: Snapshot) -> Plan:
-    """The plan for one reconcile of ``s.vm`` (module docstring). Never raises."""
-    vm = s.vm
-    name = vm.metadata.name or ""
-    conds = _Conds(vm.status.conditions if vm.status else None, vm.metadata.generation, s.now)
-    has_finalizer = FINALIZER_VIRTUAL_MACHINE in (vm.metadata.finalizers or ())
-    machine = InfraMachineRead.from_machine(s.machine) if s.machine is not None else None
-    status = (vm.status or VirtualMachineStatus()).model_copy(deep=True)
+@dataclass
+class _Placing:
+    """Where this reconcile leaves the VM: ``target`` to apply (None: nothing to apply) and
+    whether it is ``valid`` (False: an invalid placement kept by policy), what blocks Ready
+    (reason, message), and the side effects of a migration."""
 
-    if vm.spec.paused:
-        conds.set(C.PAUSED, True, Reason.PAUSED, "spec.paused is true")
-        if get_condition(conds.items, C.READY) is None:
-            conds.set(C.READY, False, Reason.PAUSED, "spec.paused is true")
-        return _finish(s, conds, status)
-
-    if vm.metadata.deletion_timestamp is not None:
-        if not has_finalizer:
-            return Plan()
-        if machine is None:
-            return Plan(remove_finalizer=True)
-        _infra_condition(conds, machine, name)
-        conds.set(C.READY, False, Reason.DELETING, f"waiting for VSphereMachine {name} to be deleted")
-        return _finish(s, conds, status, delete_machine=not machine.deleting)
-
-    conds.set(C.PAUSED, False, Reason.NOT_PAUSED)
-    status.observed_generation = vm.metadata.generation
-    add_finalizer = not has_finalizer
-    events: list[RecordedEvent] = []
-    was_scheduled = get_condition(vm.status.conditions if vm.status else None, C.SCHEDULED)
-
-    def unschedulable(reason: str, message: str) -> None:
-        conds.set(C.SCHEDULED, False, reason, message)
-        if was_scheduled is None or was_scheduled.reason != reason:
-            events.append(RecordedEvent("Warning", "FailedScheduling", message))
-
-    if s.vm_class is None or s.image is None:
-        missing = (VirtualMachineReason.CLASS_NOT_FOUND, f"VMClass {vm.spec.class_ref.name} not found") if s.vm_class is None \
-            else (VirtualMachineReason.IMAGE_NOT_FOUND, f"VMImage {vm.spec.image_ref.name} not found")
-        unschedulable(*missing)
-        if get_condition(conds.items, C.PLACEMENT_VALID) is None:
-            conds.set(C.PLACEMENT_VALID, ConditionStatus.UNKNOWN, Reason.NOT_SCHEDULED, "not scheduled yet")
-        if get_condition(conds.items, C.MIGRATING) is None:
-            conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
-        _infra_condition(conds, machine, name)
-        _mirror(status, machine, name, machine is not None)
-        _ready(conds, s, machine, missing)
-        return _finish(s, conds, status, add_finalizer=add_finalizer, events=tuple(events))
-
-    current = _current(vm, machine)
-    decision = schedule(SchedulingInput(vm, s.vm_class, s.image, s.providers, s.peers, current))
-    migrating = get_condition(conds.items, C.MIGRATING)
-    was_migrating = migrating is not None and migrating.status is ConditionStatus.TRUE
-    annotated = (vm.metadata.annotations or {}).get(ANNOTATION_MIGRATE) == "true"
-    policy = vm.spec.migration_policy
     target: Placement | None = None
+    valid: bool = True
     blocked: tuple[str, str] | None = None
-    delete_machine = clear_annotation = moving = False
+    delete_machine: bool = False
+    clear_annotation: bool = False
 
-    if current is not None and decision.current_invalid is not None:
-        bad_reason, bad_message = decision.current_invalid
-        may_move = policy is MigrationPolicy.AUTOMATIC or (policy is MigrationPolicy.MANUAL and annotated)
+
+class _Decider:
+    """One run of ``decide``: the snapshot, the conditions being built, the events to record."""
+
+    def __init__(self, s: Snapshot) -> None:
+        self.s = s
+        self.vm = s.vm
+        self.name = s.vm.metadata.name or ""
+        self.conds = _Conds(s.vm.status.conditions if s.vm.status else None, s.vm.metadata.generation, s.now)
+        self.machine = InfraMachineRead.from_machine(s.machine) if s.machine is not None else None
+        self.status = (s.vm.status or VirtualMachineStatus()).model_copy(deep=True)
+        self.events: list[RecordedEvent] = []
+        self.was_scheduled = get_condition(self.conds.items, C.SCHEDULED)
+        migrating = get_condition(self.conds.items, C.MIGRATING)
+        self.was_migrating = migrating is not None and migrating.status is ConditionStatus.TRUE
+        self.annotated = (s.vm.metadata.annotations or {}).get(ANNOTATION_MIGRATE) == "true"
+
+    def unschedulable(self, reason: str, message: str) -> tuple[str, str]:
+        self.conds.set(C.SCHEDULED, False, reason, message)
+        if self.was_scheduled is None or self.was_scheduled.reason != reason:
+            self.events.append(RecordedEvent("Warning", "FailedScheduling", message))
+        return (reason, message)
+
+    def paused(self) -> Plan:
+        self.conds.set(C.PAUSED, True, Reason.PAUSED, "spec.paused is true")
+        if get_condition(self.conds.items, C.READY) is None:
+            self.conds.set(C.READY, False, Reason.PAUSED, "spec.paused is true")
+        return _finish(self.s, self.conds, self.status)
+
+    def deleting(self) -> Plan:
+        if FINALIZER_VIRTUAL_MACHINE not in (self.vm.metadata.finalizers or ()):
+            return Plan()
+        if self.machine is None:
+            return Plan(remove_finalizer=True)
+        _infra_condition(self.conds, self.machine, self.name)
+        self.conds.set(C.READY, False, Reason.DELETING, f"waiting for VSphereMachine {self.name} to be deleted")
+        return _finish(self.s, self.conds, self.status, delete_machine=not self.machine.deleting)
+
+    def unresolved(self) -> _Placing:
+        """The VMClass or VMImage is missing: nothing can be placed or applied."""
+        vm = self.vm
+        if self.s.vm_class is None:
+            blocked = self.unschedulable(VirtualMachineReason.CLASS_NOT_FOUND, f"VMClass {vm.spec.class_ref.name} not found")
+        else:
+            blocked = self.unschedulable(VirtualMachineReason.IMAGE_NOT_FOUND, f"VMImage {vm.spec.image_ref.name} not found")
+        if get_condition(self.conds.items, C.PLACEMENT_VALID) is None:
+            self.conds.set(C.PLACEMENT_VALID, ConditionStatus.UNKNOWN, Reason.NOT_SCHEDULED, "not scheduled yet")
+        if get_condition(self.conds.items, C.MIGRATING) is None:
+            self.conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+        return _Placing(blocked=blocked)
+
+    def drift(self, decision: SchedulingDecision, current: tuple[str, str], invalid: tuple[str, str]) -> _Placing:
+        """The current placement is no longer valid, ``invalid`` = (reason, message) (SPEC §4
+        drift, migration policies)."""
+        bad_reason, bad_message = invalid
+        policy = self.vm.spec.migration_policy
+        may_move = policy is MigrationPolicy.AUTOMATIC or (policy is MigrationPolicy.MANUAL and self.annotated)
         new = decision.placement
         if may_move and new is not None:
-            move_reason = (VirtualMachineReason.PROVIDER_CHANGED if new.provider_name != current[0]
-                           else VirtualMachineReason.FAILURE_DOMAIN_CHANGED)
-            move_message = (f"moving from {current[0]}/{current[1]} to {new.provider_name}/{new.failure_domain}: "
-                            f"{bad_message}")
-            conds.set(C.MIGRATING, True, move_reason, move_message)
-            moving = True
-            if not was_migrating:
-                events.append(RecordedEvent("Normal", move_reason, move_message))
-            if machine is not None:
-                conds.set(C.PLACEMENT_VALID, False, bad_reason, bad_message)
-                delete_machine = not machine.deleting
-                blocked = (move_reason, f"waiting for VSphereMachine {name} to be deleted before placing it on "
-                           f"{new.provider_name}/{new.failure_domain}")
-            else:
-                target = new
-                clear_annotation = annotated
-        elif may_move and machine is None:
-            # The old machine is gone and nothing else fits: wait instead of recreating it on a
-            # placement known to be invalid.
-            unschedulable(decision.reason or VirtualMachineReason.NO_FAILURE_DOMAIN_MATCHED, decision.message)
-            conds.set(C.PLACEMENT_VALID, False, bad_reason, bad_message)
-            blocked = (decision.reason or VirtualMachineReason.NO_FAILURE_DOMAIN_MATCHED, decision.message)
+            reason = (VirtualMachineReason.PROVIDER_CHANGED if new.provider_name != current[0]
+                      else VirtualMachineReason.FAILURE_DOMAIN_CHANGED)
+            message = f"moving from {current[0]}/{current[1]} to {new.provider_name}/{new.failure_domain}: {bad_message}"
+            self.conds.set(C.MIGRATING, True, reason, message)
+            if not self.was_migrating:
+                self.events.append(RecordedEvent("Normal", reason, message))
+            if self.machine is None:
+                # The old machine is gone: place again (the annotation is used up now).
+                return _Placing(target=new, clear_annotation=self.annotated)
+            self.conds.set(C.PLACEMENT_VALID, False, bad_reason, bad_message)
+            wait = f"waiting for VSphereMachine {self.name} to be deleted before placing it on {new.provider_name}/{new.failure_domain}"
+            return _Placing(blocked=(reason, wait), delete_machine=not self.machine.deleting)
+        if may_move and self.machine is None:
+            # The old machine is gone and nothing else fits: wait rather than recreate the VM on
+            # a placement known to be invalid.
+            self.conds.set(C.PLACEMENT_VALID, False, bad_reason, bad_message)
+            reason = decision.reason or VirtualMachineReason.NO_FAILURE_DOMAIN_MATCHED
+            return _Placing(blocked=self.unschedulable(reason, decision.message))
+        if policy is MigrationPolicy.NEVER:
+            hint = "migrationPolicy is never: the VM stays where it is"
+        elif new is None:
+            hint = f"no other placement fits ({decision.reason}: {decision.message})"
         else:
-            target = _old_placement(s, current)
-            if policy is MigrationPolicy.NEVER:
-                hint = "migrationPolicy is never: the VM stays where it is"
-            elif new is None:
-                hint = f"no other placement fits ({decision.reason}: {decision.message})"
-            else:
-                hint = (f"annotate {ANNOTATION_MIGRATE}=\"true\" to move it to "
-                        f"{new.provider_name}/{new.failure_domain}")
-            conds.set(C.PLACEMENT_VALID, False, bad_reason, f"{bad_message}; {hint}")
-            conds.set(C.SCHEDULED, True, Reason.SCHEDULED, f"on {current[0]}/{current[1]}")
-            conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
-    elif decision.placement is None:
-        unschedulable(decision.reason or VirtualMachineReason.NO_PROVIDER_MATCHED, decision.message)
-        blocked = (decision.reason or VirtualMachineReason.NO_PROVIDER_MATCHED, decision.message)
-        conds.set(C.PLACEMENT_VALID, ConditionStatus.UNKNOWN, Reason.NOT_SCHEDULED, "not scheduled yet")
-        conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+            hint = f'annotate {ANNOTATION_MIGRATE}="true" to move it to {new.provider_name}/{new.failure_domain}'
+        self.conds.set(C.PLACEMENT_VALID, False, bad_reason, f"{bad_message}; {hint}")
+        self.conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+        return _Placing(target=_old_placement(self.s, current), valid=False)
+
+    def place(self, decision: SchedulingDecision, current: tuple[str, str] | None) -> _Placing:
+        """Schedule, or handle drift of the current placement."""
+        if current is not None and decision.current_invalid is not None:
+            return self.drift(decision, current, decision.current_invalid)
+        if decision.placement is None:
+            reason = decision.reason or VirtualMachineReason.NO_PROVIDER_MATCHED
+            blocked = self.unschedulable(reason, decision.message)
+            self.conds.set(C.PLACEMENT_VALID, ConditionStatus.UNKNOWN, Reason.NOT_SCHEDULED, "not scheduled yet")
+            self.conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+            return _Placing(blocked=blocked)
+        if not self.was_migrating:
+            self.conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+        elif self.machine is not None and self.machine.provisioned and self.machine.ready is not None and \
+                self.machine.ready.status is ConditionStatus.TRUE:
+            # A migration ends when the machine on the new placement is Ready.
+            self.conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+        # A migrate annotation on a valid placement has nothing to authorise: clear it.
+        return _Placing(target=decision.placement, clear_annotation=self.annotated)
+
+    def apply(self, placing: _Placing, current: tuple[str, str] | None) -> dict[str, Any] | None:
+        """Record ``placing.target`` as the placement; the VSphereMachine body when it differs."""
+        target = placing.target
+        if target is None or self.s.vm_class is None:
+            return None
+        where = (target.provider_name, target.failure_domain)
+        if placing.valid:
+            self.conds.set(C.PLACEMENT_VALID, True, Reason.VALID)
+        scheduled_before = self.was_scheduled is not None and self.was_scheduled.status is ConditionStatus.TRUE
+        if not scheduled_before or where != current:
+            self.events.append(RecordedEvent("Normal", "Scheduled", f"placed on {where[0]}/{where[1]}"))
+        self.conds.set(C.SCHEDULED, True, Reason.SCHEDULED, f"on {where[0]}/{where[1]}")
+        self.status.scheduled = _scheduled(self.s, target)
+        if self.machine is not None and self.machine.deleting:
+            return None  # recreated once gone
+        wanted = desired_machine(self.vm, self.s.vm_class, target)
+        return wanted if machine_differs(self.s.machine, wanted) else None
+
+
+def decide(s: Snapshot) -> Plan:
+    """The plan for one reconcile of ``s.vm`` (module docstring). Never raises."""
+    d = _Decider(s)
+    if s.vm.spec.paused:
+        return d.paused()
+    if s.vm.metadata.deletion_timestamp is not None:
+        return d.deleting()
+    d.conds.set(C.PAUSED, False, Reason.NOT_PAUSED)
+    d.status.observed_generation = s.vm.metadata.generation
+    current = _current(s.vm, d.machine)
+    if s.vm_class is None or s.image is None:
+        placing = d.unresolved()
     else:
-        target = decision.placement
-        clear_annotation = annotated
-
-    apply_machine: dict[str, Any] | None = None
-    if target is not None:
-        where = f"{target.provider_name}/{target.failure_domain}"
-        if not decision.current_invalid or target.provider_name != (current or ("", ""))[0] or \
-                target.failure_domain != (current or ("", ""))[1]:
-            conds.set(C.PLACEMENT_VALID, True, Reason.VALID)
-        if was_scheduled is None or was_scheduled.status is not ConditionStatus.TRUE or current != (
-            target.provider_name, target.failure_domain
-        ):
-            events.append(RecordedEvent("Normal", "Scheduled", f"placed on {where}"))
-        conds.set(C.SCHEDULED, True, Reason.SCHEDULED, f"on {where}")
-        status.scheduled = _scheduled(s, target)
-        if moving:
-            pass
-        elif was_migrating and not decision.current_invalid:
-            done = machine is not None and machine.provisioned and machine.ready is not None and \
-                machine.ready.status is ConditionStatus.TRUE
-            if done:
-                conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
-        elif not was_migrating:
-            conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
-        if machine is None or not machine.deleting:
-            wanted = desired_machine(vm, s.vm_class, target)
-            if machine_differs(s.machine, wanted):
-                apply_machine = wanted
-        migrating_now = get_condition(conds.items, C.MIGRATING)
-        if migrating_now is not None and migrating_now.status is ConditionStatus.TRUE and blocked is None:
-            blocked = (migrating_now.reason, migrating_now.message)
-
-    exists = machine is not None or apply_machine is not None
-    _infra_condition(conds, machine, name)
-    _mirror(status, machine, name, exists)
-    _ready(conds, s, machine, blocked)
+        decision = schedule(SchedulingInput(s.vm, s.vm_class, s.image, s.providers, s.peers, current))
+        placing = d.place(decision, current)
+    apply_machine = d.apply(placing, current)
+    blocked = placing.blocked
+    migrating = get_condition(d.conds.items, C.MIGRATING)
+    if blocked is None and migrating is not None and migrating.status is ConditionStatus.TRUE:
+        blocked = (migrating.reason, migrating.message)
+    _infra_condition(d.conds, d.machine, d.name)
+    _mirror(d.status, d.machine, d.name, d.machine is not None or apply_machine is not None)
+    _ready(d.conds, s, d.machine, blocked)
+    target = placing.target
     return _finish(
-        s, conds, status,
-        add_finalizer=add_finalizer,
-        delete_machine=delete_machine,
+        s, d.conds, d.status,
+        add_finalizer=FINALIZER_VIRTUAL_MACHINE not in (s.vm.metadata.finalizers or ()),
+        delete_machine=placing.delete_machine,
         apply_machine=apply_machine,
-        clear_migrate_annotation=clear_annotation,
+        clear_migrate_annotation=placing.clear_annotation,
         placement=(target.provider_name, target.failure_domain) if target is not None else None,
-        events=tuple(events),
+        events=tuple(d.events),
     )
