@@ -100,3 +100,10 @@ async def test_request_log(http: Http, apiserver: ApiServerHandle) -> None:
     async with aiohttp.ClientSession() as s, s.get(apiserver.url + "/debug/requests") as r:
         items = (await r.json())["items"]
     assert any(i["method"] == "POST" and i["status"] == 201 and i["path"] == CMS for i in items)
+
+
+async def test_error_rule_on_query(http: Http, apiserver: ApiServerHandle) -> None:
+    apiserver.server.faults.add_error(500, method="GET", path=r"/configmaps$", query=r"watch=(1|true)")
+    assert (await http.get(CMS))[0] == 200
+    status, _, _ = await http.get(CMS, params={"watch": "1", "timeoutSeconds": "1"})
+    assert status == 500

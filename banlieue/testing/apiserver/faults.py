@@ -4,7 +4,8 @@ Driven from Python (``server.faults``) or over HTTP at ``/debug/faults`` (GET sh
 DELETE clears). A POST body is a JSON object with any of:
 
 - ``errors``: list of rules ``{"status": 409|429|500, "rate": 0..1, "method": "PUT",
-  "path": "<regex searched in the URL path with its query, e.g. watch=1>", "times": N, "retryAfter": seconds}`` (rate defaults to 1;
+  "path": "<regex searched in the URL path>",
+  "query": "<regex searched in the query string, e.g. watch=1>", "times": N, "retryAfter": seconds}`` (rate defaults to 1;
   without method/path a rule matches every API request; ``times`` limits how often it fires);
 - ``latency``: seconds added before every API request;
 - ``freezeWatches``: true to keep watch streams open but send nothing (not even bookmarks);
@@ -36,8 +37,10 @@ class ErrorRule:
     path: str | None = None
     times: int | None = None
     retry_after: int = 1
+    query: str | None = None
     fired: int = 0
     _re: re.Pattern[str] | None = field(default=None, repr=False)
+    _query_re: re.Pattern[str] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.status not in (409, 429, 500):
@@ -45,12 +48,15 @@ class ErrorRule:
         if not 0.0 <= self.rate <= 1.0:
             raise ValueError("rate must be within 0..1")
         self._re = re.compile(self.path) if self.path else None
+        self._query_re = re.compile(self.query) if self.query else None
 
-    def matches(self, method: str, path: str) -> bool:
-        """Whether this rule applies to ``method path`` (ignoring rate and times)."""
+    def matches(self, method: str, path: str, query: str = "") -> bool:
+        """Whether this rule applies to ``method path?query`` (ignoring rate and times)."""
         if self.times is not None and self.fired >= self.times:
             return False
         if self.method and self.method.upper() != method.upper():
+            return False
+        if self._query_re is not None and not self._query_re.search(query):
             return False
         return not (self._re is not None and not self._re.search(path))
 
@@ -68,7 +74,7 @@ class ErrorRule:
     def to_json(self) -> JSON:
         """The rule as the HTTP API shows it."""
         return {"status": self.status, "rate": self.rate, "method": self.method, "path": self.path,
-                "times": self.times, "retryAfter": self.retry_after, "fired": self.fired}
+                "query": self.query, "times": self.times, "retryAfter": self.retry_after, "fired": self.fired}
 
 
 @dataclass
@@ -82,16 +88,16 @@ class Faults:
     rng: random.Random = field(default_factory=random.Random, repr=False)
 
     def add_error(self, status: int, *, rate: float = 1.0, method: str | None = None, path: str | None = None,
-                  times: int | None = None, retry_after: int = 1) -> ErrorRule:
+                  times: int | None = None, retry_after: int = 1, query: str | None = None) -> ErrorRule:
         """Add an error rule; returns it (its ``fired`` counts hits)."""
-        rule = ErrorRule(status, rate, method, path, times, retry_after)
+        rule = ErrorRule(status, rate, method, path, times, retry_after, query)
         self.rules.append(rule)
         return rule
 
-    def pick_error(self, method: str, path: str) -> ApiError | None:
+    def pick_error(self, method: str, path: str, query: str = "") -> ApiError | None:
         """The injected error for this request, if any rule fires."""
         for rule in self.rules:
-            if rule.matches(method, path) and (rule.rate >= 1.0 or self.rng.random() < rule.rate):
+            if rule.matches(method, path, query) and (rule.rate >= 1.0 or self.rng.random() < rule.rate):
                 rule.fired += 1
                 return rule.error(path)
         return None
@@ -126,7 +132,8 @@ class Faults:
         """
         for r in body.get("errors") or []:
             self.add_error(int(r["status"]), rate=float(r.get("rate", 1.0)), method=r.get("method"),
-                           path=r.get("path"), times=r.get("times"), retry_after=int(r.get("retryAfter", 1)))
+                           path=r.get("path"), times=r.get("times"), retry_after=int(r.get("retryAfter", 1)),
+                           query=r.get("query"))
         if "latency" in body:
             self.latency = float(body["latency"])
         if "freezeWatches" in body:

@@ -171,7 +171,7 @@ class ApiServer:
             if api and self.faults.latency > 0:
                 await asyncio.sleep(self.faults.latency)
             if api:
-                injected = self.faults.pick_error(request.method, request.path_qs)
+                injected = self.faults.pick_error(request.method, request.path, request.query_string)
                 if injected is not None:
                     raise injected
             resp = await handler(request)
