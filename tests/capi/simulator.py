@@ -48,17 +48,20 @@ import contextlib
 import copy
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from banlieue.reconcilers.kinds import CAPI_CLUSTER, CAPI_MACHINE, VSPHERE_CLUSTER, VSPHERE_MACHINE
+from banlieue.reconcilers.kinds import (
+    CAPI_CLUSTER,
+    CAPI_MACHINE,
+    VSPHERE_CLUSTER,
+    VSPHERE_MACHINE,
+    VSPHERE_MACHINE_TEMPLATE,
+)
 from banlieue.runtime.client import Client
 from banlieue.runtime.errors import ApiError, NotFound
-from banlieue.runtime.kinds import SECRET, ResourceKind
-from banlieue.runtime.log import get_logger
-
-log = get_logger("tests.capi.simulator")
+from banlieue.runtime.kinds import SECRET
 
 LABEL_CLUSTER_NAME = "cluster.x-k8s.io/cluster-name"
 LABEL_CONTROL_PLANE = "cluster.x-k8s.io/control-plane"
@@ -67,7 +70,7 @@ ANNOTATION_CLONED_FROM_NAME = "cluster.x-k8s.io/cloned-from-name"
 ANNOTATION_CLONED_FROM_GROUPKIND = "cluster.x-k8s.io/cloned-from-groupkind"
 MACHINE_FINALIZER = "machine.cluster.x-k8s.io"
 BOOTSTRAP_SECRET_TYPE = "cluster.x-k8s.io/secret"
-INFRA_TEMPLATE = ResourceKind("infrastructure.banlieue.io", "v1alpha1", "VSphereMachineTemplate", "vspheremachinetemplates")
+INFRA_TEMPLATE = VSPHERE_MACHINE_TEMPLATE
 KUBERNETES_VERSION = "v1.33.0"
 
 
@@ -360,9 +363,11 @@ class CapiSimulator:
                 await task
 
     # --- deletion ------------------------------------------------------------------------------------
-    async def delete_machine(self, name: str, timeout: float = 30.0) -> None:
-        """Delete one machine the way the Machine controller does (module docstring). Raises
-        AssertionError when the VSphereMachine is not gone within ``timeout`` seconds."""
+    async def delete_machine(self, name: str, timeout: float = 30.0, *,
+                             observe: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """Delete one machine the way the Machine controller does (module docstring); ``observe``
+        is called with the VSphereMachine at every poll while it is being deleted (contract
+        checks). Raises AssertionError when it is not gone within ``timeout`` seconds."""
         machine = await self.client.get(CAPI_MACHINE, name, self.namespace)
         await self.client.delete(CAPI_MACHINE, name, self.namespace)
         infra_name = machine["spec"]["infrastructureRef"]["name"]
@@ -373,6 +378,8 @@ class CapiSimulator:
                 last = await self.infra_machine(infra_name)
             except NotFound:
                 break
+            if observe is not None:
+                observe(last)
             if time.monotonic() > deadline:
                 raise AssertionError(f"VSphereMachine {infra_name}: still present {timeout} s after DELETE "
                                      f"(finalizers {last['metadata'].get('finalizers')}, Ready {condition(last, 'Ready')})")
@@ -383,9 +390,11 @@ class CapiSimulator:
         with contextlib.suppress(NotFound):
             await self.client.patch(CAPI_MACHINE, name, self.namespace, {"metadata": {"finalizers": None}})
 
-    async def delete_all_machines(self, timeout: float = 60.0) -> list[str]:
-        """Delete every machine of the cluster, newest first; returns the names in that order."""
+    async def delete_all_machines(self, timeout: float = 60.0, *,
+                                  observe: Callable[[dict[str, Any]], None] | None = None) -> list[str]:
+        """Delete every machine of the cluster, newest first (``delete_machine`` each); returns
+        the names in that order."""
         names = [m["metadata"]["name"] for m in reversed(await self.machines())]
         for name in names:
-            await self.delete_machine(name, timeout)
+            await self.delete_machine(name, timeout, observe=observe)
         return names
