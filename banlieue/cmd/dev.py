@@ -32,8 +32,10 @@ import selectors
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import structlog
 import yaml
 
 from banlieue.options import DevOptions, StartupError, split_bind_address
@@ -55,8 +58,12 @@ STARTUP_TIMEOUT = 60.0
 """Seconds a child (API double, vcsim, manager) may take to report that it is up."""
 STOP_TIMEOUT = 40.0
 """Seconds a child may take to exit after SIGTERM (the manager drains up to 30 s)."""
+log = structlog.get_logger("banlieue.cmd.dev")
 KUBECTL_FALLBACK = Path("/usr/lib/google-cloud-sdk/bin/kubectl")
 VM_PATH = "/apis/banlieue.io/v1alpha1/virtualmachines"
+VCSIM_FLAGS = ("--dc=2", "--cluster=3", "--host=4", "--templates=ubuntu-22.04")
+"""Each simulated vCenter: 2 datacenters x 3 clusters; 4 hosts per cluster (vcsim hosts have 4 GiB
+each, so a cluster has the 8 GiB free the sample class ``medium`` needs); template ``ubuntu-22.04``."""
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -140,23 +147,25 @@ class Progress:
         self.out.flush()
 
     @contextlib.contextmanager
-    def stage(self, title: str) -> Iterator[None]:
-        """One stage; a StartupError inside gets the stage's name prepended."""
+    def stage(self, title: str) -> Iterator[list[str]]:
+        """One stage; yields a list the stage may append notes to (printed after ``ok``).
+        A StartupError inside gets the stage's name prepended."""
         self.index += 1
         self._detail = False
         prefix = f"[{self.index}/{STAGES}] {title} ..."
         self.out.write(prefix + " ")
         self.out.flush()
         started = time.monotonic()
+        notes: list[str] = []
         try:
-            yield
+            yield notes
         except StartupError as err:
             self._finish(prefix, f"failed ({time.monotonic() - started:.1f} s)")
             raise StartupError(f"stage {self.index}/{STAGES} ({title}) failed: {err}") from None
         except BaseException:
             self._finish(prefix, f"interrupted ({time.monotonic() - started:.1f} s)")
             raise
-        self._finish(prefix, f"ok ({time.monotonic() - started:.1f} s)")
+        self._finish(prefix, f"ok ({time.monotonic() - started:.1f} s)" + (": " + ", ".join(notes) if notes else ""))
 
     def _finish(self, prefix: str, result: str) -> None:
         self.out.write(f"{prefix} {result}\n" if self._detail else f"{result}\n")
@@ -259,6 +268,108 @@ def point_providers_at(docs: list[dict[str, Any]], endpoints: dict[str, tuple[st
     return out
 
 
+# --- the simulated guests' network --------------------------------------------------------------
+
+
+class GuestNetwork:
+    """Plays DHCP and VMware Tools for vcsim, whose guests never report an address on their own.
+
+    A daemon thread polls each simulator every ``interval`` seconds (one RetrieveContents) and
+    gives every powered-on VM that banlieue created (extraConfig ``banlieue.uid``) and that reports
+    no ``guest.ipAddress`` an address ``10.<subnet>.<n // 250>.<n % 250 + 2>``, one subnet per
+    simulator, through vcsim's ``SET.guest.ipAddress`` extraConfig alias (what VMware Tools
+    would report after DHCP). ``vcsims`` are vcsim info files (url, host, port, username,
+    password, ca_file). ``assigned`` counts addresses handed out; ``errors`` failed polls.
+    """
+
+    def __init__(self, vcsims: list[dict[str, Any]], interval: float = 0.5) -> None:
+        self.vcsims = vcsims
+        self.interval = interval
+        self.assigned = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="guest network", daemon=True)
+
+    def start(self) -> None:
+        """Start the polling thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop polling and wait (at most 10 s) for the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        from pyVim import connect as _connect
+
+        connect: Any = _connect  # pyVmomi ships partial stubs: untyped calls
+        sessions: dict[int, Any] = {}
+        leases: dict[int, dict[str, tuple[str, float]]] = {}
+        try:
+            while not self._stop.wait(self.interval):
+                for index, info in enumerate(self.vcsims):
+                    try:
+                        if index not in sessions:
+                            context = ssl.create_default_context(cafile=info["ca_file"]) if info.get("ca_file") else None
+                            sessions[index] = connect.SmartConnect(
+                                host=info["host"], port=int(info["port"]), user=info["username"],
+                                pwd=info["password"], sslContext=context, connectionPoolTimeout=10,
+                            )
+                        self.assigned += self._assign(sessions[index], 10 + index, leases.setdefault(index, {}))
+                    except Exception as err:  # a simulator restarting or gone: retry next round
+                        self.errors += 1
+                        sessions.pop(index, None)
+                        log.debug("guest network poll failed", vcenter=info.get("url"), error=str(err))
+        finally:
+            for si in sessions.values():
+                with contextlib.suppress(Exception):
+                    connect.Disconnect(si)
+
+    @staticmethod
+    def _assign(si: Any, subnet: int, leases: dict[str, tuple[str, float]]) -> int:
+        from pyVmomi import vim as _vim
+        from pyVmomi import vmodl as _vmodl
+
+        vim: Any = _vim
+        vmodl: Any = _vmodl
+        content = si.RetrieveContent()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+        pc = vmodl.query.PropertyCollector
+        spec = pc.FilterSpec(
+            objectSet=[pc.ObjectSpec(obj=view, skip=True, selectSet=[
+                pc.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)])],
+            propSet=[pc.PropertySpec(type=vim.VirtualMachine,
+                                     pathSet=["runtime.powerState", "guest.ipAddress", "config.extraConfig"])],
+        )
+        try:
+            results = content.propertyCollector.RetrieveContents([spec])
+        finally:
+            view.Destroy()
+        handed = 0
+        for result in results:
+            props = {p.name: p.val for p in result.propSet}
+            extra = {o.key for o in props.get("config.extraConfig") or []}
+            if "banlieue.uid" not in extra or props.get("runtime.powerState") != "poweredOn":
+                continue
+            if props.get("guest.ipAddress"):
+                continue
+            moref = result.obj._moId
+            lease = leases.get(moref)
+            if lease is not None and time.monotonic() - lease[1] < 5.0:
+                continue  # just handed out; the reconfigure may still be running
+            if lease is None:
+                number = len(leases)
+                ip = f"10.{subnet}.{number // 250}.{number % 250 + 2}"
+            else:
+                ip = lease[0]  # the same VM asks again: same address (a DHCP lease)
+            result.obj.ReconfigVM_Task(spec=vim.vm.ConfigSpec(
+                extraConfig=[vim.option.OptionValue(key="SET.guest.ipAddress", value=ip)]))
+            leases[moref] = (ip, time.monotonic())
+            handed += lease is None
+        return handed
+
+
 # --- the environment --------------------------------------------------------------------------
 
 
@@ -276,6 +387,7 @@ class DevEnv:
     metrics_url: str = ""
     probes_url: str = ""
     vm_names: list[str] = field(default_factory=list)
+    guests: GuestNetwork | None = None
 
     @property
     def state(self) -> Path:
@@ -305,6 +417,8 @@ class DevEnv:
                 raise StartupError(f"no URL within {STARTUP_TIMEOUT:g} s (log {child.log}): {child.tail(5)}")
         line = child.process.stdout.readline().decode(errors="replace").strip()
         if not line.startswith("http://"):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.process.wait(timeout=5)  # EOF: it is exiting; report its code and log
             self.children.check()
             raise StartupError(f"unexpected first line {line!r} (log {child.log})")
         self.api_url = line
@@ -318,8 +432,8 @@ class DevEnv:
             workdir.mkdir(parents=True)
             port = self.args.vcsim_port + index if self.args.vcsim_port else 0
             info = workdir / "info.json"
-            argv = [str(binary), f"--listen=127.0.0.1:{port}", f"--info-file={info}", "--dc=2", "--cluster=3",
-                    "--templates=ubuntu-22.04", "--tls=true", f"--tls-dir={workdir / 'tls'}"]
+            argv = [str(binary), f"--listen=127.0.0.1:{port}", f"--info-file={info}", *VCSIM_FLAGS,
+                    "--tls=true", f"--tls-dir={workdir / 'tls'}"]
             pending[provider] = (self.children.start(f"vcsim {provider}", argv, workdir / "vcsim.log", cwd=workdir), info)
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while pending:
@@ -331,6 +445,8 @@ class DevEnv:
                 if child.process.poll() is not None or time.monotonic() > deadline:
                     raise StartupError(f"{child.name} did not start (log {child.log}): {child.tail(5)}")
             time.sleep(0.05)
+        self.guests = GuestNetwork([self.vcsims[p] for p in providers])
+        self.guests.start()
 
     def install_crds(self) -> int:
         self.kubeconfig = write_kubeconfig(self.state / "kubeconfig", self.api_url)
@@ -400,7 +516,7 @@ class DevEnv:
             waiting = ", ".join(f"{n} {p}" for n, p in phases.items() if p != READY)
             line = f"{ready}/{len(phases)} Ready" + (f" (waiting: {waiting})" if waiting else "")
             if line != last or time.monotonic() - last_print > 15:
-                self.progress.detail(line)
+                self.progress.detail(f"{line} [{timeout - (deadline - time.monotonic()):.0f} s]")
                 last, last_print = line, time.monotonic()
             if ready == len(phases):
                 return
@@ -441,16 +557,20 @@ def main(args: DevOptions, out: IO[str] | None = None) -> int:
     try:
         env.kubectl = find_kubectl()
         providers = [str(d["metadata"]["name"]) for d in sample_documents(config_dir("samples")) if is_provider(d)]
-        with env.progress.stage("starting API server double"):
+        with env.progress.stage("starting API server double") as notes:
             env.start_apiserver()
-        with env.progress.stage(f"starting vcsim for {', '.join(providers) or 'no Provider'}"):
+            notes.append(env.api_url)
+        with env.progress.stage(f"starting vcsim for {', '.join(providers) or 'no Provider'}") as notes:
             env.start_vcsims(providers)
-        with env.progress.stage("installing CRDs (config/crd)"):
-            env.install_crds()
-        with env.progress.stage("starting banlieue manager"):
+            notes.extend(f"{name} {vc['url']}" for name, vc in env.vcsims.items())
+            notes.append("guest IPs simulated")
+        with env.progress.stage("installing CRDs (config/crd)") as notes:
+            notes.append(f"{env.install_crds()} CRDs")
+        with env.progress.stage("starting banlieue manager") as notes:
             env.start_manager()
-        with env.progress.stage("applying samples (config/samples, Providers pointed at vcsim)"):
-            env.apply_samples()
+            notes.append(f"log {env.state / 'manager.log'}")
+        with env.progress.stage("applying samples (config/samples, Providers pointed at vcsim)") as notes:
+            notes.append(f"{env.apply_samples()} objects")
         with env.progress.stage(f"waiting for {len(env.vm_names)} VirtualMachines to be Ready"):
             env.wait_ready()
         with env.progress.stage("kubectl get bvm,vsm,bprov"):
@@ -469,6 +589,8 @@ def main(args: DevOptions, out: IO[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abandon the children
         try:
+            if env.guests is not None:
+                env.guests.stop()
             env.children.stop_all()
         finally:
             signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -36,17 +36,16 @@ PHASES: tuple[str, ...] = (PENDING, PROVISIONING, READY, DELETING, FAILED)
 FAILED_REASONS = frozenset({
     VirtualMachineReason.CLASS_NOT_FOUND,
     VirtualMachineReason.IMAGE_NOT_FOUND,
-    VirtualMachineReason.NO_PROVIDER_MATCHED,
-    VirtualMachineReason.NO_FAILURE_DOMAIN_MATCHED,
     VirtualMachineReason.FIRMWARE_UNSUPPORTED,
-    VirtualMachineReason.INSUFFICIENT_CAPACITY,
-    VirtualMachineReason.ANTI_AFFINITY_UNSATISFIED,
     VSphereMachineReason.TEMPLATE_NOT_FOUND,
     VSphereMachineReason.INVALID_SPEC,
     VSphereMachineReason.CLONE_FAILED,
 })
 """Condition reasons that need a user's action (SPEC §3-§4): the VM is counted as ``Failed``.
-Transient waits (``ImageNotReady``, ``Cloning``, ``WaitingForIPAddress``...) are not here."""
+Waits that resolve on their own are not here: placement waits (``NoProviderMatched``,
+``NoFailureDomainMatched``, ``InsufficientCapacity``, ``AntiAffinityUnsatisfied``: every VM
+shows them while the Providers' inventories are first read) count as ``Pending``; ``Cloning``,
+``WaitingForIPAddress``... as ``Provisioning``."""
 
 
 def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -63,7 +62,7 @@ def phase_of(obj: Mapping[str, Any]) -> str:
     Rules, first match wins: ``metadata.deletionTimestamp`` set -> ``Deleting``; condition
     ``Ready`` True -> ``Ready``; any of ``Ready``/``Scheduled``/``InfrastructureReady`` False with
     a reason in :data:`FAILED_REASONS` -> ``Failed``; ``Scheduled`` True -> ``Provisioning``;
-    otherwise (no status yet, not yet placed, waiting for an image) -> ``Pending``.
+    otherwise (no status yet, not yet placed, waiting for capacity or an image) -> ``Pending``.
     """
     meta = obj.get("metadata") or {}
     if isinstance(meta, Mapping) and meta.get("deletionTimestamp"):

@@ -1,0 +1,97 @@
+"""``banlieue dev`` as a user runs it (a subprocess), plus its helpers.
+
+``--exit-when-ready`` must bring up the API double, two vcsims and the manager, get every sample
+VirtualMachine Ready, print the table and the kubectl hint, exit 0 and leave no simulator behind.
+A stage that cannot start names itself and exits 1, stopping what it had started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from banlieue.cmd.dev import point_providers_at, sample_documents
+
+from .harness import REPO, http, requirements_skip
+
+
+def run_dev(state: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 110) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "banlieue.cli", "dev", "--state-dir", str(state), *extra],
+        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.vcsim
+@pytest.mark.kubectl
+@pytest.mark.timeout(120)
+@requirements_skip()
+def test_dev_exit_when_ready(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    proc = run_dev(state, "--exit-when-ready")
+    out = proc.stdout
+    assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{proc.stderr}\nmanager.log:\n{(state / 'manager.log').read_text()[-3000:]}"
+    for stage in range(1, 8):
+        assert re.search(rf"^\[{stage}/7\] .* ok \(\d+\.\d s\)", out, re.M), f"stage {stage} line missing:\n{out}"
+    # The kubectl table: the three kinds by their short names, every sample VM Ready.
+    for vm in ("web-1", "db-0", "db-1", "app-1"):
+        assert re.search(rf"^virtualmachine\.banlieue\.io/{vm} .* True ", out, re.M), out
+        assert re.search(rf"^vspheremachine\.infrastructure\.banlieue\.io/{vm} .*vsphere://", out, re.M), out
+    assert re.search(r"^provider\.banlieue\.io/vcenter-a .* True ", out, re.M), out
+    assert f"export KUBECONFIG={state / 'kubeconfig'}" in out
+    assert "banlieue dev is ready" in out
+    # Everything it started is gone: both simulators (pids in their info files) and the API double.
+    infos = [json.loads(p.read_text()) for p in state.glob("vcsim-*/info.json")]
+    assert len(infos) == 2
+    assert not [i["pid"] for i in infos if process_alive(int(i["pid"]))]
+    api_url = re.search(r"^\[1/7\] .* ok \(.*\): (http://127\.0\.0\.1:\d+)$", out, re.M)
+    assert api_url is not None
+    assert http("GET", api_url.group(1) + "/version")[0] == 0
+    assert "shutdown complete" in (state / "manager.log").read_text()
+
+
+@pytest.mark.timeout(60)
+def test_dev_names_the_failed_stage_and_stops_what_it_started(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    proc = run_dev(state, "--exit-when-ready", env={"BANLIEUE_VCSIM": str(tmp_path / "no-such-vcsim")}, timeout=50)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "[2/7] starting vcsim" in proc.stdout and "failed" in proc.stdout
+    assert proc.stderr.startswith("banlieue: error: stage 2/7 (starting vcsim")
+    assert "no-such-vcsim is missing: run `make vcsim`" in proc.stderr
+    assert proc.stderr.count("\n") == 1  # one line
+    api_url = re.search(r"^\[1/7\] .* ok \(.*\): (http://127\.0\.0\.1:\d+)$", proc.stdout, re.M)
+    assert api_url is not None, proc.stdout
+    assert http("GET", api_url.group(1) + "/version")[0] == 0, "API double left running"
+
+
+def test_samples_point_each_provider_at_its_simulator() -> None:
+    docs = sample_documents(REPO / "config/samples")
+    rewritten = point_providers_at(docs, {"vcenter-a": ("https://127.0.0.1:1234/sdk", "PEM-A")})
+    providers = {d["metadata"]["name"]: d for d in rewritten if d["kind"] == "Provider"}
+    connection = providers["vcenter-a"]["spec"]["connection"]
+    assert connection["endpoint"] == "https://127.0.0.1:1234/sdk"
+    assert connection["caBundle"] == {"inline": "PEM-A"} and "insecureSkipTLSVerify" not in connection
+    # Untouched: a Provider without a simulator, every other document, and the input itself.
+    original = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Provider"}
+    assert providers["vcenter-b"] == original["vcenter-b"]
+    assert original["vcenter-a"]["spec"]["connection"]["endpoint"] != connection["endpoint"]
+    assert [d for d in rewritten if d["kind"] != "Provider"] == [d for d in docs if d["kind"] != "Provider"]
+    # Only the top level of config/samples: capi/ needs CAPI's CRDs.
+    assert not any(d["apiVersion"].startswith("cluster.x-k8s.io/") for d in docs)
+    assert list(yaml.safe_load_all(yaml.safe_dump_all(rewritten))) == rewritten  # what kubectl gets

@@ -1,0 +1,164 @@
+"""``banlieue manager`` end to end: real processes, real HTTP, real SOAP.
+
+The API-server double runs in its own process, one vcsim per sample Provider, and the manager
+as ``python -m banlieue.cli manager --leader-elect``. config/crd and config/samples go in with
+kubectl. Checked: probes and metrics, the sample VMs Ready in vcsim with their class's shape,
+deletion removing the vSphere VM before the objects, and SIGTERM exiting 0 with both Leases
+released. The tests share one environment (module fixture) and run in file order; the SIGTERM
+test is last because it stops the manager.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from banlieue.reconcilers.kinds import LEASE_CONTROLLER, LEASE_PROVIDER_VSPHERE
+
+from .harness import ManagerEnv, VcsimClient, http, requirements_skip, wait_for
+
+pytestmark = [pytest.mark.vcsim, pytest.mark.kubectl, pytest.mark.timeout(120), requirements_skip()]
+
+VMS = "/apis/banlieue.io/v1alpha1/namespaces/default/virtualmachines"
+VSMS = "/apis/infrastructure.banlieue.io/v1alpha1/namespaces/default/vspheremachines"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+READY_TIMEOUT = 90.0
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return dict(c)
+    return {}
+
+
+def sample_vm_names(env: ManagerEnv) -> list[str]:
+    return sorted(d["metadata"]["name"] for d in env.docs if d.get("kind") == "VirtualMachine")
+
+
+def all_ready(env: ManagerEnv) -> dict[str, dict[str, Any]] | None:
+    status, body = env.get(VMS)
+    if status != 200:
+        return None
+    vms = {vm["metadata"]["name"]: vm for vm in body["items"]}
+    wanted = sample_vm_names(env)
+    if all(condition(vms.get(n, {}), "Ready").get("status") == "True" for n in wanted):
+        return {n: vms[n] for n in wanted}
+    return None
+
+
+def wait_all_ready(env: ManagerEnv) -> dict[str, dict[str, Any]]:
+    try:
+        return wait_for("sample VirtualMachines Ready", lambda: all_ready(env), READY_TIMEOUT, 0.5)
+    except pytest.fail.Exception:
+        _, body = env.get(VMS)
+        states = {vm["metadata"]["name"]: condition(vm, "Ready") for vm in (body or {}).get("items", [])}
+        pytest.fail(f"not Ready within {READY_TIMEOUT} s: {states}\nmanager log:\n{env.log_tail()}")
+
+
+def scrape(env: ManagerEnv) -> str:
+    status, text = http("GET", env.metrics_url)
+    assert status == 200
+    return str(text)
+
+
+def sample_value(metrics: str, metric: str, **labels: str) -> float | None:
+    """The value of the first sample of ``metric`` whose labels include ``labels``."""
+    for line in metrics.splitlines():
+        match = re.match(rf"^{metric}\{{(.*)\}} (\S+)$", line)
+        if match and all(f'{k}="{v}"' in match.group(1) for k, v in labels.items()):
+            return float(match.group(2))
+    return None
+
+
+def test_probes_and_metrics(manager_env: ManagerEnv) -> None:
+    env = manager_env
+    assert http("GET", env.probes_url + "/healthz") == (200, "ok")
+    status, text = http("GET", env.probes_url + "/readyz?verbose")
+    assert status == 200
+    # One Manager per role; the shared /readyz requires both roles' caches.
+    assert "[+]informers-synced ok" in text and "[+]informers-synced-provider-vsphere ok" in text
+    def reconciled() -> str | None:
+        # Every result counts (a Provider's reconcile ends in requeue_after: periodic re-read).
+        text = scrape(env)
+        totals = [
+            sum(sample_value(text, "controller_runtime_reconcile_total", controller=c, result=r) or 0.0
+                for r in ("success", "error", "requeue", "requeue_after"))
+            for c in ("virtualmachine", "vspherecluster", "provider", "vmimage", "vspheremachine", "vspheremachinetemplate")
+        ]
+        return text if all(totals) else None
+
+    metrics = wait_for("controller_runtime_reconcile_total > 0 for every controller", reconciled, 60)
+    assert sample_value(metrics, "leader_election_master_status", name=LEASE_CONTROLLER) == 1.0
+    assert sample_value(metrics, "leader_election_master_status", name=LEASE_PROVIDER_VSPHERE) == 1.0
+    for phase in ("Pending", "Provisioning", "Ready", "Deleting", "Failed"):
+        assert sample_value(metrics, "banlieue_virtual_machines", phase=phase) is not None
+
+
+def test_sample_vms_become_ready_in_vcsim(manager_env: ManagerEnv) -> None:
+    env = manager_env
+    vms = wait_all_ready(env)
+    classes = {d["metadata"]["name"]: d["spec"]["hardware"] for d in env.docs if d.get("kind") == "VMClass"}
+    clients = {name: VcsimClient(vc) for name, vc in env.vcsims.items()}
+    try:
+        for name, vm in vms.items():
+            status = vm["status"]
+            assert status["providerID"].startswith("vsphere://"), name
+            assert status.get("addresses"), f"{name} has no addresses"
+            assert condition(vm, "InfrastructureReady").get("status") == "True"
+            provider = status["scheduled"]["providerName"]
+            found = clients[provider].find_by_bios_uuid(status["providerID"].removeprefix("vsphere://"))
+            assert found is not None, f"{name}: no VM with {status['providerID']} in {provider}'s vcsim"
+            hardware = classes[vm["spec"]["classRef"]["name"]]
+            assert found.config.hardware.numCPU == hardware["cpus"], name
+            assert found.config.hardware.memoryMB == hardware["memoryMiB"], name
+            assert str(found.runtime.powerState) == "poweredOn", name
+    finally:
+        for client in clients.values():
+            client.close()
+    # Rules of the samples: the db VMs stay on site a, on different compute clusters.
+    assert {vms[n]["status"]["scheduled"]["providerName"] for n in ("db-0", "db-1")} == {"vcenter-a"}
+    assert vms["db-0"]["status"]["scheduled"]["failureDomain"] != vms["db-1"]["status"]["scheduled"]["failureDomain"]
+    ready = wait_for("banlieue_virtual_machines{phase=Ready} = 4",
+                     lambda: sample_value(scrape(env), "banlieue_virtual_machines", phase="Ready") == len(vms), 10)
+    assert ready
+
+
+def test_deleting_a_vm_removes_it_from_vcsim_then_the_objects(manager_env: ManagerEnv) -> None:
+    env = manager_env
+    vm = wait_all_ready(env)["web-1"]
+    provider = vm["status"]["scheduled"]["providerName"]
+    uuid = vm["status"]["providerID"].removeprefix("vsphere://")
+    client = VcsimClient(env.vcsims[provider])
+    try:
+        assert client.find_by_bios_uuid(uuid) is not None
+        env.kubectl_run("delete", "virtualmachine", "web-1", "--wait=false")
+
+        def objects_gone() -> bool:
+            gone = env.get(f"{VMS}/web-1")[0] == 404 and env.get(f"{VSMS}/web-1")[0] == 404
+            if env.get(f"{VSMS}/web-1")[0] == 404:
+                # The VSphereMachine's finalizer is dropped only after the VM is destroyed.
+                assert client.find_by_bios_uuid(uuid) is None, "VSphereMachine gone before its vSphere VM"
+            return gone
+
+        wait_for("web-1 VirtualMachine and VSphereMachine deleted", objects_gone, 60)
+        assert client.find_by_bios_uuid(uuid) is None
+    finally:
+        client.close()
+    status, body = env.get(VMS)
+    assert status == 200 and "web-1" not in {v["metadata"]["name"] for v in body["items"]}
+
+
+def test_sigterm_exits_0_and_releases_the_leases(manager_env: ManagerEnv) -> None:
+    env = manager_env
+    for lease in (LEASE_CONTROLLER, LEASE_PROVIDER_VSPHERE):
+        status, body = env.get(f"{LEASES}/{lease}")
+        assert status == 200 and body["spec"]["holderIdentity"], lease
+    code = env.stop_manager()
+    assert code == 0, env.log_tail()
+    for lease in (LEASE_CONTROLLER, LEASE_PROVIDER_VSPHERE):
+        status, body = env.get(f"{LEASES}/{lease}")
+        assert status == 200 and body["spec"]["holderIdentity"] == "", f"{lease} not released: {body['spec']}"
+    assert http("GET", env.probes_url + "/healthz")[0] == 0, "probe listener still open after exit"
