@@ -18,7 +18,8 @@ Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmach
    When nothing else fits, the old placement is kept too. An annotation set while the placement
    is valid is cleared (there is nothing to migrate; it must not authorise a later move).
 6. Apply the VSphereMachine (only when it differs from the cached one), mirror its status through
-   ``InfraMachineRead``, and compute ``Ready``: True only when InfrastructureReady is True, the
+   ``InfraMachineRead`` (held while the machine is in a provisioning step, see ``in_progress``),
+   and compute ``Ready``: True only when InfrastructureReady is True, the
    machine is provisioned and the observed power state is the desired one.
 
 The status in the plan is the full desired status, or None when it equals the current one.
@@ -299,14 +300,27 @@ def _ready(conds: _Conds, s: Snapshot, machine: InfraMachineRead | None, blocked
         conds.set(C.READY, True, Reason.READY)
 
 
+def in_progress(machine: InfraMachineRead | None) -> bool:
+    """Whether the machine is still being provisioned: no Ready condition yet, or Ready False
+    with a progress reason (``PROGRESS_REASONS``)."""
+    if machine is None:
+        return False
+    ready = machine.ready
+    return ready is None or (ready.status is not ConditionStatus.TRUE and ready.reason in PROGRESS_REASONS)
+
+
 def _mirror(status: VirtualMachineStatus, machine: InfraMachineRead | None, name: str, exists: bool) -> None:
     status.infrastructure_ref = (
         ContractVersionedObjectReference(api_group=INFRA_GROUP, kind="VSphereMachine", name=name) if exists else None
     )
+    if in_progress(machine):
+        # While the provider steps through cloning, powering on and waiting for an address, the
+        # mirrored fields keep their last written values: one VM status write when the step
+        # sequence ends instead of one per step (the write budget per VM is small).
+        return
     status.initialization = Initialization(provisioned=True) if machine and machine.provisioned else None
     status.addresses = list(machine.addresses) or None if machine else None
-    # CAPI's Machine controller copies spec.providerID once the InfraMachine is provisioned; doing
-    # the same saves a status write while the provider sets providerID and provisioned in turn.
+    # CAPI's Machine controller copies spec.providerID once the InfraMachine is provisioned.
     status.provider_id = machine.provider_id if machine and machine.provisioned else None
     status.observed_power_state = machine.power_state if machine else None
 

@@ -175,6 +175,16 @@ def test_decide_rules(snapshot: Snapshot, flags: dict[str, Any], conds: dict[str
         assert cond(plan, type_) == expected
 
 
+def test_mirror_is_held_while_the_machine_is_provisioning() -> None:
+    cloning = machine(ready=("False", "WaitingForIPAddress"), provisioned=True, power="PoweredOn")
+    plan = decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=cloning))
+    assert plan.status is not None
+    assert not {"observedPowerState", "addresses", "providerID", "initialization"} & set(plan.status)
+    done = decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=READY_MACHINE))
+    assert done.status is not None
+    assert {"observedPowerState", "addresses", "providerID", "initialization"} <= set(done.status)
+
+
 def test_deleted_vm_without_machine_drops_finalizer_and_writes_nothing_else() -> None:
     plan = decide(snap(vm(deleting=True, scheduled=("a", "a-dc0-c0"))))
     assert plan == Plan(remove_finalizer=True)
