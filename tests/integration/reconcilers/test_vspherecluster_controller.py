@@ -5,11 +5,16 @@ re-aggregation when a Provider changes, no-op reconciles writing nothing."""
 from __future__ import annotations
 
 import asyncio
+import sys
+from pathlib import Path
 from typing import Any
 
 from test_virtualmachine_controller import Env, eventually, fd, running_controllers
 
-from banlieue.reconcilers.kinds import VSPHERE_CLUSTER
+from banlieue.reconcilers.kinds import CAPI_CLUSTER, VSPHERE_CLUSTER
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from capi.crds import CLUSTER_CRD
 
 
 def _cluster(namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -91,3 +96,33 @@ async def test_selector_and_paused(apiserver: Any) -> None:
             return len((await _status(env)).get("failureDomains") or []) == 2
 
         await eventually(both)
+
+
+async def test_owner_capi_cluster_paused_pauses_the_vspherecluster(apiserver: Any) -> None:
+    apiserver.server.load_crd(CLUSTER_CRD)
+    async with running_controllers(apiserver, shared=False) as env:
+        await env.provider("vcenter-a", [fd("vcenter-a-dc0-c0", "c0")])
+        owner = await env.client.create(CAPI_CLUSTER, {
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "demo", "namespace": env.namespace}, "spec": {"paused": True}})
+        body = _cluster(env.namespace, {"providerRefs": [{"name": "vcenter-a"}]})
+        body["metadata"]["ownerReferences"] = [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "demo",
+                                               "uid": owner["metadata"]["uid"]}]
+        await env.client.create(VSPHERE_CLUSTER, body)
+
+        async def paused_by_owner() -> dict[str, Any] | None:
+            conds = {c["type"]: c for c in (await _status(env)).get("conditions") or []}
+            cond = conds.get("Paused", {})
+            return cond if cond.get("status") == "True" else None
+
+        cond = await eventually(paused_by_owner)
+        assert "owner Cluster" in cond["message"]
+        assert "failureDomains" not in await _status(env)
+        await env.client.patch(CAPI_CLUSTER, "demo", env.namespace, {"spec": {"paused": False}})
+        # The owner is re-read on the next reconcile (here triggered by a Provider change).
+        await env.provider_status("vcenter-a", [fd("vcenter-a-dc0-c0", "c0"), fd("vcenter-a-dc0-c1", "c1")])
+
+        async def unpaused() -> bool:
+            return len((await _status(env)).get("failureDomains") or []) == 2
+
+        await eventually(unpaused)
