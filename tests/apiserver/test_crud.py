@@ -275,6 +275,8 @@ async def test_content_negotiation(widgets: Http) -> None:
 
 
 async def test_terminating_namespace_refuses_new_content(http: Http) -> None:
+    status, body, _ = await http.delete("/api/v1/namespaces/default")
+    assert status == 403 and body["message"] == 'namespaces "default" is forbidden: this namespace may not be deleted'
     await http.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bye"}})
     held = cm("held")
     held["metadata"]["finalizers"] = ["example.com/hold"]  # type: ignore[index]

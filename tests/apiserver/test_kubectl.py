@@ -117,6 +117,8 @@ async def test_validation_errors_through_kubectl(kubectl: Kubectl, widgets: Http
     bad["spec"]["bogus"] = 1  # type: ignore[index]
     rc, _, err = await kubectl.apply(bad, ok=False)
     assert rc != 0 and 'unknown field "spec.bogus"' in err
+    _, out, err = await kubectl.apply(bad, "--validate=warn")
+    assert "created" in out and 'Warning: unknown field "spec.bogus"' in err
 
 
 async def test_server_side_apply_through_kubectl(kubectl: Kubectl, widgets: Http) -> None:

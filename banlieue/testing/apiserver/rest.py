@@ -335,6 +335,9 @@ class Rest:
         if rt.group_resource == ("apiextensions.k8s.io", "customresourcedefinitions") and cleanup not in finalizers:
             finalizers.append(cleanup)
         if rt.builtin and rt.group == "" and rt.plural == "namespaces":
+            if name in ("default", "kube-system", "kube-public"):
+                # kube's NamespaceLifecycle admission plugin protects the immortal namespaces.
+                raise errors.forbidden("", "namespaces", name, "this namespace may not be deleted")
             return self._delete_namespace(rt, obj, finalizers, opts), False
         if not finalizers:
             if opts.dry_run:
