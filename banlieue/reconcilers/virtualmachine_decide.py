@@ -79,6 +79,7 @@ class Reason:
     DELETING = "Deleting"
     WAITING_FOR_INFRASTRUCTURE = "WaitingForInfrastructure"
     WAITING_FOR_POWER_STATE = "WaitingForPowerState"
+    INFRASTRUCTURE_CONFLICT = "InfrastructureConflict"
 
 
 PROGRESS_REASONS = frozenset(
@@ -228,6 +229,17 @@ def machine_differs(machine: VSphereMachine | None, desired: dict[str, Any]) -> 
     return False
 
 
+def owns(vm: VirtualMachine, machine: VSphereMachine) -> bool:
+    """Whether ``machine`` belongs to ``vm``: its controller ownerReference is the VM (by UID),
+    or it has no controller and carries ``banlieue.io/owned-by: <vm name>``. A VSphereMachine of
+    the same name that belongs to something else (a CAPI Machine, another VM) is never applied
+    over, deleted or mirrored."""
+    controllers = [r for r in machine.metadata.owner_references or () if r.controller]
+    if controllers:
+        return any(r.kind == vm.kind and r.uid == vm.metadata.uid for r in controllers)
+    return (machine.metadata.labels or {}).get(LABEL_OWNED_BY) == vm.metadata.name
+
+
 def _current(vm: VirtualMachine, machine: InfraMachineRead | None) -> tuple[str, str] | None:
     sched = vm.status.scheduled if vm.status else None
     if sched is not None and sched.provider_name and sched.failure_domain:
@@ -375,6 +387,20 @@ class _Decider:
         self.conds.set(C.READY, False, Reason.DELETING, f"waiting for VSphereMachine {self.name} to be deleted")
         return _finish(self.s, self.conds, self.status, delete_machine=not self.machine.deleting)
 
+    def conflict(self) -> Plan:
+        """A VSphereMachine of the VM's name belongs to something else: leave it alone."""
+        if self.vm.metadata.deletion_timestamp is not None:
+            return Plan(remove_finalizer=FINALIZER_VIRTUAL_MACHINE in (self.vm.metadata.finalizers or ()))
+        message = (f"VSphereMachine {self.name} exists and belongs to another object; delete it or give this "
+                   "VirtualMachine another name")
+        self.conds.set(C.PAUSED, False, Reason.NOT_PAUSED)
+        self.status.observed_generation = self.vm.metadata.generation
+        for type_ in (C.SCHEDULED, C.INFRASTRUCTURE_READY, C.READY):
+            self.conds.set(type_, False, Reason.INFRASTRUCTURE_CONFLICT, message)
+        if self.was_scheduled is None or self.was_scheduled.reason != Reason.INFRASTRUCTURE_CONFLICT:
+            self.events.append(RecordedEvent("Warning", Reason.INFRASTRUCTURE_CONFLICT, message))
+        return _finish(self.s, self.conds, self.status, events=tuple(self.events))
+
     def unresolved(self) -> _Placing:
         """The VMClass or VMImage is missing: nothing can be placed or applied."""
         vm = self.vm
@@ -467,6 +493,8 @@ def decide(s: Snapshot) -> Plan:
     d = _Decider(s)
     if s.vm.spec.paused:
         return d.paused()
+    if s.machine is not None and not owns(s.vm, s.machine):
+        return d.conflict()
     if s.vm.metadata.deletion_timestamp is not None:
         return d.deleting()
     d.conds.set(C.PAUSED, False, Reason.NOT_PAUSED)

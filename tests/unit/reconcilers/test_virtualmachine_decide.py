@@ -64,7 +64,7 @@ def machine(where: tuple[str, str] = ("a", "a-dc0-c0"), *, ready: tuple[str, str
         status.update(initialization={"provisioned": True}, addresses=[{"type": "InternalIP", "address": "10.0.0.9"}])
     if power:
         status["powerState"] = power
-    meta: dict[str, Any] = {"name": "vm-1", "namespace": NS}
+    meta: dict[str, Any] = {"name": "vm-1", "namespace": NS, "labels": {"banlieue.io/owned-by": "vm-1"}}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-02T00:00:00Z"
     return VSphereMachine.from_wire({"metadata": meta, "spec": {"providerRef": {"name": where[0]}, "failureDomain": where[1],
@@ -183,6 +183,31 @@ def test_mirror_is_held_while_the_machine_is_provisioning() -> None:
     done = decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=READY_MACHINE))
     assert done.status is not None
     assert {"observedPowerState", "addresses", "providerID", "initialization"} <= set(done.status)
+
+
+FOREIGN = VSphereMachine.from_wire({"metadata": {"name": "vm-1", "namespace": NS, "ownerReferences": [
+    {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "m", "uid": "m-uid", "controller": True}]},
+    "spec": {"providerRef": {"name": "a"}}})
+
+
+def test_foreign_machine_is_never_applied_deleted_or_mirrored() -> None:
+    plan = decide(snap(vm(finalizer=False), m=FOREIGN))
+    assert (plan.apply_machine, plan.delete_machine, plan.add_finalizer) == (None, False, False)
+    assert cond(plan, "Ready") == ("False", "InfrastructureConflict")
+    assert cond(plan, "Scheduled") == ("False", "InfrastructureConflict")
+    assert decide(snap(vm(deleting=True), m=FOREIGN)) == Plan(remove_finalizer=True)
+
+
+def test_machine_owned_by_uid_or_label() -> None:
+    from banlieue.reconcilers.virtualmachine_decide import owns
+
+    the_vm = vm()
+    ours = VSphereMachine.from_wire(desired_machine(the_vm, CLASS, _placement(Plan(placement=("a", "a-dc0-c0")))))
+    assert owns(the_vm, ours)
+    assert owns(the_vm, machine())  # no controller reference: the owned-by label decides
+    assert not owns(the_vm, FOREIGN)
+    recreated = VirtualMachine.from_wire({**the_vm.to_wire(), "metadata": {**the_vm.to_wire()["metadata"], "uid": "uid-2"}})
+    assert not owns(recreated, ours)
 
 
 def test_deleted_vm_without_machine_drops_finalizer_and_writes_nothing_else() -> None:
