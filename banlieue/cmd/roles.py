@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +39,15 @@ from kubernetes_asyncio.config import ConfigException
 
 from banlieue.backends.base import Backend
 from banlieue.options import Options, StartupError
-from banlieue.reconcilers import kinds
+from banlieue.reconcilers import (
+    kinds,
+    provider,
+    virtualmachine,
+    vmimage,
+    vspherecluster,
+    vspheremachine,
+    vspheremachinetemplate,
+)
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.metrics import bind_source
 from banlieue.runtime.client import Client
@@ -65,22 +72,25 @@ class Setup(Protocol):
 
 @dataclass(frozen=True)
 class RoleSpec:
-    """One role of SPEC §4: its reconciler modules (under ``banlieue.reconcilers``), field
-    manager, Lease name, and whether it talks to vSphere."""
+    """One role of SPEC §4: its reconcilers' ``setup`` functions (named after their kinds),
+    field manager, Lease name, and whether it talks to vSphere."""
 
     name: str
-    modules: tuple[str, ...]
+    setups: tuple[tuple[str, Setup], ...]
     field_manager: str
     lease: str
     backend: bool
 
 
 CONTROLLER = RoleSpec(
-    "controller", ("virtualmachine", "vspherecluster"),
+    "controller",
+    (("virtualmachine", virtualmachine.setup), ("vspherecluster", vspherecluster.setup)),
     kinds.FIELD_MANAGER_CONTROLLER, kinds.LEASE_CONTROLLER, backend=False,
 )
 PROVIDER_VSPHERE = RoleSpec(
-    "provider-vsphere", ("provider", "vmimage", "vspheremachine", "vspheremachinetemplate"),
+    "provider-vsphere",
+    (("provider", provider.setup), ("vmimage", vmimage.setup), ("vspheremachine", vspheremachine.setup),
+     ("vspheremachinetemplate", vspheremachinetemplate.setup)),
     kinds.FIELD_MANAGER_PROVIDER_VSPHERE, kinds.LEASE_PROVIDER_VSPHERE, backend=True,
 )
 ROLE_SPECS: dict[str, tuple[RoleSpec, ...]] = {
@@ -88,27 +98,6 @@ ROLE_SPECS: dict[str, tuple[RoleSpec, ...]] = {
     "provider-vsphere": (PROVIDER_VSPHERE,),
     "manager": (CONTROLLER, PROVIDER_VSPHERE),
 }
-
-
-def load_setups(spec: RoleSpec) -> list[tuple[str, Setup]]:
-    """Import ``banlieue.reconcilers.<module>.setup`` for every module of ``spec``.
-
-    Raises StartupError naming the module when it is missing or has no ``setup``.
-    """
-    setups: list[tuple[str, Setup]] = []
-    for module in spec.modules:
-        qualified = f"banlieue.reconcilers.{module}"
-        try:
-            loaded = importlib.import_module(qualified)
-        except ModuleNotFoundError as err:
-            if err.name == qualified:
-                raise StartupError(f"role {spec.name}: reconciler module {qualified} is not available") from None
-            raise StartupError(f"role {spec.name}: importing {qualified} failed: {err}") from None
-        setup = getattr(loaded, "setup", None)
-        if not callable(setup):
-            raise StartupError(f"role {spec.name}: {qualified} has no setup(mgr, ctx)")
-        setups.append((module, setup))
-    return setups
 
 
 def _server(cfg: Configuration) -> str:
@@ -179,8 +168,7 @@ class RoleRuntime:
 
 
 def build_managers(
-    specs: Sequence[RoleSpec], setups: dict[str, list[tuple[str, Setup]]], cfg: Configuration, options: Options,
-    backend: Backend | None,
+    specs: Sequence[RoleSpec], cfg: Configuration, options: Options, backend: Backend | None,
 ) -> list[RoleRuntime]:
     """One Manager per role, its reconcilers registered; the first Manager serves probes and
     metrics for all (the others get bind address "0", disabled)."""
@@ -209,7 +197,7 @@ def build_managers(
             max_concurrent_reconciles=options.max_concurrent_reconciles,
             vsphere_task_timeout=options.vsphere_task_timeout,
         )
-        controllers = [setup(mgr, ctx) for _, setup in setups[spec.name]]
+        controllers = [setup(mgr, ctx) for _, setup in spec.setups]
         runtimes.append(RoleRuntime(spec, mgr, ctx, controllers))
     first = runtimes[0].manager
     for other in runtimes[1:]:
@@ -275,13 +263,12 @@ async def run_role(role: str, options: Options) -> int:
     """Run ``role`` (``controller``, ``provider-vsphere`` or ``manager``) until SIGTERM/SIGINT.
 
     Returns 0 after a graceful shutdown, 1 when a Manager failed. Raises StartupError (one line,
-    no credentials) when the role is unknown, a reconciler module is missing, the kubeconfig is
-    unusable, the API server does not answer, or a listen port is taken.
+    no credentials) when the role is unknown, the kubeconfig is unusable, the API server does
+    not answer, or a listen port is taken.
     """
     specs = ROLE_SPECS.get(role)
     if specs is None:
         raise StartupError(f"unknown role {role!r} (one of {', '.join(ROLE_SPECS)})")
-    setups = {spec.name: load_setups(spec) for spec in specs}
     cfg = await load_client_config(options.kubeconfig)
     version = await first_contact(cfg)
     log.info("starting", role=role, server=_server(cfg), server_version=version, namespace=options.namespace or "",
@@ -289,7 +276,7 @@ async def run_role(role: str, options: Options) -> int:
     backend = build_backend(options) if any(spec.backend for spec in specs) else None
     unbind: Callable[[], None] | None = None
     try:
-        runtimes = build_managers(specs, setups, cfg, options, backend)
+        runtimes = build_managers(specs, cfg, options, backend)
         for runtime in runtimes:
             if runtime.spec is CONTROLLER:
                 unbind = bind_source(_vm_source(runtime.manager))

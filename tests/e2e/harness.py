@@ -9,7 +9,6 @@ same rewrite ``banlieue dev`` does). Everything started is stopped at teardown.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
 import ssl
@@ -29,7 +28,6 @@ import yaml
 from pyVim.connect import Disconnect, SmartConnect
 
 from banlieue.cmd.dev import GuestNetwork, find_kubectl, free_port, point_providers_at, sample_documents
-from banlieue.cmd.roles import ROLE_SPECS
 from banlieue.options import StartupError
 from banlieue.testing.apiserver.fixture import start_subprocess
 from banlieue.testing.vcsim import VcsimProcess, VcsimUnavailable, start_vcsim, vcsim_binary
@@ -45,16 +43,8 @@ def kubectl_path() -> str | None:
         return None
 
 
-def missing_reconcilers() -> list[str]:
-    """Reconciler modules of the ``manager`` role that do not exist (yet)."""
-    return [
-        f"banlieue.reconcilers.{m}" for spec in ROLE_SPECS["manager"] for m in spec.modules
-        if importlib.util.find_spec(f"banlieue.reconcilers.{m}") is None
-    ]
-
-
 def requirements_skip() -> pytest.MarkDecorator:
-    """Skip (with the reason) when kubectl, vcsim or a reconciler module is missing."""
+    """Skip (with the reason) when kubectl or vcsim is missing."""
     reasons = []
     if kubectl_path() is None:
         reasons.append("kubectl not installed")
@@ -62,8 +52,6 @@ def requirements_skip() -> pytest.MarkDecorator:
         vcsim_binary()
     except VcsimUnavailable as err:
         reasons.append(str(err))
-    if missing := missing_reconcilers():
-        reasons.append("reconciler not landed yet: " + ", ".join(missing))
     return pytest.mark.skipif(bool(reasons), reason="; ".join(reasons) or "ok")
 
 
