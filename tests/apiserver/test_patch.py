@@ -98,3 +98,30 @@ async def test_patch_with_kubernetes_asyncio(widgets: Http, kapi: k8s.ApiClient)
                                                  _content_type="application/strategic-merge-patch+json")
     assert cmo.data == {"a": "2"}
     assert json.loads(json.dumps(cmo.to_dict(), default=str))["metadata"]["name"] == "kc"
+
+
+async def test_scale_subresource(http: Http) -> None:
+    import copy as _copy
+
+    from .conftest import WIDGET_CRD
+
+    crd = _copy.deepcopy(WIDGET_CRD)
+    crd["spec"]["versions"][0]["subresources"]["scale"] = {
+        "specReplicasPath": ".spec.size", "statusReplicasPath": ".status.replicas"}
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["replicas"] = {
+        "type": "integer"}
+    assert (await http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd))[0] == 201
+    _, disc, _ = await http.get("/apis/example.com/v1")
+    assert any(r["name"] == "widgets/scale" and r["kind"] == "Scale" for r in disc["resources"])
+    await http.post(WIDGETS, widget("sc", 2))
+    status, sc, _ = await http.get(f"{WIDGETS}/sc/scale")
+    assert status == 200 and sc["kind"] == "Scale" and sc["spec"]["replicas"] == 2
+    status, sc, _ = await http.patch(f"{WIDGETS}/sc/scale", {"spec": {"replicas": 5}}, MERGE)
+    assert status == 200 and sc["spec"]["replicas"] == 5
+    _, w, _ = await http.get(f"{WIDGETS}/sc")
+    assert w["spec"]["size"] == 5 and w["metadata"]["generation"] == 2
+    sc["spec"]["replicas"] = 3
+    status, sc2, _ = await http.put(f"{WIDGETS}/sc/scale", sc)
+    assert status == 200 and sc2["spec"]["replicas"] == 3
+    status, body, _ = await http.put(f"{WIDGETS}/sc/scale", sc)
+    assert status == 409 and body["reason"] == "Conflict"

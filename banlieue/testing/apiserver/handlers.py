@@ -16,7 +16,7 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from . import errors, protobuf
+from . import errors, protobuf, scale
 from .errors import ApiError
 from .listing import list_objects, selector_matcher, validate_list_options
 from .patching import apply_patch
@@ -59,7 +59,8 @@ def parse_target(server: ApiServer, group: str, version: str, segs: list[str]) -
         raise NOT_FOUND_PATH
     name = segs[1] if len(segs) > 1 else None
     sub = segs[2] if len(segs) > 2 else None
-    if sub is not None and not ((sub == "status" and rt.status_subresource) or (sub == "finalize" and rt.plural == "namespaces")):
+    if sub is not None and not ((sub == "status" and rt.status_subresource) or (sub == "scale" and rt.scale_subresource)
+                                or (sub == "finalize" and rt.plural == "namespaces")):
         raise NOT_FOUND_PATH
     if (ns is not None and not rt.namespaced) or (rt.namespaced and ns is None and name is not None):
         raise NOT_FOUND_PATH
@@ -236,12 +237,28 @@ async def handle_resource(server: ApiServer, t: Target, request: web.Request) ->
     return resp
 
 
+async def _handle_scale(server: ApiServer, t: Target, request: web.Request) -> web.Response:
+    """GET/PUT/PATCH of ``/scale`` (autoscaling/v1 Scale)."""
+    rt, ns, name = t.rt, t.namespace or "", t.name or ""
+    if request.method == "GET":
+        return json_response(scale.to_scale(rt, server.rest.get_or_404(rt, ns, name)))
+    opts = write_options(request)
+    if request.method == "PUT":
+        return json_response(scale.write_scale(server.rest, rt, ns, name, await read_body(request), opts))
+    if request.method == "PATCH":
+        return json_response(scale.patch_scale(server.rest, rt, ns, name, request.headers.get("Content-Type", ""),
+                                               await request.read(), opts))
+    raise errors.method_not_allowed(rt.group, rt.plural, request.method)
+
+
 async def _handle_resource(server: ApiServer, t: Target, request: web.Request) -> web.StreamResponse:
     rt, method, q = t.rt, request.method, request.query
     verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
     if verb is None:
         raise errors.method_not_allowed(rt.group, rt.plural, method)
     ns = t.namespace or ""
+    if t.subresource == "scale" and t.name is not None:
+        return await _handle_scale(server, t, request)
     if method == "GET":
         if t.watch_path or _bool(q.get("watch")):
             return await watch_objects(server, t, request)
