@@ -225,11 +225,13 @@ class CapiSimulator:
 
     # --- minting machines ---------------------------------------------------------------------------
     async def create_machine(self, name: str, template: str, *, control_plane: bool, failure_domain: str | None = None,
-                             bootstrap_data: str | None = None) -> dict[str, Any]:
+                             bootstrap_data: str | None = None, bootstrap_ready: bool = True) -> dict[str, Any]:
         """Mint one machine (module docstring): bootstrap Secret, Machine, VSphereMachine cloned
         from the VSphereMachineTemplate ``template``. ``failure_domain`` None: picked with
         ``pick_failure_domain`` over ``Cluster.status.failureDomains``. ``bootstrap_data``
-        (cloud-config text) defaults to one naming the machine. Returns the Machine.
+        (cloud-config text) defaults to one naming the machine. ``bootstrap_ready`` False: the
+        bootstrap provider is not done yet (no Secret, no ``spec.bootstrap.dataSecretName``; call
+        ``provide_bootstrap`` later). Returns the Machine.
 
         Raises NotFound (template missing) or AlreadyExists.
         """
@@ -238,16 +240,11 @@ class CapiSimulator:
             used = Counter(str(m["spec"].get("failureDomain")) for m in await self.machines() if m["spec"].get("failureDomain"))
             failure_domain = pick_failure_domain(await self.failure_domains(), used, control_plane=control_plane)
         labels = {LABEL_CLUSTER_NAME: self.cluster_name, **({LABEL_CONTROL_PLANE: ""} if control_plane else {})}
-        secret = f"{name}-bootstrap"
-        data = bootstrap_data if bootstrap_data is not None else f"#cloud-config\nhostname: {name}\nruncmd:\n  - echo {name} joined\n"
-        await self.client.create(SECRET, {
-            "apiVersion": "v1", "kind": "Secret", "type": BOOTSTRAP_SECRET_TYPE,
-            "metadata": {"name": secret, "namespace": self.namespace, "labels": {LABEL_CLUSTER_NAME: self.cluster_name}},
-            "data": {"value": base64.b64encode(data.encode()).decode(), "format": base64.b64encode(b"cloud-config").decode()},
-        })
+        secret = await self._bootstrap_secret(name, bootstrap_data) if bootstrap_ready else None
         spec: dict[str, Any] = {
             "clusterName": self.cluster_name, "version": KUBERNETES_VERSION,
-            "bootstrap": {"dataSecretName": secret},
+            "bootstrap": {"dataSecretName": secret} if secret else {
+                "configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": name}},
             "infrastructureRef": {"apiGroup": VSPHERE_MACHINE.group, "kind": VSPHERE_MACHINE.kind, "name": name},
         }
         if failure_domain:
@@ -270,6 +267,24 @@ class CapiSimulator:
             "spec": copy.deepcopy(tmpl["spec"]["template"]["spec"]),
         })
         return machine
+
+    async def _bootstrap_secret(self, name: str, data: str | None) -> str:
+        secret = f"{name}-bootstrap"
+        text = data if data is not None else f"#cloud-config\nhostname: {name}\nruncmd:\n  - echo {name} joined\n"
+        await self.client.create(SECRET, {
+            "apiVersion": "v1", "kind": "Secret", "type": BOOTSTRAP_SECRET_TYPE,
+            "metadata": {"name": secret, "namespace": self.namespace, "labels": {LABEL_CLUSTER_NAME: self.cluster_name}},
+            "data": {"value": base64.b64encode(text.encode()).decode(), "format": base64.b64encode(b"cloud-config").decode()},
+        })
+        return secret
+
+    async def provide_bootstrap(self, name: str, bootstrap_data: str | None = None) -> dict[str, Any]:
+        """The bootstrap provider finished for Machine ``name``: create ``<name>-bootstrap`` and
+        set ``Machine.spec.bootstrap.dataSecretName`` (what the Machine controller copies from the
+        bootstrap config's ``status.dataSecretName``). Returns the Machine."""
+        secret = await self._bootstrap_secret(name, bootstrap_data)
+        return await self.client.patch(CAPI_MACHINE, name, self.namespace,
+                                       {"spec": {"bootstrap": {"configRef": None, "dataSecretName": secret}}})
 
     async def scale(self, template: str, replicas: int, *, control_plane: bool, prefix: str) -> list[str]:
         """Create machines ``<prefix>-<i>`` one at a time (each choice sees the previous ones)

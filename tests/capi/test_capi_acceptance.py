@@ -245,3 +245,24 @@ async def _paused(env: CapiEnv, name: str) -> bool:
 async def _none_paused(env: CapiEnv, names: list[str]) -> bool:
     objs = await vsphere_machines(env, names, "unpaused")
     return all((condition(o, "Paused") or {}).get("status") == "False" for o in objs.values())
+
+
+async def test_machine_waits_for_bootstrap_data(capi_env: CapiEnv) -> None:
+    env = capi_env
+    sim, domains = await bring_up(env)
+    name = "demo-cp-late"
+    async with sim.running():
+        await sim.create_machine(name, TEMPLATE, control_plane=True, bootstrap_ready=False)
+
+        async def waiting() -> dict[str, Any] | None:
+            vsm = (await vsphere_machines(env, [name], "waiting for bootstrap data"))[name]
+            return vsm if (condition(vsm, "Ready") or {}).get("reason") == "WaitingForBootstrapData" else None
+
+        vsm = await eventually(waiting, timeout=15, what=f"{name} Ready reason WaitingForBootstrapData")
+        assert not provisioned(vsm) and not vsm["spec"].get("providerID")
+        assert await env.find_vms(name=name, uid=vsm["metadata"]["uid"]) == []  # nothing cloned without bootstrap data
+
+        await sim.provide_bootstrap(name, "#cloud-config\nhostname: late\n")
+        await wait_provisioned(env, [name], "bootstrap data provided")
+        await verify_placement(env, sim, [name], domains)  # guestinfo carries the late Secret's value
+        await delete_and_verify(env, sim)
