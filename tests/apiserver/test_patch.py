@@ -116,6 +116,7 @@ async def test_scale_subresource(http: Http) -> None:
     await http.post(WIDGETS, widget("sc", 2))
     status, sc, _ = await http.get(f"{WIDGETS}/sc/scale")
     assert status == 200 and sc["kind"] == "Scale" and sc["spec"]["replicas"] == 2
+    assert sc["status"] == {"replicas": 0}
     status, sc, _ = await http.patch(f"{WIDGETS}/sc/scale", {"spec": {"replicas": 5}}, MERGE)
     assert status == 200 and sc["spec"]["replicas"] == 5
     _, w, _ = await http.get(f"{WIDGETS}/sc")

@@ -24,6 +24,8 @@ def _path(p: str) -> list[str]:
 
 
 def _get(obj: JSON, p: str | None) -> Any:
+    if not p:
+        return None
     cur: Any = obj
     for part in _path(p or ""):
         cur = cur.get(part) if isinstance(cur, dict) else None
