@@ -19,8 +19,8 @@ Filters, in order (a candidate is one failure domain of one Provider of the VM's
 4. Firmware: the class firmware is one of the domain's features when the domain reports any
    firmware feature (``bios``/``efi``/``efi-secure``, as the vSphere inventory detects them); a
    domain reporting none is not filtered on firmware -> ``FirmwareUnsupported``.
-5. Capacity (free, as the Provider reports it): memoryMiB >= class memory, storageGiB >= sum of
-   the class disks. CPU MHz is not a filter: vSphere overcommits vCPUs and reserves no MHz by
+5. Capacity (free, as the Provider reports it, minus what peers placed on the domain but not
+   provisioned yet will take): memoryMiB >= class memory, storageGiB >= sum of the class disks. CPU MHz is not a filter: vSphere overcommits vCPUs and reserves no MHz by
    default, so a vCPU count has no MHz cost to compare. An unreported dimension is not filtered
    -> ``InsufficientCapacity``.
 6. Required anti-affinity (Kubernetes ``requiredDuringSchedulingIgnoredDuringExecution``): a
@@ -76,6 +76,10 @@ class PeerPlacement:
     provider_name: str
     failure_domain: str
     anti_affinity: tuple[AntiAffinityTerm, ...] = ()
+    pending_memory_mib: int = 0
+    """Memory of a peer placed but not provisioned yet (not in the Provider's free capacity)."""
+    pending_storage_gib: int = 0
+    """Storage of a peer placed but not provisioned yet."""
 
 
 @dataclass(frozen=True)
@@ -204,18 +208,43 @@ def firmware_supported(vm_class: VMClass, domain: ProviderFailureDomain) -> bool
     return not reported or str(vm_class.spec.firmware) in reported
 
 
-def capacity_shortfall(vm_class: VMClass, domain: ProviderFailureDomain) -> list[str]:
-    """Capacity the domain lacks (``memory 4096 MiB needed, 1024 free``); empty when it fits."""
-    cap = domain.attributes.capacity if domain.attributes else None
+@dataclass(frozen=True)
+class Free:
+    """Free capacity of a candidate after the pending peers placed on it: memory MiB, storage
+    GiB, CPU MHz (None = not reported)."""
+
+    memory_mib: int | None
+    storage_gib: int | None
+    cpu_mhz: int | None
+
+
+def free_capacity(inp: SchedulingInput, cand: Candidate) -> Free:
+    """The domain's reported free capacity minus what peers placed there but not provisioned yet
+    will take (kube-scheduler's "assumed" pods: a burst of VMs must not all count the same free
+    memory before the Provider's next inventory)."""
+    cap = cand.domain.attributes.capacity if cand.domain.attributes else None
     if cap is None:
-        return []
+        return Free(None, None, None)
+    pending = [p for p in inp.peers if (p.provider_name, p.failure_domain) == cand.key and p.name != inp.vm.metadata.name]
+    mem = None if cap.memory_mib is None else cap.memory_mib - sum(p.pending_memory_mib for p in pending)
+    storage = None if cap.storage_gib is None else cap.storage_gib - sum(p.pending_storage_gib for p in pending)
+    return Free(mem, storage, cap.cpu_mhz)
+
+
+def class_storage_gib(vm_class: VMClass) -> int:
+    """Storage a VM of the class needs: the sum of its disks, GiB."""
+    return sum(d.size_gib for d in vm_class.spec.hardware.disks or ())
+
+
+def capacity_shortfall(vm_class: VMClass, free: Free) -> list[str]:
+    """Capacity the domain lacks (``memory 4096 MiB needed, 1024 free``); empty when it fits."""
     out: list[str] = []
     need_mem = vm_class.spec.hardware.memory_mib
-    if cap.memory_mib is not None and cap.memory_mib < need_mem:
-        out.append(f"memory {need_mem} MiB needed, {cap.memory_mib} free")
-    need_storage = sum(d.size_gib for d in vm_class.spec.hardware.disks or ())
-    if cap.storage_gib is not None and cap.storage_gib < need_storage:
-        out.append(f"storage {need_storage} GiB needed, {cap.storage_gib} free")
+    if free.memory_mib is not None and free.memory_mib < need_mem:
+        out.append(f"memory {need_mem} MiB needed, {max(free.memory_mib, 0)} free")
+    need_storage = class_storage_gib(vm_class)
+    if free.storage_gib is not None and free.storage_gib < need_storage:
+        out.append(f"storage {need_storage} GiB needed, {max(free.storage_gib, 0)} free")
     return out
 
 
@@ -358,11 +387,8 @@ def _find_current(inp: SchedulingInput) -> tuple[Provider, ProviderFailureDomain
     return None if domain is None else (provider, domain)
 
 
-def _rank_key(cand: Candidate, preferred: int) -> tuple[int, int, int, int, str, str]:
-    cap = cand.domain.attributes.capacity if cand.domain.attributes else None
-    mem = (cap.memory_mib or 0) if cap else 0
-    storage = (cap.storage_gib or 0) if cap else 0
-    cpu = (cap.cpu_mhz or 0) if cap else 0
+def _rank_key(cand: Candidate, preferred: int, free: Free) -> tuple[int, int, int, int, str, str]:
+    mem, storage, cpu = free.memory_mib or 0, free.storage_gib or 0, free.cpu_mhz or 0
     return (preferred, -mem, -storage, -cpu, cand.provider_name, cand.domain.name)
 
 
@@ -427,9 +453,10 @@ def schedule(inp: SchedulingInput) -> SchedulingDecision:
             f"checked: {_names(c.domain.name for c in offering)}"
         )
         return _fail(VirtualMachineReason.FIRMWARE_UNSUPPORTED, msg, problem)
-    fitting = [c for c in firmware if not capacity_shortfall(inp.vm_class, c.domain)]
+    free = {c.key: free_capacity(inp, c) for c in firmware}
+    fitting = [c for c in firmware if not capacity_shortfall(inp.vm_class, free[c.key])]
     if not fitting:
-        short = [f"{c.domain.name}: {', '.join(capacity_shortfall(inp.vm_class, c.domain))}" for c in firmware]
+        short = [f"{c.domain.name}: {', '.join(capacity_shortfall(inp.vm_class, free[c.key]))}" for c in firmware]
         msg = f"no failure domain has the free capacity VMClass {inp.vm_class.metadata.name} needs: {_names(short)}"
         return _fail(VirtualMachineReason.INSUFFICIENT_CAPACITY, msg, problem)
     allowed: list[tuple[Candidate, int]] = []
@@ -444,7 +471,7 @@ def schedule(inp: SchedulingInput) -> SchedulingDecision:
     if not allowed:
         msg = f"required anti-affinity excludes every fitting failure domain: {_names(blocked)}"
         return _fail(VirtualMachineReason.ANTI_AFFINITY_UNSATISFIED, msg, problem)
-    best, _ = min(allowed, key=lambda cp: _rank_key(cp[0], cp[1]))
+    best, _ = min(allowed, key=lambda cp: _rank_key(cp[0], cp[1], free[cp[0].key]))
     return SchedulingDecision(placement=placement_for(inp, best), current_invalid=problem)
 
 

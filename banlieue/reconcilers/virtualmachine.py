@@ -10,7 +10,8 @@ Indexes on the VirtualMachine cache (``setup`` registers them): ``spec.classRef.
 ``unscheduled`` (value ``<namespace>``, VMs without a placement) and
 ``spec.placement.antiAffinity`` (value ``<namespace>``, VMs with anti-affinity terms: the only
 peers a VM without terms of its own must look at, so a reconcile does not read the whole
-namespace).
+namespace) and ``pending`` (value ``<namespace>``, VMs placed but not provisioned: their
+resources are not yet in the Providers' free capacity).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ from banlieue.reconcilers.kinds import (
     VM_IMAGE,
     VSPHERE_MACHINE,
 )
-from banlieue.reconcilers.scheduler import PeerPlacement
-from banlieue.reconcilers.virtualmachine_decide import Plan, Snapshot, decide
+from banlieue.reconcilers.scheduler import PeerPlacement, SchedulingInput, class_storage_gib, current_problem
+from banlieue.reconcilers.status_mirror import InfraMachineRead
+from banlieue.reconcilers.virtualmachine_decide import Plan, Snapshot, current_placement, decide
 from banlieue.runtime.builder import ControllerBuilder, ManagerLike
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import NotFound
@@ -56,6 +58,7 @@ INDEX_IMAGE = "spec.imageRef.name"
 INDEX_PROVIDER = "status.scheduled.providerName"
 INDEX_UNSCHEDULED = "unscheduled"
 INDEX_ANTI_AFFINITY = "spec.placement.antiAffinity"
+INDEX_PENDING = "pending"
 
 
 def _get(obj: Object, *path: str) -> Any:
@@ -88,6 +91,12 @@ def index_provider(obj: Object) -> list[str]:
 def index_unscheduled(obj: Object) -> list[str]:
     """``<namespace>`` of a VirtualMachine without a placement."""
     return [] if _get(obj, "status", "scheduled", "providerName") else [str(obj["metadata"].get("namespace", ""))]
+
+
+def index_pending(obj: Object) -> list[str]:
+    """``<namespace>`` of a VirtualMachine placed but not provisioned yet."""
+    placed = _get(obj, "status", "scheduled", "providerName")
+    return [str(obj["metadata"].get("namespace", ""))] if placed and not _get(obj, "status", "initialization", "provisioned") else []
 
 
 def index_anti_affinity(obj: Object) -> list[str]:
@@ -168,14 +177,25 @@ class VirtualMachineReconciler:
         """Placements decided but maybe not yet visible in the cache (kube-scheduler's assume)."""
 
     def _peers(self, namespace: str, me: str, own_terms: bool) -> tuple[PeerPlacement, ...]:
-        """Placements of the namespace's other VMs: all of them when the VM has anti-affinity
-        terms, else only those with terms (symmetric anti-affinity)."""
+        """Placements of the namespace's other VMs that can matter to the scheduler: every VM
+        when this one has anti-affinity terms, else those with terms (symmetric anti-affinity);
+        plus the VMs placed but not provisioned yet (their resources are not in the Providers'
+        free capacity) and those placed by this process but not yet in the cache."""
         cache = self.ctx.cache
-        candidates = cache.list(VIRTUAL_MACHINE, namespace) if own_terms else \
+        base = cache.list(VIRTUAL_MACHINE, namespace) if own_terms else \
             cache.by_index(VIRTUAL_MACHINE, INDEX_ANTI_AFFINITY, namespace)
+        candidates = {str(o["metadata"]["name"]): o for o in base}
+        for o in cache.by_index(VIRTUAL_MACHINE, INDEX_PENDING, namespace):
+            candidates.setdefault(str(o["metadata"]["name"]), o)
+        for key in list(self.assumed):
+            ns, _, name = key.partition("/")
+            if ns == namespace and name not in candidates:
+                cached = cache.get(VIRTUAL_MACHINE, name, namespace)
+                if cached is not None:
+                    candidates[name] = cached
+        classes: dict[str, VMClass | None] = {}
         out: list[PeerPlacement] = []
-        for cached in candidates:
-            name = str(cached["metadata"]["name"])
+        for name, cached in candidates.items():
             if name == me:
                 continue
             key = f"{namespace}/{name}"
@@ -197,8 +217,16 @@ class VirtualMachineReconciler:
                     terms.append(AntiAffinityTerm.from_wire(term))
                 except ValidationError:
                     continue
+            memory = storage = 0
+            if not _get(raw, "status", "initialization", "provisioned"):
+                class_name = str(_get(raw, "spec", "classRef", "name") or "")
+                if class_name not in classes:
+                    classes[class_name] = _parse(VMClass, cache.get(VM_CLASS, class_name))
+                vm_class = classes[class_name]
+                if vm_class is not None:
+                    memory, storage = vm_class.spec.hardware.memory_mib, class_storage_gib(vm_class)
             labels = raw["metadata"].get("labels") or {}
-            out.append(PeerPlacement(name, dict(labels), where[0], where[1], tuple(terms)))
+            out.append(PeerPlacement(name, dict(labels), where[0], where[1], tuple(terms), memory, storage))
         return tuple(out)
 
     def gather(self, request: Request) -> tuple[Snapshot, Object, Object | None] | None:
@@ -211,19 +239,22 @@ class VirtualMachineReconciler:
             self.assumed.pop(key, None)
             return None
         machine_raw = self.machines.view(key, cache.get(VSPHERE_MACHINE, request.name, request.namespace))
+        machine: VSphereMachine | None = _parse(VSphereMachine, machine_raw)
         providers = tuple(
             p for p in (_parse(Provider, o) for o in cache.list(PROVIDER, request.namespace)) if p is not None
         )
-        snapshot = Snapshot(
-            vm=vm,
-            vm_class=_parse(VMClass, cache.get(VM_CLASS, vm.spec.class_ref.name)),
-            image=_parse(VMImage, cache.get(VM_IMAGE, vm.spec.image_ref.name)),
-            providers=providers,
-            peers=self._peers(request.namespace, request.name,
-                              bool(vm.spec.placement and vm.spec.placement.anti_affinity)),
-            machine=_parse(VSphereMachine, machine_raw),
-            now=self.ctx.now().astimezone(UTC),
-        )
+        vm_class: VMClass | None = _parse(VMClass, cache.get(VM_CLASS, vm.spec.class_ref.name))
+        image: VMImage | None = _parse(VMImage, cache.get(VM_IMAGE, vm.spec.image_ref.name))
+        peers: tuple[PeerPlacement, ...] = ()
+        if vm_class is not None and image is not None:
+            current = current_placement(vm, InfraMachineRead.from_machine(machine) if machine else None)
+            # Peers only matter when placing (anti-affinity and capacity are not re-checked for
+            # a valid current placement); skipping them keeps steady-state reconciles O(1).
+            if current is None or current_problem(SchedulingInput(vm, vm_class, image, providers, (), current)):
+                peers = self._peers(request.namespace, request.name,
+                                    bool(vm.spec.placement and vm.spec.placement.anti_affinity))
+        snapshot = Snapshot(vm=vm, vm_class=vm_class, image=image, providers=providers, peers=peers,
+                            machine=machine, now=self.ctx.now().astimezone(UTC))
         return snapshot, raw, machine_raw
 
     async def reconcile(self, request: Request) -> Result:
@@ -310,7 +341,8 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
     namespace (anti-affinity peers). Registers the four indexes of the module docstring."""
     cache = ctx.cache
     for index, fn in ((INDEX_CLASS, index_class), (INDEX_IMAGE, index_image), (INDEX_PROVIDER, index_provider),
-                      (INDEX_UNSCHEDULED, index_unscheduled), (INDEX_ANTI_AFFINITY, index_anti_affinity)):
+                      (INDEX_UNSCHEDULED, index_unscheduled), (INDEX_ANTI_AFFINITY, index_anti_affinity),
+                      (INDEX_PENDING, index_pending)):
         cache.add_indexer(VIRTUAL_MACHINE, index, fn)
 
     def by_class(obj: Object) -> list[Request]:

@@ -240,7 +240,9 @@ def owns(vm: VirtualMachine, machine: VSphereMachine) -> bool:
     return (machine.metadata.labels or {}).get(LABEL_OWNED_BY) == vm.metadata.name
 
 
-def _current(vm: VirtualMachine, machine: InfraMachineRead | None) -> tuple[str, str] | None:
+def current_placement(vm: VirtualMachine, machine: InfraMachineRead | None) -> tuple[str, str] | None:
+    """(provider, failure domain) the VM is placed on: ``status.scheduled``, else the placement of
+    its VSphereMachine (status lost); None when unplaced."""
     sched = vm.status.scheduled if vm.status else None
     if sched is not None and sched.provider_name and sched.failure_domain:
         return (sched.provider_name, sched.failure_domain)
@@ -499,7 +501,7 @@ def decide(s: Snapshot) -> Plan:
         return d.deleting()
     d.conds.set(C.PAUSED, False, Reason.NOT_PAUSED)
     d.status.observed_generation = s.vm.metadata.generation
-    current = _current(s.vm, d.machine)
+    current = current_placement(s.vm, d.machine)
     if s.vm_class is None or s.image is None:
         placing = d.unresolved()
     else:

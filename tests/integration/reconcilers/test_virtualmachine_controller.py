@@ -403,3 +403,25 @@ async def test_required_anti_affinity_spreads_vms_over_clusters(env: Env) -> Non
     assert "db-0" in cond["message"] or "db-1" in cond["message"]
     await env.client.delete(VIRTUAL_MACHINE, "db-0", env.namespace)
     await eventually(lambda: env.get_vsm("db-2"), timeout=15)
+
+
+async def test_burst_counts_pending_vms_against_free_capacity(apiserver: Any) -> None:
+    """Machines placed but not provisioned yet are not in the Provider's free capacity: a burst of
+    VMs is spread and stops at what fits instead of all counting the same free memory."""
+    async with running_controllers(apiserver) as env:
+        await env.provider("vc-a", [fd("vc-a-dc0-c0", "c0", mem=8192), fd("vc-a-dc0-c1", "c1", mem=8192)])
+        await env.image_ready(["vc-a"])
+        names = [f"burst-{i}" for i in range(5)]
+        for name in names:
+            await env.vm(name)
+
+        async def all_decided() -> list[dict[str, Any]] | None:
+            conds = [await env.condition(n, "Scheduled") for n in names]
+            return conds if all(c.get("status") in ("True", "False") for c in conds) else None
+
+        conds = await eventually(all_decided)
+        placed = [(await env.get_vm(n))["status"].get("scheduled", {}).get("failureDomain") for n in names]
+        assert sorted(p for p in placed if p) == ["vc-a-dc0-c0", "vc-a-dc0-c0", "vc-a-dc0-c1", "vc-a-dc0-c1"]
+        refused = [c for c in conds if c["status"] == "False"]
+        assert [c["reason"] for c in refused] == ["InsufficientCapacity"]
+        assert "memory 4096 MiB needed, 0 free" in refused[0]["message"]
