@@ -16,8 +16,8 @@ introduced here:
 - ``PoweringOff``: a soft power-off (``powerOffMode`` soft/trySoft) is still waiting for the guest.
 
 Paused (``Cluster.spec.paused`` or the ``cluster.x-k8s.io/paused`` annotation on the machine or
-its Cluster): ``Paused`` True and nothing else happens, deletion included; ``Ready`` keeps its
-value (a running machine stays Ready) and is only created (False, ``Paused``) when absent.
+its Cluster): ``Paused`` True and nothing else happens, deletion included; a ``Ready`` True
+stays True (a running machine stays Ready while paused), any other becomes False ``Paused``.
 
 Deletion: ``Ready`` False ``Deleting``; destroy (power-off per ``powerOffMode``) then drop the
 finalizer; a VM already gone is success. A Provider that no longer exists cannot reach the VM:
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from banlieue.api.conditions import PAUSED, READY, get_condition, set_condition
+from banlieue.api.conditions import PAUSED, READY, get_condition, is_true, set_condition
 from banlieue.api.infrastructure import (
     DEFAULT_GUEST_SOFT_POWER_OFF_TIMEOUT_SECONDS,
     VSphereMachine,
@@ -94,6 +94,9 @@ RETRY_SECONDS = 60.0
 """Re-check interval for conditions nothing notifies about (template created, vCenter back)."""
 IP_POLL_SECONDS = 60.0
 """Safety re-check while waiting for an IP (the property-collector watch normally reports it)."""
+STEADY_RESYNC_SECONDS = 600.0
+"""Re-check of a provisioned machine (controller-runtime's SyncPeriod idea): the property
+collector is the primary signal; this catches a change it missed while a watch was (re)starting."""
 POWER_OFF_POLL_SECONDS = 10.0
 """Re-check interval while a guest shuts down (soft power-off)."""
 
@@ -280,7 +283,7 @@ def _decide(snap: Snapshot) -> Plan:
     paused = CAPI_ANNOTATION_PAUSED in (meta.annotations or {}) or (capi and cluster_paused(snap.cluster, CAPI_ANNOTATION_PAUSED))
     if paused:
         st.cond(PAUSED, True, R.PAUSED, "reconciliation is paused (Cluster.spec.paused or the cluster.x-k8s.io/paused annotation)")
-        if get_condition(st.status.conditions, READY) is None:
+        if not is_true(st.status.conditions, READY):
             st.ready(False, R.PAUSED, "reconciliation is paused")
         return _with_events(snap, Plan(status=st.status))
     st.cond(PAUSED, False, R.NOT_PAUSED, "")
@@ -375,7 +378,7 @@ def _decide(snap: Snapshot) -> Plan:
         st.ready(False, R.WAITING_FOR_IP_ADDRESS, "waiting for VMware Tools to report an IP address")
         return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=IP_POLL_SECONDS), events)
     st.ready(True, R.PROVISIONED, f"VM {vm.name} is {vm.power_state}" + (f" at {st.status.addresses[0].address}" if st.status.addresses else ""))
-    return _with_events(snap, Plan(status=st.status, provider_id=write_pid), events)
+    return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=STEADY_RESYNC_SECONDS), events)
 
 
 def _drifted(vm: VMInfo, spec: VMSpec) -> bool:

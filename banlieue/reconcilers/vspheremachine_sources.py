@@ -220,7 +220,9 @@ class CapiWatch:
 
 class VMWatch:
     """One ``backend.watch(conn)`` per vSphere Provider connection in ``namespace`` (None: all),
-    re-evaluated every ``WATCH_RESYNC_SECONDS``; changes become Requests."""
+    re-evaluated every ``WATCH_RESYNC_SECONDS``; changes become Requests. When a watch delivers
+    its first batch, every machine of the Provider's namespace is enqueued once (a VM removed
+    before the watch was live appears in no batch)."""
 
     def __init__(self, backend: Backend, cache: Cache, maps: MapFuncs, namespace: str | None) -> None:
         self.backend = backend
@@ -241,18 +243,26 @@ class VMWatch:
             out[conn.session_key] = conn
         return out
 
-    async def _pump(self, conn: Connection, queue: asyncio.Queue[VMChange]) -> None:
+    async def _pump(self, conn: Connection, queue: asyncio.Queue[VMChange | str]) -> None:
         while True:
+            first = True
             try:
                 async for change in self.backend.watch(conn):
                     queue.put_nowait(change)
+                    if first:
+                        # A VM removed while the watch was being set up is in no batch:
+                        # once the watch is live, look at every machine of the namespace once.
+                        queue.put_nowait(conn.provider)
+                        first = False
             except BackendError as exc:
                 log.info("vcenter watch failed, restarting", provider=conn.provider, reason=exc.reason, error=str(exc))
+            except Exception:  # a bug must not end the watch for good: log it and restart
+                log.exception("vcenter watch crashed, restarting", provider=conn.provider)
             await asyncio.sleep(WATCH_RESTART_SECONDS)
 
     async def requests(self) -> AsyncIterator[Request]:
         """Requests for machines whose VM changed (power, IPs, config, removal)."""
-        queue: asyncio.Queue[VMChange] = asyncio.Queue()
+        queue: asyncio.Queue[VMChange | str] = asyncio.Queue()
         tasks: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         try:
             while True:
@@ -261,11 +271,16 @@ class VMWatch:
                     tasks.pop(key).cancel()
                 for key, conn in wanted.items():
                     if key not in tasks:
+                        log.info("watching vcenter", provider=conn.provider, endpoint=conn.endpoint)
                         tasks[key] = asyncio.create_task(self._pump(conn, queue), name=f"vcenter watch {conn.provider}")
                 try:
                     async with asyncio.timeout(WATCH_RESYNC_SECONDS):
                         change = await queue.get()
                 except TimeoutError:
+                    continue
+                if isinstance(change, str):
+                    for raw in self.cache.list(VSPHERE_MACHINE, change.partition("/")[0]):
+                        yield _request(raw)
                     continue
                 for request in self.maps.vm_change(change):
                     yield request

@@ -82,13 +82,14 @@ def vms_with_uid(si: Any, uid: str) -> list[Any]:
 class Running:
     """A provider-role Manager running the vspheremachine controller in ``ns``."""
 
-    def __init__(self, apiserver: Any, ns: str) -> None:
+    def __init__(self, apiserver: Any, ns: str, watch_filter: str | None = None) -> None:
         self.client = Client(config_for_url(apiserver.url), timeouts=Timeouts(connect=2.0, request=10.0, watch_margin=5.0))
         self.mgr = Manager(self.client, namespace=ns, metrics_bind_address="0", health_probe_bind_address="0",
                            graceful_shutdown_timeout=5.0, handle_signals=False)
         self.backend = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=30.0, watch_max_wait=2.0)
         ctx = RoleContext(client=self.client, cache=self.mgr.cache, recorder=self.mgr.get_event_recorder(FIELD_MANAGER_PROVIDER_VSPHERE),
-                          field_manager=FIELD_MANAGER_PROVIDER_VSPHERE, backend=self.backend, namespace=ns)
+                          field_manager=FIELD_MANAGER_PROVIDER_VSPHERE, backend=self.backend, namespace=ns,
+                          watch_filter=watch_filter)
         vspheremachine.setup(self.mgr, ctx)
         self.task = asyncio.create_task(self.mgr.start())
 
@@ -101,8 +102,8 @@ class Running:
 
 
 @contextlib.asynccontextmanager
-async def running(apiserver: Any, ns: str) -> AsyncIterator[Running]:
-    r = Running(apiserver, ns)
+async def running(apiserver: Any, ns: str, watch_filter: str | None = None) -> AsyncIterator[Running]:
+    r = Running(apiserver, ns, watch_filter)
     try:
         yield r
     finally:
@@ -157,12 +158,13 @@ async def test_standalone_lifecycle(apiserver: Any, client: Client, ns: str, vcs
     await make_provider(client, ns, vcsim)
     await client.create(SECRET, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "boot", "namespace": ns},
                                  "data": {"value": b64("#cloud-config\nhostname: m1\n")}})
-    created = await client.create(VSPHERE_MACHINE, machine(
-        "m1", ns, numCPUs=3, memoryMiB=3072, bootstrapDataSecretRef={"name": "boot"},
-        disks=[{"name": "os", "sizeGiB": 25, "storageClass": "gold"}, {"name": "data", "sizeGiB": 2}],
-        network={"devices": [{"name": "eth0", "networkClass": "prod", "addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.1"}]}))
-    uid = created["metadata"]["uid"]
     async with running(apiserver, ns):
+        await asyncio.sleep(2)  # the property-collector watch is live (see the VMNotFound test)
+        created = await client.create(VSPHERE_MACHINE, machine(
+            "m1", ns, numCPUs=3, memoryMiB=3072, bootstrapDataSecretRef={"name": "boot"},
+            disks=[{"name": "os", "sizeGiB": 25, "storageClass": "gold"}, {"name": "data", "sizeGiB": 2}],
+            network={"devices": [{"name": "eth0", "networkClass": "prod", "addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.1"}]}))
+        uid = created["metadata"]["uid"]
         obj = await wait_reason(client, ns, "m1", "WaitingForIPAddress", "Provisioned")
         assert obj["metadata"]["finalizers"] == [FIN]
         [vm] = vms_with_uid(si, uid)
@@ -207,6 +209,10 @@ def apiserver_event_kind() -> Any:
     return EVENT
 
 
+async def _task_done(task: Any) -> bool:
+    return task.info.state in ("success", "error")
+
+
 async def _power(client: Client, ns: str, name: str, state: str) -> dict[str, Any] | None:
     obj = await client.get(VSPHERE_MACHINE, name, ns)
     return obj if (obj.get("status") or {}).get("powerState") == state else None
@@ -245,12 +251,18 @@ async def test_missing_template_datastore_and_secret_are_reported(apiserver: Any
 
 async def test_vm_removed_by_hand_is_reported_not_recreated(apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any) -> None:
     await make_provider(client, ns, vcsim)
-    created = await client.create(VSPHERE_MACHINE, machine("gone", ns, powerState="PoweredOff"))
-    uid = created["metadata"]["uid"]
     async with running(apiserver, ns):
+        # Let the property-collector watch go live first: vcsim misses a VM created while the
+        # watch is being set up (reported to the backend owner); a removal is then only seen by
+        # the slow resync.
+        await asyncio.sleep(2)
+        created = await client.create(VSPHERE_MACHINE, machine("gone", ns, powerState="PoweredOff"))
+        uid = created["metadata"]["uid"]
         await wait_reason(client, ns, "gone", "Provisioned")
         [vm] = vms_with_uid(si, uid)
-        vm.Destroy_Task()
+        task = vm.Destroy_Task()
+        await eventually(lambda: _task_done(task), what="Destroy_Task finished")
+        assert task.info.state == "success", task.info.error
         obj = await wait_reason(client, ns, "gone", "VMNotFound", timeout=20)
         assert ready_of(obj)[0] == "False"  # type: ignore[index]
         await asyncio.sleep(1.0)

@@ -115,7 +115,7 @@ CASES: list[Any] = [
                  {"provider_id": "vsphere://bios-1", "provisioned": True}, id="powered-on-waits-for-ip"),
     pytest.param(looked(machine(), vm(), converged=True), ("True", "Provisioned"), {"provider_id": "vsphere://bios-1"}, id="provisioned"),
     pytest.param(looked(machine({"providerID": "vsphere://bios-1"}, status=PROVISIONED), vm()), ("True", "Provisioned"),
-                 {"provider_id": None, "action": None}, id="steady-state-no-action"),
+                 {"provider_id": None, "action": None, "requeue_after": 600.0}, id="steady-state-no-action-slow-resync"),
     pytest.param(looked(machine({"numCPUs": 4}, status=PROVISIONED), vm()), None, {"action": "create"}, id="cpu-drift-reconfigures"),
     pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm()), None, {"action": "power"}, id="power-off-requested"),
     pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm("PoweredOff", ips=())), ("True", "Provisioned"), {}, id="powered-off-as-requested-is-ready"),
@@ -123,6 +123,9 @@ CASES: list[Any] = [
                  ("False", "PoweringOff"), {"requeue_after": 10.0}, id="soft-power-off-pending"),
     pytest.param(snap(machine(annotations={"cluster.x-k8s.io/paused": ""}), providers=PROV), ("False", "Paused"),
                  {"paused": True, "action": None}, id="paused-annotation-standalone"),
+    pytest.param(looked(machine(annotations={"cluster.x-k8s.io/paused": ""}, status={**PROVISIONED, "conditions": [
+        {"type": "Ready", "status": "True", "reason": "Provisioned", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}), vm()),
+                 ("True", "Provisioned"), {"paused": True, "action": None}, id="paused-keeps-ready-true"),
     # deletion
     pytest.param(snap(machine(deleting=True), providers=PROV), None, {"connect": True}, id="delete-connects-first"),
     pytest.param(looked(machine(deleting=True), vm()), ("False", "Deleting"), {"action": "destroy"}, id="delete-destroys"),
