@@ -28,7 +28,7 @@ from banlieue.reconcilers.kinds import (
 from banlieue.runtime.client import Client
 from banlieue.runtime.config import Timeouts, config_for_url
 from banlieue.runtime.errors import NotFound
-from banlieue.runtime.kinds import NAMESPACE
+from banlieue.runtime.kinds import EVENT, NAMESPACE
 from banlieue.runtime.manager import Manager
 
 CRD_DIR = Path(__file__).resolve().parents[3] / "config" / "crd"
@@ -425,3 +425,37 @@ async def test_burst_counts_pending_vms_against_free_capacity(apiserver: Any) ->
         refused = [c for c in conds if c["status"] == "False"]
         assert [c["reason"] for c in refused] == ["InsufficientCapacity"]
         assert "memory 4096 MiB needed, 0 free" in refused[0]["message"]
+
+
+async def test_a_same_named_machine_of_another_owner_is_left_alone(env: Env) -> None:
+    foreign = await env.client.create(VSPHERE_MACHINE, {
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachine",
+        "metadata": {"name": "taken", "namespace": env.namespace, "labels": {"cluster.x-k8s.io/cluster-name": "c"}},
+        "spec": {"providerRef": {"name": "vc-b"}, "failureDomain": "vc-b-dc0-c0", "numCPUs": 8}})
+    await env.vm("taken")
+    cond = await eventually(lambda: _is(env, "taken", "Ready", "False", "InfrastructureConflict"))
+    assert "belongs to another object" in cond["message"]
+    vsm = await env.get_vsm("taken")
+    assert vsm["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]  # untouched
+    await env.client.delete(VIRTUAL_MACHINE, "taken", env.namespace)
+
+    async def vm_gone() -> bool:
+        try:
+            await env.get_vm("taken")
+        except NotFound:
+            return True
+        return False
+
+    await eventually(vm_gone)
+    assert (await env.get_vsm("taken"))["spec"]["numCPUs"] == 8  # still there
+
+
+async def test_scheduling_is_recorded_as_an_event(env: Env) -> None:
+    await env.vm("evt-1")
+
+    async def scheduled_event() -> bool:
+        events = await env.client.list(EVENT, env.namespace)
+        return any(e.get("reason") == "Scheduled" and e.get("regarding", {}).get("name") == "evt-1"
+                   for e in events.get("items") or [])
+
+    await eventually(scheduled_event)
