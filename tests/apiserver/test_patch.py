@@ -73,8 +73,9 @@ async def test_server_side_apply(widgets: Http) -> None:
     other = doc.replace("size: 2", "size: 3")
     status, body, _ = await widgets.patch(f"{WIDGETS}/a", other, APPLY, params={"fieldManager": "bob"})
     assert status == 409 and body["reason"] == "Conflict"
-    cause = body["details"]["causes"][0]
-    assert cause["reason"] == "FieldManagerConflict" and cause["field"] == ".spec.size" and "alice" in cause["message"]
+    assert body["message"] == 'Apply failed with 1 conflict: conflict with "alice": .spec.size'
+    assert body["details"] == {"causes": [
+        {"reason": "FieldManagerConflict", "message": 'conflict with "alice"', "field": ".spec.size"}]}
     status, w3, _ = await widgets.patch(f"{WIDGETS}/a", other, APPLY, params={"fieldManager": "bob", "force": "true"})
     assert status == 200 and w3["spec"]["size"] == 3
     status_doc = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: a\nstatus:\n  phase: Ready\n"

@@ -128,7 +128,7 @@ def _apply(
             subresource=subresource, now=rest.clock(),
         )
     except ssa.ApplyConflict as e:
-        raise _conflict_error(rt, name, e.conflicts) from e
+        raise _conflict_error(e) from e
     if live is None:
         merged.setdefault("metadata", {})["name"] = name
         if rt.namespaced:
@@ -141,14 +141,6 @@ def _apply(
     return rest.update(rt, ns, name, merged, opts, subresource=subresource, operation="Apply"), False
 
 
-def _conflict_error(rt: ResourceType, name: str, conflicts: list[tuple[str, str]]) -> ApiError:
-    causes = [
-        {"reason": "FieldManagerConflict", "message": f'conflict with "{mgr}": {path}', "field": path}
-        for mgr, path in conflicts
-    ]
-    if len(causes) == 1:
-        summary = f"Apply failed with 1 conflict: {causes[0]['message']}"
-    else:
-        summary = f"Apply failed with {len(causes)} conflicts: " + "\n".join(c["message"] for c in causes)
-    # kube-apiserver answers apply conflicts with the bare summary, not "Operation cannot be ...".
-    return ApiError(409, "Conflict", summary, details={"name": name, "group": rt.group, "kind": rt.plural, "causes": causes})
+def _conflict_error(e: ssa.ApplyConflict) -> ApiError:
+    """kube's NewApplyConflict: 409 Conflict, the summary as message, details holding only causes."""
+    return ApiError(409, "Conflict", e.message, details={"causes": e.causes})
