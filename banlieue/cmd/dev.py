@@ -553,7 +553,7 @@ def main(args: DevOptions, out: IO[str] | None = None) -> int:
         raise StartupError(f"cannot create --state-dir {args.state_dir}: {err.strerror or err}") from None
     env = DevEnv(args, Progress(out))
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    ready = False
+    ready = stopping = False
     try:
         env.kubectl = find_kubectl()
         providers = [str(d["metadata"]["name"]) for d in sample_documents(config_dir("samples")) if is_provider(d)]
@@ -585,6 +585,8 @@ def main(args: DevOptions, out: IO[str] | None = None) -> int:
             time.sleep(1.0)
     except KeyboardInterrupt:
         out.write("\nstopping ...\n")
+        out.flush()
+        stopping = True
         return 0 if ready else 130
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abandon the children
@@ -592,6 +594,8 @@ def main(args: DevOptions, out: IO[str] | None = None) -> int:
             if env.guests is not None:
                 env.guests.stop()
             env.children.stop_all()
+            if stopping:
+                out.write("stopped: every child process has exited\n")
         finally:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, previous)

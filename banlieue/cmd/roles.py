@@ -132,11 +132,13 @@ async def first_contact(cfg: Configuration, timeout: float = FIRST_CONTACT_TIMEO
     answer, refuses the credentials, or answers with an error.
     """
     server = _server(cfg)
-    probe = Client(cfg, timeouts=Timeouts(connect=min(5.0, timeout), request=timeout), server_error_retries=0,
+    # The client's own timeouts are longer than ``timeout``: the asyncio.timeout below fires
+    # first, so silence reads "did not answer" and "unreachable" means refused or unresolvable.
+    probe = Client(cfg, timeouts=Timeouts(connect=timeout + 1, request=timeout + 1), server_error_retries=0,
                    max_retry_after=0)
     try:
         async with asyncio.timeout(timeout):
-            info = await probe.request("GET", "/version", timeout=timeout)
+            info = await probe.request("GET", "/version", timeout=timeout + 1)
     except TimeoutError:
         raise StartupError(f"API server {server} did not answer GET /version within {timeout:g} s") from None
     except ApiError as err:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,8 @@ def process_alive(pid: int) -> bool:
 @requirements_skip()
 def test_dev_exit_when_ready(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    proc = run_dev(state, "--exit-when-ready")
+    proc = run_dev(state, "--exit-when-ready", "--metrics-bind-address", "127.0.0.1:0",
+                   "--health-probe-bind-address", "127.0.0.1:0")
     out = proc.stdout
     assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{proc.stderr}\nmanager.log:\n{(state / 'manager.log').read_text()[-3000:]}"
     for stage in range(1, 8):
@@ -95,3 +97,38 @@ def test_samples_point_each_provider_at_its_simulator() -> None:
     # Only the top level of config/samples: capi/ needs CAPI's CRDs.
     assert not any(d["apiVersion"].startswith("cluster.x-k8s.io/") for d in docs)
     assert list(yaml.safe_load_all(yaml.safe_dump_all(rewritten))) == rewritten  # what kubectl gets
+
+
+@pytest.mark.vcsim
+@pytest.mark.kubectl
+@pytest.mark.timeout(120)
+@requirements_skip()
+def test_dev_runs_until_ctrl_c_then_stops_everything(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "banlieue.cli", "dev", "--state-dir", str(state), "--metrics-bind-address",
+         "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # bounded by the test timeout
+            lines.append(line)
+            if line.startswith("Ctrl-C stops everything."):
+                break
+        assert lines and lines[-1].startswith("Ctrl-C"), "".join(lines)
+        probes = re.search(r"probes: (http://127\.0\.0\.1:\d+)/readyz", "".join(lines))
+        assert probes is not None
+        assert http("GET", probes.group(1) + "/readyz")[0] == 200  # still serving after ready
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "stopped: every child process has exited" in out
+    assert http("GET", probes.group(1) + "/readyz")[0] == 0
+    infos = [json.loads(p.read_text()) for p in state.glob("vcsim-*/info.json")]
+    assert infos and not [i["pid"] for i in infos if process_alive(int(i["pid"]))]

@@ -6,6 +6,7 @@ own process with the CRDs preloaded.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -151,3 +152,40 @@ def test_watch_filter_leaves_unlabelled_vms_alone(double: ApiServerProcess) -> N
         wait_for("team-c/labelled reconciled", lambda: vm_status(api, "team-c", "labelled"), 20)
         time.sleep(1.0)
         assert vm_status(api, "team-c", "unlabelled") is None
+
+
+async def test_first_contact_reports_refused_credentials_and_silence_without_secrets() -> None:
+    from aiohttp import web
+
+    from banlieue.cmd.roles import first_contact
+    from banlieue.options import StartupError
+    from banlieue.runtime.config import config_for_url
+
+    async def unauthorized(_: web.Request) -> web.Response:
+        return web.json_response({"kind": "Status", "reason": "Unauthorized", "message": "nope", "code": 401}, status=401)
+
+    async def silent(_: web.Request) -> web.Response:
+        await asyncio.sleep(2)  # longer than the 0.5 s allowed; short so that cleanup is quick
+        return web.Response(text="late")
+
+    app = web.Application()
+    app.router.add_get("/version", unauthorized)
+    app.router.add_get("/slow/version", silent)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        secret = "s3cr3t-token"
+        with pytest.raises(StartupError) as refused:
+            await first_contact(config_for_url(f"http://127.0.0.1:{port}", token=secret), timeout=5)
+        assert str(refused.value) == f"API server http://127.0.0.1:{port} refused the credentials (401 Unauthorized)"
+        started = time.monotonic()
+        with pytest.raises(StartupError) as silence:
+            await first_contact(config_for_url(f"http://user:{secret}@127.0.0.1:{port}/slow"), timeout=0.5)
+        assert time.monotonic() - started < 5
+        assert "did not answer GET /version within 0.5 s" in str(silence.value)
+        assert secret not in str(silence.value) and "user" not in str(silence.value)
+    finally:
+        await runner.cleanup()
