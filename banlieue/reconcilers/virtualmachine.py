@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.provider import Provider
-from banlieue.api.virtualmachine import AntiAffinityTerm, VirtualMachine
+from banlieue.api.virtualmachine import AntiAffinityTerm, VirtualMachine, VirtualMachineReason
 from banlieue.api.vmclass import VMClass
 from banlieue.api.vmimage import VMImage
 from banlieue.reconcilers.context import RoleContext
@@ -318,11 +318,25 @@ def _vm_update_matters(old: Object, new: Object) -> bool:
     return any(om.get(k) != nm.get(k) for k in ("generation", "labels", "annotations", "deletionTimestamp"))
 
 
-def _scheduled_changed(old: Object, new: Object) -> bool:
+def _placement_freed(old: Object, new: Object) -> bool:
+    # A new placement only consumes capacity and topology; a moved or cleared one, or relabelled
+    # peer, may let a VM refused for capacity or anti-affinity fit.
+    before = _get(old, "status", "scheduled")
     return bool(
-        _get(old, "status", "scheduled") != _get(new, "status", "scheduled")
+        (before and before != _get(new, "status", "scheduled"))
         or _get(old, "metadata", "labels") != _get(new, "metadata", "labels")
     )
+
+
+RETRY_ON_PEER_CHANGE = frozenset({VirtualMachineReason.ANTI_AFFINITY_UNSATISFIED, VirtualMachineReason.INSUFFICIENT_CAPACITY})
+"""Scheduling failures a peer's deletion, move or relabelling can resolve."""
+
+
+def _refused_for_peers(obj: Object) -> bool:
+    for cond in _get(obj, "status", "conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == "Scheduled":
+            return cond.get("status") == "False" and cond.get("reason") in RETRY_ON_PEER_CHANGE
+    return False
 
 
 def _requests(objs: Iterable[Object], exclude: tuple[str, str] | None = None) -> list[Request]:
@@ -337,8 +351,8 @@ def _requests(objs: Iterable[Object], exclude: tuple[str, str] | None = None) ->
 def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
     """Register the ``virtualmachine`` controller: for_(VirtualMachine), owns(VSphereMachine),
     VMClass/VMImage -> the VMs using them, Provider -> the VMs placed on it and the unscheduled
-    VMs of its namespace, a VM's placement change or deletion -> the unscheduled VMs of its
-    namespace (anti-affinity peers). Registers the four indexes of the module docstring."""
+    VMs of its namespace, a VM's deletion, moved placement or relabelling -> the VMs of its
+    namespace refused for capacity or anti-affinity. Registers the indexes of the module docstring."""
     cache = ctx.cache
     for index, fn in ((INDEX_CLASS, index_class), (INDEX_IMAGE, index_image), (INDEX_PROVIDER, index_provider),
                       (INDEX_UNSCHEDULED, index_unscheduled), (INDEX_ANTI_AFFINITY, index_anti_affinity),
@@ -358,7 +372,8 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
 
     def peers_of(obj: Object) -> list[Request]:
         ns = str(obj["metadata"].get("namespace", ""))
-        return _requests(cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, ns), (ns, str(obj["metadata"]["name"])))
+        refused = [o for o in cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, ns) if _refused_for_peers(o)]
+        return _requests(refused, (ns, str(obj["metadata"]["name"])))
 
     scoped: Predicate = watch_filter_predicate(ctx.watch_filter or "")
     reconciler = VirtualMachineReconciler(ctx)
@@ -370,7 +385,7 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
         .watches(VM_CLASS, by_class)
         .watches(VM_IMAGE, by_image)
         .watches(PROVIDER, by_provider)
-        .watches(VIRTUAL_MACHINE, peers_of, predicates=[Funcs(create=lambda _o: False, update=_scheduled_changed)])
+        .watches(VIRTUAL_MACHINE, peers_of, predicates=[Funcs(create=lambda _o: False, update=_placement_freed)])
         .with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles)
         .complete(reconciler)
     )

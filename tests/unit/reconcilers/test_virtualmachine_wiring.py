@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from banlieue.reconcilers.virtualmachine import (
+    _placement_freed,
+    _refused_for_peers,
     _vm_update_matters,
     index_anti_affinity,
     index_class,
@@ -49,3 +51,20 @@ def test_update_filter(change: dict[str, Any], matters: bool) -> None:
     status = change.pop("status", None)
     new = vm(status, **change)
     assert _vm_update_matters(old, new) is matters
+
+
+def test_peer_changes_that_can_free_room() -> None:
+    a = vm({"scheduled": {"providerName": "vc-a", "failureDomain": "x"}})
+    b = vm({"scheduled": {"providerName": "vc-a", "failureDomain": "y"}})
+    assert not _placement_freed(vm(), a)  # a new placement only takes room
+    assert _placement_freed(a, b)  # moved
+    assert _placement_freed(a, vm())  # cleared
+    assert _placement_freed(vm(), vm(labels={"app": "db"}))  # relabelled
+
+
+@pytest.mark.parametrize(("reason", "retried"), [("AntiAffinityUnsatisfied", True), ("InsufficientCapacity", True),
+                                                 ("ImageNotReady", False)])
+def test_only_vms_refused_for_peers_are_retried_on_peer_changes(reason: str, retried: bool) -> None:
+    refused = vm({"conditions": [{"type": "Scheduled", "status": "False", "reason": reason}]})
+    assert _refused_for_peers(refused) is retried
+    assert not _refused_for_peers(vm())
