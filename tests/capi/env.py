@@ -224,11 +224,15 @@ class CapiEnv:
             states = {n: (await self.client.get(PROVIDER, n, self.namespace)).get("status") for n in self.vcsims}
             raise AssertionError(f"Providers not Ready: {states}\nmanager log:\n{self.log_tail()}") from None
 
-    async def create_cluster_infra(self, name: str) -> None:
-        """The VSphereCluster over both Providers, with a control-plane endpoint (VIP)."""
+    async def create_cluster_infra(self, name: str, control_plane_selector: dict[str, Any] | None = None) -> None:
+        """The VSphereCluster over both Providers, with a control-plane endpoint (VIP) and
+        optionally ``spec.controlPlaneFailureDomainSelector``."""
+        spec: dict[str, Any] = {"controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443}, "providerRefs": [{"name": n} for n in self.vcsims]}
+        if control_plane_selector is not None:
+            spec["controlPlaneFailureDomainSelector"] = control_plane_selector
         await self.client.create(VSPHERE_CLUSTER, {
             "apiVersion": VSPHERE_CLUSTER.api_version, "kind": "VSphereCluster", "metadata": {"name": name, "namespace": self.namespace},
-            "spec": {"controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443}, "providerRefs": [{"name": n} for n in self.vcsims]},
+            "spec": spec,
         })
 
     async def create_template(self, name: str) -> dict[str, Any]:

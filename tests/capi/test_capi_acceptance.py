@@ -63,14 +63,15 @@ async def vsphere_machines(env: CapiEnv, names: list[str], step: str) -> dict[st
     return out
 
 
-async def bring_up(env: CapiEnv) -> tuple[CapiSimulator, dict[str, dict[str, str]]]:
-    """Providers Ready, VSphereCluster with six failure domains, the CAPI Cluster with its
-    infrastructure provisioned, the VSphereMachineTemplate; returns (simulator, failure domain
-    name -> attributes)."""
+async def bring_up(env: CapiEnv, control_plane_provider: str | None = None) -> tuple[CapiSimulator, dict[str, dict[str, str]]]:
+    """Providers Ready, VSphereCluster with six failure domains (control-plane ones: all, or
+    only those of ``control_plane_provider``), the CAPI Cluster with its infrastructure
+    provisioned, the VSphereMachineTemplate; returns (simulator, failure domain name -> attributes)."""
     for plural in ("vsphereclusters", "vspheremachines", "vspheremachinetemplates"):
         check_crd(await env.client.get(CRD, f"{plural}.infrastructure.banlieue.io"))
     providers = await env.wait_providers_ready()
-    await env.create_cluster_infra(CLUSTER)
+    await env.create_cluster_infra(CLUSTER, None if control_plane_provider is None
+                                   else {"matchLabels": {"provider": control_plane_provider}})
 
     async def six() -> dict[str, Any] | None:
         obj = await vsphere_cluster(env, "aggregating failure domains")
@@ -84,7 +85,8 @@ async def bring_up(env: CapiEnv) -> tuple[CapiSimulator, dict[str, dict[str, str
             for p, pfds in providers.items() for fd in pfds}
     got = {(fd["attributes"]["provider"], fd["attributes"]["datacenter"], fd["attributes"]["cluster"]): name for name, fd in fds.items()}
     assert got == want and len(got) == 6
-    assert all(fd["controlPlane"] is True for fd in fds.values())
+    assert {n for n, fd in fds.items() if fd["controlPlane"]} == {
+        n for n, fd in fds.items() if control_plane_provider in (None, fd["attributes"]["provider"])}
     assert condition(vsc, "Ready")["status"] == "True"  # type: ignore[index]
 
     sim = CapiSimulator(env.client, env.namespace, CLUSTER, CLUSTER)
@@ -311,3 +313,20 @@ async def test_paused_cluster_freezes_the_infra_cluster(capi_env: CapiEnv) -> No
             return bool((await sim.cluster())["status"]["failureDomains"] == obj["status"]["failureDomains"])
 
         await eventually(copied, timeout=10, what="Cluster.status.failureDomains copied after unpausing")
+
+
+async def test_control_plane_only_on_control_plane_domains(capi_env: CapiEnv) -> None:
+    """With a VSphereCluster whose control-plane selector names one vCenter, three control-plane
+    Machines land one per cluster of that vCenter; three workers go to the other vCenter's
+    domains (the least used)."""
+    env = capi_env
+    sim, domains = await bring_up(env, control_plane_provider="vcenter-a")
+    async with sim.running():
+        cps = await sim.scale(TEMPLATE, 3, control_plane=True, prefix="demo-cp")
+        workers = await sim.scale(TEMPLATE, 3, control_plane=False, prefix="demo-md")
+        await wait_provisioned(env, [*cps, *workers], "cloning")
+        await verify_placement(env, sim, [*cps, *workers], domains)
+        for names, vcenter in ((cps, "vcenter-a"), (workers, "vcenter-b")):
+            fds = [(await env.client.get(CAPI_MACHINE, n, env.namespace))["spec"]["failureDomain"] for n in names]
+            assert sorted(fds) == sorted(n for n, a in domains.items() if a["provider"] == vcenter), (names, fds)
+        await delete_and_verify(env, sim)
