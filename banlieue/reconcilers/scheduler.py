@@ -37,8 +37,9 @@ means filters 1, 3 and 4 still pass. Image readiness, capacity and anti-affinity
 when placing (the VM already uses the capacity; a transient image lookup failure must not move a
 running VM; anti-affinity is IgnoredDuringExecution).
 
-Ranking: fewest violated preferred anti-affinity terms, then most free memory, then storage,
-then CPU MHz, then Provider name, then failure-domain name (deterministic).
+Ranking: fewest violated preferred anti-affinity terms, then most free memory, then storage (both
+after the pending peers of rule 5), then CPU MHz, then Provider name, then failure-domain name
+(deterministic).
 
 ``schedule`` never raises.
 """
