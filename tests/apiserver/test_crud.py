@@ -49,7 +49,7 @@ async def test_error_shapes(http: Http) -> None:
     assert status == 404
     assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                     "message": 'configmaps "missing" not found', "reason": "NotFound",
-                    "details": {"name": "missing", "group": "", "kind": "configmaps"}, "code": 404}
+                    "details": {"name": "missing", "kind": "configmaps"}, "code": 404}
     assert (await http.post(CMS, cm("dup")))[0] == 201
     status, body, _ = await http.post(CMS, cm("dup"))
     assert status == 409 and body["reason"] == "AlreadyExists"
@@ -73,6 +73,7 @@ async def test_error_shapes(http: Http) -> None:
     assert status == 422 and body["details"]["causes"][0]["reason"] == "FieldValueRequired"
     status, body, _ = await http.post(f"{CMS}/dup", cm("dup"))
     assert status == 405 and body["reason"] == "MethodNotAllowed"
+    assert body["message"] == "the server does not allow this method on the requested resource"
     status, body, _ = await http.get("/api/v1/nothings")
     assert status == 404 and body["message"] == "the server could not find the requested resource"
     status, body, _ = await http.post(CMS, cm("y"), ctype="text/plain")

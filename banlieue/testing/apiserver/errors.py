@@ -50,6 +50,17 @@ class ApiError(Exception):
         return out
 
 
+def _details(name: str | None, group: str, kind: str) -> JSON:
+    """StatusDetails with Go's omitempty: empty name/group are left out."""
+    out: JSON = {}
+    if name:
+        out["name"] = name
+    if group:
+        out["group"] = group
+    out["kind"] = kind
+    return out
+
+
 def qualified(group: str, plural: str) -> str:
     """``plural.group`` as kube names a GroupResource in messages (``configmaps`` for core)."""
     return f"{plural}.{group}" if group else plural
@@ -59,7 +70,7 @@ def not_found(group: str, plural: str, name: str) -> ApiError:
     """404 NotFound: ``<resource> "<name>" not found``."""
     res = qualified(group, plural)
     return ApiError(
-        404, "NotFound", f'{res} "{name}" not found', details={"name": name, "group": group, "kind": plural}
+        404, "NotFound", f'{res} "{name}" not found', details=_details(name, group, plural)
     )
 
 
@@ -70,7 +81,7 @@ def already_exists(group: str, plural: str, name: str) -> ApiError:
         409,
         "AlreadyExists",
         f'{res} "{name}" already exists',
-        details={"name": name, "group": group, "kind": plural},
+        details=_details(name, group, plural),
     )
 
 
@@ -84,7 +95,7 @@ def conflict(group: str, plural: str, name: str, why: str = MODIFIED_MSG) -> Api
         409,
         "Conflict",
         f'Operation cannot be fulfilled on {res} "{name}": {why}',
-        details={"name": name, "group": group, "kind": plural},
+        details=_details(name, group, plural),
     )
 
 
@@ -104,7 +115,7 @@ def invalid(group: str, kind: str, name: str, causes: list[JSON]) -> ApiError:
         422,
         "Invalid",
         f'{gk} "{name}" is invalid: {summary}',
-        details={"name": name, "group": group, "kind": kind, "causes": causes},
+        details={**_details(name, group, kind), "causes": causes},
     )
 
 
@@ -114,14 +125,10 @@ def bad_request(message: str, causes: list[JSON] | None = None) -> ApiError:
 
 
 def method_not_allowed(group: str, plural: str, method: str) -> ApiError:
-    """405 MethodNotAllowed: ``<method> is not supported on resources of kind "<resource>"``."""
-    res = qualified(group, plural)
-    return ApiError(
-        405,
-        "MethodNotAllowed",
-        f'the server does not allow this method on the requested resource ({method} {res})',
-        details={"group": group, "kind": plural},
-    )
+    """405 MethodNotAllowed as kube's router answers a verb a path does not serve."""
+    del group, plural, method  # kube's message names neither
+    return ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
+                    details={})
 
 
 def unsupported_media_type(content_type: str, accepted: list[str]) -> ApiError:
@@ -171,7 +178,7 @@ def forbidden(group: str, plural: str, name: str, why: str) -> ApiError:
         403,
         "Forbidden",
         f'{res} "{name}" is forbidden: {why}',
-        details={"name": name, "group": group, "kind": plural},
+        details=_details(name, group, plural),
     )
 
 
@@ -182,5 +189,5 @@ def success_status(name: str, group: str, plural: str, uid: str) -> JSON:
         "apiVersion": "v1",
         "metadata": {},
         "status": "Success",
-        "details": {"name": name, "group": group, "kind": plural, "uid": uid},
+        "details": {**_details(name, group, plural), "uid": uid},
     }

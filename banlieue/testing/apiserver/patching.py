@@ -28,8 +28,8 @@ JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
-CR_PATCH_TYPES = [JSON_PATCH, MERGE_PATCH, APPLY_PATCH, "application/apply-patch+cbor"]
-BUILTIN_PATCH_TYPES = [JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH, "application/apply-patch+cbor"]
+CR_PATCH_TYPES = [JSON_PATCH, MERGE_PATCH, APPLY_PATCH]
+BUILTIN_PATCH_TYPES = [JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH]
 
 
 def _decode_json(raw: bytes) -> Any:
