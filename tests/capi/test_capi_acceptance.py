@@ -236,6 +236,17 @@ async def test_five_replicas_use_five_domains_and_pause_freezes_work(capi_env: C
         await eventually(lambda: _none_paused(env, [*names, extra]), timeout=15, what="Paused False everywhere")
         assert len(objs) == 6
         await report_ips_and_wait_surfaced(env, [extra], first=5)
+
+        # Deleting a Machine of a paused Cluster: the VM stays until the Cluster is unpaused.
+        await sim.pause()
+        await eventually(lambda: _paused(env, extra), timeout=15, what=f"{extra} Paused True again")
+        uid = (await env.client.get(VSPHERE_MACHINE, extra, env.namespace))["metadata"]["uid"]
+        with pytest.raises(AssertionError, match="still present"):
+            await sim.delete_machine(extra, timeout=PAUSE_OBSERVE_SECONDS, observe=lambda o: check_infra_machine(o, step="deleting while paused"))
+        assert len(await env.find_vms(name=extra, uid=uid)) == 1
+        await sim.unpause()
+        await sim.delete_machine(extra, timeout=30, observe=lambda o: check_infra_machine(o, step="deleting after unpause"))
+        assert await env.find_vms(name=extra, uid=uid) == []
         await delete_and_verify(env, sim)
 
 
@@ -329,4 +340,25 @@ async def test_control_plane_only_on_control_plane_domains(capi_env: CapiEnv) ->
         for names, vcenter in ((cps, "vcenter-a"), (workers, "vcenter-b")):
             fds = [(await env.client.get(CAPI_MACHINE, n, env.namespace))["spec"]["failureDomain"] for n in names]
             assert sorted(fds) == sorted(n for n, a in domains.items() if a["provider"] == vcenter), (names, fds)
+        await delete_and_verify(env, sim)
+
+
+async def test_unknown_failure_domain_is_a_condition_and_deletes_cleanly(capi_env: CapiEnv) -> None:
+    """A Machine placed in a failure domain the VSphereCluster does not advertise: the
+    VSphereMachine reports it through Ready (never failureReason/failureMessage), clones nothing,
+    and deleting the Machine completes."""
+    env = capi_env
+    sim, _ = await bring_up(env)
+    name = "demo-cp-lost"
+    async with sim.running():
+        await sim.create_machine(name, TEMPLATE, control_plane=True, failure_domain="no-such-domain")
+
+        async def failed() -> dict[str, Any] | None:
+            vsm = (await vsphere_machines(env, [name], "unknown failure domain"))[name]
+            ready = condition(vsm, "Ready") or {}
+            return vsm if ready.get("status") == "False" and ready.get("reason") == "FailureDomainNotFound" else None
+
+        vsm = await eventually(failed, timeout=15, what=f"{name} Ready False FailureDomainNotFound")
+        assert "no-such-domain" in condition(vsm, "Ready")["message"]  # type: ignore[index]
+        assert await env.find_vms(name=name, uid=vsm["metadata"]["uid"]) == []
         await delete_and_verify(env, sim)
