@@ -171,6 +171,8 @@ class VirtualMachineReconciler:
 
     def __init__(self, ctx: RoleContext) -> None:
         self.ctx = ctx
+        self.selected = watch_filter_predicate(ctx.watch_filter or "").create
+        """CAPI ``--watch-filter``: VMs without the label are another instance's (or nobody's)."""
         self.vms = ReadYourWrites()
         self.machines = ReadYourWrites()
         self.assumed: dict[str, tuple[str, str]] = {}
@@ -235,7 +237,7 @@ class VirtualMachineReconciler:
         key = f"{request.namespace}/{request.name}"
         raw = self.vms.view(key, cache.get(VIRTUAL_MACHINE, request.name, request.namespace))
         vm: VirtualMachine | None = _parse(VirtualMachine, raw)
-        if raw is None or vm is None:
+        if raw is None or vm is None or not self.selected(raw):
             self.assumed.pop(key, None)
             return None
         machine_raw = self.machines.view(key, cache.get(VSPHERE_MACHINE, request.name, request.namespace))
@@ -359,23 +361,28 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
                       (INDEX_PENDING, index_pending)):
         cache.add_indexer(VIRTUAL_MACHINE, index, fn)
 
+    scoped: Predicate = watch_filter_predicate(ctx.watch_filter or "")
+
+    def vms(objs: Iterable[Object], exclude: tuple[str, str] | None = None) -> list[Request]:
+        # Map functions honour --watch-filter too: only the for_() events are filtered otherwise.
+        return _requests([o for o in objs if scoped.create(o)], exclude)
+
     def by_class(obj: Object) -> list[Request]:
-        return _requests(cache.by_index(VIRTUAL_MACHINE, INDEX_CLASS, str(obj["metadata"]["name"])))
+        return vms(cache.by_index(VIRTUAL_MACHINE, INDEX_CLASS, str(obj["metadata"]["name"])))
 
     def by_image(obj: Object) -> list[Request]:
-        return _requests(cache.by_index(VIRTUAL_MACHINE, INDEX_IMAGE, str(obj["metadata"]["name"])))
+        return vms(cache.by_index(VIRTUAL_MACHINE, INDEX_IMAGE, str(obj["metadata"]["name"])))
 
     def by_provider(obj: Object) -> list[Request]:
         ns = str(obj["metadata"].get("namespace", ""))
         placed = cache.by_index(VIRTUAL_MACHINE, INDEX_PROVIDER, f"{ns}/{obj['metadata']['name']}")
-        return _requests([*placed, *cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, ns)])
+        return vms([*placed, *cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, ns)])
 
     def peers_of(obj: Object) -> list[Request]:
         ns = str(obj["metadata"].get("namespace", ""))
         refused = [o for o in cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, ns) if _refused_for_peers(o)]
-        return _requests(refused, (ns, str(obj["metadata"]["name"])))
+        return vms(refused, (ns, str(obj["metadata"]["name"])))
 
-    scoped: Predicate = watch_filter_predicate(ctx.watch_filter or "")
     reconciler = VirtualMachineReconciler(ctx)
     return (
         ControllerBuilder(mgr)

@@ -150,7 +150,7 @@ async def _shared_objects(client: Client) -> None:
 
 
 @contextlib.asynccontextmanager
-async def running_controllers(apiserver: Any, *, shared: bool = True) -> AsyncIterator[Env]:
+async def running_controllers(apiserver: Any, *, shared: bool = True, watch_filter: str | None = None) -> AsyncIterator[Env]:
     apiserver.server.load_crd_dir(CRD_DIR)
     client = new_client(apiserver.url)
     namespace = f"ns-{uuid.uuid4().hex[:8]}"
@@ -161,7 +161,7 @@ async def running_controllers(apiserver: Any, *, shared: bool = True) -> AsyncIt
                   health_probe_bind_address="127.0.0.1:0", handle_signals=False, graceful_shutdown_timeout=2.0)
     recorder = mgr.get_event_recorder(FIELD_MANAGER_CONTROLLER)
     ctx = RoleContext(client=mgr.client, cache=mgr.cache, recorder=recorder, field_manager=FIELD_MANAGER_CONTROLLER,
-                      namespace=namespace, max_concurrent_reconciles=2)
+                      namespace=namespace, max_concurrent_reconciles=2, watch_filter=watch_filter)
     virtualmachine.setup(mgr, ctx)
     vspherecluster.setup(mgr, ctx)
     task = asyncio.create_task(mgr.start())
@@ -459,3 +459,21 @@ async def test_scheduling_is_recorded_as_an_event(env: Env) -> None:
                    for e in events.get("items") or [])
 
     await eventually(scheduled_event)
+
+
+async def test_watch_filter_leaves_unlabelled_vms_alone_even_through_map_functions(apiserver: Any) -> None:
+    async with running_controllers(apiserver, watch_filter="blue") as env:
+        await env.provider("vc-a", [fd("vc-a-dc0-c0", "c0")])
+        await env.image_ready(["vc-a"])
+        await env.vm("blue-1", labels={"cluster.x-k8s.io/watch-filter": "blue"})
+        await env.vm("plain-1")
+        await eventually(lambda: env.get_vsm("blue-1"))
+        # VMClass, VMImage and Provider changes map to the VMs that use them: still not plain-1.
+        await env.client.patch(VM_CLASS, "small", None, {"metadata": {"labels": {"touched": "1"}}})
+        await env.image_ready(["vc-a"], image="ubuntu")
+        await env.provider_status("vc-a", [fd("vc-a-dc0-c0", "c0", mem=1000)])
+        await asyncio.sleep(1.0)
+        plain = await env.get_vm("plain-1")
+        assert not plain.get("status") and not plain["metadata"].get("finalizers")
+        with pytest.raises(NotFound):
+            await env.get_vsm("plain-1")
