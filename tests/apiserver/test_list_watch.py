@@ -192,3 +192,12 @@ async def test_list_options_validation(http: Http) -> None:
     assert status == 422
     status, body, _ = await http.get(CMS, params={"watch": "1", "resourceVersion": "abc"})
     assert status == 422 and body["details"]["causes"][0]["field"] == "resourceVersion"
+
+
+async def test_partial_object_metadata(http: Http) -> None:
+    await http.post(CMS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pm"}, "data": {"a": "1"}})
+    accept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+    _, one, _ = await http.get(f"{CMS}/pm", headers={"Accept": accept})
+    assert one["kind"] == "PartialObjectMetadata" and one["metadata"]["name"] == "pm" and "data" not in one
+    _, lst, _ = await http.get(CMS, headers={"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"})
+    assert lst["kind"] == "PartialObjectMetadataList" and lst["items"][0]["metadata"]["name"] == "pm"

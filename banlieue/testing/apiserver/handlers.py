@@ -23,7 +23,7 @@ from .patching import apply_patch
 from .resources import ResourceType
 from .rest import WriteOptions
 from .tables import to_table
-from .views import json_response, present, wants_table
+from .views import json_response, partial_metadata, present, wants_partial_metadata, wants_table
 from .watch import DEFAULT_WATCH_TIMEOUT, WatchRequest, serve_watch
 
 if TYPE_CHECKING:
@@ -187,6 +187,9 @@ async def watch_objects(server: ApiServer, t: Target, request: web.Request) -> w
         def transform(obj: JSON) -> JSON:
             return to_table([present(rt, obj)], rt.printer_columns, list_rv=obj["metadata"].get("resourceVersion", ""),
                             continue_token=None, include_object=inc)
+    elif wants_partial_metadata(request):
+        def transform(obj: JSON) -> JSON:
+            return partial_metadata(obj)
     else:
         def transform(obj: JSON) -> JSON:
             return present(rt, obj)
@@ -268,6 +271,8 @@ async def _handle_resource(server: ApiServer, t: Target, request: web.Request) -
         if wants_table(request):
             return json_response(to_table([obj], rt.printer_columns, list_rv=obj["metadata"]["resourceVersion"],
                                           continue_token=None, include_object=q.get("includeObject", "Metadata")))
+        if wants_partial_metadata(request):
+            return json_response(partial_metadata(obj))
         return json_response(obj)
     opts = write_options(request)
     if method in ("POST", "PUT"):

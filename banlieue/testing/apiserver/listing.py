@@ -19,7 +19,7 @@ from . import builtin, errors
 from .resources import ResourceType
 from .selectors import parse_field_selector, parse_label_selector
 from .tables import to_table
-from .views import json_response, present, wants_table
+from .views import json_response, partial_metadata, present, wants_partial_metadata, wants_table
 
 if TYPE_CHECKING:
     from .handlers import Target
@@ -161,4 +161,7 @@ def list_objects(server: ApiServer, t: Target, request: web.Request) -> web.Resp
         md["continue"] = token
         if not q.get("labelSelector") and not q.get("fieldSelector"):
             md["remainingItemCount"] = remaining
+    if wants_partial_metadata(request):
+        return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": md,
+                              "items": [partial_metadata(i) for i in items]})
     return json_response({"kind": rt.list_kind(), "apiVersion": rt.api_version, "metadata": md, "items": items})

@@ -38,3 +38,14 @@ def json_response(body: JSON, status: int = 200, headers: CIMultiDict[str] | Non
     """Compact JSON with ``Content-Type: application/json``."""
     return web.Response(body=json.dumps(body, separators=(",", ":")).encode(), status=status,
                         content_type="application/json", headers=headers)
+
+
+def wants_partial_metadata(request: web.Request) -> bool:
+    """Whether the Accept header asks for meta.k8s.io PartialObjectMetadata(List)."""
+    accept = request.headers.get("Accept", "")
+    return "as=PartialObjectMetadata" in accept and "g=meta.k8s.io" in accept
+
+
+def partial_metadata(obj: JSON) -> JSON:
+    """``obj`` reduced to a meta.k8s.io/v1 PartialObjectMetadata (metadata only)."""
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
