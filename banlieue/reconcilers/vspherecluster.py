@@ -27,7 +27,8 @@ SPEC §3: it talks to no backend. Rules of ``decide``:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -43,6 +44,7 @@ from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
     CAPI_ANNOTATION_PAUSED,
     CAPI_CLUSTER,
+    CAPI_LABEL_CLUSTER_NAME,
     PROVIDER,
     PROVIDER_CLASS_VSPHERE,
     VSPHERE_CLUSTER,
@@ -60,9 +62,10 @@ log = get_logger("reconcilers.vspherecluster")
 
 MAX_FAILURE_DOMAINS = 100
 """``status.failureDomains`` maxItems in the CRD."""
-CAPI_CLUSTER_RECHECK_SECONDS = 60.0
-"""How often a VSphereCluster owned by a CAPI Cluster re-reads ``Cluster.spec.paused`` (the
-controller role does not watch CAPI Clusters: their CRD may not be installed)."""
+CAPI_CRD_RETRY_SECONDS = 30.0
+"""How often the CAPI Cluster watch looks again for the Cluster CRD when it is not installed."""
+CAPI_WATCH_TIMEOUT_SECONDS = 300
+"""``timeoutSeconds`` of one CAPI Cluster watch request (then it is resumed)."""
 
 
 class Reason:
@@ -187,6 +190,7 @@ class VSphereClusterReconciler:
 
     def __init__(self, ctx: RoleContext) -> None:
         self.ctx = ctx
+        self.selected = watch_filter_predicate(ctx.watch_filter or "").create
         self.written = ReadYourWrites()
 
     async def _owner_paused(self, name: str, namespace: str) -> bool:
@@ -199,7 +203,7 @@ class VSphereClusterReconciler:
     async def reconcile(self, request: Request) -> Result:
         key = f"{request.namespace}/{request.name}"
         raw = self.written.view(key, self.ctx.cache.get(VSPHERE_CLUSTER, request.name, request.namespace))
-        if raw is None:
+        if raw is None or not self.selected(raw):
             return Result()
         try:
             cluster = VSphereCluster.from_wire(dict(raw))
@@ -223,7 +227,51 @@ class VSphereClusterReconciler:
             except NotFound:
                 return Result()
             self.written.record(key, raw, written)
-        return Result(requeue_after=CAPI_CLUSTER_RECHECK_SECONDS if owner else None)
+        return Result()
+
+
+def _owned_by_cluster(obj: Object, cluster: str) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    return _owner_cluster(obj) == cluster or labels.get(CAPI_LABEL_CLUSTER_NAME) == cluster
+
+
+async def capi_cluster_events(ctx: RoleContext) -> AsyncIterator[Request]:
+    """Requests for the VSphereClusters of every CAPI Cluster that changes (``spec.paused``).
+
+    A channel source rather than an informer: the CAPI Cluster CRD may not be installed (the
+    standalone VirtualMachine path needs no CAPI), and an informer on a missing resource would
+    keep the controller's caches from syncing. List, then watch from the list's
+    resourceVersion; on 404 (no CRD) look again every ``CAPI_CRD_RETRY_SECONDS``; on any other
+    API error (410 Gone, 5xx, a dropped connection) list again after a second.
+    """
+    client = ctx.client
+    resource_version: str | None = None
+    while True:
+        try:
+            if resource_version is None:
+                listed = await client.list(CAPI_CLUSTER, ctx.namespace)
+                resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "")
+            async for event in client.watch(CAPI_CLUSTER, ctx.namespace, resource_version=resource_version,
+                                            timeout_seconds=CAPI_WATCH_TIMEOUT_SECONDS):
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    resource_version = None
+                    break
+                resource_version = str(obj.get("metadata", {}).get("resourceVersion") or resource_version)
+                if event.get("type") == "BOOKMARK":
+                    continue
+                meta = obj.get("metadata") or {}
+                ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+                for vsc in ctx.cache.list(VSPHERE_CLUSTER, ns):
+                    if _owned_by_cluster(vsc, name):
+                        yield Request(ns, str(vsc["metadata"]["name"]))
+        except NotFound:
+            resource_version = None
+            await asyncio.sleep(CAPI_CRD_RETRY_SECONDS)
+        except ApiError as err:
+            log.debug("CAPI Cluster watch restarts", error=str(err))
+            resource_version = None
+            await asyncio.sleep(1.0)
 
 
 def _update_matters(old: Object, new: Object) -> bool:
@@ -235,19 +283,21 @@ def _update_matters(old: Object, new: Object) -> bool:
 
 def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
     """Register the ``vspherecluster`` controller: for_(VSphereCluster) (spec, labels,
-    annotations, owners, deletion), Provider -> every VSphereCluster of its namespace."""
+    annotations, owners, deletion), Provider -> every VSphereCluster of its namespace, CAPI
+    Cluster changes -> the VSphereClusters it owns (``capi_cluster_events``)."""
     cache = ctx.cache
+    scoped = watch_filter_predicate(ctx.watch_filter or "")
 
     def clusters_of(obj: Object) -> list[Request]:
         ns = str(obj["metadata"].get("namespace", ""))
-        return [Request(ns, str(c["metadata"]["name"])) for c in cache.list(VSPHERE_CLUSTER, ns)]
+        return [Request(ns, str(c["metadata"]["name"])) for c in cache.list(VSPHERE_CLUSTER, ns) if scoped.create(c)]
 
-    scoped = watch_filter_predicate(ctx.watch_filter or "")
     return (
         ControllerBuilder(mgr)
         .named("vspherecluster")
         .for_(VSPHERE_CLUSTER, predicates=[and_(scoped, Funcs(update=_update_matters))])
         .watches(PROVIDER, clusters_of)
+        .watches_channel(capi_cluster_events(ctx))
         .with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles)
         .complete(VSphereClusterReconciler(ctx))
     )
