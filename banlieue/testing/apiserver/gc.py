@@ -46,7 +46,10 @@ class GarbageCollector:
         if self.store.get(rt.group_resource, key[1], key[2]) is None:
             self._gone_uids.add(md.get("uid", ""))
             self._deleting.discard(key)
-        elif md.get("deletionTimestamp"):
+        elif md.get("deletionTimestamp") and (
+            rt.group_resource in (NS_GR, CRD_GR)
+            or {"orphan", "foregroundDeletion"} & set(md.get("finalizers") or [])
+        ):
             self._deleting.add(key)
         else:
             return
@@ -65,6 +68,8 @@ class GarbageCollector:
                 self.process()
             except ApiError as e:  # a concurrent change; the next pass retries
                 log.debug("gc pass conflict", error=e.message)
+            except Exception:  # keep collecting: one bad object must not stop the controller
+                log.exception("gc pass failed")
 
     def process(self) -> None:
         """One pass over the pending work (synchronous; each step is a normal write)."""
