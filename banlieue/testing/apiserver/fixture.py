@@ -5,6 +5,7 @@ Fixtures (registered through ``tests/conftest.py``'s ``pytest_plugins``):
 - ``apiserver`` -> :class:`ApiServerHandle` with ``.url``, ``.server`` (the :class:`ApiServer`:
   ``faults``, ``drop_watches()``, ``compact()``, ``request_log()``, ``store``, ``load_crd()``),
   ``.kubeconfig_path``. Watch bookmarks every 1 s.
+- ``kubeconfig_writer`` -> ``write(url) -> Path`` writing a kubeconfig into the test's tmp dir.
 
 For benchmarks, :func:`start_subprocess` runs ``python -m banlieue.testing.apiserver`` in its
 own process (context manager yielding an :class:`ApiServerProcess`).
@@ -18,7 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,7 +70,7 @@ async def apiserver(tmp_path: Path) -> AsyncIterator[ApiServerHandle]:
 
 
 @pytest.fixture
-def kubeconfig_writer(tmp_path: Path) -> Iterator[object]:
+def kubeconfig_writer(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     """A function ``(url) -> Path`` writing a kubeconfig into the test's tmp dir."""
     counter = iter(range(1_000_000))
 
