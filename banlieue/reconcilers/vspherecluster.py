@@ -216,7 +216,8 @@ class VSphereClusterReconciler:
                 providers.append(Provider.from_wire(dict(obj)))
             except ValidationError:
                 continue
-        owner = _owner_cluster(raw)
+        # CAPI util.GetOwnerCluster, then util.GetClusterFromMetadata (the cluster-name label).
+        owner = _owner_cluster(raw) or (raw["metadata"].get("labels") or {}).get(CAPI_LABEL_CLUSTER_NAME)
         owner_paused = await self._owner_paused(owner, request.namespace) if owner else False
         plan = decide(Snapshot(cluster, tuple(providers), owner_paused, self.ctx.now().astimezone(UTC)))
         if plan.status is not None:
