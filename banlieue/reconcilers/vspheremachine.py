@@ -126,7 +126,7 @@ class VSphereMachineReconciler:
                     bootstrap_error = err.message
         return Snapshot(
             machine=machine, now=self.ctx.now(), capi_machine=capi_machine, cluster=cluster, providers=providers,
-            bootstrap=bootstrap, bootstrap_error=bootstrap_error,
+            bootstrap=bootstrap, bootstrap_error=bootstrap_error, clone_grace_seconds=self.ctx.vsphere_task_timeout,
         )
 
     # --- execute ------------------------------------------------------------------------

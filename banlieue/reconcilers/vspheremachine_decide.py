@@ -28,9 +28,10 @@ and retries every ``RETRY_SECONDS`` (and on every Secret/Provider change).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 from banlieue.api.conditions import PAUSED, READY, get_condition, is_true, set_condition
@@ -99,6 +100,8 @@ STEADY_RESYNC_SECONDS = 600.0
 collector is the primary signal; this catches a change it missed while a watch was (re)starting."""
 POWER_OFF_POLL_SECONDS = 10.0
 """Re-check interval while a guest shuts down (soft power-off)."""
+CLONE_WAIT_SECONDS = 5.0
+"""Re-check interval while waiting for a clone an earlier reconcile started."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,7 @@ class Snapshot:
     vm: VMInfo | None = None
     failure: Failure | None = None
     converged: bool = False
+    clone_grace_seconds: float = 600.0
     destroyed: bool = False
     powered: bool = False
 
@@ -340,7 +344,17 @@ def _decide(snap: Snapshot) -> Plan:
             st.ready(False, reason, failure.message)
             retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
             return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else RETRY_SECONDS))
-        st.ready(False, R.CLONING, f"cloning template {vm_spec.template} into {placement.datacenter}/{placement.cluster}")
+        started = clone_started(status_now)
+        if started is not None:
+            waited = (snap.now - started).total_seconds()
+            if 0 <= waited < snap.clone_grace_seconds:
+                # A clone started by an earlier reconcile (another process, or one cancelled
+                # mid-task) may still be running in vCenter: wait for it to land instead of
+                # cloning a second VM; clone again only once the task would have timed out.
+                st.ready(False, R.CLONING, _cloning_message(status_now))
+                return _with_events(snap, Plan(status=st.status, requeue_after=min(CLONE_WAIT_SECONDS, snap.clone_grace_seconds - waited)))
+        since = snap.now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        st.ready(False, R.CLONING, f"cloning template {vm_spec.template} into {placement.datacenter}/{placement.cluster} since {since}")
         st.status.failure_domain = placement.failure_domain
         return _with_events(snap, Plan(status=st.status, action=Action("create", spec=vm_spec), write_status_first=True))
 
@@ -379,6 +393,27 @@ def _decide(snap: Snapshot) -> Plan:
         return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=IP_POLL_SECONDS), events)
     st.ready(True, R.PROVISIONED, f"VM {vm.name} is {vm.power_state}" + (f" at {st.status.addresses[0].address}" if st.status.addresses else ""))
     return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=STEADY_RESYNC_SECONDS), events)
+
+
+_SINCE = re.compile(r" since (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)$")
+
+
+def _cloning_message(status: VSphereMachineStatus) -> str:
+    cond = get_condition(status.conditions, READY)
+    return cond.message if cond is not None else ""
+
+
+def clone_started(status: VSphereMachineStatus) -> datetime | None:
+    """When the clone recorded in a ``Ready`` False ``Cloning`` condition started: its message
+    ends with ``since <RFC 3339>`` (lastTransitionTime cannot tell: it keeps the time the status
+    became False). None when Ready is not Cloning or the time is absent."""
+    cond = get_condition(status.conditions, READY)
+    if cond is None or cond.reason != R.CLONING:
+        return None
+    match = _SINCE.search(cond.message or "")
+    if match is None:
+        return None
+    return datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 def _drifted(vm: VMInfo, spec: VMSpec) -> bool:

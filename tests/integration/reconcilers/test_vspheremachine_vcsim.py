@@ -82,14 +82,14 @@ def vms_with_uid(si: Any, uid: str) -> list[Any]:
 class Running:
     """A provider-role Manager running the vspheremachine controller in ``ns``."""
 
-    def __init__(self, apiserver: Any, ns: str, watch_filter: str | None = None) -> None:
+    def __init__(self, apiserver: Any, ns: str, watch_filter: str | None = None, shutdown_timeout: float = 5.0) -> None:
         self.client = Client(config_for_url(apiserver.url), timeouts=Timeouts(connect=2.0, request=10.0, watch_margin=5.0))
         self.mgr = Manager(self.client, namespace=ns, metrics_bind_address="0", health_probe_bind_address="0",
-                           graceful_shutdown_timeout=5.0, handle_signals=False)
+                           graceful_shutdown_timeout=shutdown_timeout, handle_signals=False)
         self.backend = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=30.0, watch_max_wait=2.0)
         ctx = RoleContext(client=self.client, cache=self.mgr.cache, recorder=self.mgr.get_event_recorder(FIELD_MANAGER_PROVIDER_VSPHERE),
                           field_manager=FIELD_MANAGER_PROVIDER_VSPHERE, backend=self.backend, namespace=ns,
-                          watch_filter=watch_filter)
+                          watch_filter=watch_filter, vsphere_task_timeout=60.0)
         vspheremachine.setup(self.mgr, ctx)
         self.task = asyncio.create_task(self.mgr.start())
 
@@ -272,21 +272,28 @@ async def test_vm_removed_by_hand_is_reported_not_recreated(apiserver: Any, clie
 
 
 async def test_restart_mid_clone_never_clones_twice(apiserver: Any, client: Client, ns: str, vcsim_factory: Any) -> None:
-    vc = vcsim_factory(method_delay={"CloneVM_Task": 3000})
+    vc = vcsim_factory(method_delay={"CloneVM_Task": 4000})
     await make_provider(client, ns, vc)
     created = await client.create(VSPHERE_MACHINE, machine("slow", ns))
     uid = created["metadata"]["uid"]
-    first = Running(apiserver, ns)
+    # The first process dies mid-clone: no drain (its in-flight reconcile is cancelled while
+    # vcsim still holds the CloneVM_Task call), so the VM appears after the new process starts.
+    first = Running(apiserver, ns, shutdown_timeout=0.1)
     try:
         await wait_reason(client, ns, "slow", "Cloning")
         await asyncio.sleep(0.5)  # the CloneVM_Task call is in flight
     finally:
         await first.stop()
+    s0 = SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password, sslContext=ssl.create_default_context(cafile=vc.ca_file))
+    try:
+        assert vms_with_uid(s0, uid) == []  # still cloning: the restart really happens mid-clone
+    finally:
+        Disconnect(s0)
     s = SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password, sslContext=ssl.create_default_context(cafile=vc.ca_file))
     try:
         async with running(apiserver, ns):
             await wait_reason(client, ns, "slow", "WaitingForIPAddress", "Provisioned", timeout=60)
-            await asyncio.sleep(4.0)  # any second clone would have landed by now
+            await asyncio.sleep(5.0)  # any second clone would have landed by now
             assert len(vms_with_uid(s, uid)) == 1
     finally:
         Disconnect(s)

@@ -70,6 +70,11 @@ CAPI_LABELS = {"cluster.x-k8s.io/cluster-name": "c1"}
 PROVISIONED = {"instanceUUID": "inst-1", "initialization": {"provisioned": True}}
 
 
+def cloning_since(since: str) -> dict[str, Any]:
+    return {"type": "Ready", "status": "False", "reason": "Cloning", "message": f"cloning template ubuntu into DC0/DC0_C0 since {since}",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+
 def snap(m: VSphereMachine, **kw: Any) -> Snapshot:
     return Snapshot(machine=m, now=NOW, **kw)
 
@@ -104,6 +109,10 @@ CASES: list[Any] = [
     pytest.param(looked(machine(), failure=Failure("lookup", "TLSVerifyFailed", "bad cert")), ("False", "TLSVerifyFailed"),
                  {"requeue_after": 60.0}, id="lookup-tls-failure"),
     pytest.param(looked(machine()), ("False", "Cloning"), {"action": "create", "write_status_first": True}, id="not-found-clones"),
+    pytest.param(looked(machine(status={"conditions": [cloning_since("2026-01-02T03:00:05Z")]})), ("False", "Cloning"),
+                 {"action": None, "requeue_after": 5.0, "message": "since 2026-01-02T03:00:05Z"}, id="clone-started-earlier-waits-for-it"),
+    pytest.param(looked(machine(status={"conditions": [cloning_since("2026-01-02T02:50:00Z")]})), ("False", "Cloning"),
+                 {"action": "create", "message": "since 2026-01-02T03:04:05Z"}, id="clone-grace-expired-clones-again"),
     pytest.param(looked(machine(), failure=Failure("create", "TemplateNotFound", "no tpl")), ("False", "TemplateNotFound"),
                  {"requeue_after": 60.0, "retry": False}, id="template-not-found"),
     pytest.param(looked(machine(), failure=Failure("create", "DatastoreNotFound", "no ds")), ("False", "InvalidSpec"), {}, id="datastore-not-found"),
