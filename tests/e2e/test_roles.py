@@ -1,4 +1,4 @@
-"""The role processes: fail-fast startup errors, one role alone, ``--namespace`` and ``--watch-filter``.
+"""The role processes: fail-fast startup errors, one role alone, ``--namespace`` and ``--watch-filter``
 
 Each test runs ``python -m banlieue.cli <role>`` as a subprocess; the API-server double runs in its
 own process with the CRDs preloaded.
@@ -142,9 +142,6 @@ def test_controller_role_alone_in_one_namespace(double: ApiServerProcess) -> Non
     assert http("GET", f"{leases}/{LEASE_CONTROLLER}")[1]["spec"]["holderIdentity"] == ""  # released on SIGTERM
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "virtualmachine.setup: the VMClass/VMImage/Provider map functions enqueue every VM that uses the "
-    "object, without the cluster.x-k8s.io/watch-filter label check the for_() predicate applies"))
 def test_watch_filter_leaves_unlabelled_vms_alone(double: ApiServerProcess) -> None:
     api = double
     setup_objects(api, {("team-c", "labelled"): {"cluster.x-k8s.io/watch-filter": "blue"}, ("team-c", "unlabelled"): {}})
