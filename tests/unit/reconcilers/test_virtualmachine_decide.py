@@ -15,13 +15,8 @@ from banlieue.api.conditions import get_condition
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import VirtualMachine, VirtualMachineStatus
-from banlieue.reconcilers.virtualmachine_decide import (
-    Plan,
-    Snapshot,
-    decide,
-    desired_machine,
-    machine_differs,
-)
+from banlieue.reconcilers.virtualmachine_decide import Plan, Snapshot, decide
+from banlieue.reconcilers.virtualmachine_machine_decide import desired_machine, machine_differs, owns
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 NS = "default"
@@ -199,8 +194,6 @@ def test_foreign_machine_is_never_applied_deleted_or_mirrored() -> None:
 
 
 def test_machine_owned_by_uid_or_label() -> None:
-    from banlieue.reconcilers.virtualmachine_decide import owns
-
     the_vm = vm()
     ours = VSphereMachine.from_wire(desired_machine(the_vm, CLASS, _placement(Plan(placement=("a", "a-dc0-c0")))))
     assert owns(the_vm, ours)
