@@ -201,3 +201,12 @@ async def test_partial_object_metadata(http: Http) -> None:
     assert one["kind"] == "PartialObjectMetadata" and one["metadata"]["name"] == "pm" and "data" not in one
     _, lst, _ = await http.get(CMS, headers={"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"})
     assert lst["kind"] == "PartialObjectMetadataList" and lst["items"][0]["metadata"]["name"] == "pm"
+
+
+async def test_too_large_resource_version(http: Http, apiserver: ApiServerHandle) -> None:
+    future = str(apiserver.server.store.rv + 1000)
+    status, body, _ = await http.get(CMS, params={"resourceVersion": future})
+    assert status == 504 and body["reason"] == "Timeout"
+    assert body["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+    events = await http.watch_lines(CMS, {"resourceVersion": future, "timeoutSeconds": "2"})
+    assert len(events) == 1 and events[0]["type"] == "ERROR" and events[0]["object"]["code"] == 504

@@ -191,3 +191,17 @@ def success_status(name: str, group: str, plural: str, uid: str) -> JSON:
         "status": "Success",
         "details": {**_details(name, group, plural), "uid": uid},
     }
+
+
+def too_large_resource_version(requested: int, current: int) -> ApiError:
+    """504 Timeout for a resourceVersion newer than the server's (storage.NewTooLargeResourceVersionError).
+
+    client-go reflectors relist on it (``apierrors.IsTooLargeResourceVersion``).
+    """
+    return ApiError(
+        504,
+        "Timeout",
+        f"Too large resource version: {requested}, current: {current}",
+        details={"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                 "retryAfterSeconds": 1},
+    )

@@ -127,6 +127,8 @@ def list_objects(server: ApiServer, t: Target, request: web.Request) -> web.Resp
         except ValueError as e:
             raise errors.bad_request(f"invalid limit: {q['limit']}") from e
     list_rv, after = store.rv, None
+    if q.get("resourceVersion", "0").isdigit() and int(q.get("resourceVersion", "0")) > store.rv:
+        raise errors.too_large_resource_version(int(q["resourceVersion"]), store.rv)
     if q.get("continue"):
         list_rv, after = _decode_continue(q["continue"])
     elif q.get("resourceVersionMatch") == "Exact":

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .errors import ApiError, expired
+from .errors import ApiError, expired, too_large_resource_version
 from .faults import Faults
 from .resources import ResourceType
 from .store import Event, Store
@@ -106,7 +106,9 @@ async def serve_watch(
             except ValueError:
                 rv = -1
             events = store.events_since(gr, rv) if rv >= 0 else None
-            if events is None:
+            if rv > store.rv:  # e.g. a client that outlived a restarted server: make it relist
+                error = too_large_resource_version(rv, store.rv)
+            elif events is None:
                 error = expired(f"too old resource version: {req.resource_version} ({store.compacted_rv(gr)})")
             else:
                 for ev in events:
