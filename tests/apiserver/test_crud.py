@@ -287,3 +287,12 @@ async def test_terminating_namespace_refuses_new_content(http: Http) -> None:
     assert status == 403 and body["reason"] == "Forbidden"
     assert body["message"] == ('configmaps "late" is forbidden: unable to create new content in namespace bye '
                                "because it is being terminated")
+
+
+async def test_namespace_finalize_subresource(http: Http) -> None:
+    await http.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fin"}})
+    _, ns, _ = await http.get("/api/v1/namespaces/fin")
+    ns["spec"]["finalizers"] = []
+    ns["metadata"]["labels"]["ignored"] = "yes"
+    status, out, _ = await http.put("/api/v1/namespaces/fin/finalize", ns)
+    assert status == 200 and out["spec"]["finalizers"] == [] and "ignored" not in out["metadata"]["labels"]

@@ -288,7 +288,7 @@ async def _handle_resource(server: ApiServer, t: Target, request: web.Request) -
         if t.name is None:
             raise errors.method_not_allowed(rt.group, rt.plural, method)
         body = await read_body(request, opts.duplicate_fields)
-        sub = "status" if t.subresource == "status" else None
+        sub = t.subresource if t.subresource in ("status", "finalize") else None
         obj = server.rest.update(rt, ns, t.name, body, opts, subresource=sub)
         return json_response(present(rt, obj), 200, warning_headers(opts.warnings))
     if method == "PATCH":

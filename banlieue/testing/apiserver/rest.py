@@ -281,7 +281,13 @@ class Rest:
 
     @staticmethod
     def _merge_subresource(rt: ResourceType, old: JSON, body: JSON, subresource: str | None) -> JSON:
-        """Main endpoint keeps the old status; ``/status`` keeps everything but status."""
+        """Main endpoint keeps the old status; ``/status`` keeps everything but status;
+        a namespace's ``/finalize`` changes only ``spec.finalizers``."""
+        if subresource == "finalize":
+            new = dict(old)
+            new["metadata"] = dict(old["metadata"])
+            new["spec"] = {**(old.get("spec") or {}), "finalizers": (body.get("spec") or {}).get("finalizers") or []}
+            return new
         if subresource == "status":
             new = {k: v for k, v in old.items() if k != "status"}
             new["metadata"] = dict(old["metadata"])
