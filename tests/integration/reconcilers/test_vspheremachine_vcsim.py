@@ -297,3 +297,30 @@ async def test_restart_mid_clone_never_clones_twice(apiserver: Any, client: Clie
             assert len(vms_with_uid(s, uid)) == 1
     finally:
         Disconnect(s)
+
+
+async def test_delete_without_credentials_retries_then_provider_gone_drops_finalizer(
+    apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any,
+) -> None:
+    await make_provider(client, ns, vcsim)
+    async with running(apiserver, ns):
+        created = await client.create(VSPHERE_MACHINE, machine("orphan", ns, powerState="PoweredOff"))
+        uid = created["metadata"]["uid"]
+        await wait_reason(client, ns, "orphan", "Provisioned")
+        await client.delete(SECRET, "vc1-creds", ns)
+        await client.delete(VSPHERE_MACHINE, "orphan", ns)
+        obj = await eventually(lambda: _deleting_with(client, ns, "orphan", "SecretMissing"), what="Deleting (SecretMissing)")
+        assert obj["metadata"]["finalizers"] == [FIN] and len(vms_with_uid(si, uid)) == 1
+        # The Provider itself goes: nothing can reach the VM any more, the finalizer is dropped.
+        await client.delete(PROVIDER, "vc1", ns)
+        await eventually(lambda: _gone(client, ns, "orphan"), what="object deleted")
+        events = await client.list(apiserver_event_kind(), ns)
+        assert any(e["reason"] == "ProviderGone" and e["type"] == "Warning" for e in events["items"])
+    [vm] = vms_with_uid(si, uid)  # left behind, as the Warning says; clean up the shared vcsim
+    vm.Destroy_Task()
+
+
+async def _deleting_with(client: Client, ns: str, name: str, fragment: str) -> dict[str, Any] | None:
+    obj = await client.get(VSPHERE_MACHINE, name, ns)
+    r = ready_of(obj)
+    return obj if r is not None and r[1] == "Deleting" and fragment in r[2] else None
