@@ -100,6 +100,10 @@ async def test_request_log(http: Http, apiserver: ApiServerHandle) -> None:
     async with aiohttp.ClientSession() as s, s.get(apiserver.url + "/debug/requests") as r:
         items = (await r.json())["items"]
     assert any(i["method"] == "POST" and i["status"] == 201 and i["path"] == CMS for i in items)
+    async with aiohttp.ClientSession() as s, s.get(apiserver.url + "/debug/requests",
+                                                   params={"method": "POST", "pathContains": "/configmaps"}) as r:
+        items = (await r.json())["items"]
+    assert [(i["method"], i["path"], i["status"]) for i in items] == [("POST", CMS, 201)]
 
 
 async def test_error_rule_on_query(http: Http, apiserver: ApiServerHandle) -> None:

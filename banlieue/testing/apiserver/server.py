@@ -270,9 +270,12 @@ class ApiServer:
 
     async def _debug(self, request: web.Request, segs: list[str]) -> web.Response:
         if segs == ["debug", "requests"]:
+            # GET lists served requests (filters: ?method=POST&pathContains=/configmaps); DELETE clears.
             if request.method == "DELETE":
                 self.requests.clear()
-            return json_response({"items": [asdict(r) for r in self.requests]})
+            records = self.request_log(method=request.query.get("method"),
+                                       path_contains=request.query.get("pathContains"))
+            return json_response({"items": [asdict(r) for r in records]})
         if segs != ["debug", "faults"]:
             raise NOT_FOUND_PATH
         if request.method == "DELETE":
