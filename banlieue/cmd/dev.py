@@ -271,14 +271,32 @@ def point_providers_at(docs: list[dict[str, Any]], endpoints: dict[str, tuple[st
 # --- the simulated guests' network --------------------------------------------------------------
 
 
+def static_address(extra_config: dict[str, str]) -> str | None:
+    """The first static IPv4/IPv6 address (without prefix length) in the cloud-init network config
+    banlieue put in ``guestinfo.metadata``, i.e. what a statically configured guest reports;
+    None when every NIC uses DHCP or the metadata is missing or unreadable."""
+    from banlieue.backends.vsphere import guestinfo
+
+    try:
+        md, _ = guestinfo.decode(extra_config)
+        ethernets = ((md or {}).get("network") or {}).get("ethernets") or {}
+        for eth in ethernets.values():
+            for address in eth.get("addresses") or []:
+                return str(address).split("/", 1)[0]
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return None
+
+
 class GuestNetwork:
     """Plays DHCP and VMware Tools for vcsim, whose guests never report an address on their own.
 
     A daemon thread polls each simulator every ``interval`` seconds (one RetrieveContents) and
     gives every powered-on VM that banlieue created (extraConfig ``banlieue.uid``) and that reports
-    no ``guest.ipAddress`` an address ``10.<subnet>.<n // 250>.<n % 250 + 2>``, one subnet per
-    simulator, through vcsim's ``SET.guest.ipAddress`` extraConfig alias (what VMware Tools
-    would report after DHCP). ``vcsims`` are vcsim info files (url, host, port, username,
+    no ``guest.ipAddress`` an address: its first static address from the guestinfo metadata
+    (:func:`static_address`), else ``10.<subnet>.<n // 250>.<n % 250 + 2>`` (DHCP; one subnet per
+    simulator), through vcsim's ``SET.guest.ipAddress`` extraConfig alias (what VMware Tools
+    would report). ``vcsims`` are vcsim info files (url, host, port, username,
     password, ca_file). ``assigned`` counts addresses handed out; ``errors`` failed polls.
     """
 
@@ -349,7 +367,7 @@ class GuestNetwork:
         handed = 0
         for result in results:
             props = {p.name: p.val for p in result.propSet}
-            extra = {o.key for o in props.get("config.extraConfig") or []}
+            extra = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
             if "banlieue.uid" not in extra or props.get("runtime.powerState") != "poweredOn":
                 continue
             if props.get("guest.ipAddress"):
@@ -358,11 +376,11 @@ class GuestNetwork:
             lease = leases.get(moref)
             if lease is not None and time.monotonic() - lease[1] < 5.0:
                 continue  # just handed out; the reconfigure may still be running
-            if lease is None:
-                number = len(leases)
-                ip = f"10.{subnet}.{number // 250}.{number % 250 + 2}"
-            else:
+            if lease is not None:
                 ip = lease[0]  # the same VM asks again: same address (a DHCP lease)
+            else:
+                number = len(leases)
+                ip = static_address(extra) or f"10.{subnet}.{number // 250}.{number % 250 + 2}"
             result.obj.ReconfigVM_Task(spec=vim.vm.ConfigSpec(
                 extraConfig=[vim.option.OptionValue(key="SET.guest.ipAddress", value=ip)]))
             leases[moref] = (ip, time.monotonic())

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from banlieue.cmd.dev import point_providers_at, sample_documents
+from banlieue.cmd.dev import point_providers_at, sample_documents, static_address
 
 from .harness import REPO, http, requirements_skip
 
@@ -132,3 +132,18 @@ def test_dev_runs_until_ctrl_c_then_stops_everything(tmp_path: Path) -> None:
     assert http("GET", probes.group(1) + "/readyz")[0] == 0
     infos = [json.loads(p.read_text()) for p in state.glob("vcsim-*/info.json")]
     assert infos and not [i["pid"] for i in infos if process_alive(int(i["pid"]))]
+
+
+def test_simulated_guest_reports_its_static_address_else_none() -> None:
+    import base64
+
+    def extra(md: object) -> dict[str, str]:
+        return {"guestinfo.metadata": base64.b64encode(json.dumps(md).encode()).decode(),
+                "guestinfo.metadata.encoding": "base64"}
+
+    static = {"network": {"version": 2, "ethernets": {
+        "id0": {"dhcp4": True}, "id1": {"dhcp4": False, "addresses": ["10.0.0.5/24", "10.0.0.6/24"]}}}}
+    assert static_address(extra(static)) == "10.0.0.5"
+    assert static_address(extra({"network": {"ethernets": {"id0": {"dhcp4": True}}}})) is None
+    assert static_address({}) is None
+    assert static_address({"guestinfo.metadata": "not base64 json"}) is None
