@@ -4,7 +4,9 @@ Stages, one progress line each (``[1/7] starting API server double ... ok (0.4 s
 
 1. the API-server double (``python -m banlieue.testing.apiserver``), log ``apiserver.log``;
 2. one vcsim per sample Provider (``vcenter-a``, ``vcenter-b``: 2 datacenters x 3 clusters,
-   template ``ubuntu-22.04``, TLS with a generated CA), state and log in ``vcsim-<provider>/``;
+   template ``ubuntu-22.04``, TLS with a generated CA), state and log in ``vcsim-<provider>/``,
+   and :class:`GuestNetwork`, which gives powered-on guests the address Tools would report
+   (vcsim guests report none on their own);
 3. ``<state-dir>/kubeconfig`` and the CRDs (every ``config/crd/*.yaml`` through ``kubectl apply``;
    the ``Kustomization`` is not a CRD and is skipped);
 4. ``banlieue manager --leader-elect`` with that kubeconfig, log ``manager.log``, metrics and
