@@ -100,6 +100,8 @@ STEADY_RESYNC_SECONDS = 600.0
 collector is the primary signal; this catches a change it missed while a watch was (re)starting."""
 POWER_OFF_POLL_SECONDS = 10.0
 """Re-check interval while a guest shuts down (soft power-off)."""
+BOOTSTRAP_POLL_SECONDS = 30.0
+"""Re-check interval while a named bootstrap data Secret is missing or incomplete."""
 CLONE_WAIT_SECONDS = 5.0
 """Re-check interval while waiting for a clone an earlier reconcile started."""
 
@@ -307,7 +309,9 @@ def _decide(snap: Snapshot) -> Plan:
     vm_exists = snap.vm is not None
     if needs_bootstrap and snap.bootstrap is None and not vm_exists and not (m.status and m.status.instance_uuid):
         st.ready(False, R.WAITING_FOR_BOOTSTRAP_DATA, snap.bootstrap_error or "waiting for Machine.spec.bootstrap.dataSecretName")
-        return _with_events(snap, Plan(status=st.status))
+        # A named Secret that is missing or incomplete: a CAPI bootstrap Secret is not indexed
+        # back to its machine, so look again now and then (the Machine update usually comes first).
+        return _with_events(snap, Plan(status=st.status, requeue_after=BOOTSTRAP_POLL_SECONDS if snap.bootstrap_error else None))
     if snap.bootstrap is not None and snap.bootstrap.format not in ("cloud-config", ""):
         st.ready(False, R.INVALID_SPEC, f"bootstrap format {snap.bootstrap.format!r} is not supported by this provider (cloud-config only)")
         return _with_events(snap, Plan(status=st.status))
