@@ -210,3 +210,21 @@ async def test_too_large_resource_version(http: Http, apiserver: ApiServerHandle
     assert body["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
     events = await http.watch_lines(CMS, {"resourceVersion": future, "timeoutSeconds": "2"})
     assert len(events) == 1 and events[0]["type"] == "ERROR" and events[0]["object"]["code"] == 504
+
+
+async def test_crd_selectable_fields(http: Http) -> None:
+    import copy
+
+    from .conftest import WIDGET_CRD
+
+    crd = copy.deepcopy(WIDGET_CRD)
+    crd["spec"]["versions"][0]["selectableFields"] = [{"jsonPath": ".spec.color"}]
+    assert (await http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd))[0] == 201
+    red, blue = widget("r", 1), widget("b", 1)
+    blue["spec"]["color"] = "blue"
+    await http.post(WIDGETS, red)
+    await http.post(WIDGETS, blue)
+    _, body, _ = await http.get(WIDGETS, params={"fieldSelector": "spec.color=blue"})
+    assert [i["metadata"]["name"] for i in body["items"]] == ["b"]
+    status, _, _ = await http.get(WIDGETS, params={"fieldSelector": "spec.size=1"})
+    assert status == 400

@@ -104,7 +104,10 @@ def _event_field(path: str) -> Callable[[dict[str, Any]], str]:
 
 
 def extra_field_selectors(rt: ResourceType) -> dict[str, Callable[[dict[str, Any]], str]]:
-    """Kind-specific field selector labels (kube's ``<kind>.GetAttrs``/field label conversions)."""
+    """Kind-specific field selector labels (kube's ``<kind>.GetAttrs``/field label conversions;
+    for custom resources the CRD version's ``selectableFields``)."""
+    if not rt.builtin:
+        return {f: _event_field(f) for f in rt.selectable_fields}
     if rt.builtin and rt.plural == "secrets":
         return {"type": _event_field("type")}
     if rt.builtin and rt.plural == "namespaces":

@@ -150,6 +150,8 @@ def resource_types(crd: JSON) -> list[ResourceType]:
             returns_deleted_object=True,
             unconditional_update=False,
             storage=bool(v.get("storage")),
+            selectable_fields=[str(f.get("jsonPath", "")).lstrip(".") for f in v.get("selectableFields") or []
+                               if isinstance(f, dict) and f.get("jsonPath")],
             crd_name=crd["metadata"]["name"],
         ))
     return out

@@ -47,6 +47,8 @@ class ResourceType:
     served: bool = True
     storage: bool = True
     crd_name: str | None = None
+    # CRD selectableFields (jsonPath like ".spec.color"): extra field selector labels.
+    selectable_fields: list[str] = field(default_factory=list)
     # Storage shared with another API (events.k8s.io/v1 events live with core/v1 events).
     storage_group_resource: tuple[str, str] | None = None
 
