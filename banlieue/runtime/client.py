@@ -14,6 +14,7 @@ import asyncio
 import builtins
 import json
 import os
+import platform
 import random
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
@@ -80,6 +81,22 @@ async def retry_on_conflict(
     raise AssertionError("unreachable")
 
 
+def default_user_agent() -> str:
+    """``banlieue/<version> (<os>/<arch>) pid/<pid>``.
+
+    client-go's ``rest.DefaultKubernetesUserAgent`` shape (``<command>/<version> (<os>/<arch>)
+    ...``) plus the process id, so that the API server's audit log (and the test double's
+    request log) tells two replicas on one host apart: who wrote what while leadership moved.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("banlieue")
+    except PackageNotFoundError:  # a source checkout on sys.path, not installed
+        release = "unknown"
+    return f"banlieue/{release} ({platform.system().lower()}/{platform.machine()}) pid/{os.getpid()}"
+
+
 def _q(value: object) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
@@ -91,6 +108,7 @@ class Client:
     ``qps``/``burst``: client-side token bucket (qps <= 0 disables, the controller-runtime
     default). ``max_retry_after``: 429 retries honouring Retry-After (client-go maxRetries 10).
     ``server_error_retries``: retries of 5xx/connection errors for GET/PUT/DELETE.
+    ``user_agent``: the User-Agent header (default :func:`default_user_agent`).
     """
 
     def __init__(
@@ -102,6 +120,7 @@ class Client:
         timeouts: Timeouts = Timeouts(),
         max_retry_after: int = 10,
         server_error_retries: int = 3,
+        user_agent: str | None = None,
     ) -> None:
         self.configuration = configuration
         self.timeouts = timeouts
@@ -109,6 +128,7 @@ class Client:
         self.max_retry_after = max_retry_after
         self.server_error_retries = server_error_retries
         self._api = ApiClient(configuration)
+        self._api.user_agent = user_agent or default_user_agent()
         self.host = urlparse(configuration.host).netloc
         self._direct: aiohttp.ClientSession | None = None
         if not any(os.environ.get(v) for v in PROXY_ENV):
