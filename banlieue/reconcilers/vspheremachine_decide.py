@@ -24,6 +24,19 @@ finalizer; a VM already gone is success. A Provider that no longer exists cannot
 the finalizer is dropped with a Warning event ``ProviderGone``. A Secret that is missing or a
 vCenter that cannot be reached while deleting keeps ``Deleting`` with the cause in the message
 and retries every ``RETRY_SECONDS`` (and on every Secret/Provider change).
+
+Never clone twice: the VM is looked up by UID (then instance UUID) first; the ``Cloning``
+message records when the clone started (``... since <RFC 3339>``), and a later reconcile that
+does not find the VM while that clone may still run (younger than ``--vsphere-task-timeout``)
+waits for it instead of cloning again (the process that started it may have died mid-task).
+
+Other rules: ``providerID = vsphere://<BIOS UUID>`` is written before
+``status.initialization.provisioned`` (True once the VM exists in the desired power state);
+``Ready`` True (``Provisioned``) needs an IP when the desired state is PoweredOn; a VM powered
+off as asked is Ready. ``status.addresses`` holds one ``InternalIP`` per IP from VMware Tools
+(link-local IPv6 left out; no ``Hostname`` entry). Bootstrap data in the ``ignition`` format is
+``InvalidSpec`` (the backend delivers cloud-init guestinfo only). Hardware drift (CPU, memory,
+cores, disk count or growth) is re-converged; NIC and guestinfo changes apply until provisioned.
 """
 
 from __future__ import annotations
