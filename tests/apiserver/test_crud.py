@@ -296,3 +296,20 @@ async def test_namespace_finalize_subresource(http: Http) -> None:
     ns["metadata"]["labels"]["ignored"] = "yes"
     status, out, _ = await http.put("/api/v1/namespaces/fin/finalize", ns)
     assert status == 200 and out["spec"]["finalizers"] == [] and "ignored" not in out["metadata"]["labels"]
+
+
+async def test_cel_transition_rule_and_ratcheting(http: Http) -> None:
+    import copy
+
+    from .conftest import WIDGET_CRD
+
+    crd = copy.deepcopy(WIDGET_CRD)
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec_schema["properties"]["color"]["x-kubernetes-validations"] = [
+        {"rule": "self == oldSelf", "message": "color is immutable"}]
+    assert (await http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd))[0] == 201
+    _, w, _ = await http.post(WIDGETS, widget("cel", 1))
+    w["spec"]["color"] = "blue"
+    status, body, _ = await http.put(f"{WIDGETS}/cel", w)
+    assert status == 422 and body["details"]["causes"][0]["field"] == "spec.color"
+    assert "color is immutable" in body["message"]
