@@ -185,6 +185,13 @@ class ApiServer:
         except web.HTTPException as e:
             status = e.status
             raise
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as e:  # a bug in the double: answer as kube does (500 Status), keep serving
+            log.exception("apiserver double request failed", method=request.method, path=request.path)
+            err = errors.internal_error(f"{type(e).__name__}: {e}")
+            status = err.code
+            return json_response(err.status(), err.code)
         finally:
             if not request.path.startswith("/debug/"):
                 self.requests.append(RequestRecord(request.method, request.path, request.query_string, status,

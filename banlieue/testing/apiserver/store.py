@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +71,6 @@ class Store:
         self._watchers: dict[GroupResource, set[Watcher]] = {}
         self._by_owner: dict[str, set[tuple[GroupResource, Key]]] = {}
         self._by_uid: dict[str, tuple[GroupResource, Key]] = {}
-        self.on_delete: list[Callable[[GroupResource, JSON], None]] = []
 
     # -- revisions -----------------------------------------------------------------------------
 
@@ -148,8 +147,6 @@ class Store:
         self._index_owners(gr, key, old, None)
         ev = Event(rv, "DELETED", obj, old)
         self._publish(gr, ev)
-        for cb in self.on_delete:
-            cb(gr, obj)
         return ev
 
     def drop_group_resource(self, gr: GroupResource) -> list[JSON]:
