@@ -186,3 +186,44 @@ async def test_first_contact_reports_refused_credentials_and_silence_without_sec
         assert secret not in str(silence.value) and "user" not in str(silence.value)
     finally:
         await runner.cleanup()
+
+
+def leader_status(metrics_url: str) -> float | None:
+    status, text = http("GET", metrics_url)
+    if status != 200:
+        return None
+    for line in str(text).splitlines():
+        if line.startswith(f'leader_election_master_status{{name="{LEASE_CONTROLLER}"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_standby_replica_takes_over_once_the_leader_releases_on_sigterm(double: ApiServerProcess) -> None:
+    api = double
+    create(api, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ha"}})
+    replicas = []
+    for _ in range(2):
+        metrics = free_port()
+        proc = banlieue("controller", "--kubeconfig", str(api.kubeconfig_path), "--leader-elect",
+                        "--leader-election-namespace", "ha", "--metrics-bind-address", f"127.0.0.1:{metrics}",
+                        "--health-probe-bind-address", "0")
+        replicas.append((proc, f"http://127.0.0.1:{metrics}/metrics"))
+        if len(replicas) == 1:  # the first one leads before the second starts
+            wait_for("first replica leads", lambda: leader_status(replicas[0][1]) == 1.0, 20)
+    (first, first_metrics), (second, second_metrics) = replicas
+    try:
+        wait_for("second replica campaigning", lambda: leader_status(second_metrics) == 0.0, 20)
+        time.sleep(1.0)
+        assert leader_status(second_metrics) == 0.0  # standby while the first holds the Lease
+        first.send_signal(signal.SIGTERM)
+        code, err = finish(first, timeout=40)
+        assert code == 0, err[-2000:]
+        # Released (holder "", 1 s duration): the standby takes over within a retry period or two,
+        # long before the 15 s lease duration would have expired.
+        wait_for("second replica leads", lambda: leader_status(second_metrics) == 1.0, 10)
+        assert leader_status(first_metrics) is None and second.poll() is None
+    finally:
+        for proc, _ in replicas:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                finish(proc, timeout=40)
