@@ -1,0 +1,73 @@
+"""End-to-end performance and scale of ``banlieue manager`` on this machine; results go to
+``bench/results/e2e.json`` and a table in ``docs/performance.md``.
+
+    .venv/bin/python bench/e2e.py [--quick] [--only NAME,...] [--vms 1000] [--steady-seconds 60]
+
+Every process is real and separate: the API-server double (``python -m
+banlieue.testing.apiserver``), one vcsim per Provider (``bin/vcsim``), ``banlieue manager
+--leader-elect --log-level warning`` with a kubeconfig, and this script as the client (aiohttp).
+Figures (entries ``{name, value, unit, comparison, comparison_label, ...}``):
+
+- ``vm_ready_throughput``: N VirtualMachines created at once; VMs Ready per second (first create
+  to last Ready); comparison: the write ceiling, i.e. the same number and kind of writes banlieue
+  issued in that run (from the double's request log) replayed against the same double by a bare
+  concurrent aiohttp client (``bench/e2e_ceiling.py``), expressed as VMs/s.
+- ``writes_per_vm``: API writes per VM from create to Ready, by resource and verb; comparison:
+  the contract's minimum; ``noop_writes`` = writes that changed nothing (writes minus watch
+  events on VirtualMachines and VSphereMachines: every real change yields one event).
+- ``steady_state_api_requests`` / ``steady_state_soap_requests``: per minute with N Ready VMs.
+- ``manager_memory_<n>`` / ``cold_start_<n>``: RSS and start-to-/readyz with n VirtualMachines
+  and their VSphereMachines created directly in the double (``bench/e2e_bulk.py``).
+- ``vcenter_isolation``: Ready throughput on a healthy vCenter with and without a slow one.
+
+``--quick``: 100 VMs, scaling at 100 and 1,000 objects, 20 s steady state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+
+import e2e_run  # noqa: E402
+
+RESULTS = HERE / "results" / "e2e.json"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="100 VMs, scaling up to 1,000 objects, short steady state")
+    p.add_argument("--vms", type=int, default=None)
+    p.add_argument("--only", default="", help="comma list of figure groups: throughput,steady,memory,isolation")
+    p.add_argument("--steady-seconds", type=float, default=None)
+    p.add_argument("--scales", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                   help="comma list of object counts for memory/cold start (default 100,1000,10000)")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args()
+    n = args.vms or (100 if args.quick else 1000)
+    only = set(filter(None, args.only.split(",")))
+    entries: list[dict[str, Any]] = json.loads(args.out.read_text()) if args.out.exists() else []
+    work = Path(tempfile.mkdtemp(prefix="banlieue-e2e-"))
+    print(f"work dir {work}", file=sys.stderr)
+    if not only or "throughput" in only or "steady" in only:
+        e2e_run.throughput_and_steady(work, n, entries, args.steady_seconds or (20.0 if args.quick else 60.0),
+                                      steady="steady" in only or not only)
+    if not only or "memory" in only:
+        import e2e_bulk
+        for size in args.scales or ([100, 1000] if args.quick else [100, 1000, 10000]):
+            e2e_bulk.scale_point(work, size, entries, e2e_run.record)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(entries, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

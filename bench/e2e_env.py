@@ -1,0 +1,271 @@
+"""The processes of the end-to-end benchmark (``bench/e2e.py``): the API-server double, vcsims and
+``banlieue manager``, each its own process on 127.0.0.1 free ports, plus the fixtures every
+figure needs (CRDs from ``config/crd``, Providers + Secrets, VMClass ``bench``, VMImage).
+
+``Env`` is a context manager: everything it started is stopped on exit (manager first, so it
+releases its Leases). Sizes are in MiB, times in seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from banlieue.cmd.dev import GuestNetwork, free_port  # noqa: E402
+from banlieue.testing.apiserver.fixture import ApiServerProcess, start_subprocess  # noqa: E402
+from banlieue.testing.vcsim import VcsimProcess, start_vcsim  # noqa: E402
+
+NS = "default"
+CLASS = "bench"
+IMAGE = "ubuntu-22.04"
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+VMS = "/apis/banlieue.io/v1alpha1/namespaces/{ns}/virtualmachines"
+VSMS = "/apis/infrastructure.banlieue.io/v1alpha1/namespaces/{ns}/vspheremachines"
+PROVIDERS = "/apis/banlieue.io/v1alpha1/namespaces/{ns}/providers"
+SECRETS = "/api/v1/namespaces/{ns}/secrets"
+VMCLASSES = "/apis/banlieue.io/v1alpha1/vmclasses"
+VMIMAGES = "/apis/banlieue.io/v1alpha1/vmimages"
+# vcsim: 2 datacenters x 3 clusters x 4 hosts (4 GiB each); the bench class needs 16 MiB, so
+# capacity never limits placement of 1,000 VMs.
+VCSIM_OPTS: dict[str, Any] = {"dc": 2, "cluster": 3, "host": 4, "templates": [IMAGE]}
+
+
+def http(method: str, url: str, body: Any = None, timeout: float = 30.0,
+         content_type: str = "application/json") -> tuple[int, Any]:
+    """One request without proxies; returns (status, decoded JSON or text); 0 = no answer."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        status, raw = err.code, err.read()
+    except OSError:
+        return 0, None
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size of ``pid`` (MiB), from /proc/<pid>/status VmRSS."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """Sum of every sample of ``name`` whose labels include ``labels`` in a Prometheus text page."""
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(rf"^{name}(\{{(.*)\}})? (\S+)$", line)
+        if m and all(f'{k}="{v}"' in (m.group(2) or "") for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
+def provider_docs(name: str, vc: VcsimProcess) -> list[dict[str, Any]]:
+    """Secret + Provider for vcsim ``vc`` (TLS verified against its CA)."""
+    return [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-credentials", "namespace": NS},
+         "type": "Opaque", "stringData": {"username": vc.username, "password": vc.password}},
+        {"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+         "metadata": {"name": name, "namespace": NS, "labels": {"site": name}},
+         "spec": {"providerClassRef": {"name": "vsphere"},
+                  "connection": {"endpoint": vc.url, "credentialsRef": {"name": f"{name}-credentials"},
+                                 "caBundle": {"inline": vc.ca_pem}},
+                  "capabilities": {"networkClasses": [{"name": "default", "target": {"portGroup": "VM Network"}}]}}},
+    ]
+
+
+CLASS_DOC = {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": CLASS},
+             "spec": {"hardware": {"cpus": 1, "memoryMiB": 16},
+                      "network": {"interfaces": [{"name": "eth0", "networkClass": "default"}]}, "firmware": "efi"}}
+IMAGE_DOC = {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": IMAGE},
+             "spec": {"osFamily": "linux", "osDistribution": "ubuntu", "osVersion": "22.04", "architecture": "amd64",
+                      "guestAgent": "cloud-init", "sources": [{"providerClass": "vsphere", "kind": "Template", "ref": IMAGE}]}}
+
+
+def vm_doc(name: str, provider: str | None = None, ns: str = NS) -> dict[str, Any]:
+    """A VirtualMachine of class ``bench``; ``provider`` pins it to one Provider (by its site label)."""
+    spec: dict[str, Any] = {"classRef": {"name": CLASS}, "imageRef": {"name": IMAGE}}
+    if provider:
+        spec["placement"] = {"providerSelector": {"matchLabels": {"site": provider}}}
+    return {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec}
+
+
+@dataclass
+class Env:
+    """API double (+ optional vcsims and GuestNetwork) and, once :meth:`start_manager` ran, the
+    manager. ``vcsim_opts`` maps Provider name -> extra vcsim options (e.g. ``method_delay``)."""
+
+    workdir: Path
+    vcsim_opts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    bookmark_interval: float = 60.0
+    stack: ExitStack = field(default_factory=ExitStack)
+    api: ApiServerProcess | None = None
+    vcsims: dict[str, VcsimProcess] = field(default_factory=dict)
+    manager: subprocess.Popen[bytes] | None = None
+    metrics_url: str = ""
+    probes_url: str = ""
+    manager_started: float = 0.0
+
+    def __enter__(self) -> Env:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.api = self.stack.enter_context(start_subprocess(bookmark_interval=self.bookmark_interval))
+        for name, opts in self.vcsim_opts.items():
+            self.vcsims[name] = self.stack.enter_context(start_vcsim(**{**VCSIM_OPTS, **opts}))
+        if self.vcsims:
+            guests = GuestNetwork([vc.info for vc in self.vcsims.values()], interval=0.5)
+            guests.start()
+            self.stack.callback(guests.stop)
+        self.install_crds()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop_manager()
+        self.stack.close()
+
+    @property
+    def url(self) -> str:
+        assert self.api is not None
+        return self.api.url
+
+    @property
+    def api_pid(self) -> int:
+        assert self.api is not None
+        return self.api.process.pid
+
+    def install_crds(self) -> None:
+        """POST every CRD of config/crd and wait until each is Established."""
+        names = []
+        for path in sorted((REPO / "config/crd").glob("*.yaml")):
+            doc = yaml.safe_load(path.read_text())
+            if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+                continue
+            status, body = http("POST", self.url + CRD_PATH, doc)
+            if status not in (201, 409):
+                raise RuntimeError(f"installing {path.name}: {status} {body}")
+            names.append(doc["metadata"]["name"])
+        deadline = time.monotonic() + 30
+        for name in names:
+            while True:
+                _, crd = http("GET", f"{self.url}{CRD_PATH}/{name}")
+                conds = {c["type"]: c["status"] for c in ((crd or {}).get("status") or {}).get("conditions") or []}
+                if conds.get("Established") == "True":
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"CRD {name} not Established")
+                time.sleep(0.1)
+
+    def create(self, path: str, doc: dict[str, Any]) -> None:
+        """POST ``doc`` to ``path`` (relative to the API); an existing object is fine."""
+        status, body = http("POST", self.url + path.format(ns=NS), doc)
+        if status not in (201, 409):
+            raise RuntimeError(f"POST {path}: {status} {body}")
+
+    def install_fixtures(self) -> None:
+        """Secrets + Providers (one per vcsim), VMClass ``bench``, VMImage ``ubuntu-22.04``."""
+        for name, vc in self.vcsims.items():
+            secret, provider = provider_docs(name, vc)
+            self.create(SECRETS, secret)
+            self.create(PROVIDERS, provider)
+        self.create(VMCLASSES, CLASS_DOC)
+        self.create(VMIMAGES, IMAGE_DOC)
+
+    def start_manager(self, *extra: str, env: dict[str, str] | None = None) -> None:
+        """``banlieue manager --leader-elect`` (log level warning) on free ports; returns at once."""
+        kubeconfig = self.api.kubeconfig_path if self.api else None
+        metrics, probes = free_port(), free_port()
+        self.metrics_url = f"http://127.0.0.1:{metrics}/metrics"
+        self.probes_url = f"http://127.0.0.1:{probes}"
+        argv = [sys.executable, "-m", "banlieue.cli", "manager", "--kubeconfig", str(kubeconfig), "--leader-elect",
+                "--leader-election-namespace", NS, "--metrics-bind-address", f"127.0.0.1:{metrics}",
+                "--health-probe-bind-address", f"127.0.0.1:{probes}", "--log-format", "json",
+                "--log-level", "warning", *extra]
+        log = self.workdir / "manager.log"
+        self.manager_started = time.monotonic()
+        with log.open("ab") as sink:
+            self.manager = subprocess.Popen(argv, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL, cwd=REPO,
+                                            env={**os.environ, **(env or {})})
+
+    def wait_ready(self, timeout: float = 600.0) -> float:
+        """Poll /readyz every 20 ms until 200; returns seconds since :meth:`start_manager`."""
+        assert self.manager is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.manager.poll() is not None:
+                raise RuntimeError(f"manager exited {self.manager.returncode}: {self.log_tail()}")
+            if http("GET", self.probes_url + "/readyz", timeout=2.0)[0] == 200:
+                return time.monotonic() - self.manager_started
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"/readyz not 200 within {timeout} s: {self.log_tail()}")
+            time.sleep(0.02)
+
+    def stop_manager(self) -> None:
+        """SIGTERM the manager (it drains and releases its Leases), kill after 40 s."""
+        if self.manager is None:
+            return
+        if self.manager.poll() is None:
+            self.manager.terminate()
+            try:
+                self.manager.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                self.manager.kill()
+                self.manager.wait(timeout=10)
+        self.manager = None
+
+    def log_tail(self, lines: int = 20) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join((self.workdir / "manager.log").read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def metrics(self) -> str:
+        status, text = http("GET", self.metrics_url)
+        return str(text) if status == 200 else ""
+
+    def soap_requests(self) -> float:
+        """``banlieue_vsphere_requests_total`` summed over every vCenter and method."""
+        return metric_sum(self.metrics(), "banlieue_vsphere_requests_total")
+
+    def request_log(self, since: float = 0.0) -> list[dict[str, Any]]:
+        """The double's request log (``/debug/requests``): requests that arrived at or after
+        ``since`` (epoch seconds), oldest first."""
+        status, body = http("GET", self.url + "/debug/requests", timeout=120)
+        if status != 200:
+            raise RuntimeError(f"/debug/requests: {status}")
+        return [r for r in body["items"] if r["time"] >= since]
+
+    def clear_request_log(self) -> None:
+        """Empty the double's request log (it keeps the last 100,000 requests)."""
+        http("DELETE", self.url + "/debug/requests", timeout=120)

@@ -1,0 +1,147 @@
+"""Figures of ``bench/e2e.py`` that need vcsim: Ready throughput (+ its write ceiling), writes per
+VM, steady-state cost and vCenter isolation. Each function starts its own :class:`Env` and
+appends entries to ``entries`` (see :func:`record`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from e2e_ceiling import replay
+from e2e_env import NS, VMS, VSMS, Env, cpu_seconds, http, rss_mib, vm_doc
+from e2e_load import ReadyWatch, create_all, requests_by, writes
+
+# Writes the contract needs per VM from create to Ready (SPEC §3, §4): the user's create; the
+# controller adds its finalizer, writes status once Scheduled and once Ready, applies the
+# VSphereMachine; the provider adds its finalizer to the VSphereMachine and writes its status
+# once Provisioned (addresses known). Intermediate progress writes (Cloning, PoweringOn,
+# WaitingForIPAddress) are useful to users but not required.
+CONTRACT_MIN_WRITES = 7
+WRITES_FLOOR = 8
+
+
+def record(entries: list[dict[str, Any]], name: str, value: float, unit: str, comparison: float | None,
+           comparison_label: str, **extra: Any) -> dict[str, Any]:
+    """Append (replacing one of the same name) and print one result entry."""
+    entry = {"name": name, "value": round(value, 4), "unit": unit,
+             "comparison": None if comparison is None else round(comparison, 4),
+             "comparison_label": comparison_label, **extra}
+    entries[:] = [e for e in entries if e["name"] != name] + [entry]
+    print(json.dumps(entry), flush=True)
+    return entry
+
+
+async def provision(env: Env, n: int, prefix: str, provider: str | None = None,
+                    timeout: float = 600.0) -> dict[str, Any]:
+    """Create ``n`` VMs at once and wait until all are Ready. Returns seconds (first create to
+    last Ready), VMs/s, the writes banlieue made (from the request log), every request by verb
+    and resource, watch event counts, and manager/API double CPU seconds."""
+    assert env.manager is not None
+    vm_watch = ReadyWatch(env.url, VMS.format(ns=NS))
+    vsm_watch = ReadyWatch(env.url, VSMS.format(ns=NS))
+    await vm_watch.start()
+    await vsm_watch.start()
+    names = {f"{prefix}-{i:05d}" for i in range(n)}
+    since = time.time()
+    pids = {"manager": env.manager.pid, "api_double": env.api_pid}
+    cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
+    t0 = time.monotonic()
+    await create_all(env.url, VMS.format(ns=NS), (vm_doc(name, provider) for name in sorted(names)))
+    created = time.monotonic() - t0
+    if not await vm_watch.wait_ready(names, timeout):
+        missing = sorted(names - vm_watch.ready_at.keys())
+        raise RuntimeError(f"{len(missing)} VMs not Ready within {timeout} s (e.g. {missing[:3]}): {env.log_tail()}")
+    last = max(vm_watch.ready_at[name] for name in names)
+    seconds = last - t0
+    cpu = {k: round(cpu_seconds(pid) - cpu0[k], 2) for k, pid in pids.items()}
+    await asyncio.sleep(3.0)  # trailing writes after Ready (none expected) still count
+    log = env.request_log(since)
+    await vm_watch.stop()
+    await vsm_watch.stop()
+    ready_times = sorted(vm_watch.ready_at[name] - t0 for name in names)
+    return {
+        "n": n, "seconds": seconds, "vms_per_s": n / seconds, "create_seconds": created,
+        "first_ready_s": ready_times[0], "p50_ready_s": ready_times[len(ready_times) // 2],
+        "writes": writes(log), "requests": requests_by(log),
+        "events": {"virtualmachines": dict(vm_watch.events), "vspheremachines": dict(vsm_watch.events)},
+        "cpu_seconds": cpu, "manager_rss_mib": round(rss_mib(env.manager.pid), 1),
+    }
+
+
+def _per_kind(counter: Counter[str], resource: str) -> int:
+    return sum(v for k, v in counter.items() if k.split(" ")[1].split("/")[0] == resource)
+
+
+def throughput_and_steady(work: Path, n: int, entries: list[dict[str, Any]], steady_seconds: float,
+                          steady: bool = True) -> dict[str, Any]:
+    """Figures 1-3: ``vm_ready_throughput``, ``writes_per_vm``, ``steady_state_*``."""
+    with Env(work / f"throughput-{n}", vcsim_opts={"vcenter-a": {}, "vcenter-b": {}}) as env:
+        env.install_fixtures()
+        env.start_manager()
+        env.wait_ready()
+        # Providers Ready (inventory read) before the clock starts: the figure is VM throughput.
+        _wait_providers(env)
+        run = asyncio.run(provision(env, n, "vm"))
+        w: Counter[str] = run["writes"]
+        w["POST virtualmachines"] += n  # the user's creates (this script's), part of create -> Ready
+        vm_writes = {k: v for k, v in w.items() if _per_kind(Counter({k: v}), "virtualmachines")
+                     or _per_kind(Counter({k: v}), "vspheremachines")}
+        per_vm = sum(vm_writes.values()) / n
+        # Every write that changes a stored object bumps its resourceVersion and yields one watch
+        # event; a write that changes nothing yields none.
+        changes = sum(run["events"][r].get(t, 0) for r in ("virtualmachines", "vspheremachines")
+                      for t in ("ADDED", "MODIFIED", "DELETED"))
+        noop = sum(vm_writes.values()) - changes
+        ceiling = asyncio.run(replay(env, w, n))
+        record(entries, "vm_ready_throughput", run["vms_per_s"], "VMs Ready/s", ceiling["vms_per_s"],
+               "write ceiling: the same writes replayed by a bare concurrent aiohttp client on the same double",
+               vms=n, seconds=round(run["seconds"], 2), ratio_to_ceiling=round(run["vms_per_s"] / ceiling["vms_per_s"], 3),
+               floor="50% of ceiling (goal 80%)", first_ready_s=round(run["first_ready_s"], 2),
+               p50_ready_s=round(run["p50_ready_s"], 2), create_seconds=round(run["create_seconds"], 2),
+               cpu_seconds=run["cpu_seconds"], ceiling_seconds=round(ceiling["seconds"], 2),
+               ceiling_writes=ceiling["writes"], manager_rss_mib=run["manager_rss_mib"])
+        record(entries, "writes_per_vm", per_vm, "API writes/VM (create to Ready)", CONTRACT_MIN_WRITES,
+               "the contract's minimum (create, 2 finalizers, VSphereMachine apply, VSphereMachine status, "
+               "VirtualMachine status Scheduled and Ready)", floor=f"<= {WRITES_FLOOR}",
+               by_verb_resource=dict(sorted(vm_writes.items())), noop_writes=noop,
+               other_writes=dict(sorted((k, v) for k, v in w.items() if k not in vm_writes)), vms=n)
+        if steady:
+            steady_state(env, n, steady_seconds, entries)
+        return run
+
+
+def _wait_providers(env: Env, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _, body = http("GET", env.url + f"/apis/banlieue.io/v1alpha1/namespaces/{NS}/providers")
+        items = (body or {}).get("items") or []
+        if items and all(any(c["type"] == "Ready" and c["status"] == "True"
+                             for c in (p.get("status") or {}).get("conditions") or []) for p in items):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"Providers not Ready within {timeout} s: {env.log_tail()}")
+
+
+def steady_state(env: Env, n: int, seconds: float, entries: list[dict[str, Any]]) -> None:
+    """Figure 3: API and SOAP requests per minute with ``n`` Ready VMs and nothing changing."""
+    time.sleep(5.0)  # let the last reconciles settle
+    assert env.manager is not None
+    soap0, since, cpu0 = env.soap_requests(), time.time(), cpu_seconds(env.manager.pid)
+    time.sleep(seconds)
+    soap1, cpu1 = env.soap_requests(), cpu_seconds(env.manager.pid)
+    log = env.request_log(since)
+    reqs = requests_by(log)
+    keepalive = {k: v for k, v in reqs.items() if "leases" in k or "(watch)" in k}
+    other = {k: v for k, v in reqs.items() if k not in keepalive}
+    per_min = 60.0 / seconds
+    record(entries, "steady_state_api_requests", sum(other.values()) * per_min, "API requests/min beyond leases and watches",
+           sum(reqs.values()) * per_min, "all API requests/min, including Lease renewals and watch re-opens",
+           vms=n, seconds=seconds, by_verb_resource=dict(sorted(reqs.items())), goal=0,
+           manager_cpu_percent=round(100 * (cpu1 - cpu0) / seconds, 1))
+    record(entries, "steady_state_soap_requests", (soap1 - soap0) * per_min, "SOAP requests/min",
+           n * 2.0,
+           "a controller re-reading every VM once per 30 s", vms=n, seconds=seconds, goal=0)
