@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import selectors
@@ -569,8 +570,19 @@ def main(args: DevOptions, out: IO[str] | None = None) -> int:
     started = time.monotonic()
     try:
         args.state_dir.mkdir(parents=True, exist_ok=True)
+        lock = (args.state_dir / "dev.lock").open("a+")
     except OSError as err:
         raise StartupError(f"cannot create --state-dir {args.state_dir}: {err.strerror or err}") from None
+    with lock:
+        try:
+            # One environment per state directory: a second one would overwrite its kubeconfig.
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise StartupError(f"another banlieue dev is running with --state-dir {args.state_dir}") from None
+        return _run(args, out, started)
+
+
+def _run(args: DevOptions, out: IO[str], started: float) -> int:
     env = DevEnv(args, Progress(out))
     previous = signal.signal(signal.SIGTERM, _interrupt)
     ready = stopping = False

@@ -147,3 +147,17 @@ def test_simulated_guest_reports_its_static_address_else_none() -> None:
     assert static_address(extra({"network": {"ethernets": {"id0": {"dhcp4": True}}}})) is None
     assert static_address({}) is None
     assert static_address({"guestinfo.metadata": "not base64 json"}) is None
+
+
+@pytest.mark.timeout(60)
+def test_one_dev_environment_per_state_dir(tmp_path: Path) -> None:
+    import fcntl
+
+    state = tmp_path / "state"
+    state.mkdir()
+    with (state / "dev.lock").open("a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running `banlieue dev` holds it
+        proc = run_dev(state, "--exit-when-ready", timeout=50)
+    assert proc.returncode == 1
+    assert proc.stderr == f"banlieue: error: another banlieue dev is running with --state-dir {state}\n"
+    assert proc.stdout == "" and not (state / "kubeconfig").exists()
