@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import aiohttp
 
@@ -111,3 +112,15 @@ async def test_error_rule_on_query(http: Http, apiserver: ApiServerHandle) -> No
     assert (await http.get(CMS))[0] == 200
     status, _, _ = await http.get(CMS, params={"watch": "1", "timeoutSeconds": "1"})
     assert status == 500
+
+
+async def test_apiserver_factory_preloads_crds(apiserver_factory: Any, tmp_path: Any) -> None:
+    import yaml
+
+    from .conftest import WIDGET_CRD
+
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(WIDGET_CRD))
+    handle = await apiserver_factory(crd_dir=tmp_path, history_size=5)
+    async with aiohttp.ClientSession() as s, s.get(handle.url + "/apis/example.com/v1") as r:
+        assert r.status == 200
+    assert handle.server.store.history_size == 5 and handle.kubeconfig_path.exists()

@@ -5,6 +5,8 @@ Fixtures (registered through ``tests/conftest.py``'s ``pytest_plugins``):
 - ``apiserver`` -> :class:`ApiServerHandle` with ``.url``, ``.server`` (the :class:`ApiServer`:
   ``faults``, ``drop_watches()``, ``compact()``, ``request_log()``, ``store``, ``load_crd()``),
   ``.kubeconfig_path``. Watch bookmarks every 1 s.
+- ``apiserver_factory`` -> ``await start(crd_dir=None, bookmark_interval=1.0, history_size=10000)``
+  for extra servers (restarts, preloaded CRDs); all stopped after the test.
 - ``kubeconfig_writer`` -> ``write(url) -> Path`` writing a kubeconfig into the test's tmp dir.
 
 For benchmarks, :func:`start_subprocess` runs ``python -m banlieue.testing.apiserver`` in its
@@ -19,7 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,7 @@ import pytest_asyncio
 import yaml
 
 from .server import ApiServer
+from .store import DEFAULT_HISTORY
 
 TEST_BOOKMARK_INTERVAL = 1.0  # seconds
 
@@ -67,6 +70,28 @@ async def apiserver(tmp_path: Path) -> AsyncIterator[ApiServerHandle]:
         yield ApiServerHandle(server, url, kc)
     finally:
         await server.stop()
+
+
+@pytest_asyncio.fixture
+async def apiserver_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[ApiServerHandle]]]:
+    """``await start(crd_dir=None, bookmark_interval=1.0, history_size=10000)`` -> a new in-process
+    double (several per test allowed, e.g. to simulate a restart); all are stopped after the test."""
+    started: list[ApiServer] = []
+
+    async def start(crd_dir: str | Path | None = None, bookmark_interval: float = TEST_BOOKMARK_INTERVAL,
+                    history_size: int = DEFAULT_HISTORY) -> ApiServerHandle:
+        server = ApiServer(bookmark_interval=bookmark_interval, history_size=history_size)
+        if crd_dir is not None:
+            server.load_crd_dir(crd_dir)
+        url = await server.start("127.0.0.1", 0)
+        started.append(server)
+        return ApiServerHandle(server, url, write_kubeconfig(tmp_path / f"kubeconfig-{len(started)}", url))
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            await server.stop()
 
 
 @pytest.fixture
