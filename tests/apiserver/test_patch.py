@@ -127,3 +127,16 @@ async def test_scale_subresource(http: Http) -> None:
     assert status == 200 and sc2["spec"]["replicas"] == 3
     status, body, _ = await http.put(f"{WIDGETS}/sc/scale", sc)
     assert status == 409 and body["reason"] == "Conflict"
+
+
+async def test_strategic_merge_lists_and_directives(http: Http) -> None:
+    await http.post(CMS, {"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "smp", "finalizers": ["a.io/x"], "labels": {"k": "v"}},
+                          "data": {"a": "1", "b": "2"}})
+    status, c, _ = await http.patch(f"{CMS}/smp", {"metadata": {"finalizers": ["b.io/y"]}, "data": {"a": None}}, SMP)
+    assert status == 200 and c["metadata"]["finalizers"] == ["a.io/x", "b.io/y"] and c["data"] == {"b": "2"}
+    status, c, _ = await http.patch(f"{CMS}/smp", {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.io/x"],
+                                                                "$setElementOrder/finalizers": ["b.io/y"]}}, SMP)
+    assert c["metadata"]["finalizers"] == ["b.io/y"]
+    status, c, _ = await http.patch(f"{CMS}/smp", {"data": {"$patch": "replace", "z": "9"}}, SMP)
+    assert c["data"] == {"z": "9"}

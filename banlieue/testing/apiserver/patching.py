@@ -20,6 +20,7 @@ from .errors import ApiError
 from .patch import PatchError, json_merge_patch, json_patch
 from .resources import ResourceType
 from .rest import Rest, WriteOptions
+from .strategic import strategic_merge
 from .views import present
 
 JSON = dict[str, Any]
@@ -37,22 +38,6 @@ def _decode_json(raw: bytes) -> Any:
         return json.loads(raw or b"null")
     except (ValueError, UnicodeDecodeError) as e:
         raise errors.bad_request(f"error decoding patch: {e}") from e
-
-
-def _strategic_merge(target: JSON, patch: JSON) -> JSON:
-    """Strategic merge approximated as a JSON merge patch, honouring ``$patch: delete/replace``.
-
-    Builtin kinds served here (configmaps, secrets, namespaces, leases, events) have no merge-keyed
-    lists where the difference matters for kubectl's uses (labels, annotations, data).
-    """
-    cleaned = _drop_directives(patch)
-    return json_merge_patch(target, cleaned)
-
-
-def _drop_directives(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _drop_directives(x) for k, x in v.items() if not k.startswith("$") and not k.startswith("$setElementOrder")}
-    return v
 
 
 def apply_patch(
@@ -86,7 +71,7 @@ def apply_patch(
         else:
             if not isinstance(doc, dict):
                 raise errors.bad_request("json: cannot unmarshal into Go value of type map[string]interface {}")
-            patched = _strategic_merge(live, doc) if ctype == STRATEGIC_PATCH else json_merge_patch(live, doc)
+            patched = strategic_merge(live, doc) if ctype == STRATEGIC_PATCH else json_merge_patch(live, doc)
     except PatchError as e:
         raise ApiError(422, "Invalid", e.message) from e
     if not isinstance(patched, dict):
