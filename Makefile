@@ -32,6 +32,7 @@ lint: venv
 # Regenerate every generated manifest (CRDs, RBAC, admission policies) from banlieue/api.
 generate: venv
 	$(VENV)/bin/banlieue crdgen --out config/crd --rbac-out config/rbac --admission-out config/admission
+	$(VENV)/bin/banlieue crddoc --out docs/api-reference.md
 
 check-generated: venv
 	bash hack/check-generated.sh

@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
     ``argv`` defaults to ``sys.argv[1:]`` and ``env`` to ``os.environ`` (tests pass their own).
     """
-    from banlieue.cmd.parser import CrdgenCommand, DevCommand, parse_command
+    from banlieue.cmd.parser import CrddocCommand, CrdgenCommand, DevCommand, parse_command
 
     try:
         command = parse_command(sys.argv[1:] if argv is None else argv, env_from_os() if env is None else env)
@@ -36,6 +36,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             from banlieue.cmd import crdgen
 
             return crdgen.run(command.out, rbac_out=command.rbac_out, admission_out=command.admission_out)
+        if isinstance(command, CrddocCommand):
+            from banlieue.cmd import crddoc
+
+            return crddoc.run(command.out)
         from banlieue.runtime.log import configure_logging
 
         if isinstance(command, DevCommand):

@@ -6,6 +6,7 @@ Subcommands::
     banlieue provider vsphere   [role flags] [--vsphere-task-timeout S]
     banlieue manager            [role flags] [--vsphere-task-timeout S]   # both roles
     banlieue crdgen --out DIR
+    banlieue crddoc [--out FILE]
     banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--vcsim-port N] ...
     banlieue --version
 
@@ -111,13 +112,20 @@ class CrdgenCommand:
 
 
 @dataclass(frozen=True)
+class CrddocCommand:
+    """``banlieue crddoc [--out FILE]``: write the Markdown API reference (banlieue.api.crddoc) to ``out``."""
+
+    out: str
+
+
+@dataclass(frozen=True)
 class DevCommand:
     """``banlieue dev``: the embedded development environment."""
 
     dev: DevOptions
 
 
-Command = RoleCommand | CrdgenCommand | DevCommand
+Command = RoleCommand | CrdgenCommand | CrddocCommand | DevCommand
 
 
 class _Parser(argparse.ArgumentParser):
@@ -131,7 +139,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 _MISSING = {
-    "COMMAND": "missing command: one of controller, provider vsphere, manager, crdgen, dev (see banlieue --help)",
+    "COMMAND": "missing command: one of controller, provider vsphere, manager, crdgen, crddoc, dev (see banlieue --help)",
     "BACKEND": "missing backend: banlieue provider vsphere",
 }
 
@@ -167,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     crd.add_argument("--rbac-out", default=None, help="also write the RBAC manifests here (e.g. config/rbac)")
     crd.add_argument("--admission-out", default=None, help="also write the admission policies here (e.g. config/admission)")
 
+    doc = sub.add_parser("crddoc", help="write the API reference (Markdown) generated from the models")
+    doc.add_argument("--out", default="docs/api-reference.md", help="output file (default docs/api-reference.md)")
+
     dev = sub.add_parser("dev", help="API-server double + vSphere simulator + manager, on 127.0.0.1")
     _add_flags(dev, DEV_FLAGS + DEV_MANAGER_FLAGS)
     return parser
@@ -192,6 +203,8 @@ def parse_command(
     args = build_parser().parse_args(list(argv))
     if args.command == "crdgen":
         return CrdgenCommand(out=args.out, rbac_out=args.rbac_out, admission_out=args.admission_out)
+    if args.command == "crddoc":
+        return CrddocCommand(out=args.out)
     if args.command == "dev":
         values = _resolve_all(DEV_FLAGS + DEV_MANAGER_FLAGS, args, env)
         dev_keys = {spec.dest for spec in DEV_FLAGS}
