@@ -267,6 +267,9 @@ async def _handle_resource(server: ApiServer, t: Target, request: web.Request) -
             return await watch_objects(server, t, request)
         if t.name is None:
             return list_objects(server, t, request)
+        rv_q = q.get("resourceVersion", "")
+        if rv_q.isdigit() and int(rv_q) > server.store.rv:
+            raise errors.too_large_resource_version(int(rv_q), server.store.rv)
         obj = present(rt, server.rest.get_or_404(rt, ns, t.name))
         if wants_table(request):
             return json_response(to_table([obj], rt.printer_columns, list_rv=obj["metadata"]["resourceVersion"],
