@@ -43,14 +43,21 @@ def slug(heading: str) -> str:
 
 
 def _text(value: str) -> str:
-    """A docstring as one Markdown table cell: reST ``x`` literals to `x`, ``|``/``<`` escaped, one line."""
-    out = " ".join(value.split()).replace("``", "`")
-    return out.replace("|", "\\|").replace("<", "&lt;")
+    """A docstring as one Markdown table cell: reST ``x`` literals to `x`, one line, ``|`` escaped.
+
+    ``<`` is escaped outside code spans only (GitHub would read ``<name>`` as an HTML tag, but
+    shows ``&lt;`` literally inside backticks); GFM wants ``\\|`` even inside code spans in tables.
+    """
+    parts = " ".join(value.split()).replace("``", "`").split("`")
+    # Even parts are outside code spans; an unbalanced trailing backtick leaves the rest as text.
+    out = [part if i % 2 else part.replace("<", "&lt;") for i, part in enumerate(parts)]
+    return "`".join(out).replace("|", "\\|")
 
 
 def _code(value: Any) -> str:
-    """``value`` as inline code (strings bare, others as JSON); pipes escaped for tables."""
-    shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    """``value`` as inline code (non-empty strings bare, others as JSON); pipes escaped for tables."""
+    # Strings bare (``PoweredOn``), except the empty one: an empty code span would not render.
+    shown = value if isinstance(value, str) and value else json.dumps(value, sort_keys=True)
     fence = "``" if "`" in shown else "`"
     pad = " " if fence == "``" else ""
     return f"{fence}{pad}{shown}{pad}{fence}".replace("|", "\\|")
@@ -294,8 +301,11 @@ def render_reference() -> str:
                 out += [_text(str(section.raw["description"])), ""]
             out.append("Appears at: " + ", ".join(_code(p) for p in section.paths) + ".")
             rules = _rules(section.raw)
+            if rules:
+                out += ["", "Validation rules (CEL, enforced by the API server):", ""]
             for rule in rules:
-                out.append(f"Rule {_code(rule.get('rule', ''))}: {_text(str(rule.get('message', '')))}.")
+                shown = "**immutable**" if rule.get("rule") == IMMUTABLE_RULE else _code(rule.get("rule", ""))
+                out.append(f"- {shown}: {_text(str(rule.get('message', '')))}")
             out += [""] + renderer.tables[name]
     return "\n".join(out) + "\n"
 

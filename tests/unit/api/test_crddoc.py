@@ -14,6 +14,7 @@ import pytest
 from banlieue.api import crddoc, crdgen
 from banlieue.api.kinds import KindInfo, resource_kinds
 from banlieue.cli import main
+from banlieue.cmd.parser import CrddocCommand, parse_command
 
 ROOT = Path(__file__).resolve().parents[3]
 DOC = crddoc.render_reference()
@@ -117,7 +118,8 @@ def test_every_field_of_every_crd_is_documented_with_enum_default_and_immutabili
             for value in node.get("enum", []):
                 assert f"`{value}`" in type_cell, f"{info.kind}{path}: enum value {value}"
             if "default" in node:
-                shown = node["default"] if isinstance(node["default"], str) else json.dumps(node["default"])
+                default = node["default"]
+                shown = default if isinstance(default, str) and default else json.dumps(default)
                 assert default_cell == f"`{shown}`", f"{info.kind}{path}: default"
             else:
                 assert default_cell == ""
@@ -141,7 +143,8 @@ def test_known_rows() -> None:
     assert type_section("LocalObjectReference").count("`VirtualMachine.spec.classRef`") == 1
     resources = rows(type_section("VSphereMachineTemplateStatus"))
     assert "int-or-string" in resources["capacity"][0]
-    assert "Rule `has(self.datastore) != has(self.datastoreCluster)`" in type_section("StorageTarget")
+    assert "- `has(self.datastore) != has(self.datastoreCluster)`: exactly one of" in type_section("StorageTarget")
+    assert "`vsphere://<BIOS UUID>`" in DOC and "slug(&lt;provider>" in DOC
 
 
 def test_anchors_are_unique_and_every_link_resolves() -> None:
@@ -167,3 +170,8 @@ def test_cli_write_error_is_one_line(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert proc.stderr.startswith("banlieue: error: crddoc: cannot write") and proc.stderr.count("\n") == 1
+
+
+def test_parser_defaults_to_the_committed_path() -> None:
+    assert parse_command(["crddoc"], {}) == CrddocCommand(out="docs/api-reference.md")
+    assert parse_command(["crddoc", "--out", "x.md"], {}) == CrddocCommand(out="x.md")
