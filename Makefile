@@ -29,7 +29,7 @@ lint: venv
 	$(VENV)/bin/ruff check banlieue tests bench hack
 	$(VENV)/bin/mypy
 
-# Regenerate every generated manifest (CRDs, RBAC, admission policies) from banlieue/api.
+# Regenerate every generated file (CRDs, RBAC, admission policies, API reference) from banlieue/api.
 generate: venv
 	$(VENV)/bin/banlieue crdgen --out config/crd --rbac-out config/rbac --admission-out config/admission
 	$(VENV)/bin/banlieue crddoc --out docs/api-reference.md

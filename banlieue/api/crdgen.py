@@ -49,10 +49,10 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _structural(node: Any, defs: dict[str, Any]) -> Any:
+def structural_schema(node: Any, defs: dict[str, Any]) -> Any:
     """Turn one pydantic JSON-schema node into a structural OpenAPI v3 node (recursively)."""
     if isinstance(node, list):
-        return [_structural(n, defs) for n in node]
+        return [structural_schema(n, defs) for n in node]
     if not isinstance(node, dict):
         return node
     node = dict(node)
@@ -65,7 +65,7 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         del node["anyOf"]
         if len(rest) != 1:
             raise ValueError(f"schema node is not structural (union of types): {any_of}")
-        return _structural(_merge(rest[0], node), defs)
+        return structural_schema(_merge(rest[0], node), defs)
     if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
         raise ValueError(f"schema node is not structural (union of types): {node}")
     if "const" in node:
@@ -77,9 +77,9 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         if key in _DROP_KEYS:
             continue
         if key == "properties":
-            out[key] = {name: _structural(sub, defs) for name, sub in value.items()}
+            out[key] = {name: structural_schema(sub, defs) for name, sub in value.items()}
         elif key in ("items", "additionalProperties") and isinstance(value, dict):
-            out[key] = _structural(value, defs)
+            out[key] = structural_schema(value, defs)
         elif key == "anyOf":
             out[key] = value  # int-or-string branches are already plain
         else:
@@ -125,7 +125,7 @@ def openapi_schema(info: KindInfo) -> dict[str, Any]:
     }
     for part in ("spec", "status"):
         if part in props:
-            schema["properties"][part] = _structural(props[part], defs)
+            schema["properties"][part] = structural_schema(props[part], defs)
     required = [r for r in raw.get("required", []) if r in ("spec", "status")]
     if required:
         schema["required"] = required
