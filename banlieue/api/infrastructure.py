@@ -28,6 +28,7 @@ from banlieue.api.meta import (
     TemplateObjectMeta,
     list_map,
 )
+from banlieue.api.provider import ProviderConditionReason
 from banlieue.api.virtualmachine import PowerState
 from banlieue.api.vmclass import MAX_DISKS, MAX_NICS, DiskProvisioning, Firmware
 
@@ -46,7 +47,10 @@ _BY_NAME = list_map("name")
 
 
 class VSphereMachineReason:
-    """Reasons of the VSphereMachine ``Ready`` condition (SPEC §3)."""
+    """Reasons of the VSphereMachine ``Ready`` condition: SPEC §3's, the Provider connection
+    reasons of SPEC §2 it borrows, then the ones banlieue chose where the SPEC names none
+    (``NotPaused`` is the reason of the ``Paused`` condition when False). Operators:
+    docs/operations.md."""
 
     WAITING_FOR_BOOTSTRAP_DATA = "WaitingForBootstrapData"
     WAITING_FOR_CLUSTER_INFRASTRUCTURE = "WaitingForClusterInfrastructure"
@@ -59,6 +63,31 @@ class VSphereMachineReason:
     CLONE_FAILED = "CloneFailed"
     DELETING = "Deleting"
     PAUSED = "Paused"
+    # Borrowed from the Provider (SPEC §2): the machine's Provider cannot be reached.
+    SECRET_MISSING = ProviderConditionReason.SECRET_MISSING
+    SECRET_INVALID = ProviderConditionReason.SECRET_INVALID
+    CONNECT_FAILED = ProviderConditionReason.CONNECT_FAILED
+    TLS_VERIFY_FAILED = ProviderConditionReason.TLS_VERIFY_FAILED
+    # Not named by the SPEC (banlieue's choice).
+    WAITING_FOR_OWNER = "WaitingForOwner"
+    WAITING_FOR_CLUSTER = "WaitingForCluster"
+    PROVIDER_NOT_FOUND = "ProviderNotFound"
+    FAILURE_DOMAIN_NOT_FOUND = "FailureDomainNotFound"
+    VM_NOT_FOUND = "VMNotFound"
+    POWERING_OFF = "PoweringOff"
+    NOT_PAUSED = "NotPaused"
+
+
+class VSphereClusterReason:
+    """Reasons of the VSphereCluster ``Ready`` and ``Paused`` conditions (the SPEC names none;
+    banlieue's choice, CAPI-style). Operators: docs/operations.md."""
+
+    READY = "Ready"
+    PROVIDER_NOT_FOUND = "ProviderNotFound"
+    NO_FAILURE_DOMAINS = "NoFailureDomains"
+    PAUSED = "Paused"
+    NOT_PAUSED = "NotPaused"
+    DELETING = "Deleting"
 
 
 class CloneMode(StrEnum):

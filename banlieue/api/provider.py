@@ -20,7 +20,9 @@ _CONDITIONS = list_map("type")
 _BY_NAME = list_map("name")
 
 class ProviderConditionReason:
-    """Reasons of the Provider ``Ready`` and ``ProviderReachable`` conditions (SPEC §2)."""
+    """Reasons of the Provider ``Ready`` and ``ProviderReachable`` conditions (SPEC §2, plus
+    ``UnsupportedProviderClass``: a provider class no running role serves). The VSphereMachine
+    and VMImage reconcilers borrow the connection reasons. Operators: docs/operations.md."""
 
     RECONCILED = "Reconciled"
     SECRET_MISSING = "SecretMissing"
@@ -29,6 +31,7 @@ class ProviderConditionReason:
     TLS_VERIFY_FAILED = "TLSVerifyFailed"
     INVENTORY_FAILED = "InventoryFailed"
     PAUSED = "Paused"
+    UNSUPPORTED_PROVIDER_CLASS = "UnsupportedProviderClass"
 
 
 PROVIDER_REACHABLE = "ProviderReachable"

@@ -47,7 +47,10 @@ class VirtualMachineConditionType:
 
 
 class VirtualMachineReason:
-    """Reasons used on VirtualMachine conditions (SPEC §4)."""
+    """Reasons of the VirtualMachine conditions: SPEC §4's scheduling and drift reasons, then
+    the ones banlieue chose where the SPEC names none. ``InfrastructureReady`` (and ``Ready``
+    while the machine is not Ready) also carries :class:`~banlieue.api.infrastructure.VSphereMachineReason`
+    values mirrored from the VSphereMachine. Operators: docs/operations.md."""
 
     CLASS_NOT_FOUND = "ClassNotFound"
     IMAGE_NOT_FOUND = "ImageNotFound"
@@ -59,6 +62,18 @@ class VirtualMachineReason:
     ANTI_AFFINITY_UNSATISFIED = "AntiAffinityUnsatisfied"
     PROVIDER_CHANGED = "ProviderChanged"
     FAILURE_DOMAIN_CHANGED = "FailureDomainChanged"
+    # Not named by the SPEC (banlieue's choice).
+    READY = "Ready"
+    SCHEDULED = "Scheduled"
+    NOT_SCHEDULED = "NotScheduled"
+    VALID = "Valid"
+    NOT_MIGRATING = "NotMigrating"
+    PAUSED = "Paused"
+    NOT_PAUSED = "NotPaused"
+    DELETING = "Deleting"
+    WAITING_FOR_INFRASTRUCTURE = "WaitingForInfrastructure"
+    WAITING_FOR_POWER_STATE = "WaitingForPowerState"
+    INFRASTRUCTURE_CONFLICT = "InfrastructureConflict"
 
 
 class PowerState(StrEnum):

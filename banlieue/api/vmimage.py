@@ -44,6 +44,15 @@ class ImageReason:
     LOOKUP_FAILED = "LookupFailed"
 
 
+class VMImageConditionReason:
+    """Reasons of the VMImage ``Ready`` condition beyond :class:`ImageReason`: Ready is True
+    (``Reconciled``) when the template is ready on at least one Provider, else False with the
+    first row's ``ImageReason``, or ``NoMatchingProvider`` when there is no row at all (no
+    Provider of a class named in ``spec.sources``). Operators: docs/operations.md."""
+
+    NO_MATCHING_PROVIDER = "NoMatchingProvider"
+
+
 class ImageSource(ApiModel):
     """Where the image lives for one provider class."""
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from prometheus_client import REGISTRY
 
 import banlieue.backends.vsphere.metrics
 import banlieue.runtime.metrics  # noqa: F401  (registers the metrics documented)
-from banlieue.api.core import ImageReason, ProviderConditionReason, VirtualMachineReason
-from banlieue.api.infrastructure import VSphereMachineReason
+from banlieue.api.core import (
+    ImageReason,
+    ProviderConditionReason,
+    VirtualMachineReason,
+    VMImageConditionReason,
+)
+from banlieue.api.infrastructure import VSphereClusterReason, VSphereMachineReason
 from banlieue.cmd.parser import DEV_FLAGS, ROLE_FLAGS, VSPHERE_FLAGS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,11 +38,22 @@ def section(title: str) -> str:
     return OPERATIONS[start:end if end != -1 else None]
 
 
-def test_every_condition_reason_has_a_row() -> None:
-    assert reasons(ProviderConditionReason) <= table_rows(section("### Provider"))
-    assert reasons(ImageReason) <= table_rows(section("### VMImage"))
-    assert reasons(VirtualMachineReason) <= table_rows(section("### VirtualMachine"))
-    assert reasons(VSphereMachineReason) <= table_rows(section("### VSphereMachine"))
+REASON_SECTIONS: list[tuple[str, tuple[type, ...]]] = [
+    ("### Provider", (ProviderConditionReason,)),
+    ("### VMImage", (ImageReason, VMImageConditionReason)),
+    ("### VirtualMachine", (VirtualMachineReason,)),
+    ("### VSphereMachine", (VSphereMachineReason,)),
+    ("### VSphereCluster", (VSphereClusterReason,)),
+]
+"""Each troubleshooting section and the API reason classes whose every value needs a row there."""
+
+
+@pytest.mark.parametrize(("title", "classes"), REASON_SECTIONS, ids=[t[4:] for t, _ in REASON_SECTIONS])
+def test_every_condition_reason_has_a_row(title: str, classes: tuple[type, ...]) -> None:
+    wanted = set().union(*(reasons(cls) for cls in classes))
+    assert wanted, f"{title}: no reasons found in {classes}"
+    missing = wanted - table_rows(section(title))
+    assert not missing, f"docs/operations.md {title} has no row for {sorted(missing)}"
 
 
 def test_every_role_flag_and_env_is_documented() -> None:
