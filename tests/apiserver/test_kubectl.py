@@ -151,8 +151,16 @@ async def test_builtin_kinds_through_kubectl(kubectl: Kubectl, http: Http) -> No
           "source": {"component": "pytest"}}
     code, _, _ = await http.post("/api/v1/namespaces/team/events", ev)
     assert code == 201
+    new_style = {"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "c1.2", "namespace": "team"},
+                 "eventTime": "2026-01-01T00:00:01.000000Z", "reportingController": "banlieue.io/controller",
+                 "reportingInstance": "r1", "action": "Reconcile", "reason": "Converted", "type": "Warning",
+                 "regarding": {"kind": "ConfigMap", "name": "c1", "namespace": "team", "apiVersion": "v1"},
+                 "note": "written through events.k8s.io"}
+    code, _, _ = await http.post("/apis/events.k8s.io/v1/namespaces/team/events", new_style)
+    assert code == 201
     _, out, _ = await kubectl.run("events", "-n", "team")
     assert "hello from the test" in out and "Tested" in out
+    assert "written through events.k8s.io" in out and "Converted" in out
     _, out, _ = await kubectl.run("get", "events", "-n", "team")
     assert "hello from the test" in out
     rc, _, err = await kubectl.run("get", "cm", "nope", "-n", "team", ok=False)
