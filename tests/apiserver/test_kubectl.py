@@ -201,3 +201,8 @@ async def test_watch_wait_delete_and_categories(kubectl: Kubectl, widgets: Http)
     await kubectl.run("delete", "wd", "w1", "--wait=false")
     rc, out, _ = await waiter
     assert rc == 0
+
+
+async def test_auth_can_i_is_always_yes(kubectl: Kubectl) -> None:
+    _, out, _ = await kubectl.run("auth", "can-i", "delete", "configmaps", "-n", "default")
+    assert out.strip() == "yes"

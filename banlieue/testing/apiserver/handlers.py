@@ -16,7 +16,7 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from . import errors, protobuf, scale
+from . import builtin, errors, protobuf, scale
 from .errors import ApiError
 from .listing import list_objects, selector_matcher, validate_list_options
 from .patching import apply_patch
@@ -281,6 +281,10 @@ async def _handle_resource(server: ApiServer, t: Target, request: web.Request) -
     if method in ("POST", "PUT"):
         # Decode errors of whole-object bodies carry kube's transformDecodeError prefix.
         opts.decode_prefix = f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+    if method == "POST" and rt.group == "authorization.k8s.io" and rt.plural in builtin.REVIEW_KINDS:
+        body = await read_body(request)
+        body["kind"], body["apiVersion"] = rt.kind, rt.api_version
+        return json_response(builtin.review(body), 201)
     if method == "POST":
         if t.name is not None:
             raise errors.method_not_allowed(rt.group, rt.plural, method)

@@ -32,6 +32,9 @@ OBJECT_META: Schema = {
 OBJECT_REF: Schema = {1: ("kind", "str"), 2: ("namespace", "str"), 3: ("name", "str"), 4: ("uid", "str"),
                       5: ("apiVersion", "str"), 6: ("resourceVersion", "str"), 7: ("fieldPath", "str")}
 SERIES: Schema = {1: ("count", "int"), 2: ("lastObservedTime", "microtime")}
+RESOURCE_ATTRS: Schema = {1: ("namespace", "str"), 2: ("verb", "str"), 3: ("group", "str"), 4: ("version", "str"),
+                          5: ("resource", "str"), 6: ("subresource", "str"), 7: ("name", "str")}
+NON_RESOURCE_ATTRS: Schema = {1: ("path", "str"), 2: ("verb", "str")}
 KINDS: dict[tuple[str, str], Schema] = {
     ("v1", "ConfigMap"): {1: ("metadata", OBJECT_META), 2: ("data", "map"), 3: ("binaryData", "bytesmap"),
                           4: ("immutable", "bool")},
@@ -62,6 +65,15 @@ KINDS: dict[tuple[str, str], Schema] = {
         2: ("spec", {1: ("holderIdentity", "str"), 2: ("leaseDurationSeconds", "int"), 3: ("acquireTime", "microtime"),
                      4: ("renewTime", "microtime"), 5: ("leaseTransitions", "int"), 6: ("strategy", "str"),
                      7: ("preferredHolder", "str")}),
+    },
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): {
+        1: ("metadata", OBJECT_META), 2: ("spec", {1: ("resourceAttributes", RESOURCE_ATTRS),
+                                                   2: ("nonResourceAttributes", NON_RESOURCE_ATTRS)}),
+    },
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): {
+        1: ("metadata", OBJECT_META), 2: ("spec", {1: ("resourceAttributes", RESOURCE_ATTRS),
+                                                   2: ("nonResourceAttributes", NON_RESOURCE_ATTRS),
+                                                   3: ("user", "str"), 4: ("groups", "strlist"), 6: ("uid", "str")}),
     },
     ("v1", "DeleteOptions"): {1: ("gracePeriodSeconds", "int"),
                               2: ("preconditions", {1: ("uid", "str"), 2: ("resourceVersion", "str")}),
