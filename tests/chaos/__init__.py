@@ -1,0 +1,1 @@
+"""Fault suite (issue 10): API and vCenter faults, crashes, leader election, drift, bad input, security."""

@@ -1,0 +1,356 @@
+"""The chaos environment: the API-server double (own process), vcsim(s), ``banlieue`` processes.
+
+``ChaosEnv`` is built per scenario by the ``chaos_env`` fixture (conftest.py); everything it
+starts is stopped at teardown. Objects are created over plain HTTP (the double validates them
+against config/crd exactly as for kubectl). Faults go through the double's ``/debug/faults``;
+its request log (``/debug/requests``) records every request with its User-Agent, which names
+the banlieue process (``banlieue/<version> (...) pid/<pid>``, runtime client).
+
+Public helpers: ``wait_for(what, fn, timeout)``, ``http(method, url, body)``,
+``ChaosEnv.start_banlieue(role, *flags) -> Banlieue``, ``ChaosEnv.add_provider(name, vcenter)``,
+``ChaosEnv.create_vms(names)``, ``ChaosEnv.faults(**body)``, ``ChaosEnv.requests()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from banlieue.cmd.dev import GuestNetwork, free_port
+from banlieue.testing.apiserver.fixture import start_subprocess
+
+from .vcenter import Vcenter
+
+REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+NS = "default"
+CORE = "/apis/banlieue.io/v1alpha1"
+INFRA = "/apis/infrastructure.banlieue.io/v1alpha1"
+VMS = f"{CORE}/namespaces/{NS}/virtualmachines"
+VSMS = f"{INFRA}/namespaces/{NS}/vspheremachines"
+PROVIDERS = f"{CORE}/namespaces/{NS}/providers"
+SECRETS = f"/api/v1/namespaces/{NS}/secrets"
+CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
+EVENTS = f"/api/v1/namespaces/{NS}/events"
+LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
+CLASS = "tiny"
+IMAGE = "ubuntu-22.04"
+PASSWORD_MARKER = "pw-chaos-7f3e9d1c"
+USERDATA_MARKER = "ud-chaos-b81c55aa"
+
+
+def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
+    """Poll ``fn`` until it returns a truthy value; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"{what}: not within {timeout:g} s (last value {str(last)[:2000]})")
+
+
+def http(method: str, url: str, body: Any = None, timeout: float = 15.0,
+         content_type: str = "application/json") -> tuple[int, Any]:
+    """One request without proxies; returns (status, decoded JSON or text); 0 = no answer."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        status, raw = err.code, err.read()
+    except OSError:
+        return 0, None
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return dict(c)
+    return {}
+
+
+@dataclass
+class Banlieue:
+    """One ``banlieue <role>`` process; ``restart()`` starts it again with the same flags."""
+
+    argv: list[str]
+    log: Path
+    probes_url: str
+    process: subprocess.Popen[bytes]
+    starts: int = 1
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def healthz(self) -> int:
+        return http("GET", self.probes_url + "/healthz", timeout=5)[0]
+
+    def readyz(self) -> int:
+        return http("GET", self.probes_url + "/readyz", timeout=5)[0]
+
+    def wait_ready(self, timeout: float = 40.0) -> None:
+        wait_for(f"banlieue pid {self.pid} /readyz", lambda: not self.alive() or self.readyz() == 200, timeout)
+        assert self.alive(), f"banlieue exited with {self.process.returncode}:\n{self.tail()}"
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.alive():
+            self.process.send_signal(sig)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                self.process.wait(timeout=40)
+
+    def restart(self) -> None:
+        self.kill()
+        with self.log.open("ab") as sink:
+            self.process = subprocess.Popen(self.argv, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL)
+        self.starts += 1
+
+    def stop(self) -> None:
+        if self.alive():
+            self.process.send_signal(signal.SIGCONT)
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class ChaosEnv:
+    """API double + vcsims + banlieue processes of one scenario."""
+
+    tmp: Path
+    stack: ExitStack
+    api_url: str = ""
+    kubeconfig: Path = Path()
+    vcenters: dict[str, Vcenter] = field(default_factory=dict)
+    procs: list[Banlieue] = field(default_factory=list)
+    guests: GuestNetwork | None = None
+
+    # -- processes -----------------------------------------------------------------------------
+
+    def start_api(self) -> None:
+        api = self.stack.enter_context(start_subprocess(crd_dir=REPO / "config/crd", bookmark_interval=1.0))
+        self.api_url, self.kubeconfig = api.url, api.kubeconfig_path
+
+    def add_vcenter(self, name: str, **opts: Any) -> Vcenter:
+        vc = Vcenter(**opts)
+        self.vcenters[name] = vc
+        self.stack.callback(vc.stop)
+        return vc
+
+    def start_guest_network(self) -> None:
+        """DHCP + VMware Tools for every vcsim (banlieue.cmd.dev.GuestNetwork); survives restarts."""
+        self.guests = GuestNetwork([vc.info for vc in self.vcenters.values()], interval=0.5)
+        self.guests.start()
+        self.stack.callback(self.guests.stop)
+
+    def start_banlieue(self, role: str = "manager", *flags: str, leader_elect: bool = True,
+                       log_level: str = "info", wait: bool = True) -> Banlieue:
+        """``banlieue <role>`` with JSON logs into ``tmp/<role>-<n>.log``; waits for /readyz."""
+        probes = free_port()
+        argv = [sys.executable, "-m", "banlieue.cli", *role.split(), "--kubeconfig", str(self.kubeconfig),
+                "--metrics-bind-address", "0", "--health-probe-bind-address", f"127.0.0.1:{probes}",
+                "--log-format", "json", "--log-level", log_level, *flags]
+        if leader_elect:
+            argv += ["--leader-elect", "--leader-election-namespace", NS]
+        log = self.tmp / f"{role.replace(' ', '-')}-{len(self.procs)}.log"
+        with log.open("ab") as sink:
+            process = subprocess.Popen(argv, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL,
+                                       env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        proc = Banlieue(argv, log, f"http://127.0.0.1:{probes}", process)
+        self.procs.append(proc)
+        self.stack.callback(proc.stop)
+        if wait:
+            proc.wait_ready()
+        return proc
+
+    # -- API -----------------------------------------------------------------------------------
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """One request of the test itself. Injected faults hit every client, this one too: like
+        client-go, retry 429 (after Retry-After) and 500/no answer (0.2 s), up to 30 times, so a
+        read never passes off a fault as an empty list. A POST that a 500 refused before it reached
+        the store (the double injects before the handler) is retried; 409 AlreadyExists after
+        such a retry is the object created by an earlier attempt, and is returned as is."""
+        for _ in range(30):
+            status, out = http(method, self.api_url + path, body)
+            if status == 429:
+                time.sleep(float(((out or {}).get("details") or {}).get("retryAfterSeconds") or 1))
+            elif status in (0, 500):
+                time.sleep(0.2)
+            else:
+                return status, out
+        return status, out
+
+    def get(self, path: str) -> Any:
+        status, body = self.call("GET", path)
+        return body if status == 200 else None
+
+    def items(self, path: str) -> list[dict[str, Any]]:
+        body = self.get(path)
+        return list((body or {}).get("items") or [])
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        status, out = self.call("POST", path, body)
+        assert status == 201, f"POST {path}: {status} {out}"
+        return dict(out)
+
+    def faults(self, **body: Any) -> dict[str, Any]:
+        status, out = self.call("POST", "/debug/faults", body)
+        assert status == 200, out
+        return dict(out)
+
+    def clear_faults(self) -> None:
+        assert self.call("DELETE", "/debug/faults")[0] == 200
+
+    def requests(self) -> list[dict[str, Any]]:
+        return list((self.get("/debug/requests") or {}).get("items") or [])
+
+    # -- objects -------------------------------------------------------------------------------
+
+    def add_shared_objects(self) -> None:
+        """The VMClass ``tiny`` (1 vCPU, 64 MiB, one 1 GiB disk) and the VMImage ``ubuntu-22.04``."""
+        self.create(f"{CORE}/vmclasses", {
+            "apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": CLASS},
+            "spec": {"hardware": {"cpus": 1, "memoryMiB": 64,
+                                  "disks": [{"name": "os", "sizeGiB": 1, "storageClass": "standard"}]},
+                     "network": {"interfaces": [{"name": "eth0", "networkClass": "default"}]}}})
+        self.create(f"{CORE}/vmimages", {
+            "apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": IMAGE},
+            "spec": {"osFamily": "linux", "osDistribution": "ubuntu", "osVersion": "22.04", "architecture": "amd64",
+                     "sources": [{"providerClass": "vsphere", "kind": "Template", "ref": IMAGE}]}})
+
+    def add_provider(self, name: str, vc: Vcenter, *, ca: bool = True, secret: bool = True,
+                     password: str | None = None, labels: dict[str, str] | None = None) -> None:
+        """A Secret ``<name>-credentials`` and a Provider on ``vc`` (CA inline when TLS and ``ca``)."""
+        if secret:
+            self.create(SECRETS, {"apiVersion": "v1", "kind": "Secret",
+                                  "metadata": {"name": f"{name}-credentials", "namespace": NS},
+                                  "stringData": {"username": vc.info["username"],
+                                                 "password": password or vc.info["password"]}})
+        connection: dict[str, Any] = {"endpoint": vc.url, "credentialsRef": {"name": f"{name}-credentials"}}
+        if vc.proc.tls and ca:
+            connection["caBundle"] = {"inline": vc.proc.ca_pem}
+        self.create(PROVIDERS, {
+            "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+            "metadata": {"name": name, "namespace": NS, "labels": labels or {}},
+            "spec": {"providerClassRef": {"name": "vsphere"}, "connection": connection,
+                     "capabilities": {"storageClasses": [{"name": "standard", "target": {"datastore": "LocalDS_0"}}],
+                                      "networkClasses": [{"name": "default", "target": {"portGroup": "VM Network"}}]}}})
+
+    def vm_body(self, name: str, **spec: Any) -> dict[str, Any]:
+        return {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"classRef": {"name": CLASS}, "imageRef": {"name": IMAGE}, **spec}}
+
+    def create_vms(self, names: Iterable[str], **spec: Any) -> list[str]:
+        out = []
+        for name in names:
+            self.create(VMS, self.vm_body(name, **spec))
+            out.append(name)
+        return out
+
+    def delete(self, path: str) -> int:
+        return self.call("DELETE", path)[0]
+
+    # -- observations ----------------------------------------------------------------------------
+
+    def vms(self) -> dict[str, dict[str, Any]]:
+        return {v["metadata"]["name"]: v for v in self.items(VMS)}
+
+    def not_ready(self, names: Iterable[str]) -> dict[str, str]:
+        """Names (of ``names``) whose Ready is not True -> "reason: message"."""
+        vms = self.vms()
+        out = {}
+        for n in names:
+            ready = condition(vms.get(n), "Ready")
+            if ready.get("status") != "True":
+                out[n] = f"{ready.get('reason')}: {ready.get('message')}" if ready else "missing"
+        return out
+
+    def wait_ready(self, names: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            pending = self.not_ready(names)
+            if not pending:
+                return
+            time.sleep(1.0)
+        sample = dict(list(pending.items())[:8])
+        logs = "\n".join(p.tail(15) for p in self.procs[-1:])
+        pytest.fail(f"{len(pending)}/{len(names)} VirtualMachines not Ready within {timeout:g} s: {sample}\n{logs}")
+
+
+class Pulse:
+    """A daemon thread that POSTs ``body`` to ``/debug/faults`` every ``period`` seconds. With
+    ``off`` (a body, or ``"clear"`` for ``DELETE /debug/faults``), the fault comes and goes: on for
+    ``on_for`` seconds (default half the period), then off. Use as a context manager (the fault
+    is switched off on exit); ``count`` is how many pulses were sent, at most ``times``."""
+
+    def __init__(self, env: ChaosEnv, period: float, body: dict[str, Any],
+                 off: dict[str, Any] | str | None = None, on_for: float | None = None,
+                 times: int | None = None) -> None:
+        import threading
+
+        self.env, self.period, self.body, self.off = env, period, body, off
+        self.on_for = on_for if on_for is not None else period / 2
+        self.count = 0
+        self.times = times
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fault pulse", daemon=True)
+
+    def _switch_off(self) -> None:
+        if self.off == "clear":
+            self.env.call("DELETE", "/debug/faults")
+        elif isinstance(self.off, dict):
+            self.env.call("POST", "/debug/faults", self.off)
+
+    def _run(self) -> None:
+        pause = self.period - (self.on_for if self.off is not None else 0)
+        while not self._stop.wait(0 if self.count == 0 else pause):
+            if self.times is not None and self.count >= self.times:
+                break
+            self.env.call("POST", "/debug/faults", self.body)
+            self.count += 1
+            if self.off is not None:
+                if self._stop.wait(self.on_for):
+                    break
+                self._switch_off()
+
+    def __enter__(self) -> Pulse:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._switch_off()
