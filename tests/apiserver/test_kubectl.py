@@ -206,3 +206,17 @@ async def test_watch_wait_delete_and_categories(kubectl: Kubectl, widgets: Http)
 async def test_auth_can_i_is_always_yes(kubectl: Kubectl) -> None:
     _, out, _ = await kubectl.run("auth", "can-i", "delete", "configmaps", "-n", "default")
     assert out.strip() == "yes"
+
+
+async def test_rbac_objects_are_stored(kubectl: Kubectl) -> None:
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "reader"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "read", "namespace": "default"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "reader"},
+               "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}]}
+    _, out, _ = await kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump_all([role, binding]))
+    assert "clusterrole.rbac.authorization.k8s.io/reader created" in out
+    assert "rolebinding.rbac.authorization.k8s.io/read created" in out
+    _, out, _ = await kubectl.run("get", "clusterrole", "reader", "-o", "jsonpath={.rules[0].verbs}")
+    assert json.loads(out) == ["get", "list"]

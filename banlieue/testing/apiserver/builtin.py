@@ -84,6 +84,23 @@ def builtin_types() -> list[ResourceType]:
             "coordination.k8s.io", "v1", "leases", "lease", "Lease", True,
             top_level_fields=_BASE | {"spec"},
         ),
+        # RBAC objects are stored (so manifests apply) but not enforced: the double has no authz.
+        ResourceType(
+            "rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False,
+            top_level_fields=_BASE | {"rules", "aggregationRule"},
+        ),
+        ResourceType(
+            "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding",
+            False, top_level_fields=_BASE | {"subjects", "roleRef"},
+        ),
+        ResourceType(
+            "rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True,
+            top_level_fields=_BASE | {"rules"},
+        ),
+        ResourceType(
+            "rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True,
+            top_level_fields=_BASE | {"subjects", "roleRef"},
+        ),
         ResourceType(
             "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "selfsubjectaccessreview",
             "SelfSubjectAccessReview", False, verbs=["create"], top_level_fields=_BASE | {"spec", "status"},
