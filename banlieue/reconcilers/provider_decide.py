@@ -69,7 +69,7 @@ from banlieue.reconcilers.kinds import PROVIDER_CLASS_VSPHERE
 from banlieue.reconcilers.slug import label_value, unique_slugs
 
 R = ProviderConditionReason
-UNSUPPORTED_PROVIDER_CLASS = "UnsupportedProviderClass"
+UNSUPPORTED_PROVIDER_CLASS = R.UNSUPPORTED_PROVIDER_CLASS
 REFRESH_SECONDS = 300.0
 """Periodic refresh of inventory and capacity (seconds)."""
 CAPACITY_TOLERANCE = 0.01
@@ -216,11 +216,11 @@ def reason_of(failure: Failure) -> str:
     """The SPEC §2 condition reason of a gather failure (module docstring table)."""
     if failure.stage == "config":
         return failure.reason if failure.reason in (R.SECRET_MISSING, R.SECRET_INVALID) else R.SECRET_INVALID
-    if failure.reason == "AuthFailed":
+    if failure.reason == AuthFailed.__name__:
         return R.SECRET_INVALID
-    if failure.reason == "TLSVerifyFailed":
+    if failure.reason == TLSVerifyFailed.__name__:
         return R.TLS_VERIFY_FAILED
-    if failure.stage == "connect" or failure.reason in ("Transient", R.CONNECT_FAILED):
+    if failure.stage == "connect" or failure.reason in (Transient.__name__, R.CONNECT_FAILED):
         return R.CONNECT_FAILED
     return R.INVENTORY_FAILED
 

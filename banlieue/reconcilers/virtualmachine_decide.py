@@ -63,21 +63,8 @@ from banlieue.reconcilers.scheduler import (
 from banlieue.reconcilers.status_mirror import InfraMachineRead
 from banlieue.reconcilers.virtualmachine_machine_decide import desired_machine, machine_differs, owns
 
-
-class Reason:
-    """Condition reasons banlieue chose where SPEC §4 names none (documented for operators)."""
-
-    READY = "Ready"
-    SCHEDULED = "Scheduled"
-    NOT_SCHEDULED = "NotScheduled"
-    VALID = "Valid"
-    NOT_MIGRATING = "NotMigrating"
-    PAUSED = "Paused"
-    NOT_PAUSED = "NotPaused"
-    DELETING = "Deleting"
-    WAITING_FOR_INFRASTRUCTURE = "WaitingForInfrastructure"
-    WAITING_FOR_POWER_STATE = "WaitingForPowerState"
-    INFRASTRUCTURE_CONFLICT = "InfrastructureConflict"
+Reason = VirtualMachineReason
+"""Condition reasons (SPEC §4's and banlieue's own; docs/operations.md lists them for operators)."""
 
 
 PROGRESS_REASONS = frozenset(
@@ -381,7 +368,7 @@ class _Decider:
             self.conds.set(C.PLACEMENT_VALID, True, Reason.VALID)
         scheduled_before = self.was_scheduled is not None and self.was_scheduled.status is ConditionStatus.TRUE
         if not scheduled_before or where != current:
-            self.events.append(RecordedEvent("Normal", "Scheduled", f"placed on {where[0]}/{where[1]}"))
+            self.events.append(RecordedEvent("Normal", Reason.SCHEDULED, f"placed on {where[0]}/{where[1]}"))
         self.conds.set(C.SCHEDULED, True, Reason.SCHEDULED, f"on {where[0]}/{where[1]}")
         self.status.scheduled = _scheduled(self.s, target)
         if self.machine is not None and self.machine.deleting:

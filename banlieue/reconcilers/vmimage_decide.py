@@ -35,15 +35,21 @@ from typing import Literal
 from banlieue.api.conditions import READY, get_condition, set_condition
 from banlieue.api.meta import ConditionStatus
 from banlieue.api.provider import Provider
-from banlieue.api.vmimage import ImageProviderStatus, ImageReason, VMImage, VMImageStatus
-from banlieue.backends.base import TemplateInfo
+from banlieue.api.vmimage import (
+    ImageProviderStatus,
+    ImageReason,
+    VMImage,
+    VMImageConditionReason,
+    VMImageStatus,
+)
+from banlieue.backends.base import AuthFailed, TemplateInfo, TLSVerifyFailed, Transient
 from banlieue.reconcilers.kinds import PROVIDER_CLASS_VSPHERE
 
 REFRESH_SECONDS = 300.0
 """Periodic re-lookup of templates (seconds)."""
-NO_MATCHING_PROVIDER = "NoMatchingProvider"
-CONNECT_REASONS = frozenset({"AuthFailed", "TLSVerifyFailed", "Transient"})
-"""Backend error reasons reported as ``ConnectFailed``."""
+NO_MATCHING_PROVIDER = VMImageConditionReason.NO_MATCHING_PROVIDER
+CONNECT_REASONS = frozenset({AuthFailed.__name__, TLSVerifyFailed.__name__, Transient.__name__})
+"""Backend error taxonomy names (``provider_decide.taxonomy``) reported as ``ConnectFailed``."""
 MAX_MESSAGE = 1024
 
 

@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from banlieue.api.conditions import PAUSED as PAUSED_CONDITION
 from banlieue.api.conditions import READY, get_condition, set_condition
 from banlieue.api.infrastructure import VSphereCluster, VSphereClusterStatus
+from banlieue.api.infrastructure import VSphereClusterReason as Reason
 from banlieue.api.meta import APIEndpoint, FailureDomain, Initialization
 from banlieue.api.provider import Provider
 from banlieue.reconcilers.context import RoleContext
@@ -66,17 +67,6 @@ CAPI_CRD_RETRY_SECONDS = 30.0
 """How often the CAPI Cluster watch looks again for the Cluster CRD when it is not installed."""
 CAPI_WATCH_TIMEOUT_SECONDS = 300
 """``timeoutSeconds`` of one CAPI Cluster watch request (then it is resumed)."""
-
-
-class Reason:
-    """VSphereCluster condition reasons."""
-
-    READY = "Ready"
-    PROVIDER_NOT_FOUND = "ProviderNotFound"
-    NO_FAILURE_DOMAINS = "NoFailureDomains"
-    PAUSED = "Paused"
-    NOT_PAUSED = "NotPaused"
-    DELETING = "Deleting"
 
 
 @dataclass(frozen=True)

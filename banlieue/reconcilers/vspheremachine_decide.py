@@ -51,14 +51,15 @@ from banlieue.api.conditions import PAUSED, READY, get_condition, is_true, set_c
 from banlieue.api.infrastructure import (
     DEFAULT_GUEST_SOFT_POWER_OFF_TIMEOUT_SECONDS,
     VSphereMachine,
+    VSphereMachineReason,
     VSphereMachineStatus,
 )
 from banlieue.api.meta import Initialization, MachineAddress, MachineAddressType
 from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import PowerState
+from banlieue.backends.base import AuthFailed, InvalidSpec, TLSVerifyFailed, Transient, VMInfo, VMSpec
 from banlieue.backends.base import PowerOffMode as OffMode
 from banlieue.backends.base import PowerState as PowerStateName
-from banlieue.backends.base import VMInfo, VMSpec
 from banlieue.reconcilers.kinds import (
     CAPI_ANNOTATION_PAUSED,
     CAPI_LABEL_CLUSTER_NAME,
@@ -76,33 +77,12 @@ from banlieue.reconcilers.vspheremachine_placement import (
     resolve_placement,
 )
 
-
-class R:
-    """Ready reasons (SPEC §3 plus the ones documented in the module docstring)."""
-
-    WAITING_FOR_OWNER = "WaitingForOwner"
-    WAITING_FOR_CLUSTER = "WaitingForCluster"
-    WAITING_FOR_BOOTSTRAP_DATA = "WaitingForBootstrapData"
-    WAITING_FOR_CLUSTER_INFRASTRUCTURE = "WaitingForClusterInfrastructure"
-    CLONING = "Cloning"
-    POWERING_ON = "PoweringOn"
-    POWERING_OFF = "PoweringOff"
-    WAITING_FOR_IP_ADDRESS = "WaitingForIPAddress"
-    PROVISIONED = "Provisioned"
-    TEMPLATE_NOT_FOUND = "TemplateNotFound"
-    INVALID_SPEC = "InvalidSpec"
-    CLONE_FAILED = "CloneFailed"
-    DELETING = "Deleting"
-    PAUSED = "Paused"
-    NOT_PAUSED = "NotPaused"
-    VM_NOT_FOUND = "VMNotFound"
-    CONNECT_FAILED = "ConnectFailed"
-    TLS_VERIFY_FAILED = "TLSVerifyFailed"
-
+R = VSphereMachineReason
+"""Ready reasons (SPEC §3 plus the ones documented in the module docstring)."""
 
 WARNING_REASONS = frozenset(
     {R.TEMPLATE_NOT_FOUND, R.INVALID_SPEC, R.CLONE_FAILED, R.VM_NOT_FOUND, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED,
-     "SecretMissing", "SecretInvalid", "ProviderNotFound", "FailureDomainNotFound"}
+     R.SECRET_MISSING, R.SECRET_INVALID, R.PROVIDER_NOT_FOUND, R.FAILURE_DOMAIN_NOT_FOUND}
 )
 RETRY_SECONDS = 60.0
 """Re-check interval for conditions nothing notifies about (template created, vCenter back)."""
@@ -249,16 +229,18 @@ def _events(before: VSphereMachineStatus | None, after: VSphereMachineStatus | N
 
 
 def _failure_reason(failure: Failure) -> str:
-    if failure.reason == "AuthFailed" or failure.step == "connect":
+    # failure.reason is BackendError.reason: the taxonomy class's name, or a more specific word
+    # the vSphere backend gives (``TemplateNotFound``, ``TaskTimeout``...).
+    if failure.reason == AuthFailed.reason or failure.step == "connect":
         return R.CONNECT_FAILED
-    if failure.reason == "TLSVerifyFailed":
+    if failure.reason == TLSVerifyFailed.reason:
         return R.TLS_VERIFY_FAILED
-    if failure.reason == "Transient":
+    if failure.reason == Transient.reason:
         return R.CONNECT_FAILED
     if failure.step == "create":
         if failure.reason == "TemplateNotFound":
             return R.TEMPLATE_NOT_FOUND
-        if failure.reason == "InvalidSpec" or failure.reason.endswith("NotFound"):
+        if failure.reason == InvalidSpec.reason or failure.reason.endswith("NotFound"):
             return R.INVALID_SPEC
         return R.CLONE_FAILED
     return R.CONNECT_FAILED if failure.step == "lookup" else failure.reason

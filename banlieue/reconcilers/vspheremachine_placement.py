@@ -18,20 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from banlieue.api.infrastructure import BOOTSTRAP_DATA_DEFAULT_KEY, VSphereMachine
+from banlieue.api.infrastructure import VSphereMachineReason as Reason
 from banlieue.api.provider import Provider, ProviderFailureDomain
 from banlieue.backends.base import DiskSpec, NicSpec, VMSpec
 
 CAPI_GROUP = "cluster.x-k8s.io"
 BOOTSTRAP_FORMAT_KEY = "format"
 """Key of a CAPI bootstrap data Secret naming the format (``cloud-config`` or ``ignition``)."""
-
-
-class Reason:
-    """Ready reasons this module introduces beyond SPEC §3 (documented in vspheremachine_decide)."""
-
-    PROVIDER_NOT_FOUND = "ProviderNotFound"
-    FAILURE_DOMAIN_NOT_FOUND = "FailureDomainNotFound"
-    INVALID_SPEC = "InvalidSpec"
 
 
 class PlacementError(Exception):
@@ -142,10 +135,10 @@ def read_bootstrap(secret: Mapping[str, Any], key: str) -> BootstrapData:
         elif key in (secret.get("stringData") or {}):
             data = str(secret["stringData"][key]).encode()
         else:
-            raise PlacementError("WaitingForBootstrapData", f"bootstrap data Secret {name} has no key {key!r}")
+            raise PlacementError(Reason.WAITING_FOR_BOOTSTRAP_DATA, f"bootstrap data Secret {name} has no key {key!r}")
         fmt = base64.b64decode(str(fmt_raw), validate=True).decode() if fmt_raw else "cloud-config"
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise PlacementError("WaitingForBootstrapData", f"bootstrap data Secret {name} key {key!r} is not valid base64") from exc
+        raise PlacementError(Reason.WAITING_FOR_BOOTSTRAP_DATA, f"bootstrap data Secret {name} key {key!r} is not valid base64") from exc
     return BootstrapData(data=data, format=fmt or "cloud-config")
 
 
