@@ -208,7 +208,7 @@ async def test_auth_can_i_is_always_yes(kubectl: Kubectl) -> None:
     assert out.strip() == "yes"
 
 
-async def test_rbac_objects_are_stored(kubectl: Kubectl) -> None:
+async def test_rbac_and_admission_objects_are_stored(kubectl: Kubectl) -> None:
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "reader"},
             "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -220,3 +220,7 @@ async def test_rbac_objects_are_stored(kubectl: Kubectl) -> None:
     assert "rolebinding.rbac.authorization.k8s.io/read created" in out
     _, out, _ = await kubectl.run("get", "clusterrole", "reader", "-o", "jsonpath={.rules[0].verbs}")
     assert json.loads(out) == ["get", "list"]
+    vap = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+           "metadata": {"name": "p"}, "spec": {"failurePolicy": "Fail", "validations": [{"expression": "true"}]}}
+    _, out, _ = await kubectl.apply(vap)
+    assert "validatingadmissionpolicy.admissionregistration.k8s.io/p created" in out

@@ -1,7 +1,9 @@
 """The builtin kinds the double serves and their per-kind write rules (registry strategies).
 
 Served: core/v1 namespaces, configmaps, secrets, events, serviceaccounts; events.k8s.io/v1
-events; coordination.k8s.io/v1 leases; apiextensions.k8s.io/v1 customresourcedefinitions.
+events; coordination.k8s.io/v1 leases; apiextensions.k8s.io/v1 customresourcedefinitions; stored
+but not enforced: rbac.authorization.k8s.io/v1 roles and bindings, admissionregistration.k8s.io/v1
+ValidatingAdmissionPolicy(Binding); authorization.k8s.io/v1 access reviews (always allowed).
 Per-kind rules follow kube's ``pkg/registry/core/<kind>/strategy.go``: secrets merge
 ``stringData`` into base64 ``data`` and default ``type: Opaque``; namespaces get
 ``spec.finalizers: [kubernetes]`` and ``status.phase: Active``; immutable configmaps/secrets
@@ -100,6 +102,17 @@ def builtin_types() -> list[ResourceType]:
         ResourceType(
             "rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True,
             top_level_fields=_BASE | {"subjects", "roleRef"},
+        ),
+        # Admission policies are stored but not enforced (no CEL admission in the double).
+        ResourceType(
+            "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "validatingadmissionpolicy",
+            "ValidatingAdmissionPolicy", False, status_subresource=True, has_generation=True,
+            top_level_fields=_BASE | {"spec", "status"},
+        ),
+        ResourceType(
+            "admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+            "validatingadmissionpolicybinding", "ValidatingAdmissionPolicyBinding", False, has_generation=True,
+            top_level_fields=_BASE | {"spec"},
         ),
         ResourceType(
             "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "selfsubjectaccessreview",
