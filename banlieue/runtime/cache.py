@@ -235,6 +235,17 @@ class Cache:
         """Objects of ``kind`` with ``value`` in index ``index``."""
         return self._informer_for(kind).store.by_index(index, value)
 
+    def index_keys(self, kind: ResourceKind, index: str, value: str) -> builtins.list[str]:
+        """Keys (``namespace/name``, or ``name`` for cluster-scoped kinds) of the objects of
+        ``kind`` with ``value`` in index ``index``, without decoding them (client-go
+        ``Indexer.IndexKeys``). KeyError for an unknown index."""
+        return self._informer_for(kind).store.index_keys(index, value)
+
+    def resource_version(self, kind: ResourceKind, key: str) -> str | None:
+        """The cached object's resourceVersion by key (see :meth:`index_keys`), without decoding
+        it; None when absent. Lets a reader reuse what it derived from an unchanged object."""
+        return self._informer_for(kind).store.resource_version(key)
+
     def add_indexer(self, kind: ResourceKind, name: str, fn: IndexFunc) -> None:
         """Register index ``name`` on the kind's store (works after items exist)."""
         self._informer_for(kind).store.add_indexer(name, fn)
