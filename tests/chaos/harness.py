@@ -29,10 +29,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from banlieue.cmd.dev import GuestNetwork, free_port
+from banlieue.cmd.dev import free_port
 from banlieue.testing.apiserver.fixture import start_subprocess
 
-from .vcenter import Vcenter
+from .vcenter import Guests, Vcenter
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -153,7 +153,7 @@ class ChaosEnv:
     kubeconfig: Path = Path()
     vcenters: dict[str, Vcenter] = field(default_factory=dict)
     procs: list[Banlieue] = field(default_factory=list)
-    guests: GuestNetwork | None = None
+    guests: Guests | None = None
 
     # -- processes -----------------------------------------------------------------------------
 
@@ -168,8 +168,8 @@ class ChaosEnv:
         return vc
 
     def start_guest_network(self) -> None:
-        """DHCP + VMware Tools for every vcsim (banlieue.cmd.dev.GuestNetwork); survives restarts."""
-        self.guests = GuestNetwork([vc.info for vc in self.vcenters.values()], interval=0.5)
+        """DHCP + VMware Tools for every vcsim (:class:`Guests`); survives restarts."""
+        self.guests = Guests(list(self.vcenters.values()))
         self.guests.start()
         self.stack.callback(self.guests.stop)
 

@@ -174,3 +174,47 @@ class Oracle:
         if others:
             self.content.sessionManager.TerminateSession(sessionId=others)
         return len(others)
+
+
+class Guests:
+    """DHCP + VMware Tools for the simulators (``banlieue.cmd.dev.GuestNetwork._assign``: every
+    powered-on banlieue VM without an address gets ``SET.guest.ipAddress``), polled every
+    ``interval`` s by a daemon thread through :class:`Oracle` sessions, so http simulators and
+    restarted ones (new process, same port) are served too."""
+
+    def __init__(self, vcenters: list[Vcenter], interval: float = 0.5) -> None:
+        import threading
+
+        self.vcenters = vcenters
+        self.interval = interval
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos guests", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        from banlieue.cmd.dev import GuestNetwork
+
+        sessions: dict[int, Oracle] = {}
+        leases: dict[int, dict[str, tuple[str, float]]] = {}
+        try:
+            while not self._stop.wait(self.interval):
+                for index, vc in enumerate(self.vcenters):
+                    try:
+                        if index not in sessions:
+                            sessions[index] = vc.oracle()
+                        GuestNetwork._assign(sessions[index].si, 10 + index, leases.setdefault(index, {}))
+                    except Exception:  # a simulator down or restarting, a session ended: retry next round
+                        self.errors += 1
+                        stale = sessions.pop(index, None)
+                        if stale is not None:
+                            stale.close()
+        finally:
+            for oracle in sessions.values():
+                oracle.close()

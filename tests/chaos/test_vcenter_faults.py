@@ -1,0 +1,125 @@
+"""vCenter faults (issue 10, second bullet), against vcsim 0.24.
+
+- session invalidated mid-run: a second session ends banlieue's sessions
+  (``SessionManager.TerminateSession``) every 0.5 s while VMs are provisioned and deleted;
+- clone failing, then succeeding: vcsim cannot fail a clone task on demand, so the template is
+  renamed away once the VMImage has resolved it (the clones fail: the template is gone) and
+  renamed back later (the clones succeed);
+- vcsim killed and restarted on the same port: vcsim forgets its inventory on restart, so the
+  VMs are created during the outage (plain http: hack/vcsim makes a new CA at every start);
+- a method delay longer than the task timeout: ``CloneVM_Task`` takes 4 s in vcsim,
+  ``--vsphere-task-timeout 2``; vcsim still finishes each clone after the client gave up.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .harness import IMAGE, PROVIDERS, VMS, VSMS, ChaosEnv, condition, wait_for
+from .invariants import assert_exact_vms, assert_serving, delete_all_and_check_clean
+
+pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(180)]
+
+
+def ready_reasons(env: ChaosEnv) -> set[str]:
+    """Ready reasons of every VSphereMachine now."""
+    return {str(condition(v, "Ready").get("reason")) for v in env.items(VSMS)}
+
+
+def test_session_terminated_mid_run(chaos_env: ChaosEnv) -> None:
+    env = chaos_env
+    vc = env.add_vcenter("vc")
+    env.start_guest_network()
+    env.add_shared_objects()
+    env.add_provider("vc", vc)
+    manager = env.start_banlieue("manager")
+    ended = 0
+    with vc.oracle() as oracle:
+        names = env.create_vms(f"vm-{i:03d}" for i in range(60))
+        deadline = time.monotonic() + 90
+        while env.not_ready(names) and time.monotonic() < deadline:
+            ended += oracle.terminate_other_sessions()
+            time.sleep(0.5)
+        env.wait_ready(names, 60)
+        assert_exact_vms(env, names)
+        for name in names:
+            env.delete(f"{VMS}/{name}")
+        deadline = time.monotonic() + 60
+        while env.items(VSMS) and time.monotonic() < deadline:
+            ended += oracle.terminate_other_sessions()
+            time.sleep(0.5)
+    assert ended >= 2, "no session of banlieue's was ended: the fault did not happen"
+    delete_all_and_check_clean(env)
+    assert_serving(manager)
+
+
+def test_clone_fails_while_template_missing_then_succeeds(chaos_env: ChaosEnv) -> None:
+    env = chaos_env
+    vc = env.add_vcenter("vc")
+    env.start_guest_network()
+    env.add_shared_objects()
+    env.add_provider("vc", vc)
+    manager = env.start_banlieue("manager")
+    image = f"/apis/banlieue.io/v1alpha1/vmimages/{IMAGE}"
+    wait_for("VMImage Ready", lambda: condition(env.get(image), "Ready").get("status") == "True", 30)
+    with vc.oracle() as oracle:
+        template = oracle.find_template(IMAGE)
+        assert template is not None
+        oracle.rename(template.moref, "ubuntu-22.04-away")
+        names = env.create_vms(f"vm-{i:03d}" for i in range(20))
+        seen: set[str] = set()
+
+        def failing() -> bool:
+            seen.update(ready_reasons(env))
+            return "TemplateNotFound" in seen
+
+        wait_for("a VSphereMachine Ready=False TemplateNotFound while the template is missing", failing, 30)
+        assert not oracle.managed(), "a VM was cloned while the template was missing"
+        oracle.rename(template.moref, IMAGE)
+    env.wait_ready(names, 90)
+    assert_exact_vms(env, names)
+    delete_all_and_check_clean(env)
+    assert_serving(manager)
+
+
+def test_vcsim_killed_and_restarted_same_port(chaos_env: ChaosEnv) -> None:
+    env = chaos_env
+    vc = env.add_vcenter("vc", tls=False)
+    env.start_guest_network()
+    env.add_shared_objects()
+    env.add_provider("vc", vc)
+    manager = env.start_banlieue("manager")
+    provider = f"{PROVIDERS}/vc"
+    wait_for("Provider Ready", lambda: condition(env.get(provider), "Ready").get("status") == "True", 30)
+    vc.kill()
+    names = env.create_vms(f"vm-{i:03d}" for i in range(30))
+    seen: set[str] = set()
+
+    def outage_seen() -> bool:
+        seen.update(ready_reasons(env))
+        seen.add(str(condition(env.get(provider), "ProviderReachable").get("reason")))
+        return "ConnectFailed" in seen
+
+    wait_for("ConnectFailed reported during the outage", outage_seen, 45)
+    assert env.get(provider)["status"].get("failureDomains"), "failure domains dropped on a transient error"
+    vc.restart()
+    env.wait_ready(names, 120)
+    assert_exact_vms(env, names)
+    delete_all_and_check_clean(env)
+    assert_serving(manager)
+
+
+def test_clone_slower_than_task_timeout(chaos_env: ChaosEnv) -> None:
+    env = chaos_env
+    vc = env.add_vcenter("vc", method_delay={"CloneVM_Task": 4000})
+    env.start_guest_network()
+    env.add_shared_objects()
+    env.add_provider("vc", vc)
+    manager = env.start_banlieue("manager", "--vsphere-task-timeout", "2")
+    names = env.create_vms(f"vm-{i:03d}" for i in range(10))
+    env.wait_ready(names, 120)
+    assert_exact_vms(env, names, timeout=15)
+    delete_all_and_check_clean(env)
+    assert_serving(manager)
