@@ -50,8 +50,14 @@ def main() -> int:
     p.add_argument("--steady-seconds", type=float, default=None)
     p.add_argument("--scales", type=lambda v: [int(x) for x in v.split(",")], default=None,
                    help="comma list of object counts for memory/cold start (default 100,1000,10000)")
+    p.add_argument("--profile", type=Path, default=None,
+                   help="directory for py-spy collapsed stacks of the manager and the API double (throughput run)")
+    p.add_argument("--manager-arg", action="append", default=[],
+                   help="extra banlieue manager flag (repeatable), e.g. --manager-arg=--max-concurrent-reconciles=32")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
+    import e2e_env
+    e2e_env.MANAGER_ARGS.extend(args.manager_arg)
     n = args.vms or (100 if args.quick else 1000)
     only = set(filter(None, args.only.split(",")))
     entries: list[dict[str, Any]] = json.loads(args.out.read_text()) if args.out.exists() else []
@@ -59,14 +65,37 @@ def main() -> int:
     print(f"work dir {work}", file=sys.stderr)
     if not only or "throughput" in only or "steady" in only:
         e2e_run.throughput_and_steady(work, n, entries, args.steady_seconds or (20.0 if args.quick else 60.0),
-                                      steady="steady" in only or not only)
+                                      steady="steady" in only or not only, profile=args.profile)
+    if not only or "isolation" in only:
+        e2e_run.vcenter_isolation(work, 50 if args.quick else 200, entries)
     if not only or "memory" in only:
         import e2e_bulk
         for size in args.scales or ([100, 1000] if args.quick else [100, 1000, 10000]):
             e2e_bulk.scale_point(work, size, entries, e2e_run.record)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(entries, indent=2) + "\n")
+    if args.out == RESULTS:
+        write_table(entries)
     return 0
+
+
+DOC = HERE.parent / "docs" / "performance.md"
+BEGIN, END = "<!-- e2e-table:begin -->", "<!-- e2e-table:end -->"
+
+
+def write_table(entries: list[dict[str, Any]]) -> None:
+    """Replace the table between the markers in docs/performance.md with ``entries``."""
+    rows = ["| figure | value | unit | comparison | compared with |", "|---|---|---|---|---|"]
+    for e in entries:
+        comp = "" if e.get("comparison") is None else f"{e['comparison']:g}"
+        rows.append(f"| `{e['name']}` | {e['value']:g} | {e['unit']} | {comp} | {e['comparison_label']} |")
+    table = "\n".join(rows)
+    text = DOC.read_text() if DOC.exists() else f"# Performance\n\n{BEGIN}\n{END}\n"
+    if BEGIN not in text:
+        text += f"\n{BEGIN}\n{END}\n"
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    DOC.write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}")
 
 
 if __name__ == "__main__":

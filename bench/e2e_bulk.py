@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from e2e_env import NS, VMS, VSMS, Env, cpu_seconds, http, metric_sum, rss_mib, vm_doc
+from e2e_env import MANAGER_ARGS, NS, VMS, VSMS, Env, cpu_seconds, http, metric_sum, rss_mib, vm_doc
 from e2e_load import ReadyWatch, requests_by, writes
 
 PROVIDER_NAMES = ("vcenter-a", "vcenter-b")
@@ -167,7 +167,7 @@ def scale_point(work: Path, n: int, entries: list[dict[str, Any]], record: Any) 
     """Memory and cold start with ``n`` VirtualMachines + ``n`` VSphereMachines (see module doc)."""
     per_vcsim = n // 2
     opts = {"vm": -(-per_vcsim // POOLS_PER_VCSIM), "autostart": True}
-    with Env(work / f"scale-{n}", vcsim_opts={p: opts for p in PROVIDER_NAMES}) as env:
+    with Env(work / f"scale-{n}", vcsim_opts={p: opts for p in PROVIDER_NAMES}, manager_args=MANAGER_ARGS) as env:
         env.install_fixtures()
         env.start_manager()
         env.wait_ready()

@@ -19,7 +19,6 @@ from typing import Any
 import aiohttp
 from e2e_env import NS, VMS, VSMS, Env, http
 
-CEILING_NS = "ceiling"
 CONCURRENCY = 32
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
@@ -35,9 +34,9 @@ def _template(env: Env) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] 
     return vm, vsm, ev[0]
 
 
-def _strip(obj: dict[str, Any], name: str, keep_status: bool = False) -> dict[str, Any]:
+def _strip(obj: dict[str, Any], name: str, ns: str, keep_status: bool = False) -> dict[str, Any]:
     out = {"apiVersion": obj["apiVersion"], "kind": obj["kind"],
-           "metadata": {"name": name, "namespace": CEILING_NS,
+           "metadata": {"name": name, "namespace": ns,
                         **({"labels": obj["metadata"]["labels"]} if obj["metadata"].get("labels") else {})},
            "spec": copy.deepcopy(obj.get("spec") or {})}
     if keep_status:
@@ -45,7 +44,7 @@ def _strip(obj: dict[str, Any], name: str, keep_status: bool = False) -> dict[st
     return out
 
 
-def _status_body(obj: dict[str, Any], name: str, step: int) -> dict[str, Any]:
+def _status_body(obj: dict[str, Any], name: str, ns: str, step: int) -> dict[str, Any]:
     status = copy.deepcopy(obj.get("status") or {})
     for c in status.get("conditions") or []:
         c["message"] = f"{c.get('message', '')} (step {step})"
@@ -54,7 +53,7 @@ def _status_body(obj: dict[str, Any], name: str, step: int) -> dict[str, Any]:
         status["conditions"] = [{"type": "Ready", "status": "False", "reason": "Step", "message": f"step {step}",
                                  "lastTransitionTime": "2026-01-01T00:00:00Z"}]
     return {"apiVersion": obj["apiVersion"], "kind": obj["kind"],
-            "metadata": {"name": name, "namespace": CEILING_NS}, "status": status}
+            "metadata": {"name": name, "namespace": ns}, "status": status}
 
 
 def _split(total: int, n: int, i: int) -> int:
@@ -62,18 +61,18 @@ def _split(total: int, n: int, i: int) -> int:
     return total // n + (1 if i < total % n else 0)
 
 
-async def replay(env: Env, counts: Counter[str], n: int) -> dict[str, Any]:
+async def replay(env: Env, counts: Counter[str], n: int, ns: str = "ceiling") -> dict[str, Any]:
     """Replay ``counts`` (keys from ``e2e_load.classify``) over ``n`` objects with CONCURRENCY
     requests in flight. Returns {seconds, vms_per_s, writes (replayed, by key)}. Raises
     RuntimeError when a replayed write fails (other than conflicts on Leases)."""
     vm_t, vsm_t, ev_t = _template(env)
-    http("POST", env.url + "/api/v1/namespaces", {"metadata": {"name": CEILING_NS}})
+    http("POST", env.url + "/api/v1/namespaces", {"metadata": {"name": ns}})
     done: Counter[str] = Counter()
     base = env.url
-    vm_path = VMS.format(ns=CEILING_NS)
-    vsm_path = VSMS.format(ns=CEILING_NS)
-    ev_path = f"/apis/events.k8s.io/v1/namespaces/{CEILING_NS}/events"
-    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{CEILING_NS}/leases"
+    vm_path = VMS.format(ns=ns)
+    vsm_path = VSMS.format(ns=ns)
+    ev_path = f"/apis/events.k8s.io/v1/namespaces/{ns}/events"
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
     known = {"POST virtualmachines", "POST events", "PATCH virtualmachines (merge)",
              "PATCH virtualmachines/status (apply)", "PATCH virtualmachines/status (merge)",
              "PATCH vspheremachines (apply)", "PATCH vspheremachines (merge)",
@@ -98,17 +97,17 @@ async def replay(env: Env, counts: Counter[str], n: int) -> dict[str, Any]:
             name = f"c-{i:05d}"
             k = "POST virtualmachines"
             if _split(counts[k], n, i) or True:  # every object needs its VM
-                await send("POST", vm_path, _strip(vm_t, name), "application/json", k)
+                await send("POST", vm_path, _strip(vm_t, name, ns), "application/json", k)
             for _ in range(_split(counts["PATCH virtualmachines (merge)"], n, i)):
                 await send("PATCH", f"{vm_path}/{name}", {"metadata": {"finalizers": ["banlieue.io/virtualmachine"],
                            "annotations": {"step": str(time.monotonic())}}}, MERGE, "PATCH virtualmachines (merge)")
             for _ in range(_split(counts["PATCH virtualmachines (apply)"], n, i)):
-                await send("PATCH", f"{vm_path}/{name}", {**_strip(vm_t, name), "metadata": {
-                    "name": name, "namespace": CEILING_NS, "annotations": {"step": str(time.monotonic())}}},
+                await send("PATCH", f"{vm_path}/{name}", {**_strip(vm_t, name, ns), "metadata": {
+                    "name": name, "namespace": ns, "annotations": {"step": str(time.monotonic())}}},
                     APPLY, "PATCH virtualmachines (apply)", "?fieldManager=ceiling&force=true")
             for key, sub, ctype, q in (("PATCH vspheremachines (apply)", "", APPLY, "?fieldManager=ceiling&force=true"),):
                 for j in range(_split(counts[key], n, i)):
-                    body = _strip(vsm_t, name)
+                    body = _strip(vsm_t, name, ns)
                     body["metadata"]["annotations"] = {"step": str(j)}
                     await send("PATCH", f"{vsm_path}/{name}{sub}", body, ctype, key, q)
             for _ in range(_split(counts["PATCH vspheremachines (merge)"], n, i)):
@@ -119,14 +118,14 @@ async def replay(env: Env, counts: Counter[str], n: int) -> dict[str, Any]:
                 for kind, ctype, q in (("apply", APPLY, "?fieldManager=ceiling&force=true"), ("merge", MERGE, "")):
                     key = f"PATCH {res}/status ({kind})"
                     for j in range(_split(counts[key], n, i)):
-                        body = _status_body(tmpl, name, j)
+                        body = _status_body(tmpl, name, ns, j)
                         await send("PATCH", f"{path}/{name}/status", body if kind == "apply" else {"status": body["status"]},
                                    ctype, key, q)
             if ev_t is not None:
                 for j in range(_split(counts["POST events"], n, i)):
                     ev = copy.deepcopy(ev_t)
-                    ev["metadata"] = {"name": f"{name}.{j}", "namespace": CEILING_NS}
-                    ev.get("regarding", {}).update({"name": name, "namespace": CEILING_NS})
+                    ev["metadata"] = {"name": f"{name}.{j}", "namespace": ns}
+                    ev.get("regarding", {}).update({"name": name, "namespace": ns})
                     await send("POST", ev_path, ev, "application/json", "POST events")
 
         async def leases() -> None:

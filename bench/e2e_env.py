@@ -44,6 +44,8 @@ VMCLASSES = "/apis/banlieue.io/v1alpha1/vmclasses"
 VMIMAGES = "/apis/banlieue.io/v1alpha1/vmimages"
 # vcsim: 2 datacenters x 3 clusters x 4 hosts (4 GiB each); the bench class needs 16 MiB, so
 # capacity never limits placement of 1,000 VMs.
+MANAGER_ARGS: list[str] = []
+"""Extra manager flags for every Env (set by ``bench/e2e.py --manager-arg``)."""
 VCSIM_OPTS: dict[str, Any] = {"dc": 2, "cluster": 3, "host": 4, "templates": [IMAGE]}
 
 
@@ -82,11 +84,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def metric_sum(text: str, name: str, **labels: str) -> float:
-    """Sum of every sample of ``name`` whose labels include ``labels`` in a Prometheus text page."""
+def metric_sum(text: str, metric: str, /, **labels: str) -> float:
+    """Sum of every sample of ``metric`` whose labels include ``labels`` in a Prometheus text page."""
     total = 0.0
     for line in text.splitlines():
-        m = re.match(rf"^{name}(\{{(.*)\}})? (\S+)$", line)
+        m = re.match(rf"^{metric}(\{{(.*)\}})? (\S+)$", line)
         if m and all(f'{k}="{v}"' in (m.group(2) or "") for k, v in labels.items()):
             total += float(m.group(3))
     return total
@@ -138,6 +140,8 @@ class Env:
     metrics_url: str = ""
     probes_url: str = ""
     manager_started: float = 0.0
+    manager_args: tuple[str, ...] = ()
+    """Extra ``banlieue manager`` flags for every start (``bench/e2e.py --manager-arg``)."""
 
     def __enter__(self) -> Env:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -212,7 +216,7 @@ class Env:
         argv = [sys.executable, "-m", "banlieue.cli", "manager", "--kubeconfig", str(kubeconfig), "--leader-elect",
                 "--leader-election-namespace", NS, "--metrics-bind-address", f"127.0.0.1:{metrics}",
                 "--health-probe-bind-address", f"127.0.0.1:{probes}", "--log-format", "json",
-                "--log-level", "warning", *extra]
+                "--log-level", "warning", *self.manager_args, *extra]
         log = self.workdir / "manager.log"
         self.manager_started = time.monotonic()
         with log.open("ab") as sink:

@@ -120,6 +120,8 @@ def classify(rec: dict[str, Any]) -> str:
     ``PATCH virtualmachines/status (apply)``; the apply is recognised by its ``force``/``fieldManager``
     query (client.apply) vs. merge/JSON patches without one."""
     segs = [s for s in rec["path"].split("/") if s]
+    if segs[:1] not in (["api"], ["apis"]) or len(segs) < 3:
+        return f"{rec['method']} {rec['path']}"
     # /api/v1/namespaces/ns/kind[/name[/sub]] or /apis/g/v/namespaces/ns/kind[/name[/sub]]
     rest = segs[2:] if segs[:1] == ["api"] else segs[3:]
     if rest[:1] == ["namespaces"] and len(rest) >= 3:

@@ -5,22 +5,28 @@ appends entries to ``entries`` (see :func:`record`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from e2e_ceiling import replay
-from e2e_env import NS, VMS, VSMS, Env, cpu_seconds, http, rss_mib, vm_doc
+from e2e_env import MANAGER_ARGS, NS, VMS, VSMS, Env, cpu_seconds, http, metric_sum, rss_mib, vm_doc
 from e2e_load import ReadyWatch, create_all, requests_by, writes
 
-# Writes the contract needs per VM from create to Ready (SPEC §3, §4): the user's create; the
-# controller adds its finalizer, writes status once Scheduled and once Ready, applies the
-# VSphereMachine; the provider adds its finalizer to the VSphereMachine and writes its status
-# once Provisioned (addresses known). Intermediate progress writes (Cloning, PoweringOn,
-# WaitingForIPAddress) are useful to users but not required.
-CONTRACT_MIN_WRITES = 7
+# Writes the contract needs per VM from create to Ready (SPEC §2-§4): the user's create (1);
+# the controller's finalizer on the VirtualMachine (1), its status with a Ready condition from the
+# first reconcile ("Ready at all times") and once Ready (2), its apply of the VSphereMachine (1);
+# the provider's finalizer on the VSphereMachine (1), spec.providerID (CAPI contract, 1), and the
+# VSphereMachine status from its first reconcile and once provisioned (2).
+CONTRACT_MIN_WRITES = 9
 WRITES_FLOOR = 8
 
 
@@ -47,7 +53,8 @@ async def provision(env: Env, n: int, prefix: str, provider: str | None = None,
     await vsm_watch.start()
     names = {f"{prefix}-{i:05d}" for i in range(n)}
     since = time.time()
-    pids = {"manager": env.manager.pid, "api_double": env.api_pid}
+    pids = {"manager": env.manager.pid, "api_double": env.api_pid,
+            **{f"vcsim_{p}": vc.process.pid for p, vc in env.vcsims.items()}}
     cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
     t0 = time.monotonic()
     await create_all(env.url, VMS.format(ns=NS), (vm_doc(name, provider) for name in sorted(names)))
@@ -58,6 +65,12 @@ async def provision(env: Env, n: int, prefix: str, provider: str | None = None,
     last = max(vm_watch.ready_at[name] for name in names)
     seconds = last - t0
     cpu = {k: round(cpu_seconds(pid) - cpu0[k], 2) for k, pid in pids.items()}
+    text = env.metrics()
+    controllers = ("virtualmachine", "vspheremachine", "provider", "vmimage")
+    counters = {c: {"reconciles": metric_sum(text, "controller_runtime_reconcile_total", controller=c),
+                    "errors": metric_sum(text, "controller_runtime_reconcile_errors_total", controller=c),
+                    "retries": metric_sum(text, "workqueue_retries_total", name=c)} for c in controllers}
+    vsm_ready = sorted(t - t0 for name, t in vsm_watch.ready_at.items() if name in names)
     await asyncio.sleep(3.0)  # trailing writes after Ready (none expected) still count
     log = env.request_log(since)
     await vm_watch.stop()
@@ -68,6 +81,9 @@ async def provision(env: Env, n: int, prefix: str, provider: str | None = None,
         "first_ready_s": ready_times[0], "p50_ready_s": ready_times[len(ready_times) // 2],
         "writes": writes(log), "requests": requests_by(log),
         "events": {"virtualmachines": dict(vm_watch.events), "vspheremachines": dict(vsm_watch.events)},
+        "controllers": counters,
+        "vsm_ready_p50_s": vsm_ready[len(vsm_ready) // 2] if vsm_ready else None,
+        "vsm_ready_last_s": vsm_ready[-1] if vsm_ready else None,
         "cpu_seconds": cpu, "manager_rss_mib": round(rss_mib(env.manager.pid), 1),
     }
 
@@ -76,16 +92,45 @@ def _per_kind(counter: Counter[str], resource: str) -> int:
     return sum(v for k, v in counter.items() if k.split(" ")[1].split("/")[0] == resource)
 
 
+@contextlib.contextmanager
+def profiled(pids: dict[str, int], out: Path | None) -> Iterator[None]:
+    """``py-spy record --format raw`` (collapsed stacks, 100 Hz, --nonblocking) of each pid while
+    the block runs; files ``<out>/<name>.txt``. Nothing when ``out`` is None."""
+    if out is None:
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    spy = str(Path(sys.executable).parent / "py-spy")
+    procs = [subprocess.Popen([spy, "record", "-p", str(pid), "-o", str(out / f"{name}.txt"), "--format", "raw",
+                               "-r", "100", "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for name, pid in pids.items()]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def throughput_and_steady(work: Path, n: int, entries: list[dict[str, Any]], steady_seconds: float,
-                          steady: bool = True) -> dict[str, Any]:
-    """Figures 1-3: ``vm_ready_throughput``, ``writes_per_vm``, ``steady_state_*``."""
-    with Env(work / f"throughput-{n}", vcsim_opts={"vcenter-a": {}, "vcenter-b": {}}) as env:
+                          steady: bool = True, profile: Path | None = None) -> dict[str, Any]:
+    """Figures 1-3: ``vm_ready_throughput``, ``writes_per_vm``, ``steady_state_*``; with
+    ``profile``, py-spy samples the manager and the API double during the provisioning run."""
+    with Env(work / f"throughput-{n}", vcsim_opts={"vcenter-a": {}, "vcenter-b": {}}, manager_args=MANAGER_ARGS) as env:
         env.install_fixtures()
         env.start_manager()
         env.wait_ready()
         # Providers Ready (inventory read) before the clock starts: the figure is VM throughput.
         _wait_providers(env)
-        run = asyncio.run(provision(env, n, "vm"))
+        assert env.manager is not None
+        load0 = os.getloadavg()[0]
+        with profiled({"manager": env.manager.pid, "api_double": env.api_pid}, profile):
+            run = asyncio.run(provision(env, n, "vm"))
         w: Counter[str] = run["writes"]
         w["POST virtualmachines"] += n  # the user's creates (this script's), part of create -> Ready
         vm_writes = {k: v for k, v in w.items() if _per_kind(Counter({k: v}), "virtualmachines")
@@ -96,17 +141,20 @@ def throughput_and_steady(work: Path, n: int, entries: list[dict[str, Any]], ste
         changes = sum(run["events"][r].get(t, 0) for r in ("virtualmachines", "vspheremachines")
                       for t in ("ADDED", "MODIFIED", "DELETED"))
         noop = sum(vm_writes.values()) - changes
-        ceiling = asyncio.run(replay(env, w, n))
+        # The ceiling is a maximum: best of two replays (this machine is shared, so runs vary).
+        ceiling = max((asyncio.run(replay(env, w, n, f"ceiling-{k}")) for k in range(2)), key=lambda c: c["vms_per_s"])
         record(entries, "vm_ready_throughput", run["vms_per_s"], "VMs Ready/s", ceiling["vms_per_s"],
                "write ceiling: the same writes replayed by a bare concurrent aiohttp client on the same double",
                vms=n, seconds=round(run["seconds"], 2), ratio_to_ceiling=round(run["vms_per_s"] / ceiling["vms_per_s"], 3),
                floor="50% of ceiling (goal 80%)", first_ready_s=round(run["first_ready_s"], 2),
                p50_ready_s=round(run["p50_ready_s"], 2), create_seconds=round(run["create_seconds"], 2),
                cpu_seconds=run["cpu_seconds"], ceiling_seconds=round(ceiling["seconds"], 2),
-               ceiling_writes=ceiling["writes"], manager_rss_mib=run["manager_rss_mib"])
+               ceiling_writes=ceiling["writes"], manager_rss_mib=run["manager_rss_mib"],
+               load_average_1m=round(load0, 2), controllers=run["controllers"],
+               vsm_ready_p50_s=run["vsm_ready_p50_s"], vsm_ready_last_s=run["vsm_ready_last_s"], requests=dict(sorted(run["requests"].items())))
         record(entries, "writes_per_vm", per_vm, "API writes/VM (create to Ready)", CONTRACT_MIN_WRITES,
-               "the contract's minimum (create, 2 finalizers, VSphereMachine apply, VSphereMachine status, "
-               "VirtualMachine status Scheduled and Ready)", floor=f"<= {WRITES_FLOOR}",
+               "the contract's minimum: create, 2 finalizers, VSphereMachine apply, providerID apply, "
+               "2 VirtualMachine and 2 VSphereMachine status writes (a Ready condition at all times)", floor=f"<= {WRITES_FLOOR}",
                by_verb_resource=dict(sorted(vm_writes.items())), noop_writes=noop,
                other_writes=dict(sorted((k, v) for k, v in w.items() if k not in vm_writes)), vms=n)
         if steady:
@@ -145,3 +193,43 @@ def steady_state(env: Env, n: int, seconds: float, entries: list[dict[str, Any]]
     record(entries, "steady_state_soap_requests", (soap1 - soap0) * per_min, "SOAP requests/min",
            n * 2.0,
            "a controller re-reading every VM once per 30 s", vms=n, seconds=seconds, goal=0)
+
+
+SLOW_METHODS = {"CloneVM_Task": 5000, "ReconfigVM_Task": 5000, "PowerOnVM_Task": 5000}
+"""vcsim ``--method-delay`` (ms) of the slow vCenter in ``vcenter_isolation``."""
+
+
+async def _isolation_run(env: Env, m: int, tag: str) -> tuple[float, int]:
+    """m VMs on vcenter-b (created first) then m on vcenter-a, at once; returns (seconds until
+    every vcenter-a VM is Ready, vcenter-b VMs Ready by then)."""
+    watch = ReadyWatch(env.url, VMS.format(ns=NS))
+    await watch.start()
+    a = {f"iso-{tag}-a-{i:04d}" for i in range(m)}
+    b = {f"iso-{tag}-b-{i:04d}" for i in range(m)}
+    t0 = time.monotonic()
+    await create_all(env.url, VMS.format(ns=NS), [vm_doc(x, "vcenter-b") for x in sorted(b)])
+    await create_all(env.url, VMS.format(ns=NS), [vm_doc(x, "vcenter-a") for x in sorted(a)])
+    if not await watch.wait_ready(a, 600):
+        raise RuntimeError(f"vcenter-a VMs not Ready: {env.log_tail()}")
+    seconds = max(watch.ready_at[x] for x in a) - t0
+    b_ready = len(b & watch.ready_at.keys())
+    await watch.stop()
+    return seconds, b_ready
+
+
+def vcenter_isolation(work: Path, m: int, entries: list[dict[str, Any]]) -> None:
+    """Figure 7: time for m VMs on a healthy vCenter to be Ready while m VMs go to a second
+    vCenter, healthy (baseline) vs slow (vcsim --method-delay 5 s on clone, reconfigure, power on)."""
+    results = {}
+    for label, slow in (("healthy", {}), ("slow", {"method_delay": SLOW_METHODS})):
+        with Env(work / f"isolation-{label}", vcsim_opts={"vcenter-a": {}, "vcenter-b": slow}, manager_args=MANAGER_ARGS) as env:
+            env.install_fixtures()
+            env.start_manager()
+            env.wait_ready()
+            _wait_providers(env)
+            results[label] = asyncio.run(_isolation_run(env, m, label))
+    healthy, slow_run = results["healthy"][0], results["slow"][0]
+    record(entries, "vcenter_isolation", slow_run / healthy, "x time to Ready on the healthy vCenter", 1.2,
+           "goal: at most 1.2x with the other vCenter slow", vms_per_vcenter=m,
+           healthy_peer_seconds=round(healthy, 2), slow_peer_seconds=round(slow_run, 2),
+           slow_vcenter_ready_by_then=results["slow"][1], slow_method_delay_ms=SLOW_METHODS)
