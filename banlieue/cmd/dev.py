@@ -412,7 +412,8 @@ class DevEnv:
 
     @property
     def state(self) -> Path:
-        return self.args.state_dir
+        """The state directory as an absolute path: children run in other working directories."""
+        return self.args.state_dir.absolute()
 
     def run_kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60.0) -> str:
         """``kubectl --kubeconfig <state>/kubeconfig ARGS``; StartupError with stderr on failure."""
@@ -635,8 +636,9 @@ def _run(args: DevOptions, out: IO[str], started: float) -> int:
 
 
 def _print_usage(env: DevEnv, out: IO[str], elapsed: float) -> None:
+    given = env.args.state_dir
+    shown = given if given.is_absolute() else Path("$PWD") / given
     state = env.state
-    shown = state if state.is_absolute() else Path("$PWD") / state
     out.write(
         f"\nbanlieue dev is ready ({elapsed:.1f} s). In another terminal:\n"
         f"  export KUBECONFIG={shown / 'kubeconfig'}\n"

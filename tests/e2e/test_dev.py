@@ -23,10 +23,11 @@ from banlieue.cmd.dev import point_providers_at, sample_documents, static_addres
 from .harness import REPO, http, requirements_skip
 
 
-def run_dev(state: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 110) -> subprocess.CompletedProcess[str]:
+def run_dev(state: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 110,
+            cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "banlieue.cli", "dev", "--state-dir", str(state), *extra],
-        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO,
+        capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd,
         env={**os.environ, **(env or {})},
     )
 
@@ -44,9 +45,11 @@ def process_alive(pid: int) -> bool:
 @pytest.mark.timeout(120)
 @requirements_skip()
 def test_dev_exit_when_ready(tmp_path: Path) -> None:
+    # A relative --state-dir (as `make dev` uses .banlieue) from another working directory:
+    # the children run elsewhere, so every path handed to them must be absolute.
     state = tmp_path / "state"
-    proc = run_dev(state, "--exit-when-ready", "--metrics-bind-address", "127.0.0.1:0",
-                   "--health-probe-bind-address", "127.0.0.1:0")
+    proc = run_dev(Path("state"), "--exit-when-ready", "--metrics-bind-address", "127.0.0.1:0",
+                   "--health-probe-bind-address", "127.0.0.1:0", cwd=tmp_path)
     out = proc.stdout
     assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{proc.stderr}\nmanager.log:\n{(state / 'manager.log').read_text()[-3000:]}"
     for stage in range(1, 8):
@@ -56,7 +59,7 @@ def test_dev_exit_when_ready(tmp_path: Path) -> None:
         assert re.search(rf"^virtualmachine\.banlieue\.io/{vm} .* True ", out, re.M), out
         assert re.search(rf"^vspheremachine\.infrastructure\.banlieue\.io/{vm} .*vsphere://", out, re.M), out
     assert re.search(r"^provider\.banlieue\.io/vcenter-a .* True ", out, re.M), out
-    assert f"export KUBECONFIG={state / 'kubeconfig'}" in out
+    assert "export KUBECONFIG=$PWD/state/kubeconfig" in out
     assert "banlieue dev is ready" in out
     # Everything it started is gone: both simulators (pids in their info files) and the API double.
     infos = [json.loads(p.read_text()) for p in state.glob("vcsim-*/info.json")]
