@@ -155,30 +155,3 @@ def resource_types(crd: JSON) -> list[ResourceType]:
             crd_name=crd["metadata"]["name"],
         ))
     return out
-
-
-SMP = "application/strategic-merge-patch+json"
-
-
-def strip_strategic_merge(doc: JSON, crd_list: list[JSON]) -> JSON:
-    """Remove strategic merge patch from the PATCH media types of custom resources in ``doc``.
-
-    kube-apiserver publishes CR PATCH operations consuming only json-patch, merge-patch and
-    apply-patch; kubectl picks strategic merge when the OpenAPI says it is accepted, which custom
-    resources refuse with 415. Works on swagger 2.0 (``consumes``) and OpenAPI 3 (``requestBody``).
-    Returns ``doc`` (mutated in place).
-    """
-    kinds = {(c["spec"]["group"], c["spec"]["names"]["kind"]) for c in crd_list}
-    for item in (doc.get("paths") or {}).values():
-        op = item.get("patch") if isinstance(item, dict) else None
-        if not isinstance(op, dict):
-            continue
-        gvk = op.get("x-kubernetes-group-version-kind") or {}
-        if (gvk.get("group"), gvk.get("kind")) not in kinds:
-            continue
-        if isinstance(op.get("consumes"), list):
-            op["consumes"] = [c for c in op["consumes"] if c != SMP]
-        content = (op.get("requestBody") or {}).get("content")
-        if isinstance(content, dict):
-            content.pop(SMP, None)
-    return doc

@@ -59,6 +59,8 @@ class _Resource:
     namespaced: bool
     status: bool
     definition: str
+    custom: bool = False
+    """True for a CustomResourceDefinition's resource: its PATCH takes no strategic merge."""
 
     @property
     def gvk(self) -> JSON:
@@ -92,6 +94,7 @@ def _crd_resources(crds: Iterable[JSON]) -> list[tuple[_Resource, JSON]]:
             spec.get("scope", "Namespaced") == "Namespaced",
             "status" in (v.get("subresources") or spec.get("subresources") or {}),
             crd_definition_name(spec.get("group", ""), v.get("name", ""), kind),
+            custom=True,
         )  # fmt: skip
         out.append((res, (v.get("schema") or {}).get("openAPIV3Schema") or {"type": "object"}))
     return out
@@ -567,8 +570,10 @@ _QUERY_TYPES = {"force": "boolean", "limit": "integer", "watch": "boolean", "all
 _LIST_Q = ["allowWatchBookmarks", "continue", "fieldSelector", "labelSelector", "limit", "resourceVersion",
            "resourceVersionMatch", "sendInitialEvents", "timeoutSeconds", "watch"]  # fmt: skip
 _WRITE_Q = ["dryRun", "fieldManager", "fieldValidation"]
-_PATCH_TYPES = ["application/apply-patch+yaml", "application/json-patch+json", "application/merge-patch+json",
-                "application/strategic-merge-patch+json"]  # fmt: skip
+_CR_PATCH_TYPES = ["application/apply-patch+yaml", "application/json-patch+json", "application/merge-patch+json"]
+# kube-apiserver publishes strategic merge for builtin kinds only: custom resources answer it with
+# 415, and kubectl picks strategic merge whenever the OpenAPI says a PATCH accepts it.
+_PATCH_TYPES = [*_CR_PATCH_TYPES, "application/strategic-merge-patch+json"]
 
 
 def _param(name: str, v3: bool, where: str = "query") -> JSON:
@@ -648,7 +653,7 @@ def _paths(res: _Resource, v3: bool) -> JSON:
             "put": _op(res, "replace the specified", "put", _op_name(res, "replace", ns, what), _WRITE_Q, res.definition, v3,
                        (res.definition, json_ct)),
             "patch": _op(res, "partially update the specified", "patch", _op_name(res, "patch", ns, what),
-                         [*_WRITE_Q, "force"], res.definition, v3, (PATCH, _PATCH_TYPES)),
+                         [*_WRITE_Q, "force"], res.definition, v3, (PATCH, _CR_PATCH_TYPES if res.custom else _PATCH_TYPES)),
             "parameters": item_params,
         }  # fmt: skip
         if not suffix:

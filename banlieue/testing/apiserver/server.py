@@ -256,7 +256,7 @@ class ApiServer:
         crd_list = self.crd_objects()
         if segs == ["openapi", "v2"]:
             if self._openapi_v2 is None:
-                self._openapi_v2 = crds.strip_strategic_merge(openapi.openapi_v2(crd_list), crd_list)
+                self._openapi_v2 = openapi.openapi_v2(crd_list)
                 self._openapi_v2_pb = None
             if "protobuf" in request.headers.get("Accept", ""):
                 if self._openapi_v2_pb is None:
@@ -268,11 +268,11 @@ class ApiServer:
             gvs = ["api/v1"] + [f"apis/{g}/{v}" for g, vs in self.registry.group_versions().items() if g for v in vs]
             return json_response(openapi.openapi_v3_index(gvs))
         if len(segs) == 4 and segs[:3] == ["openapi", "v3", "api"]:
-            return json_response(crds.strip_strategic_merge(openapi.openapi_v3_doc("", segs[3], crd_list), crd_list))
+            return json_response(openapi.openapi_v3_doc("", segs[3], crd_list))
         if len(segs) == 5 and segs[:3] == ["openapi", "v3", "apis"]:
             if discovery.api_resource_list(self.registry, segs[3], segs[4]) is None:
                 raise NOT_FOUND_PATH
-            return json_response(crds.strip_strategic_merge(openapi.openapi_v3_doc(segs[3], segs[4], crd_list), crd_list))
+            return json_response(openapi.openapi_v3_doc(segs[3], segs[4], crd_list))
         raise NOT_FOUND_PATH
 
     async def _debug(self, request: web.Request, segs: list[str]) -> web.Response:

@@ -145,6 +145,22 @@ def test_crd_paths_namespaced_and_status() -> None:
     assert "application/apply-patch+yaml" in paths[base + "/{name}"]["patch"]["requestBody"]["content"]
 
 
+SMP = "application/strategic-merge-patch+json"
+
+
+def test_strategic_merge_only_for_builtin_kinds() -> None:
+    # kubectl sends strategic merge whenever a PATCH advertises it; custom resources answer 415.
+    cr = openapi_v3_doc("banlieue.io", "v1alpha1", CRDS)["paths"]
+    for path in ("/apis/banlieue.io/v1alpha1/namespaces/{namespace}/virtualmachines/{name}",
+                 "/apis/banlieue.io/v1alpha1/namespaces/{namespace}/virtualmachines/{name}/status"):  # fmt: skip
+        assert SMP not in cr[path]["patch"]["requestBody"]["content"]
+    core = openapi_v3_doc("", "v1", CRDS)["paths"]
+    assert SMP in core["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"]["requestBody"]["content"]
+    v2 = openapi_v2(CRDS)["paths"]
+    assert SMP not in v2["/apis/banlieue.io/v1alpha1/namespaces/{namespace}/virtualmachines/{name}"]["patch"]["consumes"]
+    assert SMP in v2["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"]["consumes"]
+
+
 def test_cluster_scoped_paths() -> None:
     paths = openapi_v3_doc("banlieue.io", "v1alpha1", [_crd(["v1alpha1"], scope="Cluster")])["paths"]
     assert "/apis/banlieue.io/v1alpha1/virtualmachines/{name}" in paths
