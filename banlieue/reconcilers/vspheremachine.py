@@ -266,7 +266,7 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     register_indexes(ctx.cache)
     maps = MapFuncs(ctx.cache)
     capi = CapiWatch(mgr, ctx.client, maps)
-    vm_watch = VMWatch(ctx.backend, ctx.cache, maps, ctx.namespace)
+    vm_watch = VMWatch(ctx.backend, ctx.cache, maps, ctx.namespace, providers=mgr.get_informer(PROVIDER))
     reconciler = VSphereMachineReconciler(ctx, ctx.backend, capi)
     return (
         ControllerBuilder(mgr)

@@ -9,17 +9,19 @@ and the vCenter property-collector watch (SPEC §4 "Secondary watches map back t
   labelled ``cluster.x-k8s.io/cluster-name=<name>``. The CAPI kinds are optional: ``capi_requests``
   looks them up in discovery (every ``CAPI_DISCOVERY_SECONDS``) and creates their informers only
   once they are served, so a cluster without CAPI never waits for their cache sync.
-- vCenter: ``vm_change_requests`` runs ``backend.watch(conn)`` once per vSphere Provider
+- vCenter: ``VMWatch.requests`` runs ``backend.watch(conn)`` once per vSphere Provider
   connection and maps each ``VMChange`` to the machine by UID (index ``INDEX_UID``) or, for a
-  removal without UID, by ``status.instanceUUID`` (index ``INDEX_INSTANCE_UUID``).
+  removal without UID, by ``status.instanceUUID`` (index ``INDEX_INSTANCE_UUID``). Provider
+  add/update/delete events wake it at once to start or stop watches (``ProviderWake``);
+  ``WATCH_RESYNC_SECONDS`` remains as a safety net.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -43,8 +45,9 @@ from banlieue.reconcilers.vsphere_connection import (
 )
 from banlieue.runtime.cache import Cache
 from banlieue.runtime.client import Client
-from banlieue.runtime.event import Object
+from banlieue.runtime.event import DeletedFinalStateUnknown, Object
 from banlieue.runtime.handler import EnqueueRequestsFromMapFunc
+from banlieue.runtime.informer import Informer
 from banlieue.runtime.log import get_logger
 from banlieue.runtime.manager import Manager
 from banlieue.runtime.reconcile import Request
@@ -60,7 +63,8 @@ INDEX_BOOTSTRAP_SECRET = "vspheremachine.bootstrapSecret"
 CAPI_DISCOVERY_SECONDS = 30.0
 """How often to look for the CAPI kinds in discovery until they are served."""
 WATCH_RESYNC_SECONDS = 5.0
-"""How often the set of watched vCenter connections is compared with the Providers."""
+"""How often the set of watched vCenter connections is compared with the Providers when no
+Provider event woke the watcher first (a safety net: Provider events wake it at once)."""
 WATCH_RESTART_SECONDS = 5.0
 """Pause before a failed vCenter watch is restarted."""
 
@@ -218,17 +222,58 @@ class CapiWatch:
             yield await queue.get()
 
 
-class VMWatch:
-    """One ``backend.watch(conn)`` per vSphere Provider connection in ``namespace`` (None: all),
-    re-evaluated every ``WATCH_RESYNC_SECONDS``; changes become Requests. When a watch delivers
-    its first batch, every machine of the Provider's namespace is enqueued once (a VM removed
-    before the watch was live appears in no batch)."""
+class ProviderWake:
+    """A ``ResourceEventHandler`` for the Provider informer: every add, update (status included:
+    a Provider becomes reachable when its credentials Secret appears) and delete calls ``wake()``.
+    Handlers run on the informer's task and must not block; ``wake`` only enqueues."""
 
-    def __init__(self, backend: Backend, cache: Cache, maps: MapFuncs, namespace: str | None) -> None:
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.wake = wake
+
+    def on_add(self, obj: Object, is_in_initial_list: bool) -> None:
+        self.wake()
+
+    def on_update(self, old: Object, new: Object) -> None:
+        self.wake()
+
+    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
+        self.wake()
+
+
+_WAKE: Final = object()
+"""Queue item: re-evaluate the watched connections now (a Provider changed)."""
+
+
+class VMWatch:
+    """One ``backend.watch(conn)`` per vSphere Provider connection in ``namespace`` (None: all);
+    changes become Requests. The set of watches is re-evaluated when ``providers`` (the Provider
+    informer, optional) reports an add/update/delete, and at the latest every
+    ``WATCH_RESYNC_SECONDS`` (the safety net; before Provider events woke it, a new Provider waited
+    up to that long for its watch). When a watch delivers its first batch, every machine of the
+    Provider's namespace is enqueued once (a VM removed before the watch was live appears in no
+    batch)."""
+
+    def __init__(self, backend: Backend, cache: Cache, maps: MapFuncs, namespace: str | None,
+                 providers: Informer | None = None) -> None:
         self.backend = backend
         self.cache = cache
         self.maps = maps
         self.namespace = namespace
+        self.providers = providers
+        self.wakes = 0
+        """How many Provider events woke the watcher (coalesced: one per pending re-evaluation)."""
+        self._queue: asyncio.Queue[VMChange | str | object] | None = None
+        self._wake_pending = False
+
+    def wake(self) -> None:
+        """Re-evaluate the watched connections as soon as the watcher runs again (coalesced: a
+        burst of Provider events before it runs causes one re-evaluation). No-op before
+        ``requests()`` has started."""
+        if self._queue is None or self._wake_pending:
+            return
+        self._wake_pending = True
+        self.wakes += 1
+        self._queue.put_nowait(_WAKE)
 
     def _connections(self) -> dict[tuple[str, str, str], Connection]:
         out: dict[tuple[str, str, str], Connection] = {}
@@ -243,7 +288,7 @@ class VMWatch:
             out[conn.session_key] = conn
         return out
 
-    async def _pump(self, conn: Connection, queue: asyncio.Queue[VMChange | str]) -> None:
+    async def _pump(self, conn: Connection, queue: asyncio.Queue[VMChange | str | object]) -> None:
         while True:
             first = True
             try:
@@ -260,30 +305,51 @@ class VMWatch:
                 log.exception("vcenter watch crashed, restarting", provider=conn.provider)
             await asyncio.sleep(WATCH_RESTART_SECONDS)
 
+    def _sync_watches(self, tasks: dict[tuple[str, str, str], asyncio.Task[None]],
+                      queue: asyncio.Queue[VMChange | str | object]) -> None:
+        """Start a watch per wanted connection, cancel those no Provider wants any more."""
+        wanted = self._connections()
+        for key in [k for k in tasks if k not in wanted]:
+            tasks.pop(key).cancel()
+        for key, conn in wanted.items():
+            if key not in tasks:
+                log.info("watching vcenter", provider=conn.provider, endpoint=conn.endpoint)
+                tasks[key] = asyncio.create_task(self._pump(conn, queue), name=f"vcenter watch {conn.provider}")
+
     async def requests(self) -> AsyncIterator[Request]:
         """Requests for machines whose VM changed (power, IPs, config, removal)."""
-        queue: asyncio.Queue[VMChange | str] = asyncio.Queue()
+        queue: asyncio.Queue[VMChange | str | object] = asyncio.Queue()
+        self._queue = queue
+        if self.providers is not None:
+            self.providers.add_event_handler(ProviderWake(self.wake))
         tasks: dict[tuple[str, str, str], asyncio.Task[None]] = {}
+        loop = asyncio.get_running_loop()
+        resync_at = loop.time()  # evaluate at once
         try:
             while True:
-                wanted = self._connections()
-                for key in [k for k in tasks if k not in wanted]:
-                    tasks.pop(key).cancel()
-                for key, conn in wanted.items():
-                    if key not in tasks:
-                        log.info("watching vcenter", provider=conn.provider, endpoint=conn.endpoint)
-                        tasks[key] = asyncio.create_task(self._pump(conn, queue), name=f"vcenter watch {conn.provider}")
+                if loop.time() >= resync_at:
+                    # Only when woken or on the resync timer: not per VM change (a burst of
+                    # changes must not re-parse every Provider each time).
+                    self._sync_watches(tasks, queue)
+                    resync_at = loop.time() + WATCH_RESYNC_SECONDS
                 try:
-                    async with asyncio.timeout(WATCH_RESYNC_SECONDS):
+                    async with asyncio.timeout_at(resync_at):
                         change = await queue.get()
                 except TimeoutError:
+                    continue
+                if change is _WAKE:
+                    # Cleared before the re-evaluation at the top of the loop, so an event
+                    # arriving during it wakes the loop once more.
+                    self._wake_pending = False
+                    resync_at = loop.time()
                     continue
                 if isinstance(change, str):
                     for raw in self.cache.list(VSPHERE_MACHINE, change.partition("/")[0]):
                         yield _request(raw)
                     continue
-                for request in self.maps.vm_change(change):
-                    yield request
+                if isinstance(change, VMChange):
+                    for request in self.maps.vm_change(change):
+                        yield request
         finally:
             for task in tasks.values():
                 task.cancel()
