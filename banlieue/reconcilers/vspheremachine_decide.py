@@ -314,7 +314,7 @@ def _decide(snap: Snapshot) -> Plan:
     fd_name = capi_failure_domain(snap.capi_machine) if capi else None
     fd_name = fd_name or m.spec.failure_domain
     try:
-        placement = resolve_placement(m, fd_name, snap.providers)
+        placement = resolve_placement(m, fd_name, snap.providers, capi=capi)
         vm_spec = build_vm_spec(m, placement, snap.bootstrap.data if snap.bootstrap else None)
     except PlacementError as err:
         st.ready(False, err.reason, err.message)
@@ -433,7 +433,7 @@ def _decide_delete(snap: Snapshot, st: _Status, has_finalizer: bool, capi: bool)
     st.ready(False, R.DELETING, "deleting the VM")
     fd_name = (capi_failure_domain(snap.capi_machine) if capi else None) or m.spec.failure_domain or (m.status.failure_domain if m.status else None)
     try:
-        placement = resolve_placement(m, fd_name, snap.providers)
+        placement = resolve_placement(m, fd_name, snap.providers, capi=capi)
     except PlacementError as err:
         if m.status is not None and m.status.instance_uuid:
             # The Provider (or its failure domain) is gone: nothing can reach the VM any more.

@@ -149,9 +149,13 @@ def _raw_of(fd: ProviderFailureDomain) -> tuple[str, str] | None:
     return raw.datacenter, raw.cluster
 
 
-def resolve_placement(machine: VSphereMachine, failure_domain: str | None, providers: Sequence[Provider]) -> Placement:
+def resolve_placement(
+    machine: VSphereMachine, failure_domain: str | None, providers: Sequence[Provider], *, capi: bool = False
+) -> Placement:
     """Provider, failure domain, datacenter and cluster of ``machine`` among ``providers`` (its
-    namespace). Raises PlacementError (InvalidSpec, ProviderNotFound, FailureDomainNotFound)."""
+    namespace). ``capi``: the machine is on the CAPI path, where the failure domain comes from
+    ``Machine.spec.failureDomain`` (messages name that field). Raises PlacementError
+    (InvalidSpec, ProviderNotFound, FailureDomainNotFound)."""
     spec = machine.spec
     ref = spec.provider_ref.name if spec.provider_ref is not None else None
     if failure_domain:
@@ -174,6 +178,14 @@ def resolve_placement(machine: VSphereMachine, failure_domain: str | None, provi
             f"failure domain {failure_domain!r} is not in status.failureDomains of {scope}: check the name or wait for the Provider to be reconciled",
         )
     if ref is None:
+        if capi:
+            raise PlacementError(
+                Reason.INVALID_SPEC,
+                "Machine.spec.failureDomain is not set and spec.providerRef.name is empty: give the Machine a "
+                "failure domain (MachineDeployment spec.template.spec.failureDomain; a control-plane provider picks one "
+                "of the Cluster's failure domains, which the VSphereCluster publishes) or set providerRef in the "
+                "VSphereMachineTemplate",
+            )
         raise PlacementError(Reason.INVALID_SPEC, "set spec.failureDomain or spec.providerRef.name")
     chosen = next((p for p in providers if p.metadata.name == ref), None)
     if chosen is None:
