@@ -11,6 +11,7 @@ later lookups read one VM only.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from pyVmomi import vim as _vim
@@ -60,11 +61,18 @@ class VMIndex:
     ``authoritative`` is True while a change watch that has applied its initial full batch is
     running: then every managed VM is in the index (clones are added as they complete, removals
     arrive as "leave"), and a miss needs no full scan.
+
+    The index also answers moref -> UID (``uid_of``), for a VM the change watch saw without its
+    UID (vcsim 0.24 lists a VM before its config is set and never reports later extraConfig
+    changes), and calls the ``subscribe`` callbacks when a UID gets a new moref (a clone), so
+    the change watch can make sure every VM banlieue manages is watched from its creation on.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_uid: dict[str, Any] = {}
+        self._uid_by_moref: dict[str, str] = {}
+        self._listeners: list[Callable[[], None]] = []
         self.authoritative = False
 
     def get(self, uid: str) -> Any | None:
@@ -72,12 +80,51 @@ class VMIndex:
             return self._by_uid.get(uid)
 
     def put(self, uid: str, vm: Any) -> None:
+        """Map ``uid`` to ``vm``; call the listeners (outside the lock) if the moref is new for it."""
+        ref = moid(vm)
         with self._lock:
+            old = self._by_uid.get(uid)
+            old_ref = moid(old) if old is not None else None
+            if old_ref is not None and old_ref != ref:
+                self._uid_by_moref.pop(old_ref, None)
             self._by_uid[uid] = vm
+            self._uid_by_moref[ref] = uid
+            listeners = list(self._listeners) if old_ref != ref else []
+        for notify in listeners:
+            notify()
 
-    def forget(self, uid: str) -> None:
+    def forget(self, uid: str, moref: str | None = None) -> bool:
+        """Drop ``uid`` (only if it still maps to ``moref`` when given); True if it was dropped."""
         with self._lock:
-            self._by_uid.pop(uid, None)
+            vm = self._by_uid.get(uid)
+            if vm is None or (moref is not None and moid(vm) != moref):
+                return False
+            del self._by_uid[uid]
+            self._uid_by_moref.pop(moid(vm), None)
+            return True
+
+    def uid_of(self, moref: str) -> str | None:
+        """The UID the index maps to ``moref`` (None when it has none)."""
+        with self._lock:
+            return self._uid_by_moref.get(moref)
+
+    def morefs(self) -> dict[str, str]:
+        """A snapshot: moref -> UID of every indexed VM."""
+        with self._lock:
+            return dict(self._uid_by_moref)
+
+    def subscribe(self, notify: Callable[[], None]) -> Callable[[], None]:
+        """Call ``notify()`` (from any thread) whenever a UID gets a new moref; returns the
+        function that unsubscribes it."""
+        with self._lock:
+            self._listeners.append(notify)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if notify in self._listeners:
+                    self._listeners.remove(notify)
+
+        return unsubscribe
 
 
 def scan_vms(content: Any) -> list[ObjectProps]:
