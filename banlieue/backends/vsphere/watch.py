@@ -11,13 +11,32 @@ Watched paths: ``runtime.powerState``, ``guest.ipAddress``, ``guest.net``, ``con
 ``config.extraConfig`` (the UID), ``config.template``. Objects leaving the filter ("leave") are
 removals. After a re-login the collector is recreated and the first batch (every managed VM,
 "modified") is a resync: nothing missed while the session was gone is lost.
+
+VMs the collector never reported. A PropertyCollector reports differences between the versions
+it hands out: an object that exists in none of them is never reported, neither as "enter" nor as
+"leave" (vSphere Web Services API, ``WaitForUpdatesEx``). vcsim 0.24 computes those versions
+lazily: it re-runs the filter's traversal on its 250 ms tick while a long poll is outstanding,
+so a VM cloned and destroyed within one tick is invisible; and its first ``WaitForUpdatesEx``
+collects the inventory *before* it subscribes to changes, so a VM created in between is in
+neither the first batch nor the change queue (it enters at the next traversal, triggered by any
+other change). Real vCenter has the same gap at version granularity. So the watch does not rely
+on the collector for the VMs banlieue knows (the shared ``VMIndex``: clones, scans): an indexed
+VM the collector has not reported ``PENDING_CHECK_SECONDS`` (1 s) after the index learned it is
+read directly (one ``RetrievePropertiesEx`` for all such VMs); a missing one yields "removed".
+One still unreported after ``RESYNC_AFTER_CHECKS`` reads makes the watch resync (a new collector,
+whose first batch lists every VM, as after a re-login), and one still
+unreported after ``GIVE_UP_AFTER_CHECKS`` (outside the traversal, e.g. inside a vApp) is no
+longer checked. No timer runs and no request is sent while every indexed VM has been reported:
+on a healthy vCenter the collector reports a clone within its long poll, so creating a VM costs
+no extra request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,7 +45,7 @@ from pyVmomi import SoapAdapter as _soap
 from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
 
-from banlieue.backends.base import VMChange
+from banlieue.backends.base import BackendError, VMChange
 from banlieue.backends.vsphere.faults import map_exception
 from banlieue.backends.vsphere.find import UID_KEY, VMIndex
 from banlieue.backends.vsphere.properties import PC, moid, vm_traversal
@@ -48,9 +67,48 @@ WATCH_PATHS = [
     "config.template",
 ]
 
+PENDING_CHECK_SECONDS = 1.0
+"""Seconds the collector gets to report a VM the index learned (a clone) before it is read."""
+RESYNC_AFTER_CHECKS = 3
+"""Reads finding an indexed VM present but unreported before the watch resyncs (new collector)."""
+GIVE_UP_AFTER_CHECKS = 10
+"""Reads after which an indexed VM the collector never reports is no longer checked."""
+
+
+def existing_vms(content: Any, vms: Iterable[Any]) -> set[str]:
+    """Morefs of ``vms`` that still exist: one RetrievePropertiesEx (+ continuations).
+
+    ``reportMissingObjectsInResults`` keeps one missing VM from failing the whole call: vcsim
+    leaves it out, vCenter returns it with a ManagedObjectNotFound in ``missingSet``. Raises
+    vim.fault.NotAuthenticated (vcsim reports an expired session per property) so that
+    ``Session.call`` logs in again.
+    """
+    spec = PC.FilterSpec(
+        objectSet=[PC.ObjectSpec(obj=vm, skip=False) for vm in vms],
+        propSet=[PC.PropertySpec(type=vim.VirtualMachine, pathSet=["name"], all=False)],
+        reportMissingObjectsInResults=True,
+    )
+    present: set[str] = set()
+    collector = content.propertyCollector
+    result = collector.RetrievePropertiesEx([spec], PC.RetrieveOptions())
+    while result is not None:
+        for oc in result.objects or []:
+            faults = [m.fault for m in oc.missingSet or []]
+            for fault in faults:
+                if isinstance(fault, vim.fault.NotAuthenticated):
+                    raise fault
+            if not any(isinstance(f, vmodl.fault.ManagedObjectNotFound) for f in faults):
+                present.add(moid(oc.obj))
+        if not result.token:
+            break
+        result = collector.ContinueRetrievePropertiesEx(result.token)
+    return present
+
 
 class VMWatch:
-    """The blocking half of a watch: collector setup, one long poll, teardown."""
+    """The blocking half of a watch: collector setup, one long poll, the pending-VM check,
+    teardown. ``poll`` runs on the watch's own thread, ``check_pending`` and ``cancel`` in the
+    vCenter's pool; ``known`` and the check counters are shared under ``_lock``."""
 
     def __init__(self, session: Session, max_wait_seconds: float, index: VMIndex) -> None:
         self.session = session
@@ -59,7 +117,13 @@ class VMWatch:
         self.stub: Any = None
         self.collector: Any = None
         self.version = ""
-        self.known: dict[str, tuple[str | None, str | None]] = {}  # moref -> (uid, instance uuid)
+        self._lock = threading.Lock()
+        # moref -> (uid, instance uuid) of every VM the current collector has reported.
+        self.known: dict[str, tuple[str | None, str | None]] = {}
+        self._synced = False  # the current collector's first batch has been applied
+        self._resync = False  # replace the collector at the next poll (full state again)
+        self._checks: dict[str, int] = {}  # moref -> reads that found it present but unreported
+        self._ignored: set[str] = set()
 
     def _make_stub(self) -> Any:
         s = self.session
@@ -81,21 +145,36 @@ class VMWatch:
             self.stub = self._make_stub()
         self.stub.SetSessionId(self.session.stub.GetSessionId())
         root_pc = vmodl.query.PropertyCollector(moid(self.session.content.propertyCollector), self.stub)
-        self.collector = root_pc.CreatePropertyCollector()
+        collector = root_pc.CreatePropertyCollector()
         root = vim.Folder(moid(self.session.content.rootFolder), self.stub)
         spec = PC.FilterSpec(
             objectSet=[PC.ObjectSpec(obj=root, skip=False, selectSet=vm_traversal())],
             propSet=[PC.PropertySpec(type=vim.VirtualMachine, pathSet=WATCH_PATHS)],
         )
-        self.collector.CreateFilter(spec, partialUpdates=False)
+        collector.CreateFilter(spec, partialUpdates=False)
+        with self._lock:
+            # A new collector reports everything again: what the old one reported means nothing.
+            self.known.clear()
+            self._synced = False
+            self._resync = False
+        self.collector = collector
         self.version = ""
 
     def poll(self) -> list[VMChange]:
         """One WaitForUpdatesEx (blocks up to max_wait seconds); re-login on NotAuthenticated."""
         try:
+            with self._lock:
+                resync, self._resync = self._resync, False
+            if resync and self.collector is not None:
+                # A new collector reports the full state on vcsim and vCenter alike (version ""
+                # on the same collector would not on vcsim: it only adds objects it never had).
+                _destroy(self.collector)
+                self.collector = None
             if self.collector is None:
                 self.setup()
             update = self.collector.WaitForUpdatesEx(self.version, PC.WaitOptions(maxWaitSeconds=int(self.max_wait)))
+        except vmodl.fault.RequestCanceled:
+            return []  # check_pending asked for a resync (or the watch is stopping)
         except (vim.fault.NotAuthenticated, vmodl.fault.ManagedObjectNotFound):
             self.index.authoritative = False
             # The session ended (or the collector went with it): share the pool's session,
@@ -116,62 +195,160 @@ class VMWatch:
             if change.uid is None:
                 continue
             if change.kind == "removed":
-                self.index.forget(change.uid)
+                self.index.forget(change.uid, change.moref)
             else:
                 self.index.put(change.uid, vim.VirtualMachine(change.moref, self.session.stub))
         if full:
+            with self._lock:
+                self._synced = True
             self.index.authoritative = True
         return changes
 
     def _changes(self, update: Any) -> list[VMChange]:
         out: list[VMChange] = []
-        for fs in update.filterSet or []:
-            for oc in fs.objectSet or []:
-                ref = moid(oc.obj)
-                if oc.kind == "leave":
-                    uid, iu = self.known.pop(ref, (None, None))
-                    if uid is not None:
-                        out.append(VMChange(self.session.endpoint.label, ref, uid, iu, "removed"))
+        label = self.session.endpoint.label
+        with self._lock:
+            for fs in update.filterSet or []:
+                for oc in fs.objectSet or []:
+                    ref = moid(oc.obj)
+                    if oc.kind == "leave":
+                        uid, iu = self.known.pop(ref, (None, None))
+                        uid = uid or self.index.uid_of(ref)
+                        if uid is not None:
+                            out.append(VMChange(label, ref, uid, iu, "removed"))
+                        continue
+                    uid, iu = self.known.get(ref, (None, None))
+                    template = False
+                    for change in oc.changeSet or []:
+                        if change.name == "config.extraConfig":
+                            uid = next((str(o.value) for o in change.val or [] if o.key == UID_KEY), None)
+                        elif change.name == "config.instanceUuid":
+                            iu = str(change.val) if change.val else None
+                        elif change.name == "config.template":
+                            template = bool(change.val)
+                    # vcsim may list a VM before its config exists and never reports the
+                    # extraConfig written later: the index knows the UID of what banlieue cloned.
+                    uid = uid or self.index.uid_of(ref)
+                    self.known[ref] = (uid, iu)
+                    self._checks.pop(ref, None)
+                    if uid is not None and not template:
+                        out.append(VMChange(label, ref, uid, iu, "modified"))
+        return out
+
+    def pending(self) -> dict[str, str]:
+        """moref -> UID of indexed VMs the collector has not reported (empty until its first
+        batch is applied: before that, the first batch itself will list every existing VM)."""
+        with self._lock:
+            if not self._synced:
+                return {}
+            return {
+                ref: uid
+                for ref, uid in self.index.morefs().items()
+                if ref not in self.known and ref not in self._ignored
+            }
+
+    def check_pending(self, s: Session) -> list[VMChange]:
+        """Read the pending VMs (1 call, none when nothing is pending): "removed" for each one
+        that no longer exists; count the present ones (resync, then give up: module docstring)."""
+        pending = self.pending()
+        if not pending:
+            return []
+        present = existing_vms(s.content, [vim.VirtualMachine(ref, s.stub) for ref in pending])
+        out: list[VMChange] = []
+        resync = False
+        with self._lock:
+            for ref, uid in pending.items():
+                if ref in self.known:
+                    continue  # reported while we were reading
+                if ref not in present:
+                    self._checks.pop(ref, None)
+                    if self.index.forget(uid, ref):
+                        out.append(VMChange(self.session.endpoint.label, ref, uid, None, "removed"))
                     continue
-                uid, iu = self.known.get(ref, (None, None))
-                template = False
-                for change in oc.changeSet or []:
-                    if change.name == "config.extraConfig":
-                        uid = next((str(o.value) for o in change.val or [] if o.key == UID_KEY), None)
-                    elif change.name == "config.instanceUuid":
-                        iu = str(change.val) if change.val else None
-                    elif change.name == "config.template":
-                        template = bool(change.val)
-                self.known[ref] = (uid, iu)
-                if uid is not None and not template:
-                    out.append(VMChange(self.session.endpoint.label, ref, uid, iu, "modified"))
+                n = self._checks[ref] = self._checks.get(ref, 0) + 1
+                if n >= GIVE_UP_AFTER_CHECKS:
+                    self._ignored.add(ref)
+                    self._checks.pop(ref, None)
+                    log.warning("vsphere watch never reported a VM; no longer checking it",
+                                vcenter=self.session.endpoint.label, vm=ref)
+                elif n % RESYNC_AFTER_CHECKS == 0:
+                    resync = True
+            if resync:
+                self._resync = True
+            collector = self.collector
+        if resync and collector is not None:
+            log.info("vsphere watch has not reported a known VM; resyncing",
+                     vcenter=self.session.endpoint.label)
+            # End the outstanding long poll so the next poll resyncs. A cancel that
+            # arrives between two polls is lost: the next count multiple asks again.
+            with contextlib.suppress(Exception):
+                vmodl.query.PropertyCollector(moid(collector), s.stub).CancelWaitForUpdates()
         return out
 
     def cancel(self) -> None:
         """Unblock a pending long poll (CancelWaitForUpdates) and destroy the collector."""
         collector, self.collector = self.collector, None
-        if collector is None:
-            return
-        with contextlib.suppress(Exception):
-            pc = vmodl.query.PropertyCollector(moid(collector), self.session.stub)
-            pc.CancelWaitForUpdates()
-            pc.DestroyPropertyCollector()
+        if collector is not None:
+            _destroy(vmodl.query.PropertyCollector(moid(collector), self.session.stub))
+
+
+def _destroy(collector: Any) -> None:
+    """Best effort: CancelWaitForUpdates and DestroyPropertyCollector (the session may be gone)."""
+    with contextlib.suppress(Exception):
+        collector.CancelWaitForUpdates()
+        collector.DestroyPropertyCollector()
 
 
 async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float) -> AsyncIterator[VMChange]:
     """Yield VMChange for banlieue-managed VMs until the consumer stops (see module docstring).
 
     Transient errors (vCenter unreachable) are retried with back-off (1 s doubling to 60 s);
-    other BackendErrors end the iteration by raising.
+    other BackendErrors end the iteration by raising. A VM put in ``index`` (a clone) that the
+    collector does not report within ``PENDING_CHECK_SECONDS`` is read directly, and its
+    removal is reported even if the collector never saw it.
     """
     w = VMWatch(session, max_wait_seconds, index)
     thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"vsphere-watch-{session.endpoint.label}")
     loop = asyncio.get_running_loop()
+    indexed = asyncio.Event()  # the index learned a new moref: maybe one to check
+
+    def on_indexed() -> None:  # called from any thread
+        loop.call_soon_threadsafe(indexed.set)
+
+    unsubscribe = index.subscribe(on_indexed)
+    poll: asyncio.Future[list[VMChange]] | None = None
+    woken: asyncio.Future[Any] | None = None
+    check_at: float | None = None
     backoff = 1.0
     try:
         while True:
+            if poll is None:
+                poll = loop.run_in_executor(thread, w.poll)
+            if woken is None:
+                woken = asyncio.ensure_future(indexed.wait())
+            if check_at is None and w.pending():
+                check_at = loop.time() + PENDING_CHECK_SECONDS
+            timeout = None if check_at is None else max(0.0, check_at - loop.time())
+            waiting: set[asyncio.Future[Any]] = {poll, woken}
+            done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if woken in done:
+                indexed.clear()
+                woken = None
+            if check_at is not None and loop.time() >= check_at:
+                check_at = None
+                try:
+                    removed = await loop.run_in_executor(session.endpoint.pool, session.call, w.check_pending)
+                except BackendError as exc:  # retried at the next check
+                    log.warning("vsphere watch could not read pending VMs", vcenter=session.endpoint.label,
+                                reason=exc.reason)
+                    removed = []
+                for change in removed:
+                    yield change
+            if not poll.done():
+                continue
+            finished, poll = poll, None
             try:
-                changes = await loop.run_in_executor(thread, w.poll)
+                changes = finished.result()
                 backoff = 1.0
             except Exception as exc:
                 err = map_exception(exc)
@@ -186,6 +363,11 @@ async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float) -
             for change in changes:
                 yield change
     finally:
+        unsubscribe()
+        if woken is not None:
+            woken.cancel()
+        if poll is not None:
+            poll.cancel()  # the thread's call ends with the collector below; drop its result
         index.authoritative = False
         await loop.run_in_executor(session.endpoint.pool, w.cancel)
         thread.shutdown(wait=False, cancel_futures=True)
