@@ -159,7 +159,6 @@ async def test_standalone_lifecycle(apiserver: Any, client: Client, ns: str, vcs
     await client.create(SECRET, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "boot", "namespace": ns},
                                  "data": {"value": b64("#cloud-config\nhostname: m1\n")}})
     async with running(apiserver, ns):
-        await asyncio.sleep(2)  # the property-collector watch is live (see the VMNotFound test)
         created = await client.create(VSPHERE_MACHINE, machine(
             "m1", ns, numCPUs=3, memoryMiB=3072, bootstrapDataSecretRef={"name": "boot"},
             disks=[{"name": "os", "sizeGiB": 25, "storageClass": "gold"}, {"name": "data", "sizeGiB": 2}],
@@ -252,10 +251,9 @@ async def test_missing_template_datastore_and_secret_are_reported(apiserver: Any
 async def test_vm_removed_by_hand_is_reported_not_recreated(apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any) -> None:
     await make_provider(client, ns, vcsim)
     async with running(apiserver, ns):
-        # Let the property-collector watch go live first: vcsim misses a VM created while the
-        # watch is being set up (reported to the backend owner); a removal is then only seen by
-        # the slow resync.
-        await asyncio.sleep(2)
+        # No pause for the property-collector watch: the machine is created while it starts,
+        # and the VM may be destroyed before vcsim's next 250 ms update tick; the watch
+        # still reports the removal (watch.py "VMs the collector never reported").
         created = await client.create(VSPHERE_MACHINE, machine("gone", ns, powerState="PoweredOff"))
         uid = created["metadata"]["uid"]
         await wait_reason(client, ns, "gone", "Provisioned")
