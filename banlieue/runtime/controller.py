@@ -120,8 +120,20 @@ class Controller:
         self._timeouts = m.RECONCILE_TIMEOUTS.labels(name)
         self._time = m.RECONCILE_TIME.labels(name)
         self._active_workers = m.ACTIVE_WORKERS.labels(name)
+        self._leader_check: Callable[[], bool] | None = None
+        self._leader_retry_after = 1.0
 
     # --- wiring (before start) ----------------------------------------------------------------
+
+    def set_leader_check(self, check: Callable[[], bool], retry_after: float = 1.0) -> None:
+        """Reconcile only while ``check()`` is True (the Manager passes ``LeaderElector.lease_valid``).
+
+        A request taken while it is False is not reconciled but put back after ``retry_after``
+        seconds: a leader resumed after a pause must not act on what its queue and caches hold
+        before it knows it still leads (client-go leader election has no fencing of its own).
+        """
+        self._leader_check = check
+        self._leader_retry_after = retry_after
 
     def add_sync_check(self, has_synced: Callable[[], bool], description: str = "source") -> None:
         """Register a source's ``has_synced``: ``start()`` waits until all return True."""
@@ -230,6 +242,10 @@ class Controller:
                 request = await queue.get()
             except QueueShutDown:
                 return
+            if self._leader_check is not None and not self._leader_check():
+                queue.done(request)
+                queue.add_after(request, self._leader_retry_after)
+                continue
             self._active_workers.inc()
             try:
                 await self._reconcile_handler(request)

@@ -45,6 +45,12 @@ class LeaderElector:
     a leader with ``release_on_cancel`` releases the lease. Durations in seconds; raises
     ValueError unless lease_duration > renew_deadline > 1.2 * retry_period > 0.
     Sets ``leader_election_master_status{name=<lease_name>}`` (1 leader, 0 backup).
+
+    ``lease_valid()`` is the fencing check for work done as leader: True only while the last
+    successful acquire/renew *started* less than ``renew_deadline`` ago (monotonic clock). A
+    leader that was paused (SIGSTOP, a stalled VM) learns it may have lost the Lease from its own
+    clock at once, before the renew loop runs again; followers wait ``lease_duration`` (longer)
+    after the record last changed, so the leader stops first.
     """
 
     def __init__(
@@ -74,6 +80,7 @@ class LeaderElector:
         self.on_started_leading = on_started_leading
         self.on_stopped_leading = on_stopped_leading
         self.leading = asyncio.Event()
+        self._renewed_at = float("-inf")  # monotonic start of the last successful acquire/renew
         self.request_timeout = max(renew_deadline / 2, 1.0)  # controller-runtime's LE client timeout
         self._lease: dict[str, Any] | None = None  # last object read or written
         self._observed_spec: dict[str, Any] | None = None
@@ -82,6 +89,10 @@ class LeaderElector:
 
     def is_leader(self) -> bool:
         return self.leading.is_set()
+
+    def lease_valid(self) -> bool:
+        """Leading, and the last successful renewal started less than ``renew_deadline`` s ago."""
+        return self.leading.is_set() and time.monotonic() - self._renewed_at < self.renew_deadline
 
     @property
     def observed_holder(self) -> str:
@@ -114,6 +125,13 @@ class LeaderElector:
 
     async def try_acquire_or_renew(self) -> bool:
         """One attempt (client-go tryAcquireOrRenew). True when we hold the lease afterwards."""
+        started = time.monotonic()
+        held = await self._try_acquire_or_renew()
+        if held:
+            self._renewed_at = started
+        return held
+
+    async def _try_acquire_or_renew(self) -> bool:
         now = time.time()
         if self.is_leader() and self._lease is not None and self.observed_holder == self.identity:
             # Fast path: update our own last-read object; its resourceVersion guards it. Only

@@ -178,6 +178,14 @@ class Manager:
                     lost = True
                     raise LeaderElectionLost("leader election lost")
             self.elected.set()
+            if self.elector is not None:
+                # Fencing by the leader's own clock: no reconcile once the last renewal is older
+                # than the renew deadline (a process resumed after SIGSTOP would act on stale
+                # queues before its renew loop noticed that another replica took the Lease).
+                for runnable in self._runnables:
+                    set_check = getattr(runnable, "set_leader_check", None)
+                    if runnable.need_leader_election and set_check is not None:
+                        set_check(self.elector.lease_valid)
             leaders = [(r, asyncio.create_task(r.start())) for r in self._runnables if r.need_leader_election]
             watched: set[asyncio.Task[None]] = {*others, *(t for _, t in leaders)}
             if elector_task is not None:
