@@ -36,17 +36,23 @@ def fault_message(fault: object) -> str:
 def map_exception(exc: BaseException) -> BackendError:
     """Translate one exception raised by pyvmomi (in a worker thread) into a BackendError.
 
-    vim.fault.InvalidLogin / NoPermission -> AuthFailed; certificate verification -> TLSVerifyFailed;
-    ManagedObjectNotFound / vim.fault.NotFound -> NotFound; InvalidArgument, InvalidDeviceSpec,
-    FileFault-free config faults -> InvalidSpec; refused / reset / timed out -> Transient;
-    any other SOAP fault -> BackendError with the fault's type name as ``reason``.
+    vim.fault.InvalidLogin / NoPermission -> AuthFailed; certificate verification (untrusted CA,
+    expired, wrong host name) -> TLSVerifyFailed; ManagedObjectNotFound / vim.fault.NotFound ->
+    NotFound; InvalidArgument, InvalidDeviceSpec, FileFault-free config faults -> InvalidSpec;
+    refused / reset / timed out, and any other TLS error (EOF during the handshake, protocol or
+    cipher mismatch) -> Transient with reason ``ConnectFailed``; any other SOAP fault ->
+    BackendError with the fault's type name as ``reason``.
     """
     if isinstance(exc, BackendError):
         return exc
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return TLSVerifyFailed(f"TLS certificate verification failed: {exc.verify_message or exc}")
+        return TLSVerifyFailed(f"TLS certificate verification failed: {getattr(exc, 'verify_message', None) or exc}")
     if isinstance(exc, ssl.SSLError):
-        return TLSVerifyFailed(f"TLS handshake failed: {exc}")
+        # Only a certificate that does not verify is a trust problem a CA bundle fixes. A
+        # connection closed mid-handshake (SSLEOFError: a vCenter restarting, a load balancer
+        # dropping it) or a handshake that fails otherwise means the endpoint cannot be talked
+        # to right now: retried with back-off like a refused connection.
+        return Transient(f"TLS handshake with vCenter failed: {type(exc).__name__}: {exc}", reason="ConnectFailed")
     if isinstance(exc, vim.fault.InvalidLogin):
         return AuthFailed("vCenter refused the credentials (InvalidLogin)")
     if isinstance(exc, vim.fault.NoPermission):
