@@ -4,9 +4,10 @@ Stages, one progress line each (``[1/7] starting API server double ... ok (0.4 s
 
 1. the API-server double (``python -m banlieue.testing.apiserver``), log ``apiserver.log``;
 2. one vcsim per sample Provider (``vcenter-a``, ``vcenter-b``: 2 datacenters x 3 clusters,
-   template ``ubuntu-22.04``, TLS with a generated CA), state and log in ``vcsim-<provider>/``,
-   and :class:`GuestNetwork`, which gives powered-on guests the address Tools would report
-   (vcsim guests report none on their own);
+   template ``ubuntu-22.04``, TLS with a generated CA), state and log in ``vcsim-<provider>/``;
+   each plays DHCP and VMware Tools (``--guest-ip``, ``hack/vcsim/guestnet.go``: a guest that
+   powers on reports its static address, else one leased from ``GUEST_IP_RANGES``, one
+   documentation range per simulator; vcsim guests report none on their own);
 3. ``<state-dir>/kubeconfig`` and the CRDs (every ``config/crd/*.yaml`` through ``kubectl apply``;
    the ``Kustomization`` is not a CRD and is skipped);
 4. ``banlieue manager --leader-elect`` with that kubeconfig, log ``manager.log``, metrics and
@@ -35,10 +36,8 @@ import selectors
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -52,6 +51,7 @@ import yaml
 
 from banlieue.options import DevOptions, StartupError, split_bind_address
 from banlieue.reconcilers.metrics import READY, phase_of
+from banlieue.testing.guestnet import GUEST_IP_RANGES, GuestNetwork, static_address  # noqa: F401  (tests/chaos imports them from here)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STAGES = 7
@@ -271,126 +271,6 @@ def point_providers_at(docs: list[dict[str, Any]], endpoints: dict[str, tuple[st
     return out
 
 
-# --- the simulated guests' network --------------------------------------------------------------
-
-
-def static_address(extra_config: dict[str, str]) -> str | None:
-    """The first static IPv4/IPv6 address (without prefix length) in the cloud-init network config
-    banlieue put in ``guestinfo.metadata``, i.e. what a statically configured guest reports;
-    None when every NIC uses DHCP or the metadata is missing or unreadable."""
-    from banlieue.backends.vsphere import guestinfo
-
-    try:
-        md, _ = guestinfo.decode(extra_config)
-        ethernets = ((md or {}).get("network") or {}).get("ethernets") or {}
-        for eth in ethernets.values():
-            for address in eth.get("addresses") or []:
-                return str(address).split("/", 1)[0]
-    except (ValueError, TypeError, AttributeError):
-        return None
-    return None
-
-
-class GuestNetwork:
-    """Plays DHCP and VMware Tools for vcsim, whose guests never report an address on their own.
-
-    A daemon thread polls each simulator every ``interval`` seconds (one RetrieveContents) and
-    gives every powered-on VM that banlieue created (extraConfig ``banlieue.uid``) and that reports
-    no ``guest.ipAddress`` an address: its first static address from the guestinfo metadata
-    (:func:`static_address`), else ``10.<subnet>.<n // 250>.<n % 250 + 2>`` (DHCP; one subnet per
-    simulator), through vcsim's ``SET.guest.ipAddress`` extraConfig alias (what VMware Tools
-    would report). ``vcsims`` are vcsim info files (url, host, port, username,
-    password, ca_file). ``assigned`` counts addresses handed out; ``errors`` failed polls.
-    """
-
-    def __init__(self, vcsims: list[dict[str, Any]], interval: float = 0.5) -> None:
-        self.vcsims = vcsims
-        self.interval = interval
-        self.assigned = 0
-        self.errors = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="guest network", daemon=True)
-
-    def start(self) -> None:
-        """Start the polling thread."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop polling and wait (at most 10 s) for the thread."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        from pyVim import connect as _connect
-
-        connect: Any = _connect  # pyVmomi ships partial stubs: untyped calls
-        sessions: dict[int, Any] = {}
-        leases: dict[int, dict[str, tuple[str, float]]] = {}
-        try:
-            while not self._stop.wait(self.interval):
-                for index, info in enumerate(self.vcsims):
-                    try:
-                        if index not in sessions:
-                            context = ssl.create_default_context(cafile=info["ca_file"]) if info.get("ca_file") else None
-                            sessions[index] = connect.SmartConnect(
-                                host=info["host"], port=int(info["port"]), user=info["username"],
-                                pwd=info["password"], sslContext=context, connectionPoolTimeout=10,
-                            )
-                        self.assigned += self._assign(sessions[index], 10 + index, leases.setdefault(index, {}))
-                    except Exception as err:  # a simulator restarting or gone: retry next round
-                        self.errors += 1
-                        sessions.pop(index, None)
-                        log.debug("guest network poll failed", vcenter=info.get("url"), error=str(err))
-        finally:
-            for si in sessions.values():
-                with contextlib.suppress(Exception):
-                    connect.Disconnect(si)
-
-    @staticmethod
-    def _assign(si: Any, subnet: int, leases: dict[str, tuple[str, float]]) -> int:
-        from pyVmomi import vim as _vim
-        from pyVmomi import vmodl as _vmodl
-
-        vim: Any = _vim
-        vmodl: Any = _vmodl
-        content = si.RetrieveContent()
-        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
-        pc = vmodl.query.PropertyCollector
-        spec = pc.FilterSpec(
-            objectSet=[pc.ObjectSpec(obj=view, skip=True, selectSet=[
-                pc.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)])],
-            propSet=[pc.PropertySpec(type=vim.VirtualMachine,
-                                     pathSet=["runtime.powerState", "guest.ipAddress", "config.extraConfig"])],
-        )
-        try:
-            results = content.propertyCollector.RetrieveContents([spec])
-        finally:
-            view.Destroy()
-        handed = 0
-        for result in results:
-            props = {p.name: p.val for p in result.propSet}
-            extra = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
-            if "banlieue.uid" not in extra or props.get("runtime.powerState") != "poweredOn":
-                continue
-            if props.get("guest.ipAddress"):
-                continue
-            moref = result.obj._moId
-            lease = leases.get(moref)
-            if lease is not None and time.monotonic() - lease[1] < 5.0:
-                continue  # just handed out; the reconfigure may still be running
-            if lease is not None:
-                ip = lease[0]  # the same VM asks again: same address (a DHCP lease)
-            else:
-                number = len(leases)
-                ip = static_address(extra) or f"10.{subnet}.{number // 250}.{number % 250 + 2}"
-            result.obj.ReconfigVM_Task(spec=vim.vm.ConfigSpec(
-                extraConfig=[vim.option.OptionValue(key="SET.guest.ipAddress", value=ip)]))
-            leases[moref] = (ip, time.monotonic())
-            handed += lease is None
-        return handed
-
-
 # --- the environment --------------------------------------------------------------------------
 
 
@@ -408,7 +288,6 @@ class DevEnv:
     metrics_url: str = ""
     probes_url: str = ""
     vm_names: list[str] = field(default_factory=list)
-    guests: GuestNetwork | None = None
 
     @property
     def state(self) -> Path:
@@ -455,7 +334,7 @@ class DevEnv:
             port = self.args.vcsim_port + index if self.args.vcsim_port else 0
             info = workdir / "info.json"
             argv = [str(binary), f"--listen=127.0.0.1:{port}", f"--info-file={info}", *VCSIM_FLAGS,
-                    "--tls=true", f"--tls-dir={workdir / 'tls'}"]
+                    "--tls=true", f"--tls-dir={workdir / 'tls'}", f"--guest-ip={GUEST_IP_RANGES[index % len(GUEST_IP_RANGES)]}"]
             pending[provider] = (self.children.start(f"vcsim {provider}", argv, workdir / "vcsim.log", cwd=workdir), info)
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while pending:
@@ -467,8 +346,6 @@ class DevEnv:
                 if child.process.poll() is not None or time.monotonic() > deadline:
                     raise StartupError(f"{child.name} did not start (log {child.log}): {child.tail(5)}")
             time.sleep(0.05)
-        self.guests = GuestNetwork([self.vcsims[p] for p in providers])
-        self.guests.start()
 
     def install_crds(self) -> int:
         self.kubeconfig = write_kubeconfig(self.state / "kubeconfig", self.api_url)
@@ -624,8 +501,6 @@ def _run(args: DevOptions, out: IO[str], started: float) -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abandon the children
         try:
-            if env.guests is not None:
-                env.guests.stop()
             env.children.stop_all()
             if stopping:
                 out.write("stopped: every child process has exited\n")

@@ -15,10 +15,13 @@ Options (keyword -> ``bin/vcsim`` flag): ``dc``, ``cluster``, ``host`` (per clus
 ``templates`` (list of names), ``datastores`` / ``portgroups`` (lists of extra names),
 ``datastore_clusters`` (``{"gold": "ds1+ds2"}``: StoragePods made of existing datastores),
 ``username``, ``password``, ``tls`` (bool), ``method_delay`` (``{"CloneVM_Task": 5000}``, ms),
-``delay`` (ms, every method), ``delay_jitter``.
+``delay`` (ms, every method), ``delay_jitter``, ``guest_ip`` (an IPv4 CIDR, e.g.
+``GUEST_IP_RANGES[0]``: the simulator plays DHCP and VMware Tools, so a VM that powers on
+reports its static guestinfo address, else one leased from the range, as ``guest.ipAddress`` /
+``guest.net``; without it vcsim guests report no address; see ``hack/vcsim/guestnet.go``).
 
 The binary is ``$BANLIEUE_VCSIM`` or ``<repo>/bin/vcsim``; when missing (or older than
-``hack/vcsim/main.go``) it is built on demand if
+any ``hack/vcsim/*.go``) it is built on demand if
 ``go`` and the Debian govmomi sources are present, else the requesting test is skipped.
 """
 
@@ -39,6 +42,10 @@ from typing import Any
 
 import pytest
 
+from banlieue.testing.guestnet import (
+    GUEST_IP_RANGES as GUEST_IP_RANGES,  # re-exported: start_vcsim(guest_ip=...)
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GOPATH = "/usr/share/gocode"
 
@@ -56,9 +63,9 @@ def vcsim_binary() -> Path:
     if env_path:
         return Path(env_path)
     binary = REPO_ROOT / "bin" / "vcsim"
-    source = REPO_ROOT / "hack" / "vcsim" / "main.go"
+    sources = list((REPO_ROOT / "hack" / "vcsim").glob("*.go"))
     go = shutil.which("go")
-    if binary.exists() and (go is None or not source.exists() or binary.stat().st_mtime >= source.stat().st_mtime):
+    if binary.exists() and (go is None or all(binary.stat().st_mtime >= s.stat().st_mtime for s in sources)):
         return binary
     if go is None or not Path(GOPATH, "src/github.com/vmware/govmomi/simulator").is_dir():
         raise VcsimUnavailable(
@@ -137,6 +144,11 @@ class VcsimProcess:
     @property
     def tls(self) -> bool:
         return bool(self.info["tls"])
+
+    @property
+    def guest_ip(self) -> str:
+        """The ``guest_ip`` range the simulator leases guest addresses from ("" when off)."""
+        return str(self.info.get("guest_ip") or "")
 
     @property
     def ca_file(self) -> str:

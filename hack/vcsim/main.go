@@ -4,7 +4,8 @@
 // model (datacenters x clusters x hosts, VMs per resource pool, standalone hosts), turns some VMs
 // into named templates, adds datastores and distributed port groups with given names, sets the
 // login, optionally serves TLS with a freshly generated CA + server certificate (the simulator's
-// built-in certificate is too weak for current OpenSSL defaults), applies method delays, then
+// built-in certificate is too weak for current OpenSSL defaults), applies method delays,
+// optionally plays DHCP and VMware Tools for powered-on guests (--guest-ip, guestnet.go), then
 // prints its SDK URL on stdout and writes a JSON info file. It runs until SIGTERM or SIGINT.
 //
 // Build (GOPATH mode, standard library + govmomi only):
@@ -63,7 +64,9 @@ type info struct {
 	Networks    map[string][]string `json:"networks"`
 	// DatastoreClusters: datacenter -> datastore cluster (StoragePod) name -> member datastores.
 	DatastoreClusters map[string]map[string][]string `json:"datastore_clusters"`
-	PID               int                            `json:"pid"`
+	// GuestIP: the --guest-ip range ("" when guests report no address).
+	GuestIP string `json:"guest_ip"`
+	PID     int    `json:"pid"`
 
 	tempDirs []string // extra datastores' backing directories, removed on exit
 }
@@ -355,6 +358,7 @@ func main() {
 	jitter := flag.Float64("delay-jitter", 0, "delay jitter as coefficient of variation")
 	infoFile := flag.String("info-file", "", "write connection details and inventory as JSON here")
 	stdinEOF := flag.Bool("exit-on-stdin-eof", false, "exit when stdin closes (the parent died): no leaked simulators")
+	guestIP := flag.String("guest-ip", "", "IPv4 CIDR (a documentation range, e.g. 192.0.2.0/24): powered-on guests report their static guestinfo address, else one leased from it (default: guests report none)")
 	flag.Parse()
 
 	delays, err := parseDelays(*methodDelay)
@@ -364,6 +368,12 @@ func main() {
 	pods, err := parsePods(*datastoreClusters)
 	if err != nil {
 		log.Fatal(err)
+	}
+	var guests *guestNetwork
+	if *guestIP != "" {
+		if guests, err = newGuestNetwork(*guestIP); err != nil {
+			log.Fatal(err)
+		}
 	}
 
 	m := simulator.VPX()
@@ -427,6 +437,11 @@ func main() {
 		}
 	}()
 
+	if guests != nil {
+		// After customize: the model's own VMs are not guests banlieue asked for.
+		simulator.Map.AddHandler(guests)
+		inv.GuestIP = *guestIP
+	}
 	m.DelayConfig.Delay = *delay
 	m.DelayConfig.DelayJitter = *jitter
 	m.DelayConfig.MethodDelay = delays

@@ -1,6 +1,7 @@
 """End-to-end harness: ``banlieue manager`` as a subprocess against the API-server double (its own
 process) and two vcsims, driven with kubectl and plain HTTP. vcsim guests report no address on
-their own; ``banlieue.cmd.dev.GuestNetwork`` hands them one, as DHCP and VMware Tools would.
+their own; the simulators play DHCP and VMware Tools (``start_vcsim(guest_ip=...)``, as
+``banlieue dev`` starts them).
 
 ``manager_env`` (module scope) installs config/crd, starts the manager with leader election,
 waits for ``/readyz``, then applies config/samples with each Provider pointed at its vcsim (the
@@ -27,10 +28,10 @@ import pytest
 import yaml
 from pyVim.connect import Disconnect, SmartConnect
 
-from banlieue.cmd.dev import GuestNetwork, find_kubectl, free_port, point_providers_at, sample_documents
+from banlieue.cmd.dev import find_kubectl, free_port, point_providers_at, sample_documents
 from banlieue.options import StartupError
 from banlieue.testing.apiserver.fixture import start_subprocess
-from banlieue.testing.vcsim import VcsimProcess, VcsimUnavailable, start_vcsim, vcsim_binary
+from banlieue.testing.vcsim import GUEST_IP_RANGES, VcsimProcess, VcsimUnavailable, start_vcsim, vcsim_binary
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -169,10 +170,8 @@ def manager_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagerEnv
     with ExitStack() as stack:
         api = stack.enter_context(start_subprocess(bookmark_interval=5.0))
         # 4 hosts per cluster: the sample class medium needs 8 GiB free in one cluster.
-        vcsims = {name: stack.enter_context(start_vcsim(host=4)) for name in providers}
-        guests = GuestNetwork([vc.info for vc in vcsims.values()])  # plays DHCP + VMware Tools
-        guests.start()
-        stack.callback(guests.stop)
+        vcsims = {name: stack.enter_context(start_vcsim(host=4, guest_ip=GUEST_IP_RANGES[i % len(GUEST_IP_RANGES)]))
+                  for i, name in enumerate(providers)}
         kubeconfig = api.kubeconfig_path
         args = [a for p in crd_files() for a in ("-f", str(p))]
         subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "apply", "--validate=false", *args],

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from banlieue.cmd.dev import point_providers_at, sample_documents, static_address
+from banlieue.cmd.dev import point_providers_at, sample_documents
+from banlieue.testing.guestnet import static_address
 
 from .harness import REPO, http, requirements_skip
 
@@ -121,6 +122,9 @@ def test_dev_runs_until_ctrl_c_then_stops_everything(tmp_path: Path) -> None:
             if line.startswith("Ctrl-C stops everything."):
                 break
         assert lines and lines[-1].startswith("Ctrl-C"), "".join(lines)
+        # The simulators report guest addresses (--guest-ip), from documentation ranges only.
+        addresses = re.findall(r"\s(\d+\.\d+\.\d+\.\d+)\s", "".join(lines))
+        assert addresses and all(a.startswith(("192.0.2.", "198.51.100.")) for a in addresses), "".join(lines)
         probes = re.search(r"probes: (http://127\.0\.0\.1:\d+)/readyz", "".join(lines))
         assert probes is not None
         assert http("GET", probes.group(1) + "/readyz")[0] == 200  # still serving after ready
