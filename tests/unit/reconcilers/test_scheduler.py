@@ -251,3 +251,39 @@ def test_schedule_never_raises_and_is_consistent(case: SchedulingInput) -> None:
         assert (decision.placement.provider_name, decision.placement.failure_domain) in names
     if decision.kept:
         assert case.current is not None and decision.current_invalid is None
+
+
+# `banlieue dev`'s numbers: vcsim hosts have 4095 MiB and a fixed quickStats.overallMemoryUsage of
+# 1404 MiB, so every failure domain (4 hosts) reports 10764 MiB free, and that figure never drops
+# when VMs are created. Only the pending (placed, not provisioned) peers tell domains apart.
+DEV_PROVIDERS = [provider(p, [fd(f"{p}-dc{d}-dc{d}-c{c}", f"dc{d}", f"DC{d}_C{c}", mem=10764, storage=228, cpu=18084)
+                              for d in range(2) for c in range(3)], labels={"site": p[-1]})
+                 for p in ("vcenter-a", "vcenter-b")]
+DEV_DB = {"providerSelector": {"matchLabels": {"site": "a"}}, "antiAffinity": [DB_TERM]}
+DEV_VMS = [("app-1", 4096, {}, {}), ("db-0", 8192, {"app": "db"}, DEV_DB), ("db-1", 8192, {"app": "db"}, DEV_DB),
+           ("web-1", 4096, {}, {})]
+
+
+@pytest.mark.parametrize(("provisioned", "expected"), [
+    pytest.param(False, ["vcenter-a-dc0-dc0-c0", "vcenter-a-dc0-dc0-c1", "vcenter-a-dc0-dc0-c2", "vcenter-a-dc1-dc1-c0"],
+                 id="burst-pending-peers-spread-over-equal-domains"),
+    pytest.param(True, ["vcenter-a-dc0-dc0-c0", "vcenter-a-dc0-dc0-c0", "vcenter-a-dc0-dc0-c1", "vcenter-a-dc0-dc0-c0"],
+                 id="provisioned-peers-are-in-the-reported-capacity-so-equal-domains-tie-on-name"),
+])
+def test_dev_samples_placed_one_after_another(provisioned: bool, expected: list[str]) -> None:
+    """The four sample VMs placed in name order. In a burst, each placed peer is subtracted from
+    its domain (memory first), so they spread. Placed after the earlier ones are provisioned, the
+    rule counts those as reflected in the Provider's capacity (which vcsim never lowers): every
+    domain ties at 10764 MiB and the names decide (db-1 is kept off db-0's cluster)."""
+    peers: list[PeerPlacement] = []
+    placed = []
+    for name, mem, labels, placement in DEV_VMS:
+        decision = schedule(inp(the_vm=vm(name, labels, placement), cls=vm_class(mem=mem, disks=(40,)),
+                                providers=DEV_PROVIDERS, peers=tuple(peers)))
+        assert decision.placement is not None, decision.message
+        where = (decision.placement.provider_name, decision.placement.failure_domain)
+        placed.append(where[1])
+        terms = tuple(AntiAffinityTerm.model_validate(t) for t in placement.get("antiAffinity", []))
+        peers.append(PeerPlacement(name, labels, *where, anti_affinity=terms,
+                                   pending_memory_mib=0 if provisioned else mem))
+    assert placed == expected
