@@ -264,6 +264,12 @@ class VMWatch:
         """How many Provider events woke the watcher (coalesced: one per pending re-evaluation)."""
         self._queue: asyncio.Queue[VMChange | str | object] | None = None
         self._wake_pending = False
+        self._watched: dict[tuple[str, str, str], str] = {}
+
+    @property
+    def watched(self) -> frozenset[str]:
+        """The Providers (``namespace/name``) whose vCenter is being watched now."""
+        return frozenset(self._watched.values())
 
     def wake(self) -> None:
         """Re-evaluate the watched connections as soon as the watcher runs again (coalesced: a
@@ -311,10 +317,12 @@ class VMWatch:
         wanted = self._connections()
         for key in [k for k in tasks if k not in wanted]:
             tasks.pop(key).cancel()
+            log.info("stopped watching vcenter", provider=self._watched.pop(key, ""))
         for key, conn in wanted.items():
             if key not in tasks:
                 log.info("watching vcenter", provider=conn.provider, endpoint=conn.endpoint)
                 tasks[key] = asyncio.create_task(self._pump(conn, queue), name=f"vcenter watch {conn.provider}")
+                self._watched[key] = conn.provider
 
     async def requests(self) -> AsyncIterator[Request]:
         """Requests for machines whose VM changed (power, IPs, config, removal)."""
@@ -351,6 +359,7 @@ class VMWatch:
                     for request in self.maps.vm_change(change):
                         yield request
         finally:
+            self._watched.clear()
             for task in tasks.values():
                 task.cancel()
             for task in tasks.values():

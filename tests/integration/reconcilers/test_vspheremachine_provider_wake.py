@@ -126,7 +126,7 @@ async def test_provider_created_after_start_is_watched_at_once(
     await client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     async with provider_manager(apiserver, ns) as watch:
         await asyncio.sleep(1.0)  # the controller runs and its watcher has evaluated (no Provider)
-        assert watch.wakes == 0
+        assert watch.wakes == 0 and not watch.watched
         await client.create(SECRET, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vc1-creds", "namespace": ns},
                                      "data": {"username": b64(vcsim.username), "password": b64(vcsim.password)}})
         await client.create(PROVIDER, {
@@ -138,7 +138,8 @@ async def test_provider_created_after_start_is_watched_at_once(
         await client.patch_status(PROVIDER, "vc1", ns, {"status": {"failureDomains": [
             {"name": "vc1-dc0-c0", "labels": {"dc": "DC0", "cluster": "DC0_C0"},
              "attributes": {"raw": {"datacenter": "DC0", "cluster": "DC0_C0"}}}]}})
-        await eventually(lambda: _async(watch.wakes > 0), 5.0, "a Provider event woke the vCenter watcher")
+        await eventually(lambda: _async(watch.watched == {f"{ns}/vc1"}), 5.0, "a Provider event started its vCenter watch")
+        assert watch.wakes > 0
 
         created = await client.create(VSPHERE_MACHINE, {
             "apiVersion": VSPHERE_MACHINE.api_version, "kind": "VSphereMachine", "metadata": {"name": "m1", "namespace": ns},
@@ -153,6 +154,11 @@ async def test_provider_created_after_start_is_watched_at_once(
         await eventually(lambda: asyncio.to_thread(lambda: vm.runtime.powerState == "poweredOn"), NOTICE_WITHIN,
                          "the power-off noticed through the watch and the VM powered on again (spec powerState PoweredOn)")
         assert time.monotonic() - started < NOTICE_WITHIN
+
+        # Deleting the Provider stops its watch at once too (not at the 300 s resync).
+        assert watch.watched == {f"{ns}/vc1"}
+        await client.delete(PROVIDER, "vc1", ns)
+        await eventually(lambda: _async(not watch.watched), 5.0, "the deleted Provider's watch stopped")
 
 
 def _wait_task(task: Any) -> None:
