@@ -8,7 +8,8 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
   *decision*: their status is the last observed one (Unknown when never observed), so pausing
   a Provider never looks like an outage to the VirtualMachine scheduler (no migrations because
   of a pause); the message says the status is frozen. No periodic requeue.
-- Connection config errors (from ``vsphere_connection``): ``SecretMissing`` / ``SecretInvalid``.
+- Connection config errors (from ``vsphere_connection``): ``SecretMissing`` / ``SecretInvalid``;
+  a CA bundle that is not valid PEM: ``TLSVerifyFailed`` (nothing is sent to vCenter).
 - Backend errors while connecting: ``TLSVerifyFailed`` -> ``TLSVerifyFailed``; ``AuthFailed``
   -> *decision* ``SecretInvalid`` (the vCenter refused the credentials held in the Secret: the
   fix is in the Secret, which is watched, so fixing it recovers at once); anything else
@@ -215,7 +216,8 @@ def failure_domains_of(provider: Provider, inventory: Inventory) -> list[Provide
 def reason_of(failure: Failure) -> str:
     """The SPEC §2 condition reason of a gather failure (module docstring table)."""
     if failure.stage == "config":
-        return failure.reason if failure.reason in (R.SECRET_MISSING, R.SECRET_INVALID) else R.SECRET_INVALID
+        config_reasons = (R.SECRET_MISSING, R.SECRET_INVALID, R.TLS_VERIFY_FAILED)
+        return failure.reason if failure.reason in config_reasons else R.SECRET_INVALID
     if failure.reason == AuthFailed.__name__:
         return R.SECRET_INVALID
     if failure.reason == TLSVerifyFailed.__name__:

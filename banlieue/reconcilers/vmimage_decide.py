@@ -15,9 +15,10 @@ Rules (SPEC §2; *decision* where it is silent):
 - ``resolvedRef``: the template's managed object id (``vm-42``) when one datacenter was
   searched; with several, ``<datacenter>:<moref>`` pairs joined by ``,`` sorted by datacenter.
 - Row reasons: ``Reconciled`` (found), ``TemplateNotFound``, ``SecretUnavailable`` (the
-  Provider's Secret/CA is missing or invalid), ``ConnectFailed`` (login refused, TLS, vCenter
-  unreachable: reasons AuthFailed, TLSVerifyFailed, Transient), ``LookupFailed`` (any other
-  backend error).
+  Provider's Secret/CA object is missing or a key is invalid), ``ConnectFailed`` (login refused,
+  TLS, vCenter unreachable: reasons AuthFailed, TLSVerifyFailed, Transient; and the config error
+  ``TLSVerifyFailed`` of a CA bundle that is not valid PEM, with the Provider's own message),
+  ``LookupFailed`` (any other backend error).
 - ``Ready`` (*decision*): True (``Reconciled``) when the image is ready on at least one
   Provider (the scheduler places only on Providers where the row is ready), with a message
   listing where it is missing; False when it is ready nowhere: reason of the first row, or
@@ -133,6 +134,11 @@ def row_for(target: Target, lookup: Lookup | None) -> ImageProviderStatus:
     if lookup is None:
         return ImageProviderStatus(
             provider_name=name, provider_namespace=ns, reason=ImageReason.LOOKUP_FAILED, message="not looked up yet"
+        )
+    if lookup.config_error is not None and lookup.config_error[0] == TLSVerifyFailed.reason:
+        # A CA bundle that is not PEM: the Provider shows TLSVerifyFailed with this very message.
+        return ImageProviderStatus(
+            provider_name=name, provider_namespace=ns, reason=ImageReason.CONNECT_FAILED, message=_cut(lookup.config_error[1])
         )
     if lookup.config_error is not None:
         return ImageProviderStatus(

@@ -8,6 +8,11 @@ default ca.crt)}``. Errors carry the SPEC's ``ProviderReachable`` reasons:
 - ``SecretMissing``: the credentials Secret, or the ConfigMap/Secret named by ``caBundle``, is not
   in the cache (absent, or not yet synced).
 - ``SecretInvalid``: it exists but a key is missing, empty, or not valid base64/UTF-8.
+- ``TLSVerifyFailed``: the CA bundle (inline, or read from the ConfigMap/Secret) is not a PEM
+  certificate bundle OpenSSL loads. A configuration error found before anything is sent to
+  vCenter, reported with the reason the SPEC gives for a certificate that does not verify, so
+  the Provider, its VMImage rows and its VSphereMachines name the same fix. Not checked when
+  ``insecureSkipTLSVerify`` is set (the bundle is not used then).
 
 Reads come from the manager's cache only (never the API server), so a reconcile that calls
 ``connection_for`` registers Secret and ConfigMap informers on first use. Messages name the
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,8 +38,9 @@ PASSWORD_KEY = "password"
 
 
 class ConnectionConfigError(Exception):
-    """The Provider's connection cannot be built. ``reason`` is ``SecretMissing`` or
-    ``SecretInvalid`` (SPEC §2); ``str(err)`` is an actionable message without secret values."""
+    """The Provider's connection cannot be built. ``reason`` is ``SecretMissing``,
+    ``SecretInvalid`` or ``TLSVerifyFailed`` (SPEC §2 ``ProviderReachable`` reasons);
+    ``str(err)`` is an actionable message without secret values."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -45,6 +53,25 @@ def _missing(kind: str, namespace: str | None, name: str) -> ConnectionConfigErr
         ProviderConditionReason.SECRET_MISSING,
         f"{kind} {namespace}/{name} not found: create it in the Provider's namespace",
     )
+
+
+_SSL_LOCATION = re.compile(r"\s*\(_ssl\.c:\d+\)$")
+
+
+def check_ca_bundle(pem: str, source: str) -> None:
+    """Raise ConnectionConfigError(``TLSVerifyFailed``) when ``pem`` is not a PEM certificate
+    bundle: the same load the vSphere session does (``ssl`` ``load_verify_locations(cadata=)``),
+    so what passes here is what the session accepts. ``source`` names where the bundle was read
+    (``inline``, ``ConfigMap ns/name key 'ca.crt'``) for the message; the PEM is never quoted."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=pem)
+    except (ssl.SSLError, ValueError, TypeError) as exc:  # TypeError: text that is not ASCII
+        detail = _SSL_LOCATION.sub("", str(exc)) or type(exc).__name__
+        raise ConnectionConfigError(
+            ProviderConditionReason.TLS_VERIFY_FAILED,
+            f"spec.connection.caBundle is not a valid PEM certificate bundle: {detail} (read from {source}); "
+            "fix the CA bundle (inline, ConfigMap or Secret key ca.crt)",
+        ) from exc
 
 
 def secret_value(secret: Mapping[str, Any], key: str) -> str | None:
@@ -72,7 +99,7 @@ def connection_from_objects(
 ) -> Connection:
     """Pure: the Connection of ``provider`` given its credentials Secret and (when
     ``caBundle`` names a ConfigMap or Secret) that object as wire dicts; None = not found.
-    Raises ConnectionConfigError (SecretMissing / SecretInvalid)."""
+    Raises ConnectionConfigError (SecretMissing / SecretInvalid / TLSVerifyFailed)."""
     ns = provider.metadata.namespace
     conn = provider.spec.connection
     cred_name = conn.credentials_ref.name
@@ -88,6 +115,7 @@ def connection_from_objects(
             )
     assert username is not None and password is not None
     ca_bundle: str | None = None
+    source = "inline"
     bundle = conn.ca_bundle
     if bundle is not None:
         if bundle.inline:
@@ -104,6 +132,7 @@ def connection_from_objects(
                 raise ConnectionConfigError(
                     ProviderConditionReason.SECRET_INVALID, f"ConfigMap {ns}/{ref.name} has no non-empty key {ref.key!r} (CA bundle)"
                 )
+            source = f"ConfigMap {ns}/{ref.name} key {ref.key!r}"
         elif bundle.secret_ref is not None:
             ref = bundle.secret_ref
             if ca_source is None:
@@ -113,6 +142,9 @@ def connection_from_objects(
                 raise ConnectionConfigError(
                     ProviderConditionReason.SECRET_INVALID, f"Secret {ns}/{ref.name} has no non-empty key {ref.key!r} (CA bundle)"
                 )
+            source = f"Secret {ns}/{ref.name} key {ref.key!r}"
+    if ca_bundle and not conn.insecure_skip_tls_verify:
+        check_ca_bundle(ca_bundle, source)
     return Connection(
         provider=f"{ns}/{provider.metadata.name}",
         endpoint=conn.endpoint,
@@ -141,8 +173,8 @@ def referenced_config_maps(provider: Provider) -> list[str]:
 def connection_for(provider: Provider, cache: Cache) -> Connection:
     """The Connection of ``provider`` from the Secret/ConfigMap objects in ``cache``.
 
-    Raises ConnectionConfigError(reason, message) with reason ``SecretMissing`` or
-    ``SecretInvalid`` (SPEC §2 Provider reasons)."""
+    Raises ConnectionConfigError(reason, message) with reason ``SecretMissing``,
+    ``SecretInvalid`` or ``TLSVerifyFailed`` (SPEC §2 Provider reasons)."""
     ns = provider.metadata.namespace
     secret = cache.get(SECRET, provider.spec.connection.credentials_ref.name, ns)
     ca_source: Mapping[str, Any] | None = None

@@ -31,7 +31,7 @@ from pyVim import connect as _connect
 from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
 
-from banlieue.backends.base import BackendError, Connection
+from banlieue.backends.base import BackendError, Connection, TLSVerifyFailed
 from banlieue.backends.vsphere import metrics
 from banlieue.backends.vsphere.faults import map_exception
 
@@ -64,6 +64,7 @@ def ssl_context(conn: Connection) -> ssl.SSLContext:
     """Verified by default: the Provider's CA bundle (PEM) if given, else the system roots.
 
     ``insecure_skip_tls_verify`` disables verification only when explicitly set (SPEC §2).
+    Raises TLSVerifyFailed when the bundle is not valid PEM.
     """
     if conn.insecure_skip_tls_verify:
         ctx = ssl.create_default_context()
@@ -73,8 +74,10 @@ def ssl_context(conn: Connection) -> ssl.SSLContext:
     if conn.ca_bundle:
         try:
             return ssl.create_default_context(cadata=conn.ca_bundle)
-        except ssl.SSLError as exc:
-            raise BackendError(f"the CA bundle is not valid PEM: {exc}", reason="InvalidCABundle") from exc
+        except (ssl.SSLError, ValueError, TypeError) as exc:  # TypeError: text that is not ASCII
+            # A configuration error, reported as TLSVerifyFailed like the reconcilers' own check
+            # (vsphere_connection.check_ca_bundle), which normally catches it before any call.
+            raise TLSVerifyFailed(f"spec.connection.caBundle is not a valid PEM certificate bundle: {exc}") from exc
     return ssl.create_default_context()
 
 

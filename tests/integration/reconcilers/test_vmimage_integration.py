@@ -112,3 +112,26 @@ async def test_vmimage_follows_provider_changes(
             return not [r for r in obj["status"].get("perProvider") or [] if r["providerNamespace"] == namespace]
 
         await wait_for(row_gone, what="row of the deleted Provider removed")
+
+
+@pytest.mark.vcsim
+async def test_unparsable_ca_bundle_same_reason_and_message_on_provider_and_image(
+    apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
+) -> None:
+    name = f"ubuntu-{namespace}"
+    await api.create(SECRET, secret_body("badca-creds", namespace, username=vcsim.username, password=vcsim.password))
+    await api.create(PROVIDER, provider_body("badca", namespace, vcsim, ca={"inline": "not a pem"}))
+    await api.create(VM_IMAGE, image_body(name))
+    async with running_role(apiserver, [provider_reconciler.setup, vmimage_reconciler.setup], backend):
+        prov = await provider_with(api, "badca", namespace, "TLSVerifyFailed", "False")
+
+        async def row() -> dict[str, Any] | None:
+            obj = await api.get(VM_IMAGE, name)
+            rows = [r for r in obj["status"].get("perProvider") or [] if r["providerNamespace"] == namespace]
+            return rows[0] if rows and rows[0].get("reason") == "ConnectFailed" else None
+
+        got = await wait_for(row, what="VMImage row ConnectFailed")
+    message = condition(prov, "Ready")["message"]
+    assert message.startswith("spec.connection.caBundle is not a valid PEM certificate bundle: ") and "(read from inline)" in message
+    assert condition(prov, "ProviderReachable")["reason"] == "TLSVerifyFailed"
+    assert got["message"] == message and got["ready"] is False
