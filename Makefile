@@ -19,7 +19,7 @@ venv: $(VENV)/.installed
 deps:
 	bash hack/install-deps.sh
 
-bin/vcsim: hack/vcsim/main.go
+bin/vcsim: $(wildcard hack/vcsim/*.go)
 	@mkdir -p bin .cache
 	$(GOENV) go build -o bin/vcsim ./hack/vcsim
 
