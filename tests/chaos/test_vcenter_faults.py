@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -123,3 +124,41 @@ def test_clone_slower_than_task_timeout(chaos_env: ChaosEnv) -> None:
     assert_exact_vms(env, names, timeout=15)
     delete_all_and_check_clean(env)
     assert_serving(manager)
+
+
+
+AFTER = 15.0  # seconds watched after vcsim is back
+MAX_ATTEMPTS = 20  # per VSphereMachine in AFTER s: per-item backoff (5 ms doubling) gives about 12
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a vCenter that is back is not used for up to 60 s (RETRY_SECONDS): the VSphereMachines that failed with "
+    "ConnectFailed wait for their 60 s recheck although the vSphere change watch has already logged in again "
+    "(every run); in runs where the clones fail at the create step instead (session kept, 'RemoteDisconnected'), "
+    "they retry without backoff: the Ready=False status write re-enqueues the machine through its own watch, "
+    "several attempts a second (measured: 4387 failed vSphere calls and 6335 dropped Events in 60 s for 30 "
+    "machines)"))
+def test_vcenter_back_is_used_at_once_and_retries_back_off(chaos_env: ChaosEnv) -> None:
+    env = chaos_env
+    vc = env.add_vcenter("vc", tls=False)
+    env.start_guest_network()
+    env.add_shared_objects()
+    env.add_provider("vc", vc)
+    manager = env.start_banlieue("manager")
+    provider = f"{PROVIDERS}/vc"
+    wait_for("Provider Ready", lambda: condition(env.get(provider), "Ready").get("status") == "True", 30)
+    vc.kill()
+    names = env.create_vms(f"vm-{i:03d}" for i in range(10))
+    wait_for("ConnectFailed during the outage", lambda: "ConnectFailed" in ready_reasons(env), 45)
+    vc.restart()
+    back = len(manager.log.read_text(errors="replace").splitlines())
+    time.sleep(AFTER)
+    attempts: dict[str, int] = {}
+    for line in manager.log.read_text(errors="replace").splitlines()[back:]:
+        if '"vsphere action failed"' in line:
+            machine = json.loads(line).get("machine", "")
+            attempts[machine] = attempts.get(machine, 0) + 1
+    worst = max(attempts.values(), default=0)
+    assert worst <= MAX_ATTEMPTS, f"{worst} failed clone attempts of one machine in {AFTER:g} s: {attempts}"
+    pending = env.not_ready(names)
+    assert not pending, f"{len(pending)} VMs not Ready {AFTER:g} s after vCenter came back: {pending}"
