@@ -54,10 +54,13 @@ def main() -> int:
                    help="directory for py-spy collapsed stacks of the manager and the API double (throughput run)")
     p.add_argument("--manager-arg", action="append", default=[],
                    help="extra banlieue manager flag (repeatable), e.g. --manager-arg=--max-concurrent-reconciles=32")
+    p.add_argument("--memprobe", action="store_true",
+                   help="memory figures: run the manager under tracemalloc and dump its top allocations (slower)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
     import e2e_env
     e2e_env.MANAGER_ARGS.extend(args.manager_arg)
+    e2e_env.MEMPROBE = args.memprobe
     n = args.vms or (100 if args.quick else 1000)
     only = set(filter(None, args.only.split(",")))
     entries: list[dict[str, Any]] = json.loads(args.out.read_text()) if args.out.exists() else []

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import ssl
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import e2e_env
 from e2e_env import MANAGER_ARGS, NS, VMS, VSMS, Env, cpu_seconds, http, metric_sum, rss_mib, vm_doc
 from e2e_load import ReadyWatch, requests_by, writes
 
@@ -81,6 +84,13 @@ def _substitute(obj: Any, pairs: list[tuple[str, str]]) -> Any:
     return json.loads(text)
 
 
+def _generation(template: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:
+    """The template's observedGeneration values -> the new object's generation (the template's
+    spec was written more often than the copy's)."""
+    old, now = template["metadata"].get("generation", 1), new["metadata"].get("generation", 1)
+    return [(f'"observedGeneration": {old}', f'"observedGeneration": {now}')]
+
+
 async def _post(s: aiohttp.ClientSession, url: str, body: Any) -> dict[str, Any]:
     async with s.post(url, data=json.dumps(body), headers={"Content-Type": "application/json"}) as r:
         if r.status != 201:
@@ -123,7 +133,8 @@ async def make_objects(env: Env, templates: dict[str, tuple[dict[str, Any], dict
                 vm_body["metadata"]["finalizers"] = vm_t["metadata"].get("finalizers")
                 vm_body["metadata"]["labels"] = vm_t["metadata"].get("labels")
                 vm = await _post(s, env.url + VMS.format(ns=NS), vm_body)
-                await _status(s, env.url + VMS.format(ns=NS) + "/" + name, _substitute(vm_t["status"], pairs))
+                await _status(s, env.url + VMS.format(ns=NS) + "/" + name,
+                              _substitute(vm_t["status"], pairs + _generation(vm_t, vm)))
                 vsm_body = {"apiVersion": vsm_t["apiVersion"], "kind": vsm_t["kind"], "metadata": {
                     "name": name, "namespace": NS, "labels": vsm_t["metadata"].get("labels"),
                     "annotations": vsm_t["metadata"].get("annotations"),
@@ -132,7 +143,8 @@ async def make_objects(env: Env, templates: dict[str, tuple[dict[str, Any], dict
                                         for ref in vsm_t["metadata"].get("ownerReferences") or []]},
                     "spec": _substitute(vsm_t["spec"], pairs)}
                 vsm = await _post(s, env.url + VSMS.format(ns=NS), vsm_body)
-                await _status(s, env.url + VSMS.format(ns=NS) + "/" + name, _substitute(vsm_t["status"], pairs))
+                await _status(s, env.url + VSMS.format(ns=NS) + "/" + name,
+                              _substitute(vsm_t["status"], pairs + _generation(vsm_t, vsm)))
                 out.append((mv["obj"], {"uid": vsm["metadata"]["uid"], "name": vc_name, "ip": ip}))
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return out
@@ -198,8 +210,12 @@ def scale_point(work: Path, n: int, entries: list[dict[str, Any]], record: Any) 
         total = 2 * (len(pairs) + len(PROVIDER_NAMES))
         since = time.time()
         env.start_manager()
+        assert env.manager is not None
+        samples: list[tuple[float, float]] = []  # (seconds since start, RSS MiB) every 0.5 s
+        sampler = threading.Thread(target=_sample_rss, args=(env.manager.pid, env.manager_started, samples), daemon=True)
+        sampler.start()
         cold = env.wait_ready()
-        rss_ready = rss_mib(env.manager.pid) if env.manager else 0.0
+        rss_ready = rss_mib(env.manager.pid)
         # Settled: every queue empty and no worker busy, twice in a row 1 s apart.
         deadline = time.monotonic() + 600
         calm = 0
@@ -209,12 +225,19 @@ def scale_point(work: Path, n: int, entries: list[dict[str, Any]], record: Any) 
         settle = time.monotonic() - env.manager_started
         assert env.manager is not None
         rss = rss_mib(env.manager.pid)
+        if e2e_env.MEMPROBE:
+            env.manager.send_signal(signal.SIGUSR1)
+            time.sleep(30.0)
         cpu = cpu_seconds(env.manager.pid)
         soap = env.soap_requests()
         log = env.request_log(since)
         w = writes(log)
         vm_count = len(pairs) + len(PROVIDER_NAMES)
+        peak = max(samples, default=(0.0, 0.0), key=lambda x: x[1])
+        half = next((t for t, r in samples if r >= rss_ready / 2), None)
         record(entries, f"manager_memory_{vm_count}", rss, "MiB RSS", 300.0, "floor (MiB)",
+               peak_rss_mib=round(peak[1], 1), peak_at_s=round(peak[0], 1),
+               rss_half_of_readyz_at_s=None if half is None else round(half, 1),
                objects=total, virtual_machines=vm_count, rss_at_readyz_mib=round(rss_ready, 1),
                settle_seconds=round(settle, 1), setup_seconds=round(setup_s, 1),
                writes_after_start=dict(sorted(w.items())), soap_requests_after_start=soap,
@@ -223,6 +246,18 @@ def scale_point(work: Path, n: int, entries: list[dict[str, Any]], record: Any) 
                "s until every work queue is empty (all objects reconciled once)", objects=total,
                virtual_machines=vm_count, requests=dict(sorted(requests_by(log).items())))
         return {"rss": rss, "cold": cold, "settle": settle}
+
+
+def _sample_rss(pid: int, started: float, out: list[tuple[float, float]]) -> None:
+    """Append (seconds since ``started``, RSS MiB) of ``pid`` every 0.5 s until it exits."""
+    while True:
+        try:
+            out.append((time.monotonic() - started, rss_mib(pid)))
+        except OSError:
+            return
+        if len(out) > 4000:
+            return
+        time.sleep(0.5)
 
 
 def _vcsim_name(vc: Any, instance_uuid: str) -> str:

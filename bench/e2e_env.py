@@ -44,6 +44,8 @@ VMCLASSES = "/apis/banlieue.io/v1alpha1/vmclasses"
 VMIMAGES = "/apis/banlieue.io/v1alpha1/vmimages"
 # vcsim: 2 datacenters x 3 clusters x 4 hosts (4 GiB each); the bench class needs 16 MiB, so
 # capacity never limits placement of 1,000 VMs.
+MEMPROBE = False
+"""Run the manager under tracemalloc (``bench/e2e_memprobe.py``; ``bench/e2e.py --memprobe``)."""
 MANAGER_ARGS: list[str] = []
 """Extra manager flags for every Env (set by ``bench/e2e.py --manager-arg``)."""
 VCSIM_OPTS: dict[str, Any] = {"dc": 2, "cluster": 3, "host": 4, "templates": [IMAGE]}
@@ -213,7 +215,10 @@ class Env:
         metrics, probes = free_port(), free_port()
         self.metrics_url = f"http://127.0.0.1:{metrics}/metrics"
         self.probes_url = f"http://127.0.0.1:{probes}"
-        argv = [sys.executable, "-m", "banlieue.cli", "manager", "--kubeconfig", str(kubeconfig), "--leader-elect",
+        probe = [str(REPO / "bench" / "e2e_memprobe.py")] if MEMPROBE else ["-m", "banlieue.cli"]
+        if MEMPROBE:
+            env = {**(env or {}), "BENCH_MEMPROBE_OUT": str(self.workdir / "memprobe.txt")}
+        argv = [sys.executable, *probe, "manager", "--kubeconfig", str(kubeconfig), "--leader-elect",
                 "--leader-election-namespace", NS, "--metrics-bind-address", f"127.0.0.1:{metrics}",
                 "--health-probe-bind-address", f"127.0.0.1:{probes}", "--log-format", "json",
                 "--log-level", "warning", *self.manager_args, *extra]
