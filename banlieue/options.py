@@ -285,15 +285,33 @@ def _show(raw: str) -> str:
     return raw if raw and not any(c.isspace() for c in raw) else repr(raw)
 
 
+def parse_kubeconfig_list(value: str) -> str:
+    """Validate a ``KUBECONFIG`` value: an ``os.pathsep``-separated list of which at least one
+    entry is an existing file. Returns the existing entries (``~`` expanded) joined by
+    ``os.pathsep``; missing entries are dropped, as client-go's loading rules skip them (the
+    kubeconfig library merges the rest). Raises ValueError("must ...") when none exists, the same
+    check as ``--kubeconfig`` (``parse_kubeconfig``)."""
+    entries = [str(Path(p).expanduser()) for p in value.split(os.pathsep) if p]
+    existing = [p for p in entries if Path(p).is_file()]
+    if not existing:
+        raise ValueError("must be an existing kubeconfig file" if len(entries) <= 1 else "must name an existing kubeconfig file")
+    return os.pathsep.join(existing)
+
+
 def default_kubeconfig(env: Mapping[str, str], home: Path | None = None) -> str | None:
     """controller-runtime's fallback after the flag: ``KUBECONFIG``, in-cluster, ``~/.kube/config``.
 
     Returns ``None`` for in-cluster configuration (``KUBERNETES_SERVICE_HOST`` set), the
-    ``KUBECONFIG`` value when set, else ``~/.kube/config`` when it exists, else ``None`` (the
-    role runner then fails with a StartupError: neither a kubeconfig nor in-cluster).
+    ``KUBECONFIG`` value when set (checked like ``--kubeconfig``: ``parse_kubeconfig_list``),
+    else ``~/.kube/config`` when it exists, else ``None`` (the role runner then fails with a
+    StartupError: neither a kubeconfig nor in-cluster). Raises UsageError naming ``KUBECONFIG``
+    and the value when it names no existing file.
     """
     if env.get("KUBECONFIG"):
-        return env["KUBECONFIG"]
+        try:
+            return parse_kubeconfig_list(env["KUBECONFIG"])
+        except ValueError as err:
+            raise UsageError(f"KUBECONFIG {err} (got {_show(env['KUBECONFIG'])})") from None
     if env.get("KUBERNETES_SERVICE_HOST"):
         return None
     home_config = (home or Path.home()) / ".kube" / "config"

@@ -35,7 +35,6 @@ from urllib.parse import urlsplit
 
 import structlog
 from kubernetes_asyncio.client import Configuration
-from kubernetes_asyncio.config import ConfigException
 
 from banlieue.backends.base import Backend
 from banlieue.options import Options, StartupError
@@ -51,7 +50,7 @@ from banlieue.reconcilers import (
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.metrics import bind_source
 from banlieue.runtime.client import Client
-from banlieue.runtime.config import Timeouts, load_config
+from banlieue.runtime.config import KubeconfigError, Timeouts, load_config
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import ApiError
 from banlieue.runtime.manager import Manager
@@ -119,7 +118,10 @@ async def load_client_config(kubeconfig: str | None) -> Configuration:
         raise StartupError("no kubeconfig: pass --kubeconfig, set KUBECONFIG, or run in a pod (in-cluster config)")
     try:
         return await load_config(kubeconfig)
-    except (ConfigException, OSError, ValueError, TypeError, KeyError) as err:
+    except KubeconfigError as err:
+        # "<path>: file not found" / "...: not a kubeconfig file (...)": the path is in the message.
+        raise StartupError(f"cannot load kubeconfig {err}") from None
+    except Exception as err:  # any loader failure becomes the one-line StartupError
         # kubernetes_asyncio's messages name the file or the missing key, never a token.
         where = kubeconfig or "the in-cluster/KUBECONFIG configuration"
         raise StartupError(f"cannot load kubeconfig {where}: {type(err).__name__}: {err}") from None

@@ -156,7 +156,12 @@ def test_resolve_quotes_blank_values() -> None:
 
 def test_default_kubeconfig_order(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert default_kubeconfig({"KUBECONFIG": "/a:/b"}, home) == "/a:/b"
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("clusters: []\n")
+    b.write_text("clusters: []\n")
+    assert default_kubeconfig({"KUBECONFIG": f"{a}:{b}"}, home) == f"{a}:{b}"
+    # Missing entries of a list are dropped (client-go's loading rules skip them).
+    assert default_kubeconfig({"KUBECONFIG": f"{tmp_path / 'gone'}:{b}"}, home) == str(b)
     assert default_kubeconfig({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, home) is None
     assert default_kubeconfig({}, home) is None
     (home / ".kube").mkdir(parents=True)
@@ -164,6 +169,17 @@ def test_default_kubeconfig_order(tmp_path: Path) -> None:
     assert default_kubeconfig({}, home) == str(home / ".kube" / "config")
     # In-cluster wins over ~/.kube/config, as in controller-runtime's GetConfig.
     assert default_kubeconfig({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, home) is None
+
+
+def test_kubeconfig_env_is_checked_like_the_flag(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as one:
+        default_kubeconfig({"KUBECONFIG": "/nonexistent"}, tmp_path)
+    assert str(one.value) == "KUBECONFIG must be an existing kubeconfig file (got /nonexistent)"
+    with pytest.raises(UsageError) as several:
+        default_kubeconfig({"KUBECONFIG": f"{tmp_path / 'x'}:{tmp_path / 'y'}"}, tmp_path)
+    assert str(several.value).startswith("KUBECONFIG must name an existing kubeconfig file (got ")
+    with pytest.raises(UsageError):
+        default_kubeconfig({"KUBECONFIG": str(tmp_path)}, tmp_path)  # a directory is not a file
 
 
 def test_default_leader_election_namespace(tmp_path: Path) -> None:

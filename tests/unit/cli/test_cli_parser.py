@@ -79,8 +79,15 @@ def test_flag_wins_over_env(isolated: dict[str, Path]) -> None:
     assert (options.leader_elect, options.log_level, options.namespace) == (False, "info", None)
 
 
-def test_kubeconfig_falls_back_to_kubeconfig_env_then_in_cluster(isolated: dict[str, Path]) -> None:
-    assert role(["manager"], {"KUBECONFIG": "/x/a:/x/b"}, isolated).options.kubeconfig == "/x/a:/x/b"
+def test_kubeconfig_falls_back_to_kubeconfig_env_then_in_cluster(isolated: dict[str, Path], tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("clusters: []\n")
+    b.write_text("clusters: []\n")
+    assert role(["manager"], {"KUBECONFIG": f"{a}:{b}"}, isolated).options.kubeconfig == f"{a}:{b}"
+    with pytest.raises(UsageError, match=r"^KUBECONFIG must be an existing kubeconfig file \(got /x/a\)$"):
+        role(["manager"], {"KUBECONFIG": "/x/a"}, isolated)
+    # The flag wins: a broken KUBECONFIG is not read when --kubeconfig is given.
+    assert role(["manager", "--kubeconfig", str(a)], {"KUBECONFIG": "/x/a"}, isolated).options.kubeconfig == str(a)
     in_cluster = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBECONFIG": ""}
     assert role(["manager"], in_cluster, isolated).options.kubeconfig is None
 

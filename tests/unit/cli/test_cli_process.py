@@ -106,6 +106,37 @@ def test_unreachable_api_server_is_one_line_exit_1(tmp_path: Path) -> None:
     assert_one_line_error(proc, 1, "banlieue: error: ")
 
 
+def test_missing_kubeconfig_env_is_one_line_exit_2_like_the_flag(tmp_path: Path) -> None:
+    by_env = run(["manager"], {"KUBECONFIG": "/nonexistent"}, home=tmp_path)
+    assert_one_line_error(by_env, 2, "banlieue: error: KUBECONFIG must be an existing kubeconfig file (got /nonexistent)")
+    by_flag = run(["manager", "--kubeconfig", "/nonexistent"], home=tmp_path)
+    assert_one_line_error(by_flag, 2, "banlieue: error: --kubeconfig must be an existing kubeconfig file (got /nonexistent)")
+
+
+@pytest.mark.parametrize(
+    ("content", "text"),
+    [
+        ("myhost\n", "not a kubeconfig file (expected a YAML mapping with clusters, users, contexts)"),
+        ("- a\n- b\n", "not a kubeconfig file"),
+        ("a: [\n", "not valid YAML (line 2, column 1)"),
+        ("clusters: []\n", "ConfigException: Invalid kube-config file. Expected key current-context"),
+        (b"\xff\xfe", "cannot read it: UnicodeDecodeError"),
+    ],
+    ids=["plain-text", "yaml-list", "bad-yaml", "no-current-context", "binary"],
+)
+@pytest.mark.parametrize("source", ["flag", "env"])
+def test_unusable_kubeconfig_file_is_one_line_exit_1(tmp_path: Path, content: str | bytes, text: str, source: str) -> None:
+    path = tmp_path / "kubeconfig"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    args, env = (["manager", "--kubeconfig", str(path)], {}) if source == "flag" else (["manager"], {"KUBECONFIG": str(path)})
+    proc = run(args, env, home=tmp_path)
+    assert_one_line_error(proc, 1, f"banlieue: error: cannot load kubeconfig {path}")
+    assert text in proc.stderr
+
+
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
     """main() configures process-wide logging onto this test's captured stderr; undo it after,
