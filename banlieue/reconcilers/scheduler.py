@@ -38,8 +38,10 @@ when placing (the VM already uses the capacity; a transient image lookup failure
 running VM; anti-affinity is IgnoredDuringExecution).
 
 Ranking: fewest violated preferred anti-affinity terms, then most free memory, then storage (both
-after the pending peers of rule 5), then CPU MHz, then Provider name, then failure-domain name
-(deterministic).
+after the pending peers of rule 5), then CPU MHz, then fewest peers on the Provider, then fewest
+peers in the failure domain (spread over vCenters, then over domains, when capacity ties — e.g.
+when the reported capacity already includes the peers), then Provider name, then failure-domain
+name (deterministic).
 
 ``schedule`` never raises.
 """
@@ -388,9 +390,19 @@ def _find_current(inp: SchedulingInput) -> tuple[Provider, ProviderFailureDomain
     return None if domain is None else (provider, domain)
 
 
-def _rank_key(cand: Candidate, preferred: int, free: Free) -> tuple[int, int, int, int, str, str]:
+def _rank_key(
+    cand: Candidate, preferred: int, free: Free, spread: tuple[int, int]
+) -> tuple[int, int, int, int, int, int, str, str]:
     mem, storage, cpu = free.memory_mib or 0, free.storage_gib or 0, free.cpu_mhz or 0
-    return (preferred, -mem, -storage, -cpu, cand.provider_name, cand.domain.name)
+    on_provider, in_domain = spread
+    return (preferred, -mem, -storage, -cpu, on_provider, in_domain, cand.provider_name, cand.domain.name)
+
+
+def _spread(inp: SchedulingInput, cand: Candidate) -> tuple[int, int]:
+    """(peers on the candidate's Provider, peers in its failure domain), the VM itself excluded."""
+    me = inp.vm.metadata.name
+    on_provider = [p for p in inp.peers if p.provider_name == cand.provider_name and p.name != me]
+    return len(on_provider), sum(1 for p in on_provider if p.failure_domain == cand.domain.name)
 
 
 def _domains(provider: Provider) -> Sequence[ProviderFailureDomain]:
@@ -472,7 +484,7 @@ def schedule(inp: SchedulingInput) -> SchedulingDecision:
     if not allowed:
         msg = f"required anti-affinity excludes every fitting failure domain: {_names(blocked)}"
         return _fail(VirtualMachineReason.ANTI_AFFINITY_UNSATISFIED, msg, problem)
-    best, _ = min(allowed, key=lambda cp: _rank_key(cp[0], cp[1], free[cp[0].key]))
+    best, _ = min(allowed, key=lambda cp: _rank_key(cp[0], cp[1], free[cp[0].key], _spread(inp, cp[0])))
     return SchedulingDecision(placement=placement_for(inp, best), current_invalid=problem)
 
 

@@ -265,16 +265,17 @@ DEV_VMS = [("app-1", 4096, {}, {}), ("db-0", 8192, {"app": "db"}, DEV_DB), ("db-
 
 
 @pytest.mark.parametrize(("provisioned", "expected"), [
-    pytest.param(False, ["vcenter-a-dc0-dc0-c0", "vcenter-a-dc0-dc0-c1", "vcenter-a-dc0-dc0-c2", "vcenter-a-dc1-dc1-c0"],
+    pytest.param(False, ["vcenter-a-dc0-dc0-c0", "vcenter-a-dc0-dc0-c1", "vcenter-a-dc0-dc0-c2", "vcenter-b-dc0-dc0-c0"],
                  id="burst-pending-peers-spread-over-equal-domains"),
-    pytest.param(True, ["vcenter-a-dc0-dc0-c0", "vcenter-a-dc0-dc0-c0", "vcenter-a-dc0-dc0-c1", "vcenter-a-dc0-dc0-c0"],
-                 id="provisioned-peers-are-in-the-reported-capacity-so-equal-domains-tie-on-name"),
+    pytest.param(True, ["vcenter-a-dc0-dc0-c0", "vcenter-a-dc0-dc0-c1", "vcenter-a-dc0-dc0-c2", "vcenter-b-dc0-dc0-c0"],
+                 id="provisioned-peers-in-the-reported-capacity-tie-then-spread-by-peer-count"),
 ])
 def test_dev_samples_placed_one_after_another(provisioned: bool, expected: list[str]) -> None:
     """The four sample VMs placed in name order. In a burst, each placed peer is subtracted from
     its domain (memory first), so they spread. Placed after the earlier ones are provisioned, the
     rule counts those as reflected in the Provider's capacity (which vcsim never lowers): every
-    domain ties at 10764 MiB and the names decide (db-1 is kept off db-0's cluster)."""
+    domain ties at 10764 MiB and the peer counts spread them: the db VMs (selector site=a) over
+    vcenter-a's domains, web-1 onto vcenter-b, which holds no VM yet."""
     peers: list[PeerPlacement] = []
     placed = []
     for name, mem, labels, placement in DEV_VMS:
