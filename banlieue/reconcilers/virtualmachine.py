@@ -171,6 +171,11 @@ def _parse(model: Any, raw: Object | None) -> Any:
         return None
 
 
+def _names(objects: Iterable[Object]) -> tuple[str, ...]:
+    """The sorted metadata.name of cluster-scoped objects (VMClass, VMImage)."""
+    return tuple(sorted({str(name) for o in objects if (name := _get(o, "metadata", "name"))}))
+
+
 @dataclass(frozen=True)
 class _PeerFields:
     """What scheduling reads from a peer VirtualMachine (``_peer_fields``)."""
@@ -290,8 +295,12 @@ class VirtualMachineReconciler:
             if current is None or current_problem(SchedulingInput(vm, vm_class, image, providers, (), current)):
                 peers = self._peers(request.namespace, request.name,
                                     bool(vm.spec.placement and vm.spec.placement.anti_affinity))
+        # Existing names only for a not-found message (a typo hint): no list on the steady path.
+        class_names = () if vm_class is not None else _names(cache.list(VM_CLASS))
+        image_names = () if image is not None or vm_class is None else _names(cache.list(VM_IMAGE))
         snapshot = Snapshot(vm=vm, vm_class=vm_class, image=image, providers=providers, peers=peers,
-                            machine=machine, now=self.ctx.now().astimezone(UTC))
+                            machine=machine, now=self.ctx.now().astimezone(UTC),
+                            class_names=class_names, image_names=image_names)
         return snapshot, raw, machine_raw
 
     async def reconcile(self, request: Request) -> Result:

@@ -8,7 +8,8 @@ Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmach
 2. Deleting: delete the VSphereMachine, wait until it is gone (Ready False ``Deleting``), then drop
    the finalizer ``banlieue.io/virtualmachine``.
 3. Add the finalizer; resolve VMClass and VMImage (missing -> ``Scheduled`` False
-   ``ClassNotFound``/``ImageNotFound``).
+   ``ClassNotFound``/``ImageNotFound``, the message listing up to ``MAX_LISTED_NAMES`` existing
+   names, the closest ones first, to help with typos).
 4. Schedule (``banlieue.reconcilers.scheduler``), keeping the current placement while valid.
 5. Drift (current placement invalid): ``automatic`` (or ``manual`` with annotation
    ``banlieue.io/migrate: "true"``) deletes the VSphereMachine, waits until it is gone, then
@@ -20,13 +21,16 @@ Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmach
 6. Apply the VSphereMachine (only when it differs from the cached one), mirror its status through
    ``InfraMachineRead`` (held while the machine is in a provisioning step, see ``in_progress``),
    and compute ``Ready``: True only when InfrastructureReady is True, the
-   machine is provisioned and the observed power state is the desired one.
+   machine is provisioned and the observed power state is the desired one. With no
+   VSphereMachine and none being created (the VM is not scheduled), InfrastructureReady is False
+   ``WaitingForInfrastructure`` "no VSphereMachine yet: ..." pointing at ``Scheduled``.
 
 The status in the plan is the full desired status, or None when it equals the current one.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -74,10 +78,17 @@ PROGRESS_REASONS = frozenset(
 cost a VirtualMachine status write (the write budget per VM is small). Failure reasons
 (``CloneFailed``, ``TemplateNotFound``, ``InvalidSpec``...) are mirrored as they are."""
 
+MAX_LISTED_NAMES = 10
+"""How many existing VMClass/VMImage names a ``ClassNotFound``/``ImageNotFound`` message lists."""
+NOT_SCHEDULED_INFRA_MESSAGE = "no VSphereMachine yet: the VirtualMachine is not scheduled (see the Scheduled condition)"
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """The VM, what it references (None when missing), every Provider of its namespace, the
-    placements of the other VMs of the namespace, its VSphereMachine (None when absent), now."""
+    placements of the other VMs of the namespace, its VSphereMachine (None when absent), now.
+    ``class_names`` / ``image_names``: the existing VMClass / VMImage names, gathered only when
+    the referenced one is missing (for the not-found message; empty otherwise)."""
 
     vm: VirtualMachine
     vm_class: VMClass | None
@@ -86,6 +97,22 @@ class Snapshot:
     peers: tuple[PeerPlacement, ...]
     machine: VSphereMachine | None
     now: datetime
+    class_names: tuple[str, ...] = ()
+    image_names: tuple[str, ...] = ()
+
+
+def not_found_message(kind: str, wanted: str, existing: Sequence[str]) -> str:
+    """``VMClass "smal" not found; existing classes: medium, small``: at most
+    ``MAX_LISTED_NAMES`` names, sorted, the closest to ``wanted`` (difflib) kept first when there
+    are more, then "and N more"; "no VMClass exists" when there is none."""
+    noun = "classes" if kind == "VMClass" else "images"
+    names = sorted(set(existing))
+    if not names:
+        return f'{kind} "{wanted}" not found; no {kind} exists'
+    close = difflib.get_close_matches(wanted, names, n=MAX_LISTED_NAMES, cutoff=0.6)
+    listed = sorted([*close, *(n for n in names if n not in close)][:MAX_LISTED_NAMES])
+    more = f" and {len(names) - len(listed)} more" if len(names) > len(listed) else ""
+    return f'{kind} "{wanted}" not found; existing {noun}: {", ".join(listed)}{more}'
 
 
 @dataclass(frozen=True)
@@ -166,9 +193,13 @@ def _scheduled(s: Snapshot, target: Placement) -> ScheduledPlacement:
     )
 
 
-def _infra_condition(conds: _Conds, machine: InfraMachineRead | None, name: str) -> None:
+def _infra_condition(conds: _Conds, machine: InfraMachineRead | None, name: str, will_exist: bool = True) -> None:
+    """InfrastructureReady from the machine; ``will_exist`` False: there is no VSphereMachine and
+    none is being applied (the VM is not scheduled)."""
     ready = machine.ready if machine is not None else None
-    if ready is None or (ready.status is not ConditionStatus.TRUE and ready.reason in PROGRESS_REASONS):
+    if machine is None and not will_exist:
+        conds.set(C.INFRASTRUCTURE_READY, False, Reason.WAITING_FOR_INFRASTRUCTURE, NOT_SCHEDULED_INFRA_MESSAGE)
+    elif ready is None or (ready.status is not ConditionStatus.TRUE and ready.reason in PROGRESS_REASONS):
         # One reason and message for "absent", "no Ready yet" and every progress step, so the
         # VM's status is written once while the machine is being provisioned.
         conds.set(C.INFRASTRUCTURE_READY, False, Reason.WAITING_FOR_INFRASTRUCTURE, f"VSphereMachine {name} is not Ready yet")
@@ -294,9 +325,11 @@ class _Decider:
         """The VMClass or VMImage is missing: nothing can be placed or applied."""
         vm = self.vm
         if self.s.vm_class is None:
-            blocked = self.unschedulable(VirtualMachineReason.CLASS_NOT_FOUND, f"VMClass {vm.spec.class_ref.name} not found")
+            message = not_found_message("VMClass", vm.spec.class_ref.name, self.s.class_names)
+            blocked = self.unschedulable(VirtualMachineReason.CLASS_NOT_FOUND, message)
         else:
-            blocked = self.unschedulable(VirtualMachineReason.IMAGE_NOT_FOUND, f"VMImage {vm.spec.image_ref.name} not found")
+            message = not_found_message("VMImage", vm.spec.image_ref.name, self.s.image_names)
+            blocked = self.unschedulable(VirtualMachineReason.IMAGE_NOT_FOUND, message)
         if get_condition(self.conds.items, C.PLACEMENT_VALID) is None:
             self.conds.set(C.PLACEMENT_VALID, ConditionStatus.UNKNOWN, Reason.NOT_SCHEDULED, "not scheduled yet")
         if get_condition(self.conds.items, C.MIGRATING) is None:
@@ -399,7 +432,7 @@ def decide(s: Snapshot) -> Plan:
     migrating = get_condition(d.conds.items, C.MIGRATING)
     if blocked is None and migrating is not None and migrating.status is ConditionStatus.TRUE:
         blocked = (migrating.reason, migrating.message)
-    _infra_condition(d.conds, d.machine, d.name)
+    _infra_condition(d.conds, d.machine, d.name, will_exist=d.machine is not None or apply_machine is not None)
     _mirror(d.status, d.machine, d.name, d.machine is not None or apply_machine is not None)
     _ready(d.conds, s, d.machine, blocked)
     target = placing.target

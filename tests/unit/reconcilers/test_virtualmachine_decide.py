@@ -15,7 +15,14 @@ from banlieue.api.conditions import get_condition
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import VirtualMachine, VirtualMachineStatus
-from banlieue.reconcilers.virtualmachine_decide import Plan, Snapshot, decide
+from banlieue.reconcilers.virtualmachine_decide import (
+    MAX_LISTED_NAMES,
+    NOT_SCHEDULED_INFRA_MESSAGE,
+    Plan,
+    Snapshot,
+    decide,
+    not_found_message,
+)
 from banlieue.reconcilers.virtualmachine_machine_decide import desired_machine, machine_differs, owns
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -274,6 +281,67 @@ _conds = st.lists(st.builds(lambda t, s, r: {"type": t, "status": s, "reason": r
 _where = st.tuples(st.sampled_from(["a", "b", "z"]), st.sampled_from(["a-dc0-c0", "a-dc0-c1", "b-dc0-c0", "q"]))
 
 
+def message(plan: Plan, type_: str) -> str:
+    assert plan.status is not None
+    c = get_condition(VirtualMachineStatus.from_wire(plan.status).conditions, type_)
+    assert c is not None, type_
+    return c.message
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "scheduled_message"),
+    [
+        pytest.param(Snapshot(vm(), None, IMAGE, tuple(PROVIDERS), (), None, NOW, class_names=("smal", "medium")),
+                     'VMClass "small" not found; existing classes: medium, smal', id="class-not-found-lists-classes"),
+        pytest.param(Snapshot(vm(), None, IMAGE, tuple(PROVIDERS), (), None, NOW),
+                     'VMClass "small" not found; no VMClass exists', id="class-not-found-none-exists"),
+        pytest.param(Snapshot(vm(), CLASS, None, tuple(PROVIDERS), (), None, NOW, image_names=("ubuntu-22.04", "debian")),
+                     'VMImage "ubuntu" not found; existing images: debian, ubuntu-22.04', id="image-not-found-lists-images"),
+        pytest.param(snap(vm(placement={"providerSelector": {"matchLabels": {"site": "z"}}})), None, id="nothing-fits"),
+    ],
+)
+def test_unscheduled_vm_without_machine_says_there_is_none(snapshot: Snapshot, scheduled_message: str | None) -> None:
+    plan = decide(snapshot)
+    assert cond(plan, "InfrastructureReady") == ("False", "WaitingForInfrastructure")
+    assert message(plan, "InfrastructureReady") == NOT_SCHEDULED_INFRA_MESSAGE
+    assert "VSphereMachine vm-1" not in message(plan, "InfrastructureReady")
+    assert cond(plan, "Scheduled")[0] == "False"
+    if scheduled_message is not None:
+        assert message(plan, "Scheduled") == scheduled_message
+        # Ready carries the Scheduled reason and message (what blocks the VM).
+        assert message(plan, "Ready") == scheduled_message
+
+
+def test_machine_being_created_is_waited_for_by_name() -> None:
+    plan = decide(snap(vm()))
+    assert plan.apply_machine is not None
+    assert message(plan, "InfrastructureReady") == "VSphereMachine vm-1 is not Ready yet"
+
+
+def test_unscheduled_vm_with_a_leftover_machine_mirrors_the_machine() -> None:
+    plan = decide(Snapshot(vm(), None, IMAGE, tuple(PROVIDERS), (), machine(ready=("False", "CloneFailed")), NOW))
+    assert cond(plan, "InfrastructureReady") == ("False", "CloneFailed")
+
+
+@pytest.mark.parametrize(
+    ("kind", "wanted", "existing", "expected"),
+    [
+        pytest.param("VMClass", "smal", ["small", "medium", "small"], 'VMClass "smal" not found; existing classes: medium, small',
+                     id="sorted-deduplicated"),
+        pytest.param("VMImage", "x", [], 'VMImage "x" not found; no VMImage exists', id="none"),
+        pytest.param("VMClass", "zz", [f"c{i:02d}" for i in range(12)],
+                     'VMClass "zz" not found; existing classes: ' + ", ".join(f"c{i:02d}" for i in range(10)) + " and 2 more",
+                     id="capped-with-count"),
+        pytest.param("VMClass", "large-x", [f"c{i:02d}" for i in range(12)] + ["large-xl"],
+                     'VMClass "large-x" not found; existing classes: ' + ", ".join(f"c{i:02d}" for i in range(9))
+                     + ", large-xl and 3 more", id="closest-kept-when-capped"),
+    ],
+)
+def test_not_found_message(kind: str, wanted: str, existing: list[str], expected: str) -> None:
+    assert MAX_LISTED_NAMES == 10
+    assert not_found_message(kind, wanted, existing) == expected
+
+
 @st.composite
 def _snapshots(draw: st.DrawFn) -> Snapshot:
     the_vm = vm(placement=draw(st.sampled_from([{}, MOVE, {"providerSelector": {"matchLabels": {"site": "z"}}},
@@ -287,8 +355,11 @@ def _snapshots(draw: st.DrawFn) -> Snapshot:
         lambda w, r, p, pw, d: machine(w, ready=r, provisioned=p, power=pw, deleting=d), _where,
         st.one_of(st.none(), st.tuples(st.sampled_from(["True", "False"]), st.sampled_from(["Cloning", "CloneFailed", "Provisioned"]))),
         st.booleans(), st.one_of(st.none(), st.sampled_from(["PoweredOn", "PoweredOff"])), st.booleans())))
-    return snap(the_vm, m=m, cls=draw(st.sampled_from([None, CLASS])), img=draw(st.sampled_from([None, IMAGE, image({})])),
+    base = snap(the_vm, m=m, cls=draw(st.sampled_from([None, CLASS])), img=draw(st.sampled_from([None, IMAGE, image({})])),
                 providers=draw(st.sampled_from([[], PROVIDERS, PROVIDERS[:1]])))
+    names = st.lists(st.text(max_size=30), max_size=15).map(tuple)
+    return Snapshot(base.vm, base.vm_class, base.image, base.providers, base.peers, base.machine, base.now,
+                    class_names=draw(names), image_names=draw(names))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
