@@ -77,6 +77,14 @@ def _spec_view(obj: JSON, status_sub: bool) -> JSON:
     return {k: v for k, v in obj.items() if k != "metadata" and not (status_sub and k == "status")}
 
 
+def _namespace_finalizers(rt: ResourceType, obj: JSON) -> list[str]:
+    """A namespace's ``spec.finalizers`` (kube ShouldDeleteNamespaceDuringUpdate: a terminating
+    namespace goes only when these and ``metadata.finalizers`` are empty); [] for other kinds."""
+    if not (rt.builtin and rt.group == "" and rt.plural == "namespaces"):
+        return []
+    return list((obj.get("spec") or {}).get("finalizers") or [])
+
+
 class Rest:
     """The write and read rules for every served resource, over one :class:`Store`."""
 
@@ -91,17 +99,26 @@ class Rest:
     # -- helpers -------------------------------------------------------------------------------
 
     def namespace_check(self, rt: ResourceType, ns: str, *, creating: bool, name: str = "") -> None:
-        """404 when the namespace is missing; 403 when it is terminating (creates only)."""
+        """404 when the namespace is missing; 403 when it is terminating (creates only).
+
+        kube's NamespaceLifecycle admission plugin: a create in a namespace whose phase is
+        ``Terminating`` is Forbidden with a StatusCause of type ``NamespaceTerminating`` on
+        ``metadata.namespace``; updates, patches and deletes of existing objects stay allowed
+        (controllers must still remove their finalizers)."""
         if not rt.namespaced:
             return
         nso = self.store.get(("", "namespaces"), "", ns)
         if nso is None:
             raise errors.not_found("", "namespaces", ns)
         if creating and nso["metadata"].get("deletionTimestamp"):
-            raise errors.forbidden(
+            err = errors.forbidden(
                 rt.group, rt.plural, name,
                 f"unable to create new content in namespace {ns} because it is being terminated",
             )
+            err.details = {**(err.details or {}), "causes": [{
+                "reason": "NamespaceTerminating", "message": f"namespace {ns} is being terminated", "field": "metadata.namespace",
+            }]}
+            raise err
 
     def _unknown_fields(self, rt: ResourceType, obj: JSON, opts: WriteOptions) -> None:
         """Prune unknown fields; Strict -> 400, Warn -> warnings (kube fieldValidation)."""
@@ -271,7 +288,7 @@ class Rest:
             return old  # no-op writes do not bump resourceVersion nor emit events
         if opts.dry_run:
             return new
-        if nmd.get("deletionTimestamp") and not nmd.get("finalizers"):
+        if nmd.get("deletionTimestamp") and not nmd.get("finalizers") and not _namespace_finalizers(rt, new):
             return self._remove(rt, new)
         rvn = self.store.next_rv()
         nmd["resourceVersion"] = str(rvn)
@@ -372,6 +389,12 @@ class Rest:
         return new, False
 
     def _delete_namespace(self, rt: ResourceType, obj: JSON, finalizers: list[str], opts: WriteOptions) -> JSON:
+        """kube's namespace storage Delete: the first DELETE only sets deletionTimestamp and phase
+        ``Terminating`` (the namespace controller then empties it and removes its ``kubernetes``
+        finalizer from ``spec.finalizers``); a DELETE of a terminating namespace whose
+        ``spec.finalizers`` and ``metadata.finalizers`` are empty removes it."""
+        if obj["metadata"].get("deletionTimestamp") and not _namespace_finalizers(rt, obj) and not obj["metadata"].get("finalizers"):
+            return obj if opts.dry_run else self._remove(rt, obj)
         new = copy.deepcopy(obj)
         nmd = new["metadata"]
         nmd.setdefault("deletionTimestamp", self.clock())
