@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from pyVim.connect import Disconnect, SmartConnect
 from pyVmomi import vim
 
@@ -217,6 +218,16 @@ async def _power(client: Client, ns: str, name: str, state: str) -> dict[str, An
     return obj if (obj.get("status") or {}).get("powerState") == state else None
 
 
+async def _settled(r: Running, ns: str, name: str) -> bool:
+    """The manager's cache has ``status.instanceUUID`` of ``name`` and no vspheremachine
+    reconcile is running (checked in that order: a reconcile starting later reads that status)."""
+    cached = r.mgr.cache.get(VSPHERE_MACHINE, name, ns) or {}
+    if not (cached.get("status") or {}).get("instanceUUID"):
+        return False
+    active = REGISTRY.get_sample_value("controller_runtime_active_workers", {"controller": "vspheremachine"})
+    return active == 0
+
+
 async def _gone(client: Client, ns: str, name: str) -> bool:
     try:
         await client.get(VSPHERE_MACHINE, name, ns)
@@ -250,13 +261,18 @@ async def test_missing_template_datastore_and_secret_are_reported(apiserver: Any
 
 async def test_vm_removed_by_hand_is_reported_not_recreated(apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any) -> None:
     await make_provider(client, ns, vcsim)
-    async with running(apiserver, ns):
+    async with running(apiserver, ns) as r:
         # No pause for the property-collector watch: the machine is created while it starts,
         # and the VM may be destroyed before vcsim's next 250 ms update tick; the watch
         # still reports the removal (watch.py "VMs the collector never reported").
         created = await client.create(VSPHERE_MACHINE, machine("gone", ns, powerState="PoweredOff"))
         uid = created["metadata"]["uid"]
         await wait_reason(client, ns, "gone", "Provisioned")
+        # "By hand" means after the controller has settled: its cache holds the provisioned
+        # status and no reconcile started from an older copy is still running. (A removal in
+        # that window, milliseconds after provisioning, is a different race: a reconcile that
+        # read the machine before its instanceUUID was cached converges a VM that vanished.)
+        await eventually(lambda: _settled(r, ns, "gone"), what="controller settled")
         [vm] = vms_with_uid(si, uid)
         task = vm.Destroy_Task()
         await eventually(lambda: _task_done(task), what="Destroy_Task finished")
