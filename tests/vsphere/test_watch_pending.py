@@ -16,7 +16,7 @@ from pyVim.connect import Disconnect, SmartConnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
 
-from banlieue.backends.base import Connection, VMChange, VMSpec
+from banlieue.backends.base import Connection, NotFound, VMChange, VMSpec
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.backends.vsphere.find import VMIndex
 from banlieue.backends.vsphere.watch import GIVE_UP_AFTER_CHECKS, RESYNC_AFTER_CHECKS, VMWatch
@@ -211,3 +211,24 @@ async def test_a_vm_reported_without_its_uid_is_attributed_through_the_index(
         assert removed.moref == bare
     finally:
         await backend.sessions.run(conn, lambda s: w.cancel())
+
+
+async def test_create_vm_never_clones_again_a_vm_removed_behind_its_back(
+    backend: VSphereBackend, conn: Connection, si: Any
+) -> None:
+    # A reconcile working from a copy of the object older than its status (instanceUUID) asks
+    # to converge a VM that was just removed by hand: the backend refuses to clone it again.
+    spec = vm_spec()
+    created = await backend.create_vm(conn, spec)
+    await asyncio.to_thread(destroy, si, created.vm.moref)
+    with pytest.raises(NotFound) as err:
+        await backend.create_vm(conn, spec)
+    assert err.value.reason == "VMNotFound"
+    assert await backend.find_vm(conn, spec.uid) is None
+    # The memory is per process: after a restart the object's status is the guard.
+    fresh = VSphereBackend(max_workers=2, task_timeout=60.0, request_timeout=30.0)
+    try:
+        assert (await fresh.create_vm(conn, spec)).created is True
+        assert await fresh.destroy_vm(conn, spec.uid) is True
+    finally:
+        await fresh.close()

@@ -4,6 +4,9 @@ Blocking pyvmomi calls run in a bounded thread pool per vCenter (``max_workers``
 asyncio does the waiting (tasks, guest shutdown) so no thread is held while vCenter works.
 One session per Provider (``Connection.session_key``), re-established on NotAuthenticated.
 Inventory name lookups are cached per vCenter for ``index_ttl`` seconds (re-read on NotFound).
+``create_vm`` never clones a UID twice in one process: once it has returned a VM for a UID, a
+later call that finds no VM raises NotFound ``VMNotFound`` (removed by hand; the caller's copy
+of the object may predate its status), as does a VM that vanishes while it is configured.
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ class VSphereBackend:
         self.index_ttl = index_ttl
         self._indexes: dict[str, tuple[float, InventoryIndex]] = {}
         self._vm_indexes: dict[str, find.VMIndex] = {}
+        # vCenter label -> UIDs whose VM create_vm returned (this process): never cloned again.
+        self._delivered: dict[str, set[str]] = {}
         self._templates: dict[tuple[str, str, str], tuple[float, Any]] = {}
 
     # --- plumbing ---------------------------------------------------------------------------
@@ -156,10 +161,15 @@ class VSphereBackend:
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
         found = await self._locate(conn, spec.uid)
+        delivered = self._delivered.setdefault(vcenter, set())
         created = False
         mode = spec.clone_mode
         message = ""
         if found is None:
+            if spec.uid in delivered:
+                # This process handed out the VM for this UID and it is gone now (removed by
+                # hand): the caller's view may be stale, but a second clone is never right.
+                raise NotFound(f"the VM for {spec.uid} was removed from vCenter; not cloning it again", reason="VMNotFound")
             vm, mode, message = await self._clone(conn, spec)
             created = True
         else:
@@ -168,16 +178,24 @@ class VSphereBackend:
         linked = mode == "linkedClone"
 
         try:
-            await self._converge(run, vm, spec, idx, linked, vcenter, conn)
-        except TaskFailed as exc:
-            # A reconfigure raced with another change of the VM (on vcsim 0.24: a concurrent
-            # clone of the same template briefly blanks disk file names): converging is
-            # idempotent, so re-read and apply what still differs, once.
-            log.warning("vsphere reconfigure failed; re-reading and retrying once", vcenter=vcenter, error=str(exc))
-            await self._converge(run, vm, spec, idx, linked, vcenter, conn)
+            try:
+                await self._converge(run, vm, spec, idx, linked, vcenter, conn)
+            except TaskFailed as exc:
+                # A reconfigure raced with another change of the VM (on vcsim 0.24: a concurrent
+                # clone of the same template briefly blanks disk file names): converging is
+                # idempotent, so re-read and apply what still differs, once.
+                log.warning("vsphere reconfigure failed; re-reading and retrying once", vcenter=vcenter, error=str(exc))
+                await self._converge(run, vm, spec, idx, linked, vcenter, conn)
+        except NotFound as exc:
+            # ManagedObjectNotFound (reason "NotFound", not a named inventory object): the VM
+            # itself went while it was configured.
+            if exc.reason != "NotFound" or await run(lambda s: find.read_vm(s.content, vm, None)) is not None:
+                raise
+            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound") from exc
         info = await run(lambda s: find.read_vm(s.content, vm, idx))
         if info is None:
             raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound")
+        delivered.add(spec.uid)
         log.info("vsphere vm converged", vcenter=vcenter, vm=info.name, created=created, clone_mode=mode)
         return CreateResult(vm=info, created=created, clone_mode=mode, message=message)
 
@@ -304,6 +322,7 @@ class VSphereBackend:
             if "ManagedObjectNotFound" not in str(exc) and exc.reason != "NotFound":
                 raise
         self._vm_index(conn).forget(uid)
+        self._delivered.get(vcenter, set()).discard(uid)
         log.info("vsphere vm destroyed", vcenter=vcenter, vm=info.name)
         return True
 
