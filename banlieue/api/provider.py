@@ -32,6 +32,9 @@ class ProviderConditionReason:
     INVENTORY_FAILED = "InventoryFailed"
     PAUSED = "Paused"
     UNSUPPORTED_PROVIDER_CLASS = "UnsupportedProviderClass"
+    DELETING = "Deleting"
+    """Deletion requested while VSphereMachines still use the Provider: its finalizer
+    ``banlieue.io/provider`` holds it (and its failure domains) until they are gone."""
 
 
 PROVIDER_REACHABLE = "ProviderReachable"

@@ -13,6 +13,12 @@ a Secret or rotating a CA recovers without a restart (SPEC §4 "Secrets -> Provi
 them"). The Provider itself is watched for generation changes only, so the controller's own
 status writes do not trigger a new inventory walk; the periodic refresh is
 ``provider_decide.REFRESH_SECONDS`` (capacity changes are not notified by vCenter).
+
+Deletion (``provider_deletion``): a vSphere Provider gets the finalizer ``banlieue.io/provider``
+first; a deleting one keeps it while VSphereMachines of its namespace use it (``Ready`` False
+``Deleting``) and drops it when none does. VSphereMachine events map to the deleting Providers
+they use, so the last machine going away releases the Provider at once. Every Connection built
+here is remembered (``last_connection``) for machine deletions after the Secret is gone.
 """
 
 from __future__ import annotations
@@ -23,11 +29,17 @@ from pydantic import ValidationError
 from banlieue.api.provider import Provider
 from banlieue.backends.base import BackendError
 from banlieue.reconcilers.context import RoleContext
-from banlieue.reconcilers.kinds import CONFIG_MAP, PROVIDER, PROVIDER_CLASS_VSPHERE, SECRET
+from banlieue.reconcilers.kinds import CONFIG_MAP, PROVIDER, PROVIDER_CLASS_VSPHERE, SECRET, VSPHERE_MACHINE
+from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
 from banlieue.reconcilers.provider_decide import Failure, Plan, Snapshot, capabilities_of, decide, taxonomy
+from banlieue.reconcilers.provider_deletion import (
+    FINALIZER_PROVIDER,
+    DeletionPlan,
+    decide_deletion,
+    machine_uses_provider,
+)
 from banlieue.reconcilers.vsphere_connection import (
     ConnectionConfigError,
-    connection_for,
     referenced_config_maps,
     referenced_secrets,
 )
@@ -84,7 +96,7 @@ class ProviderReconciler:
         if backend is None:
             return Snapshot(provider, now, failure=Failure("connect", "NoBackend", "this role has no vSphere backend"))
         try:
-            conn = connection_for(provider, self.ctx.cache)
+            conn = remembered_connection_for(provider, self.ctx.cache)
         except ConnectionConfigError as err:
             return Snapshot(provider, now, failure=Failure("config", err.reason, err.message))
         try:
@@ -111,6 +123,27 @@ class ProviderReconciler:
         for event in plan.events:
             self.ctx.recorder.event(wire, event.type, event.reason, event.message)
 
+    def users(self, provider: Provider) -> list[str]:
+        """Sorted names of the VSphereMachines (cache) that use ``provider``."""
+        machines = self.ctx.cache.list(VSPHERE_MACHINE, provider.metadata.namespace)
+        return sorted(str(m["metadata"]["name"]) for m in machines if machine_uses_provider(m, provider))
+
+    async def reconcile_delete(self, raw: Object, provider: Provider) -> Result:
+        """A deleting Provider: keep the finalizer while machines use it, else drop it."""
+        plan: DeletionPlan = decide_deletion(provider, self.users(provider), self.ctx.now())
+        try:
+            if plan.write_status:
+                await self.execute(provider, Plan(status=plan.status, write_status=True))
+            for event in plan.events:
+                self.ctx.recorder.event(provider.to_wire(), event.type, event.reason, event.message)
+            if plan.remove_finalizer:
+                await self.ctx.client.remove_finalizer(PROVIDER, raw, FINALIZER_PROVIDER)
+                last_known(self.ctx.cache).forget(f"{provider.metadata.namespace}/{provider.metadata.name}")
+                log.info("provider released", provider=f"{provider.metadata.namespace}/{provider.metadata.name}")
+        except NotFound:
+            return Result()
+        return Result(requeue_after=plan.requeue_after)
+
     async def reconcile(self, request: Request) -> Result:
         """Gather -> decide -> execute; the Result carries decide's requeue."""
         raw = self.ctx.cache.get(PROVIDER, request.name, request.namespace)
@@ -120,7 +153,13 @@ class ProviderReconciler:
         if provider is None:
             raise TerminalError(f"Provider {request} does not match the schema")
         if provider.metadata.deletion_timestamp is not None:
-            return Result()  # nothing to clean up on the backend; status stays as last written
+            return await self.reconcile_delete(raw, provider)
+        if provider.spec.provider_class_ref.name == PROVIDER_CLASS_VSPHERE and FINALIZER_PROVIDER not in (provider.metadata.finalizers or ()):
+            try:
+                raw = await self.ctx.client.add_finalizer(PROVIDER, raw, FINALIZER_PROVIDER)
+            except NotFound:
+                return Result()
+            provider = _parse(raw) or provider
         plan = decide(await self.gather(provider))
         try:
             await self.execute(provider, plan)
@@ -141,7 +180,7 @@ class ProviderReconciler:
 def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     """Register the ``provider`` controller: for Provider (generation changes), watches Secret
     and ConfigMap -> the Providers that reference them (indexes ``providerSecrets``,
-    ``providerConfigMaps``)."""
+    ``providerConfigMaps``), VSphereMachine -> the deleting Providers it uses."""
     ctx.cache.add_indexer(PROVIDER, SECRETS_INDEX, secrets_index)
     ctx.cache.add_indexer(PROVIDER, CONFIG_MAPS_INDEX, config_maps_index)
 
@@ -156,6 +195,19 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
 
         return map_fn
 
+    def machine_map(obj: Object) -> list[Request]:
+        # Only deleting Providers care about machines (an inventory walk per machine event
+        # would be waste): the one(s) this machine uses get re-checked when it changes or goes.
+        ns = (obj.get("metadata") or {}).get("namespace")
+        out: list[Request] = []
+        for raw in ctx.cache.list(PROVIDER, ns):
+            if not (raw.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            p = _parse(raw)
+            if p is not None and machine_uses_provider(obj, p):
+                out.append(Request(p.metadata.namespace or "", p.metadata.name or ""))
+        return out
+
     secret_map = by_index(SECRETS_INDEX)
     config_map_map = by_index(CONFIG_MAPS_INDEX)
     return (
@@ -164,6 +216,7 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
         .for_(PROVIDER, predicates=[GenerationChangedPredicate()])
         .watches(SECRET, secret_map, predicates=[ResourceVersionChangedPredicate()])
         .watches(CONFIG_MAP, config_map_map, predicates=[ResourceVersionChangedPredicate()])
+        .watches(VSPHERE_MACHINE, machine_map)
         .with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles)
         .complete(ProviderReconciler(ctx))
     )

@@ -36,7 +36,8 @@ from banlieue.reconcilers.kinds import (
     SECRET,
     VSPHERE_MACHINE,
 )
-from banlieue.reconcilers.vsphere_connection import ConnectionConfigError, connection_for
+from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
+from banlieue.reconcilers.vsphere_connection import ConnectionConfigError
 from banlieue.reconcilers.vspheremachine_decide import Action, Event, Failure, Plan, Snapshot, decide
 from banlieue.reconcilers.vspheremachine_placement import (
     PlacementError,
@@ -127,15 +128,23 @@ class VSphereMachineReconciler:
         return Snapshot(
             machine=machine, now=self.ctx.now(), capi_machine=capi_machine, cluster=cluster, providers=providers,
             bootstrap=bootstrap, bootstrap_error=bootstrap_error, clone_grace_seconds=self.ctx.vsphere_task_timeout,
+            known_connections=last_known(cache).known(ns) if machine.metadata.deletion_timestamp is not None else frozenset(),
         )
 
     # --- execute ------------------------------------------------------------------------
     async def _look_up(self, snap: Snapshot, plan: Plan) -> tuple[Snapshot, Connection | None]:
-        assert plan.provider is not None
-        try:
-            conn = connection_for(plan.provider, self.ctx.cache)
-        except ConnectionConfigError as err:
-            return replace(snap, connection_error=(err.reason, err.message)), None
+        if plan.last_known is not None:
+            # Deleting after the Secret (or the Provider) went: the last connection built here.
+            known = last_known(self.ctx.cache).get(f"{snap.machine.metadata.namespace}/{plan.last_known}")
+            if known is None:
+                return replace(snap, known_connections=snap.known_connections - {plan.last_known}), None
+            conn = known
+        else:
+            assert plan.provider is not None
+            try:
+                conn = remembered_connection_for(plan.provider, self.ctx.cache)
+            except ConnectionConfigError as err:
+                return replace(snap, connection_error=(err.reason, err.message)), None
         status = snap.machine.status
         try:
             vm = await self.backend.find_vm(conn, snap.machine.metadata.uid or "", status.instance_uuid if status else None)

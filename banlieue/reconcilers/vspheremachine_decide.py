@@ -20,10 +20,16 @@ its Cluster): ``Paused`` True and nothing else happens, deletion included; a ``R
 stays True (a running machine stays Ready while paused), any other becomes False ``Paused``.
 
 Deletion: ``Ready`` False ``Deleting``; destroy (power-off per ``powerOffMode``) then drop the
-finalizer; a VM already gone is success. A Provider that no longer exists cannot reach the VM:
-the finalizer is dropped with a Warning event ``ProviderGone``. A Secret that is missing or a
-vCenter that cannot be reached while deleting keeps ``Deleting`` with the cause in the message
-and retries every ``RETRY_SECONDS`` (and on every Secret/Provider change).
+finalizer; a VM already gone is success. The Provider's finalizer keeps it while machines use it
+(``provider_deletion``), but its credentials Secret has none (a namespace deletion removes it at
+once): when the Secret is missing or invalid, or the Provider object is gone (its finalizer
+removed by hand; the machine's Provider is ``spec.providerRef`` or the ``banlieue.io/provider``
+label), the last Connection this process built for that Provider
+(``Snapshot.known_connections``, ``last_connection``) is used to destroy the VM. With none known,
+a Provider that no longer exists cannot reach the VM: the finalizer is dropped with a Warning
+event ``ProviderGone``; a Secret that is missing or a vCenter that cannot be reached keeps
+``Deleting`` with the cause in the message and retries every ``RETRY_SECONDS`` (and on every
+Secret/Provider change).
 
 Never clone twice: the VM is looked up by UID (then instance UUID) first; the ``Cloning``
 message records when the clone started (``... since <RFC 3339>``), and a later reconcile that
@@ -64,6 +70,7 @@ from banlieue.reconcilers.kinds import (
     CAPI_ANNOTATION_PAUSED,
     CAPI_LABEL_CLUSTER_NAME,
     FINALIZER_VSPHERE_MACHINE,
+    LABEL_PROVIDER,
 )
 from banlieue.reconcilers.vspheremachine_placement import (
     BootstrapData,
@@ -115,7 +122,9 @@ class Snapshot:
     ``providers`` the Providers of the namespace; ``bootstrap`` the decoded data (None: none or
     not readable, see ``bootstrap_error``); ``looked_up`` whether the backend was asked (it is
     only asked once a Provider and connection are known); ``vm`` its answer; ``failure`` the
-    last backend error; ``converged``/``destroyed``/``powered`` record what this reconcile did."""
+    last backend error; ``converged``/``destroyed``/``powered`` record what this reconcile did;
+    ``known_connections``: names of the namespace's Providers this process has a last known good
+    Connection for (used only to delete)."""
 
     machine: VSphereMachine
     now: datetime
@@ -132,6 +141,7 @@ class Snapshot:
     clone_grace_seconds: float = 600.0
     destroyed: bool = False
     powered: bool = False
+    known_connections: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -161,7 +171,9 @@ class Plan:
     look up the VM (``Snapshot.looked_up``) before deciding further; ``provider`` is the Provider
     backend calls go to. ``status`` is the full desired status (None: leave it);
     ``write_status_first``: write it before ``action`` (a clone takes minutes); ``provider_id``:
-    value to write to ``spec.providerID``; ``retry``: fail the reconcile after writing (backoff)."""
+    value to write to ``spec.providerID``; ``retry``: fail the reconcile after writing (backoff);
+    ``last_known``: with ``connect``, use the last known Connection of this Provider (name, same
+    namespace) instead of building one from its Secret."""
 
     status: VSphereMachineStatus | None = None
     add_finalizer: bool = False
@@ -174,6 +186,7 @@ class Plan:
     retry: bool = False
     provider: Provider | None = None
     connect: bool = False
+    last_known: str | None = None
 
 
 @dataclass
@@ -426,27 +439,49 @@ def _drifted(vm: VMInfo, spec: VMSpec) -> bool:
     return any(have < disk.size_gib for have, disk in zip(vm.disks_gib, spec.disks, strict=False))
 
 
+def recorded_provider(m: VSphereMachine) -> str | None:
+    """The Provider a machine records: ``spec.providerRef.name``, else the
+    ``banlieue.io/provider`` label the VirtualMachine controller sets; None when neither."""
+    if m.spec.provider_ref is not None and m.spec.provider_ref.name:
+        return m.spec.provider_ref.name
+    return (m.metadata.labels or {}).get(LABEL_PROVIDER) or None
+
+
 def _decide_delete(snap: Snapshot, st: _Status, has_finalizer: bool, capi: bool) -> Plan:
     m = snap.machine
     if not has_finalizer:
         return Plan()
     st.ready(False, R.DELETING, "deleting the VM")
     fd_name = (capi_failure_domain(snap.capi_machine) if capi else None) or m.spec.failure_domain or (m.status.failure_domain if m.status else None)
+    provider: Provider | None = None
+    last: str | None = None
     try:
-        placement = resolve_placement(m, fd_name, snap.providers, capi=capi)
+        provider = resolve_placement(m, fd_name, snap.providers, capi=capi).provider
     except PlacementError as err:
-        if m.status is not None and m.status.instance_uuid:
+        recorded = recorded_provider(m)
+        if recorded is not None and recorded in snap.known_connections:
+            # The Provider object is gone but this process still holds its last connection.
+            last = recorded
+            st.ready(False, R.DELETING, f"deleting the VM with the last known connection of Provider {recorded} ({err.message})")
+        elif m.status is not None and m.status.instance_uuid:
             # The Provider (or its failure domain) is gone: nothing can reach the VM any more.
             note = f"{err.message}; dropping the finalizer without deleting VM {m.status.instance_uuid}: delete it in vCenter by hand"
             return Plan(status=st.status, remove_finalizer=True, events=(Event("Warning", "ProviderGone", note),))
-        # Never provisioned and no place resolves: no VM can exist for it.
-        return Plan(status=st.status, remove_finalizer=True, events=(Event("Normal", "Deleted", f"nothing to delete: {err.message}"),))
-    if snap.connection_error is not None:
+        else:
+            # Never provisioned and no place resolves: no VM can exist for it.
+            return Plan(status=st.status, remove_finalizer=True, events=(Event("Normal", "Deleted", f"nothing to delete: {err.message}"),))
+    if provider is not None and snap.connection_error is not None:
         reason, message = snap.connection_error
-        st.ready(False, R.DELETING, f"cannot reach vCenter to delete the VM ({reason}: {message}); retrying")
-        return _with_events(snap, Plan(status=st.status, requeue_after=RETRY_SECONDS))
+        name = provider.metadata.name or ""
+        if name in snap.known_connections:
+            # The Secret went first (namespace deletion): the last good connection still works.
+            last = name
+            st.ready(False, R.DELETING, f"deleting the VM with the last known connection of Provider {name} ({reason}: {message})")
+        else:
+            st.ready(False, R.DELETING, f"cannot reach vCenter to delete the VM ({reason}: {message}); retrying")
+            return _with_events(snap, Plan(status=st.status, requeue_after=RETRY_SECONDS))
     if not snap.looked_up:
-        return Plan(provider=placement.provider, connect=True)
+        return Plan(status=st.status, provider=provider, connect=True, last_known=last)
     failure = snap.failure
     if failure is not None:
         if failure.reason == "PowerOffPending":
@@ -458,7 +493,7 @@ def _decide_delete(snap: Snapshot, st: _Status, has_finalizer: bool, capi: bool)
         events = [Event("Normal", "Deleted", f"VM {m.metadata.name} destroyed")] if snap.destroyed else []
         return Plan(status=st.status, remove_finalizer=True, events=tuple(events))
     action = Action("destroy", off_mode=m.spec.power_off_mode.value, soft_timeout=_soft_timeout(m))
-    return _with_events(snap, Plan(status=st.status, action=action, write_status_first=True, provider=placement.provider))
+    return _with_events(snap, Plan(status=st.status, action=action, write_status_first=True, provider=provider, last_known=last))
 
 
 def _soft_timeout(m: VSphereMachine) -> float:

@@ -158,6 +158,9 @@ def resolve_placement(
     (InvalidSpec, ProviderNotFound, FailureDomainNotFound)."""
     spec = machine.spec
     ref = spec.provider_ref.name if spec.provider_ref is not None else None
+    if ref is not None and not any(p.metadata.name == ref for p in providers):
+        # The named Provider is gone (or never existed): say so, whatever the failure domain.
+        raise PlacementError(Reason.PROVIDER_NOT_FOUND, f"Provider {ref} not found in namespace {machine.metadata.namespace}")
     if failure_domain:
         for provider in providers:
             if ref is not None and provider.metadata.name != ref:

@@ -313,6 +313,24 @@ async def test_restart_mid_clone_never_clones_twice(apiserver: Any, client: Clie
         Disconnect(s)
 
 
+async def test_delete_after_secret_gone_uses_last_known_connection(
+    apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any,
+) -> None:
+    # A namespace deletion removes the credentials Secret at once: the process still holds the
+    # last connection it built for the Provider and destroys the VM with it.
+    await make_provider(client, ns, vcsim)
+    async with running(apiserver, ns):
+        created = await client.create(VSPHERE_MACHINE, machine("lastknown", ns, powerState="PoweredOff"))
+        uid = created["metadata"]["uid"]
+        await wait_reason(client, ns, "lastknown", "Provisioned")
+        await client.delete(SECRET, "vc1-creds", ns)
+        await client.delete(VSPHERE_MACHINE, "lastknown", ns)
+        await eventually(lambda: _gone(client, ns, "lastknown"), what="object deleted")
+        assert vms_with_uid(si, uid) == []
+        events = await client.list(apiserver_event_kind(), ns)
+        assert any(e["reason"] == "Deleted" for e in events["items"])
+
+
 async def test_delete_without_credentials_retries_then_provider_gone_drops_finalizer(
     apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any,
 ) -> None:
@@ -321,11 +339,14 @@ async def test_delete_without_credentials_retries_then_provider_gone_drops_final
         created = await client.create(VSPHERE_MACHINE, machine("orphan", ns, powerState="PoweredOff"))
         uid = created["metadata"]["uid"]
         await wait_reason(client, ns, "orphan", "Provisioned")
-        await client.delete(SECRET, "vc1-creds", ns)
+    # A process started after the Secret went never built a connection: nothing to fall back on.
+    await client.delete(SECRET, "vc1-creds", ns)
+    async with running(apiserver, ns):
         await client.delete(VSPHERE_MACHINE, "orphan", ns)
         obj = await eventually(lambda: _deleting_with(client, ns, "orphan", "SecretMissing"), what="Deleting (SecretMissing)")
         assert obj["metadata"]["finalizers"] == [FIN] and len(vms_with_uid(si, uid)) == 1
-        # The Provider itself goes: nothing can reach the VM any more, the finalizer is dropped.
+        # The Provider itself goes (no Provider reconciler runs here to hold it): nothing can
+        # reach the VM any more, the finalizer is dropped.
         await client.delete(PROVIDER, "vc1", ns)
         await eventually(lambda: _gone(client, ns, "orphan"), what="object deleted")
         events = await client.list(apiserver_event_kind(), ns)
