@@ -46,8 +46,11 @@ def _outcomes(reporter: Any) -> dict[str, list[Any]]:
     return out
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Print ``chaos: N scenarios tried, M held`` and what did not hold."""
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> Iterator[None]:
+    """Print ``chaos: N scenarios tried, M held`` and what did not hold, after pytest's own
+    summaries (the outermost wrapper's code after ``yield`` runs last)."""
+    yield
     outcomes = _outcomes(terminalreporter)
     tried_ids = {r.nodeid for key in ("passed", "failed", "error", "xfailed", "xpassed") for r in outcomes[key]}
     if not tried_ids and not outcomes["skipped"]:
