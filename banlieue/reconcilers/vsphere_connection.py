@@ -127,7 +127,13 @@ def connection_from_objects(
             ca_bundle = (ca_source.get("data") or {}).get(ref.key)
             if ca_bundle is None:
                 binary = (ca_source.get("binaryData") or {}).get(ref.key)
-                ca_bundle = base64.b64decode(binary).decode("utf-8", "replace") if binary else None
+                try:
+                    ca_bundle = base64.b64decode(str(binary), validate=True).decode("utf-8", "replace") if binary else None
+                except (binascii.Error, ValueError) as exc:  # ValueError: non-ASCII text
+                    raise ConnectionConfigError(
+                        ProviderConditionReason.SECRET_INVALID,
+                        f"ConfigMap {ns}/{ref.name} binaryData key {ref.key!r} is not valid base64 (CA bundle)",
+                    ) from exc
             if not ca_bundle:
                 raise ConnectionConfigError(
                     ProviderConditionReason.SECRET_INVALID, f"ConfigMap {ns}/{ref.name} has no non-empty key {ref.key!r} (CA bundle)"
