@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from banlieue.cmd.dev import find_kubectl
@@ -246,3 +246,51 @@ def test_oversized_user_data_is_a_condition(chaos_env: ChaosEnv) -> None:
 
     ready = wait_for("user-data-big: Ready or InvalidSpec", settled, 45)
     assert ready["reason"] == "InvalidSpec" and "user" in ready["message"].lower(), ready
+
+
+# --- the provider role's pure connection builder, on malformed Secrets and CA bundles -------------
+
+_values = st.one_of(st.text(max_size=40), st.binary(max_size=30).map(lambda b: b.decode("latin-1")),
+                    st.integers(), st.none())
+_key_maps = st.dictionaries(st.sampled_from(["username", "password", "ca.crt", "other"]), _values, max_size=4)
+_credentials = st.just({"username": "u", "password": "p"})  # valid, so the CA bundle is reached too
+_objects = st.one_of(st.none(), st.fixed_dictionaries(
+    {"metadata": st.just({"name": "s", "namespace": NS})},
+    optional={"data": _key_maps, "stringData": st.one_of(_credentials, _key_maps), "binaryData": _key_maps}))
+_bundles = st.one_of(st.none(), st.builds(lambda t: {"inline": t}, st.text(min_size=1, max_size=80)),
+                     st.just({"configMapRef": {"name": "cm"}}), st.just({"secretRef": {"name": "ca"}}))
+
+
+_GOOD = {"metadata": {"name": "s", "namespace": NS}, "stringData": {"username": "u", "password": "p"}}
+
+
+@settings(max_examples=300, deadline=None)
+@given(secret=_objects, ca_source=_objects, bundle=_bundles, insecure=st.booleans())
+@example(secret=_GOOD, ca_source={"binaryData": {"ca.crt": "abc"}}, bundle={"configMapRef": {"name": "cm"}}, insecure=False)
+@example(secret=_GOOD, ca_source={"binaryData": {"ca.crt": "\xff\xfe"}}, bundle={"configMapRef": {"name": "cm"}},
+         insecure=False)
+@example(secret=_GOOD, ca_source={"data": {"ca.crt": "%%%"}}, bundle={"secretRef": {"name": "ca"}}, insecure=False)
+def test_malformed_secrets_and_ca_bundles_are_config_errors(secret: dict[str, Any] | None,
+                                                           ca_source: dict[str, Any] | None,
+                                                           bundle: dict[str, Any] | None, insecure: bool) -> None:
+    """``connection_from_objects`` (used by the Provider, VMImage and VSphereMachine reconcilers)
+    returns a Connection or raises ConnectionConfigError with a SPEC reason and a message that
+    quotes no value: never any other exception."""
+    from banlieue.api.provider import Provider
+    from banlieue.reconcilers.vsphere_connection import ConnectionConfigError, connection_from_objects
+
+    connection: dict[str, Any] = {"endpoint": "https://vc.example/sdk", "credentialsRef": {"name": "s"},
+                                  "insecureSkipTLSVerify": insecure}
+    if bundle is not None:
+        connection["caBundle"] = bundle
+    provider = Provider.from_wire({**PROVIDER, "spec": {**PROVIDER["spec"], "connection": connection}})
+    try:
+        connection_from_objects(provider, secret, ca_source)
+    except ConnectionConfigError as err:
+        assert err.reason in ("SecretMissing", "SecretInvalid", "TLSVerifyFailed"), err.reason
+        assert err.message
+        for obj in (secret, ca_source):
+            for section in ("data", "stringData", "binaryData"):
+                for value in ((obj or {}).get(section) or {}).values():
+                    if isinstance(value, str) and len(value) >= 6:
+                        assert value not in err.message, f"the message quotes a Secret value: {err.message!r}"
