@@ -196,7 +196,7 @@ def test_bad_references_become_conditions(chaos_env: ChaosEnv) -> None:
     expected_providers = {
         "secret-missing": ("SecretMissing", "absent"),
         "secret-invalid": ("SecretInvalid", "password"),
-        "ca-garbage": (None, "CA bundle"),  # reason observed: ConnectFailed (see docs/reliability.md)
+        "ca-garbage": ("TLSVerifyFailed", "caBundle"),
         "ca-configmap-missing": ("SecretMissing", "absent"),
         "ca-secret-key-missing": ("SecretInvalid", "ca.crt"),
     }
