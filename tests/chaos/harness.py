@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -319,8 +320,6 @@ class Pulse:
     def __init__(self, env: ChaosEnv, period: float, body: dict[str, Any],
                  off: dict[str, Any] | str | None = None, on_for: float | None = None,
                  times: int | None = None) -> None:
-        import threading
-
         self.env, self.period, self.body, self.off = env, period, body, off
         self.on_for = on_for if on_for is not None else period / 2
         self.count = 0

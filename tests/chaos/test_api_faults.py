@@ -75,7 +75,15 @@ def test_vms_converge_under_api_faults(chaos_env: ChaosEnv, fault: str) -> None:
         if fault.startswith("5pct"):
             faults = env.get("/debug/faults")
             assert fired(env) > 0, f"{fault} never fired: {faults}"
+    served = env.requests()[before:]
+    collection = [r for r in served if r["method"] == "GET" and r["path"].endswith("/virtualmachines")]
     if fault.startswith("409"):
-        refused = [r for r in env.requests()[before:] if r["path"].endswith("/status") and r["status"] == 409]
+        refused = [r for r in served if r["path"].endswith("/status") and r["status"] == 409]
         assert refused, "no status write was refused with 409"
+    if fault.startswith("watches-dropped"):
+        rewatches = [r for r in collection if "watch=true" in r["query"]]
+        assert len(rewatches) >= 2, f"the VirtualMachine informer did not re-watch: {len(rewatches)} watches"
+    if fault.startswith("forced-410"):
+        relists = [r for r in collection if "watch=true" not in r["query"]]
+        assert relists, "no relist of VirtualMachines after the forced 410s"
     env.clear_faults()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -183,8 +184,6 @@ class Guests:
     restarted ones (new process, same port) are served too."""
 
     def __init__(self, vcenters: list[Vcenter], interval: float = 0.5) -> None:
-        import threading
-
         self.vcenters = vcenters
         self.interval = interval
         self.errors = 0
