@@ -1,0 +1,86 @@
+"""Provider finalizer ``banlieue.io/provider`` with a real Manager (Provider controller only)
+against the API-server double and vcsim: a Provider in use is held (``Ready`` False
+``Deleting``) while VSphereMachines reference it, by ``spec.providerRef`` or by a failure domain
+it publishes; the last one going releases it at once (VSphereMachine -> Provider watch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_provider_integration import (  # the shared harness (fixtures re-exported for pytest)
+    api,
+    backend,
+    namespace,
+    provider_body,
+    provider_with,
+    running_role,
+    secret_body,
+    wait_for,
+)
+
+from banlieue.backends.vsphere.backend import VSphereBackend
+from banlieue.reconcilers import provider as provider_reconciler
+from banlieue.reconcilers.kinds import PROVIDER, SECRET, VSPHERE_MACHINE
+from banlieue.runtime.client import Client
+from banlieue.runtime.errors import NotFound
+from banlieue.testing.vcsim import VcsimProcess
+
+__all__ = ["api", "backend", "namespace"]
+pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
+FIN = "banlieue.io/provider"
+
+
+def machine_body(name: str, ns: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": VSPHERE_MACHINE.api_version, "kind": "VSphereMachine", "metadata": {"name": name, "namespace": ns},
+            "spec": {"template": "t", "numCPUs": 1, "memoryMiB": 512, **spec}}
+
+
+async def gone(client: Client, kind: Any, name: str, ns: str) -> bool:
+    try:
+        await client.get(kind, name, ns)
+    except NotFound:
+        return True
+    return False
+
+
+async def test_provider_held_while_machines_use_it(apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess,
+                                                   backend: VSphereBackend) -> None:
+    await api.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+    await api.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        ready = await provider_with(api, "vc1", namespace, "Reconciled", "True")
+        assert FIN in ready["metadata"]["finalizers"]
+        fd = ready["status"]["failureDomains"][0]["name"]
+        # One machine names the Provider, one only a failure domain it publishes, one another Provider.
+        await api.create(VSPHERE_MACHINE, machine_body("by-ref", namespace, providerRef={"name": "vc1"}))
+        await api.create(VSPHERE_MACHINE, machine_body("by-fd", namespace, failureDomain=fd))
+        await api.create(VSPHERE_MACHINE, machine_body("other", namespace, providerRef={"name": "vc2"}))
+
+        await api.delete(PROVIDER, "vc1", namespace)
+        held = await provider_with(api, "vc1", namespace, "Deleting", "False")
+        message = next(c for c in held["status"]["conditions"] if c["type"] == "Ready")["message"]
+        assert "2 VSphereMachine(s)" in message and "by-fd, by-ref" in message and "other" not in message
+        assert held["metadata"]["finalizers"] == [FIN] and held["status"]["failureDomains"]
+
+        await api.delete(VSPHERE_MACHINE, "by-ref", namespace)
+        await provider_with(api, "vc1", namespace, "Deleting", "False")
+
+        async def one_left() -> bool:
+            obj = await api.get(PROVIDER, "vc1", namespace)
+            return "1 VSphereMachine(s)" in next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")["message"]
+
+        await wait_for(one_left, what="message counts one machine")
+        await api.delete(VSPHERE_MACHINE, "by-fd", namespace)
+        # Released by the machine's delete event, well before the 60 s safety re-check.
+        await wait_for(lambda: gone(api, PROVIDER, "vc1", namespace), timeout=10.0, what="Provider removed")
+
+
+async def test_unused_provider_goes_at_once(apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess,
+                                            backend: VSphereBackend) -> None:
+    await api.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+    await api.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        await provider_with(api, "vc1", namespace, "Reconciled", "True")
+        await api.delete(PROVIDER, "vc1", namespace)
+        await wait_for(lambda: gone(api, PROVIDER, "vc1", namespace), timeout=10.0, what="Provider removed")
