@@ -487,9 +487,11 @@ def _run(args: DevOptions, out: IO[str], started: float) -> int:
             table = env.run_kubectl("get", "bvm,vsm,bprov")
         ready = True
         out.write(table)
-        _print_usage(env, out, time.monotonic() - started)
         if args.exit_when_ready:
+            # Nothing keeps running after this: no kubeconfig/metrics hints; the closing line is
+            # written by ``finally`` once every child has stopped.
             return 0
+        _print_usage(env, out, time.monotonic() - started)
         while True:
             env.children.check()
             time.sleep(1.0)
@@ -504,6 +506,9 @@ def _run(args: DevOptions, out: IO[str], started: float) -> int:
             env.children.stop_all()
             if stopping:
                 out.write("stopped: every child process has exited\n")
+            elif ready and args.exit_when_ready:
+                out.write(f"banlieue dev: all {len(env.vm_names)} VirtualMachines were Ready after "
+                          f"{time.monotonic() - started:.1f} s; everything has been stopped (--exit-when-ready)\n")
         finally:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, previous)
@@ -519,6 +524,6 @@ def _print_usage(env: DevEnv, out: IO[str], elapsed: float) -> None:
         f"  export KUBECONFIG={shown / 'kubeconfig'}\n"
         f"  kubectl get bvm,vsm,bprov,bvmc,bvmi,vsc\n"
         f"Manager log: {state / 'manager.log'}   metrics: {env.metrics_url}   probes: {env.probes_url}/readyz\n"
-        + ("" if env.args.exit_when_ready else "Ctrl-C stops everything.\n")
+        "Ctrl-C stops everything.\n"
     )
     out.flush()

@@ -1,7 +1,8 @@
 """``banlieue dev`` as a user runs it (a subprocess), plus its helpers.
 
 ``--exit-when-ready`` must bring up the API double, two vcsims and the manager, get every sample
-VirtualMachine Ready, print the table and the kubectl hint, exit 0 and leave no simulator behind.
+VirtualMachine Ready, print the table and a closing line saying everything was Ready and has been
+stopped, exit 0 and leave no simulator behind.
 A stage that cannot start names itself and exits 1, stopping what it had started.
 """
 
@@ -60,8 +61,11 @@ def test_dev_exit_when_ready(tmp_path: Path) -> None:
         assert re.search(rf"^virtualmachine\.banlieue\.io/{vm} .* True ", out, re.M), out
         assert re.search(rf"^vspheremachine\.infrastructure\.banlieue\.io/{vm} .*vsphere://", out, re.M), out
     assert re.search(r"^provider\.banlieue\.io/vcenter-a .* True ", out, re.M), out
-    assert "export KUBECONFIG=$PWD/state/kubeconfig" in out
-    assert "banlieue dev is ready" in out
+    # Nothing is left running, so no "in another terminal" hints: the table, then one closing line.
+    assert "export KUBECONFIG" not in out and "In another terminal" not in out and "metrics:" not in out
+    assert re.fullmatch(r"banlieue dev: all 4 VirtualMachines were Ready after \d+\.\d s; everything has been stopped "
+                        r"\(--exit-when-ready\)", out.splitlines()[-1]), out
+    assert out.splitlines()[-2].startswith("provider.banlieue.io/"), out  # right after the table
     # Everything it started is gone: both simulators (pids in their info files) and the API double.
     infos = [json.loads(p.read_text()) for p in state.glob("vcsim-*/info.json")]
     assert len(infos) == 2
