@@ -56,11 +56,15 @@ def main() -> int:
                    help="extra banlieue manager flag (repeatable), e.g. --manager-arg=--max-concurrent-reconciles=32")
     p.add_argument("--memprobe", action="store_true",
                    help="memory figures: run the manager under tracemalloc and dump its top allocations (slower)")
+    p.add_argument("--guests", choices=("event", "poll"), default="event",
+                   help="guest IP stand-in: change-driven (default) or make dev's 0.5 s polling GuestNetwork")
+    p.add_argument("--isolation-vms", type=int, default=None, help="VMs per vCenter in vcenter_isolation")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
     import e2e_env
     e2e_env.MANAGER_ARGS.extend(args.manager_arg)
     e2e_env.MEMPROBE = args.memprobe
+    e2e_env.GUESTS = args.guests
     n = args.vms or (100 if args.quick else 1000)
     only = set(filter(None, args.only.split(",")))
     entries: list[dict[str, Any]] = json.loads(args.out.read_text()) if args.out.exists() else []
@@ -70,7 +74,7 @@ def main() -> int:
         e2e_run.throughput_and_steady(work, n, entries, args.steady_seconds or (20.0 if args.quick else 60.0),
                                       steady="steady" in only or not only, profile=args.profile)
     if not only or "isolation" in only:
-        e2e_run.vcenter_isolation(work, 50 if args.quick else 200, entries)
+        e2e_run.vcenter_isolation(work, args.isolation_vms or (50 if args.quick else 100), entries)
     if not only or "memory" in only:
         import e2e_bulk
         for size in args.scales or ([100, 1000] if args.quick else [100, 1000, 10000]):

@@ -169,7 +169,8 @@ def claim_vms(pairs: list[tuple[Any, dict[str, Any]]], cpus: int, memory_mib: in
         list(pool.map(one, pairs))
 
 
-def _queues_empty(env: Env) -> bool:
+def queues_empty(env: Env) -> bool:
+    """Every controller work queue empty and no worker busy (from /metrics)."""
     text = env.metrics()
     return bool(text) and metric_sum(text, "workqueue_depth") == 0 and \
         metric_sum(text, "controller_runtime_active_workers") == 0
@@ -194,6 +195,8 @@ def scale_point(work: Path, n: int, entries: list[dict[str, Any]], record: Any) 
             await watch.stop()
 
         asyncio.run(templates_run())
+        if env.guest_net is not None:
+            env.guest_net.stop()  # the copies get their IPs from claim_vms; no DHCP polling meanwhile
         time.sleep(2.0)
         env.stop_manager()
         templates = {}
@@ -220,7 +223,7 @@ def scale_point(work: Path, n: int, entries: list[dict[str, Any]], record: Any) 
         deadline = time.monotonic() + 600
         calm = 0
         while calm < 2 and time.monotonic() < deadline:
-            calm = calm + 1 if _queues_empty(env) else 0
+            calm = calm + 1 if queues_empty(env) else 0
             time.sleep(1.0)
         settle = time.monotonic() - env.manager_started
         assert env.manager is not None

@@ -28,6 +28,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from e2e_guests import EventGuestNetwork  # noqa: E402
+
 from banlieue.cmd.dev import GuestNetwork, free_port  # noqa: E402
 from banlieue.testing.apiserver.fixture import ApiServerProcess, start_subprocess  # noqa: E402
 from banlieue.testing.vcsim import VcsimProcess, start_vcsim  # noqa: E402
@@ -44,6 +46,9 @@ VMCLASSES = "/apis/banlieue.io/v1alpha1/vmclasses"
 VMIMAGES = "/apis/banlieue.io/v1alpha1/vmimages"
 # vcsim: 2 datacenters x 3 clusters x 4 hosts (4 GiB each); the bench class needs 16 MiB, so
 # capacity never limits placement of 1,000 VMs.
+GUESTS = "event"
+"""Guest IPs: ``event`` (bench/e2e_guests.py, change-driven) or ``poll`` (make dev's GuestNetwork,
+every VM re-read every 0.5 s); ``bench/e2e.py --guests``."""
 MEMPROBE = False
 """Run the manager under tracemalloc (``bench/e2e_memprobe.py``; ``bench/e2e.py --memprobe``)."""
 MANAGER_ARGS: list[str] = []
@@ -142,6 +147,7 @@ class Env:
     metrics_url: str = ""
     probes_url: str = ""
     manager_started: float = 0.0
+    guest_net: EventGuestNetwork | GuestNetwork | None = None
     manager_args: tuple[str, ...] = ()
     """Extra ``banlieue manager`` flags for every start (``bench/e2e.py --manager-arg``)."""
 
@@ -151,9 +157,10 @@ class Env:
         for name, opts in self.vcsim_opts.items():
             self.vcsims[name] = self.stack.enter_context(start_vcsim(**{**VCSIM_OPTS, **opts}))
         if self.vcsims:
-            guests = GuestNetwork([vc.info for vc in self.vcsims.values()], interval=0.5)
-            guests.start()
-            self.stack.callback(guests.stop)
+            infos = [vc.info for vc in self.vcsims.values()]
+            self.guest_net = EventGuestNetwork(infos) if GUESTS == "event" else GuestNetwork(infos, interval=0.5)
+            self.guest_net.start()
+            self.stack.callback(self.guest_net.stop)
         self.install_crds()
         return self
 
@@ -266,6 +273,15 @@ class Env:
     def soap_requests(self) -> float:
         """``banlieue_vsphere_requests_total`` summed over every vCenter and method."""
         return metric_sum(self.metrics(), "banlieue_vsphere_requests_total")
+
+    def soap_by_labels(self) -> dict[str, float]:
+        """``banlieue_vsphere_requests_total`` samples by label set (e.g. vCenter and method)."""
+        out: dict[str, float] = {}
+        for line in self.metrics().splitlines():
+            m = re.match(r"^banlieue_vsphere_requests_total\{(.*)\} (\S+)$", line)
+            if m:
+                out[m.group(1)] = float(m.group(2))
+        return out
 
     def request_log(self, since: float = 0.0) -> list[dict[str, Any]]:
         """The double's request log (``/debug/requests``): requests that arrived at or after

@@ -1,0 +1,127 @@
+"""Event-driven DHCP/VMware Tools stand-in for the e2e benchmark's vcsims.
+
+``banlieue.cmd.dev.GuestNetwork`` (what ``make dev`` uses) re-reads every VM of every simulator
+every 0.5 s; with 1,000 VMs that polling alone cost the two vcsims about as much CPU as the
+manager (on a 2-core machine the benchmark shares with it). This variant asks each vcsim's
+PropertyCollector for changes (``WaitForUpdatesEx`` on ``runtime.powerState`` and
+``guest.ipAddress`` of every VM) and gives each VM that is powered on without an address one,
+``10.<subnet>.<n // 250>.<n % 250 + 2>``, through vcsim's ``SET.guest.ipAddress`` extraConfig
+alias, from a few threads per simulator. Same contract as GuestNetwork: ``start()``, ``stop()``,
+``assigned``, ``errors``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import ssl
+import threading
+from typing import Any
+
+ASSIGN_THREADS = 4
+"""Reconfigure calls in flight per simulator."""
+
+
+class EventGuestNetwork:
+    """One watcher thread + ASSIGN_THREADS assigner threads per vcsim info dict."""
+
+    def __init__(self, vcsims: list[dict[str, Any]]) -> None:
+        self.vcsims = vcsims
+        self.assigned = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the threads (daemon)."""
+        for index, info in enumerate(self.vcsims):
+            work: queue.Queue[Any] = queue.Queue()
+            self._threads.append(threading.Thread(target=self._watch, args=(info, 10 + index, work), daemon=True))
+            self._threads += [threading.Thread(target=self._assign, args=(info, work), daemon=True)
+                              for _ in range(ASSIGN_THREADS)]
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        """Ask the threads to stop (watchers notice within their 1 s long poll)."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=5)
+
+    @staticmethod
+    def _connect(info: dict[str, Any]) -> Any:
+        from pyVim.connect import SmartConnect
+
+        context = ssl.create_default_context(cafile=info["ca_file"]) if info.get("ca_file") else None
+        return SmartConnect(host=info["host"], port=int(info["port"]), user=info["username"], pwd=info["password"],
+                            sslContext=context, connectionPoolTimeout=30)
+
+    def _watch(self, info: dict[str, Any], subnet: int, work: queue.Queue[Any]) -> None:
+        from pyVmomi import vim, vmodl
+
+        pc = vmodl.query.PropertyCollector
+        while not self._stop.is_set():
+            try:
+                si = self._connect(info)
+                content = si.RetrieveContent()
+                view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+                collector = content.propertyCollector.CreatePropertyCollector()
+                collector.CreateFilter(pc.FilterSpec(
+                    objectSet=[pc.ObjectSpec(obj=view, skip=True, selectSet=[
+                        pc.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)])],
+                    propSet=[pc.PropertySpec(type=vim.VirtualMachine, pathSet=["runtime.powerState", "guest.ipAddress"])],
+                ), partialUpdates=True)
+                state: dict[str, dict[str, Any]] = {}
+                leases: dict[str, str] = {}
+                version = ""
+                while not self._stop.is_set():
+                    update = collector.WaitForUpdatesEx(version, pc.WaitOptions(maxWaitSeconds=1))
+                    if update is None:
+                        continue
+                    version = update.version
+                    for fs in update.filterSet or []:
+                        for obj in fs.objectSet or []:
+                            moref = obj.obj._moId
+                            props = state.setdefault(moref, {})
+                            for change in obj.changeSet or []:
+                                props[change.name] = change.val
+                            if props.get("runtime.powerState") == "poweredOn" and not props.get("guest.ipAddress") \
+                                    and moref not in leases:
+                                n = len(leases)
+                                leases[moref] = f"10.{subnet}.{n // 250}.{n % 250 + 2}"
+                                work.put((obj.obj, leases[moref]))
+            except Exception:  # a simulator restarting or gone: reconnect
+                with self._lock:
+                    self.errors += 1
+                self._stop.wait(0.5)
+
+    def _assign(self, info: dict[str, Any], work: queue.Queue[Any]) -> None:
+        from pyVmomi import vim
+
+        si = None
+        while not self._stop.is_set():
+            try:
+                vm, ip = work.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            try:
+                if si is None:
+                    si = self._connect(info)
+                # A fresh stub-bound reference: pyVmomi objects are bound to the watcher's session.
+                target = vim.VirtualMachine(vm._moId, si._stub)
+                target.ReconfigVM_Task(spec=vim.vm.ConfigSpec(
+                    extraConfig=[vim.option.OptionValue(key="SET.guest.ipAddress", value=ip)]))
+                with self._lock:
+                    self.assigned += 1
+            except Exception:
+                with self._lock:
+                    self.errors += 1
+                si = None
+                work.put((vm, ip))  # retry with a new session
+                self._stop.wait(0.2)
+        if si is not None:
+            from pyVim.connect import Disconnect
+
+            with contextlib.suppress(Exception):
+                Disconnect(si)
