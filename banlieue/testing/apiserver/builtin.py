@@ -7,7 +7,7 @@ ValidatingAdmissionPolicy(Binding); authorization.k8s.io/v1 access reviews (alwa
 Per-kind rules follow kube's ``pkg/registry/core/<kind>/strategy.go``: secrets merge
 ``stringData`` into base64 ``data`` and default ``type: Opaque``; namespaces get
 ``spec.finalizers: [kubernetes]`` and ``status.phase: Active``; immutable configmaps/secrets
-refuse data changes; extra field selectors per kind (``type`` on secrets,
+refuse data changes; secrets and configmaps hold at most 1 MiB of data (``size_causes``); extra field selectors per kind (``type`` on secrets,
 ``involvedObject.*`` on events).
 """
 
@@ -245,6 +245,47 @@ def prepare_write(rt: ResourceType, obj: JSON, old: JSON | None) -> None:
             obj["metadata"]["labels"] = labels
 
 
+MAX_SECRET_SIZE = 1024 * 1024
+"""Bytes: kube ``api.MaxSecretSize`` (1 MiB), the limit on a Secret's decoded ``data`` and on a
+ConfigMap's ``data`` plus decoded ``binaryData`` (pkg/apis/core/validation ValidateSecret,
+ValidateConfigMap)."""
+
+
+def _decoded_len(value: Any) -> int:
+    """Bytes of a base64 wire value (already checked by ``prepare_write``; 0 when not a string)."""
+    if not isinstance(value, str):
+        return 0
+    try:
+        return len(base64.b64decode(value, validate=True))
+    except (binascii.Error, ValueError):
+        return len(value)
+
+
+def size_causes(rt: ResourceType, obj: JSON) -> list[JSON]:
+    """StatusCauses for a Secret or ConfigMap over ``MAX_SECRET_SIZE`` bytes (others: none).
+
+    Secret: the decoded bytes of every ``data`` value (after ``stringData`` is merged), cause field
+    ``data``: ``Secret "x" is invalid: data: Too long: must have at most 1048576 bytes``.
+    ConfigMap: UTF-8 bytes of ``data`` values plus decoded ``binaryData``; kube reports it on the
+    whole object (``field.NewPath("")``), which its message prints as ``[]``:
+    ``ConfigMap "x" is invalid: []: Too long: must have at most 1048576 bytes``.
+    """
+    if not rt.builtin or rt.group != "" or rt.plural not in ("secrets", "configmaps"):
+        return []
+    raw_data, raw_binary = obj.get("data"), obj.get("binaryData")
+    data: JSON = raw_data if isinstance(raw_data, dict) else {}
+    field = "data"
+    total = sum(_decoded_len(v) for v in data.values())
+    if rt.plural == "configmaps":
+        binary: JSON = raw_binary if isinstance(raw_binary, dict) else {}
+        total = sum(len(v.encode()) for v in data.values() if isinstance(v, str))
+        total += sum(_decoded_len(v) for v in binary.values())
+        field = "[]"
+    if total <= MAX_SECRET_SIZE:
+        return []
+    return [{"reason": "FieldValueTooLong", "message": f"Too long: must have at most {MAX_SECRET_SIZE} bytes", "field": field}]
+
+
 def check_event_shape(rt: ResourceType, obj: JSON) -> None:
     """events.k8s.io/v1 requires eventTime and reportingController (kube ValidateEventCreate)."""
     if rt.builtin and rt.group == "events.k8s.io":
@@ -266,4 +307,7 @@ def unknown_top_level(rt: ResourceType, obj: JSON) -> list[str]:
     return out
 
 
-__all__ = ["ApiError", "builtin_types", "check_event_shape", "extra_field_selectors", "prepare_write", "unknown_top_level"]
+__all__ = [
+    "MAX_SECRET_SIZE", "ApiError", "builtin_types", "check_event_shape", "extra_field_selectors", "prepare_write",
+    "size_causes", "unknown_top_level",
+]

@@ -154,6 +154,7 @@ class Rest:
             schema_mod.apply_defaults(obj, rt.schema)
             causes += schema_mod.validate(obj, rt.schema, old=old)
         causes = meta_causes(obj["metadata"], label_name=rt.plural == "namespaces" and rt.group == "") + causes
+        causes += builtin.size_causes(rt, obj)
         if old is not None and old["metadata"].get("deletionTimestamp"):
             new_f = [f for f in obj["metadata"].get("finalizers") or [] if f not in (old["metadata"].get("finalizers") or [])]
             if new_f:
