@@ -70,6 +70,18 @@ def main() -> int:
     entries: list[dict[str, Any]] = json.loads(args.out.read_text()) if args.out.exists() else []
     work = Path(tempfile.mkdtemp(prefix="banlieue-e2e-"))
     print(f"work dir {work}", file=sys.stderr)
+    try:
+        run_groups(args, only, n, work, entries)
+    finally:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(entries, indent=2) + "\n")
+        if args.out == RESULTS:
+            write_table(entries)
+    return 0
+
+
+def run_groups(args: argparse.Namespace, only: set[str], n: int, work: Path, entries: list[dict[str, Any]]) -> None:
+    """Run the selected figure groups, appending to ``entries``."""
     if not only or "throughput" in only or "steady" in only:
         e2e_run.throughput_and_steady(work, n, entries, args.steady_seconds or (20.0 if args.quick else 60.0),
                                       steady="steady" in only or not only, profile=args.profile)
@@ -79,11 +91,6 @@ def main() -> int:
         import e2e_bulk
         for size in args.scales or ([100, 1000] if args.quick else [100, 1000, 10000]):
             e2e_bulk.scale_point(work, size, entries, e2e_run.record)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(entries, indent=2) + "\n")
-    if args.out == RESULTS:
-        write_table(entries)
-    return 0
 
 
 DOC = HERE.parent / "docs" / "performance.md"

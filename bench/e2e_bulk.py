@@ -131,13 +131,13 @@ async def make_objects(env: Env, templates: dict[str, tuple[dict[str, Any], dict
                 vm_body = vm_doc(name)
                 vm_body["spec"] = vm_t["spec"]
                 vm_body["metadata"]["finalizers"] = vm_t["metadata"].get("finalizers")
-                vm_body["metadata"]["labels"] = vm_t["metadata"].get("labels")
+                vm_body["metadata"]["labels"] = _substitute(vm_t["metadata"].get("labels"), pairs)
                 vm = await _post(s, env.url + VMS.format(ns=NS), vm_body)
                 await _status(s, env.url + VMS.format(ns=NS) + "/" + name,
                               _substitute(vm_t["status"], pairs + _generation(vm_t, vm)))
                 vsm_body = {"apiVersion": vsm_t["apiVersion"], "kind": vsm_t["kind"], "metadata": {
-                    "name": name, "namespace": NS, "labels": vsm_t["metadata"].get("labels"),
-                    "annotations": vsm_t["metadata"].get("annotations"),
+                    "name": name, "namespace": NS, "labels": _substitute(vsm_t["metadata"].get("labels"), pairs),
+                    "annotations": _substitute(vsm_t["metadata"].get("annotations"), pairs),
                     "finalizers": vsm_t["metadata"].get("finalizers"),
                     "ownerReferences": [{**ref, "name": name, "uid": vm["metadata"]["uid"]}
                                         for ref in vsm_t["metadata"].get("ownerReferences") or []]},
@@ -180,7 +180,8 @@ def scale_point(work: Path, n: int, entries: list[dict[str, Any]], record: Any) 
     """Memory and cold start with ``n`` VirtualMachines + ``n`` VSphereMachines (see module doc)."""
     per_vcsim = n // 2
     opts = {"vm": -(-per_vcsim // POOLS_PER_VCSIM), "autostart": True}
-    with Env(work / f"scale-{n}", vcsim_opts={p: opts for p in PROVIDER_NAMES}, manager_args=MANAGER_ARGS) as env:
+    with Env(work / f"scale-{n}", vcsim_opts={p: opts for p in PROVIDER_NAMES}, manager_args=MANAGER_ARGS,
+             guests="poll") as env:  # only banlieue's VMs get IPs: the n model VMs get theirs from claim_vms
         env.install_fixtures()
         env.start_manager()
         env.wait_ready()

@@ -147,6 +147,8 @@ class Env:
     metrics_url: str = ""
     probes_url: str = ""
     manager_started: float = 0.0
+    guests: str | None = None
+    """``event`` or ``poll`` for this Env (default: GUESTS)."""
     guest_net: EventGuestNetwork | GuestNetwork | None = None
     manager_args: tuple[str, ...] = ()
     """Extra ``banlieue manager`` flags for every start (``bench/e2e.py --manager-arg``)."""
@@ -158,7 +160,8 @@ class Env:
             self.vcsims[name] = self.stack.enter_context(start_vcsim(**{**VCSIM_OPTS, **opts}))
         if self.vcsims:
             infos = [vc.info for vc in self.vcsims.values()]
-            self.guest_net = EventGuestNetwork(infos) if GUESTS == "event" else GuestNetwork(infos, interval=0.5)
+            kind = self.guests or GUESTS
+            self.guest_net = EventGuestNetwork(infos) if kind == "event" else GuestNetwork(infos, interval=0.5)
             self.guest_net.start()
             self.stack.callback(self.guest_net.stop)
         self.install_crds()
