@@ -7,7 +7,11 @@ labelled ``cluster.x-k8s.io/aggregate-to-manager: "true"`` grants CAPI core full
 the infrastructure kinds (CAPI contract "All resources: API group": a provider outside
 ``cluster.x-k8s.io`` MUST grant it; with ClusterClass CAPI also creates and deletes templates).
 
-Decisions: the controller role reads no Secret: user data is passed to the VSphereMachine by
+Decisions: every grant is used by a code path of the role (audited against the API server's request
+log by tests/chaos/test_security.py) or carries its reason next to it. The roles write with merge
+patches and server-side apply only, so no ``update`` except the ``finalizers`` subresource below
+and the Lease. Events go to events.k8s.io/v1 only (banlieue.runtime.recorder), no core/v1 Events.
+The controller role reads no Secret: user data is passed to the VSphereMachine by
 reference and read by the provider. Lease rights: ``create`` cannot be narrowed by name (RBAC
 has no name at create time), ``get``/``update`` are narrowed to the role's own Lease
 (client-go leaselock uses only get, create and update).
@@ -28,9 +32,13 @@ CAPI_AGGREGATE_ROLE = "banlieue-capi-aggregate"
 CAPI_AGGREGATE_LABEL = "cluster.x-k8s.io/aggregate-to-manager"
 
 READ = ("get", "list", "watch")
-WRITE_OWN = ("get", "list", "watch", "patch", "update")
-FULL = ("create", "delete", "get", "list", "patch", "update", "watch")
-STATUS = ("get", "patch", "update")
+WRITE_OWN = ("get", "list", "watch", "patch")
+"""Watched (informer list+watch, uncached ``get`` after a Conflict) and merge-patched (finalizers,
+server-side apply): the roles never PUT an object (no ``update``)."""
+OWN_STATUS = ("patch",)
+"""The ``/status`` subresource is only written by server-side apply (PATCH); reads go to the object."""
+CAPI_FULL = ("create", "delete", "get", "list", "patch", "update", "watch")
+CAPI_STATUS = ("get", "patch", "update")
 CORE = ""
 COORD = "coordination.k8s.io"
 EVENTS = "events.k8s.io"
@@ -76,7 +84,7 @@ class Role:
         """The role's rules plus events and its own leader-election Lease."""
         return (
             *self.rules,
-            Rule((CORE,), ("events",), ("create", "patch")),
+            # Recorder: create, and patch of a repeated Event's series count (events.k8s.io/v1).
             Rule((EVENTS,), ("events",), ("create", "patch")),
             Rule((COORD,), ("leases",), ("create",)),
             Rule((COORD,), ("leases",), ("get", "update"), (self.lease,)),
@@ -87,17 +95,21 @@ CONTROLLER = Role(
     name="banlieue-controller",
     lease="banlieue-controller",
     rules=(
-        # VirtualMachine: finalizer + status; finalizers subresource so the controller may set
-        # blockOwnerDeletion on the VSphereMachine it owns (OwnerReferencesPermissionEnforcement).
+        # VirtualMachine: watched, finalizer by merge patch, status by server-side apply.
         Rule((B,), ("virtualmachines",), WRITE_OWN),
-        Rule((B,), ("virtualmachines/status",), STATUS),
+        Rule((B,), ("virtualmachines/status",), OWN_STATUS),
+        # Not called directly: the VSphereMachine's controller ownerReference to its VirtualMachine
+        # has blockOwnerDeletion, which OwnerReferencesPermissionEnforcement admission allows only
+        # to a user that may update the owner's finalizers subresource.
         Rule((B,), ("virtualmachines/finalizers",), ("update",)),
         Rule((B,), ("providers", "vmclasses", "vmimages"), READ),
-        # The controller creates, mirrors and deletes the VSphereMachine behind each VM.
-        Rule((INFRA,), ("vspheremachines",), FULL),
-        Rule((INFRA,), ("vsphereclusters",), WRITE_OWN),
-        Rule((INFRA,), ("vsphereclusters/status",), STATUS),
-        # InfraCluster pausing: Cluster.spec.paused (CAPI contract).
+        # The controller creates (server-side apply), mirrors (apply) and deletes the
+        # VSphereMachine behind each VM; owns() watches them.
+        Rule((INFRA,), ("vspheremachines",), ("create", "delete", "get", "list", "patch", "watch")),
+        # VSphereCluster: watched; only its status is written (apply).
+        Rule((INFRA,), ("vsphereclusters",), READ),
+        Rule((INFRA,), ("vsphereclusters/status",), OWN_STATUS),
+        # InfraCluster pausing: Cluster.spec.paused (CAPI contract); get of the owner Cluster.
         Rule((CAPI,), ("clusters",), READ),
     ),
 )
@@ -106,15 +118,18 @@ PROVIDER_VSPHERE = Role(
     name="banlieue-provider-vsphere",
     lease="banlieue-provider-vsphere",
     rules=(
-        Rule((B,), ("providers", "vmimages"), WRITE_OWN),
-        Rule((B,), ("providers/status", "vmimages/status"), STATUS),
-        Rule((B,), ("providers/finalizers",), ("update",)),
-        Rule((INFRA,), ("vspheremachines", "vspheremachinetemplates"), WRITE_OWN),
-        Rule((INFRA,), ("vspheremachines/status", "vspheremachinetemplates/status"), STATUS),
-        Rule((INFRA,), ("vspheremachines/finalizers",), ("update",)),
-        # Failure-domain lookups and the Cluster's infrastructure readiness.
-        Rule((INFRA,), ("vsphereclusters",), READ),
+        # Provider: watched, its deletion finalizer added/removed by merge patch.
+        Rule((B,), ("providers",), WRITE_OWN),
+        Rule((B,), ("vmimages",), READ),
+        Rule((B,), ("providers/status", "vmimages/status"), OWN_STATUS),
+        # VSphereMachine: finalizer (merge patch) and spec.providerID (apply); status by apply.
+        Rule((INFRA,), ("vspheremachines",), WRITE_OWN),
+        Rule((INFRA,), ("vspheremachinetemplates",), READ),
+        Rule((INFRA,), ("vspheremachines/status", "vspheremachinetemplates/status"), OWN_STATUS),
+        # Credentials and CA bundles of Providers; bootstrap data Secrets of VSphereMachines.
         Rule((CORE,), ("secrets", "configmaps"), READ),
+        # CAPI path: Machine owner and Cluster (paused, failure domains), informers only once
+        # discovery shows CAPI's CRDs.
         Rule((CAPI,), ("clusters", "machines"), READ),
     ),
 )
@@ -122,8 +137,8 @@ PROVIDER_VSPHERE = Role(
 ROLES: tuple[Role, ...] = (CONTROLLER, PROVIDER_VSPHERE)
 
 CAPI_AGGREGATE_RULES: tuple[Rule, ...] = (
-    Rule((INFRA,), ("vspheremachines", "vsphereclusters", "vspheremachinetemplates", "vsphereclustertemplates"), FULL),
-    Rule((INFRA,), ("vspheremachines/status", "vsphereclusters/status", "vspheremachinetemplates/status"), STATUS),
+    Rule((INFRA,), ("vspheremachines", "vsphereclusters", "vspheremachinetemplates", "vsphereclustertemplates"), CAPI_FULL),
+    Rule((INFRA,), ("vspheremachines/status", "vsphereclusters/status", "vspheremachinetemplates/status"), CAPI_STATUS),
 )
 
 

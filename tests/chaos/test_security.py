@@ -147,13 +147,6 @@ def test_rbac_no_wildcards() -> None:
     assert not rbac_audit.wildcards(sorted(RBAC_DIR.glob("*.yaml")))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "config/rbac (banlieue/api/rbac.py) grants verbs no code path uses (least privilege, SPEC §5): update on "
-    "every kind and status (the roles only patch / server-side apply), core/v1 events create+patch (the "
-    "recorder posts events.k8s.io/v1 only), the controller's vsphereclusters patch/update and status update, "
-    "the provider's vsphereclusters get/list/watch (no provider code reads them), patch on vmimages and "
-    "vspheremachinetemplates (only their status is written), providers/finalizers and "
-    "vspheremachines/finalizers update (the provider creates no owned object); every used call is granted"))
 def test_rbac_rules_match_the_calls_of_each_role(chaos_env: ChaosEnv) -> None:
     env = chaos_env
     vc = env.add_vcenter("vc")
