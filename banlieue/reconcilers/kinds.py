@@ -54,6 +54,8 @@ LEASE_PROVIDER_VSPHERE = "banlieue-provider-vsphere"
 # Finalizers (SPEC §2, §3).
 FINALIZER_VIRTUAL_MACHINE = "banlieue.io/virtualmachine"
 FINALIZER_VSPHERE_MACHINE = "infrastructure.banlieue.io/vspheremachine"
+FINALIZER_PROVIDER = "banlieue.io/provider"
+"""Held on a Provider while VSphereMachines use it, so their VMs can still be destroyed."""
 
 # Labels and annotations.
 LABEL_OWNED_BY = "banlieue.io/owned-by"

@@ -29,11 +29,17 @@ from pydantic import ValidationError
 from banlieue.api.provider import Provider
 from banlieue.backends.base import BackendError
 from banlieue.reconcilers.context import RoleContext
-from banlieue.reconcilers.kinds import CONFIG_MAP, PROVIDER, PROVIDER_CLASS_VSPHERE, SECRET, VSPHERE_MACHINE
+from banlieue.reconcilers.kinds import (
+    CONFIG_MAP,
+    FINALIZER_PROVIDER,
+    PROVIDER,
+    PROVIDER_CLASS_VSPHERE,
+    SECRET,
+    VSPHERE_MACHINE,
+)
 from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
 from banlieue.reconcilers.provider_decide import Failure, Plan, Snapshot, capabilities_of, decide, taxonomy
 from banlieue.reconcilers.provider_deletion import (
-    FINALIZER_PROVIDER,
     DeletionPlan,
     decide_deletion,
     machine_uses_provider,

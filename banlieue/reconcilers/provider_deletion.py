@@ -27,9 +27,8 @@ from typing import Any, Literal
 
 from banlieue.api.conditions import READY, get_condition, set_condition
 from banlieue.api.provider import Provider, ProviderConditionReason, ProviderStatus
+from banlieue.reconcilers.kinds import FINALIZER_PROVIDER
 
-FINALIZER_PROVIDER = "banlieue.io/provider"
-"""Finalizer of a Provider held while VSphereMachines use it (the provider role's)."""
 USERS_IN_MESSAGE = 5
 """How many machine names the ``Deleting`` message lists."""
 DELETING_RESYNC_SECONDS = 60.0

@@ -16,9 +16,9 @@ from banlieue.api.conditions import READY, get_condition
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.provider import Provider
 from banlieue.backends.base import Connection, VMInfo
+from banlieue.reconcilers.kinds import FINALIZER_PROVIDER
 from banlieue.reconcilers.last_connection import LastKnownConnections
 from banlieue.reconcilers.provider_deletion import (
-    FINALIZER_PROVIDER,
     USERS_IN_MESSAGE,
     decide_deletion,
     machine_uses_provider,
