@@ -420,7 +420,9 @@ def schedule(inp: SchedulingInput) -> SchedulingDecision:
 
     namespace = inp.vm.metadata.namespace or ""
     provider_selector, fd_selector = _placement_selectors(inp)
-    matched = [p for p in providers if _provider_eligible(inp, p)]
+    # A Provider being deleted keeps the VMs it has (stickiness above) but takes no new ones: a new
+    # placement would hold its finalizer (banlieue.io/provider) for as long as the VM lives.
+    matched = [p for p in providers if _provider_eligible(inp, p) and p.metadata.deletion_timestamp is None]
     if not matched:
         classes = _names(s.provider_class for s in inp.image.spec.sources or ()) or "none"
         msg = (

@@ -3,6 +3,7 @@ plus a hypothesis test that no input makes ``schedule`` raise."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from banlieue.api.provider import Provider
-from banlieue.api.virtualmachine import AntiAffinityTerm, VirtualMachine
+from banlieue.api.virtualmachine import AntiAffinityTerm, VirtualMachine, VirtualMachineReason
 from banlieue.api.vmclass import VMClass
 from banlieue.api.vmimage import VMImage
 from banlieue.reconcilers.scheduler import PeerPlacement, SchedulingInput, schedule
@@ -288,3 +289,19 @@ def test_dev_samples_placed_one_after_another(provisioned: bool, expected: list[
         peers.append(PeerPlacement(name, labels, *where, anti_affinity=terms,
                                    pending_memory_mib=0 if provisioned else mem))
     assert placed == expected
+
+
+def _deleting(p: Provider) -> Provider:
+    return p.model_copy(update={"metadata": p.metadata.model_copy(update={"deletion_timestamp": datetime(2026, 1, 1, tzinfo=UTC)})})
+
+
+def test_provider_being_deleted_takes_no_new_vm_but_keeps_its_own() -> None:
+    # It holds banlieue.io/provider while VMs use it: a new placement would keep it alive.
+    gone, other = _deleting(provider("a", [fd("a-d0")])), provider("b", [fd("b-d0", mem=8192)])
+    img = image({"a": True, "b": True})
+    fresh = schedule(inp(providers=[gone, other], img=img))
+    assert fresh.placement is not None and fresh.placement.provider_name == "b"
+    only_gone = schedule(inp(providers=[gone], img=img))
+    assert only_gone.placement is None and only_gone.reason == VirtualMachineReason.NO_PROVIDER_MATCHED
+    kept = schedule(inp(providers=[gone, other], img=img, current=("a", "a-d0")))
+    assert kept.kept and kept.placement is not None and kept.placement.provider_name == "a"
