@@ -41,7 +41,9 @@ Other rules: ``providerID = vsphere://<BIOS UUID>`` is written before
 ``Ready`` True (``Provisioned``) needs an IP when the desired state is PoweredOn; a VM powered
 off as asked is Ready. ``status.addresses`` holds one ``InternalIP`` per IP from VMware Tools
 (link-local IPv6 left out; no ``Hostname`` entry). Bootstrap data in the ``ignition`` format is
-``InvalidSpec`` (the backend delivers cloud-init guestinfo only). Hardware drift (CPU, memory,
+``InvalidSpec`` (the backend delivers cloud-init guestinfo only), and so is user data or
+metadata whose base64 exceeds a guestinfo value's 64 KiB (``guestinfo.size_error``), before any
+vCenter call. Hardware drift (CPU, memory,
 cores, disk count or growth) is re-converged; NIC and guestinfo changes apply until provisioned.
 """
 
@@ -66,6 +68,7 @@ from banlieue.api.virtualmachine import PowerState
 from banlieue.backends.base import AuthFailed, InvalidSpec, TLSVerifyFailed, Transient, VMInfo, VMSpec
 from banlieue.backends.base import PowerOffMode as OffMode
 from banlieue.backends.base import PowerState as PowerStateName
+from banlieue.backends.vsphere import guestinfo
 from banlieue.reconcilers.kinds import (
     CAPI_ANNOTATION_PAUSED,
     CAPI_LABEL_CLUSTER_NAME,
@@ -331,6 +334,11 @@ def _decide(snap: Snapshot) -> Plan:
         vm_spec = build_vm_spec(m, placement, snap.bootstrap.data if snap.bootstrap else None)
     except PlacementError as err:
         st.ready(False, err.reason, err.message)
+        return _with_events(snap, Plan(status=st.status))
+    too_big = guestinfo.size_error(vm_spec.uid, vm_spec.hostname or vm_spec.name, list(vm_spec.nics), vm_spec.user_data)
+    if too_big is not None:
+        # Before any vCenter call: nothing is cloned, an existing VM is not reconfigured.
+        st.ready(False, R.INVALID_SPEC, too_big)
         return _with_events(snap, Plan(status=st.status))
 
     if snap.connection_error is not None:

@@ -225,10 +225,6 @@ def test_bad_references_become_conditions(chaos_env: ChaosEnv) -> None:
 
 
 @pytest.mark.vcsim
-@pytest.mark.xfail(strict=True, reason=(
-    "no size limit on userData: 1000 KiB of user data (1.3 MiB base64 in guestinfo.userdata) is cloned as "
-    "is; vcsim accepts any guestinfo size but vSphere does not (reference/vcsim-notes.md): expected "
-    "Ready=False InvalidSpec naming the limit before any clone"))
 def test_oversized_user_data_is_a_condition(chaos_env: ChaosEnv) -> None:
     env = chaos_env
     vc = env.add_vcenter("vc")
@@ -246,6 +242,10 @@ def test_oversized_user_data_is_a_condition(chaos_env: ChaosEnv) -> None:
 
     ready = wait_for("user-data-big: Ready or InvalidSpec", settled, 45)
     assert ready["reason"] == "InvalidSpec" and "user" in ready["message"].lower(), ready
+    # The limit is named (a guestinfo value holds 64 KiB) and nothing reached vCenter.
+    assert "65536" in ready["message"] and "gzip" in ready["message"], ready
+    with vc.oracle() as oracle:
+        assert not oracle.managed(), "a VM was cloned with oversized user data"
 
 
 # --- the provider role's pure connection builder, on malformed Secrets and CA bundles -------------

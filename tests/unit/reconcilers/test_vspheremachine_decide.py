@@ -296,3 +296,48 @@ def test_decide_never_raises(spec: dict[str, Any], finalizer: bool, deleting: bo
         assert cond is not None
         assert not cond.message.startswith("internal error"), cond.message  # the guard in decide never fires
     assert not (plan.add_finalizer and plan.remove_finalizer)
+
+
+# --- guestinfo size limit: a base64 value over 64 KiB is InvalidSpec before any vCenter call -------
+
+MAX_RAW = 65536 // 4 * 3  # 49152 bytes: exactly 65536 base64-encoded
+BIG_NICS = {"network": {"devices": [{"name": f"eth{i}", "portGroup": "VM Network", "nameservers": ["10.0.0.53"] * 40,
+                                     "addresses": [f"10.{i}.{j // 250}.{j % 250}/16" for j in range(300)]}
+                                    for i in range(10)]}}
+
+
+@pytest.mark.parametrize(("m", "data", "vm_found", "want"), [
+    pytest.param(machine(), b"x" * MAX_RAW, False, ("False", "Cloning"), id="user-data-at-the-limit-clones"),
+    pytest.param(machine(), b"x" * (MAX_RAW + 1), False, ("False", "InvalidSpec"), id="user-data-one-byte-over-is-invalid"),
+    pytest.param(machine(), b"y" * 70000, False, ("False", "InvalidSpec"), id="user-data-70000-bytes-names-sizes"),
+    pytest.param(machine(status=PROVISIONED), b"y" * 70000, True, ("False", "InvalidSpec"), id="existing-vm-not-reconfigured"),
+    pytest.param(machine(BIG_NICS), b"#cloud-config\n", False, ("False", "InvalidSpec"), id="metadata-over-the-limit-is-invalid"),
+])
+def test_guestinfo_size_limit(m: VSphereMachine, data: bytes, vm_found: bool, want: tuple[str, str]) -> None:
+    boot = BootstrapData(data, "cloud-config")
+    for looked_up in (False, True):
+        plan = decide(snap(m, bootstrap=boot, providers=PROV, looked_up=looked_up, vm=vm() if vm_found and looked_up else None))
+        if want[1] == "Cloning" and not looked_up:
+            assert plan.connect, "under the limit the machine goes on to vCenter"
+            continue
+        assert ready(plan) == want
+        if want[1] == "InvalidSpec":
+            assert plan.action is None and not plan.connect, "nothing is cloned or reconfigured"
+            cond = get_condition(plan.status.conditions if plan.status else None, READY)
+            assert cond is not None and "65536" in cond.message and "guestinfo" in cond.message
+    if len(data) == 70000:
+        assert cond is not None and cond.message == (
+            "bootstrap user data is 70000 bytes (93336 base64-encoded); a vSphere guestinfo value holds at most 65536 "
+            "bytes: shrink it, or gzip it (cloud-init detects gzip-compressed user data)")
+
+
+def test_backend_guestinfo_refuses_oversized_values() -> None:
+    from banlieue.backends.base import InvalidSpec, NicSpec
+    from banlieue.backends.vsphere import guestinfo
+
+    nic = NicSpec(name="eth0", network="VM Network")
+    assert guestinfo.encoded_size(b"x" * MAX_RAW) == 65536 and guestinfo.encoded_size(b"") == 0
+    ok = guestinfo.guestinfo(UID, "m1", [(nic, "00:50:56:00:00:01")], b"x" * MAX_RAW)
+    assert len(ok[guestinfo.USERDATA]) == 65536
+    with pytest.raises(InvalidSpec, match="70000 bytes"):
+        guestinfo.guestinfo(UID, "m1", [(nic, "00:50:56:00:00:01")], b"y" * 70000)
