@@ -5,36 +5,35 @@ their own; the simulators play DHCP and VMware Tools (``start_vcsim(guest_ip=...
 
 ``manager_env`` (module scope) installs config/crd, starts the manager with leader election,
 waits for ``/readyz``, then applies config/samples with each Provider pointed at its vcsim (the
-same rewrite ``banlieue dev`` does). Everything started is stopped at teardown.
+same rewrite ``banlieue dev`` does). Everything started is stopped at teardown. The process
+harness itself (``start_banlieue``, ``http``, ``wait_for``, ``condition``, ``crd_files``) is
+:mod:`banlieue.testing.stack`, re-exported here.
 """
 
 from __future__ import annotations
 
-import json
-import signal
 import ssl
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 from pyVim.connect import Disconnect, SmartConnect
 
-from banlieue.cmd.dev import find_kubectl, free_port, point_providers_at, sample_documents
+from banlieue.cmd.dev import find_kubectl, point_providers_at, sample_documents
 from banlieue.options import StartupError
-from banlieue.testing.apiserver.fixture import start_subprocess
+from banlieue.testing.apiserver.fixture import ApiServerProcess, start_subprocess
+from banlieue.testing.stack import BanlieueProcess, condition, crd_files, http, start_banlieue, wait_for
 from banlieue.testing.vcsim import GUEST_IP_RANGES, VcsimProcess, VcsimUnavailable, start_vcsim, vcsim_binary
 
 REPO = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
+
+__all__ = ["REPO", "ManagerEnv", "VcsimClient", "condition", "crd_files", "http", "kubectl_path", "manager_env",
+           "requirements_skip", "start_manager_env", "wait_for"]
 
 
 def kubectl_path() -> str | None:
@@ -56,74 +55,49 @@ def requirements_skip() -> pytest.MarkDecorator:
     return pytest.mark.skipif(bool(reasons), reason="; ".join(reasons) or "ok")
 
 
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.25) -> T:
-    """Poll ``fn`` until it returns a truthy value; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"{what}: not within {timeout:g} s (last value {last!r})")
-
-
-def http(method: str, url: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
-    """One request without proxies; returns (status, decoded JSON or text); 0 = no answer."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(req, timeout=timeout) as resp:
-            status, raw = resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        status, raw = err.code, err.read()
-    except OSError:
-        return 0, None
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        return status, raw.decode(errors="replace")
-
-
 @dataclass
 class ManagerEnv:
-    """The running environment of one test module."""
+    """The running environment of one test module: the API double, its vcsims (by Provider name)
+    and ``banlieue manager`` (:class:`~banlieue.testing.stack.BanlieueProcess`)."""
 
     api_url: str
     kubeconfig: Path
     vcsims: dict[str, VcsimProcess]
-    manager: subprocess.Popen[bytes]
-    manager_log: Path
-    metrics_url: str
-    probes_url: str
+    manager: BanlieueProcess
     kubectl: str
     docs: list[dict[str, Any]]
 
-    def kubectl_run(self, *args: str, stdin: str | None = None) -> str:
+    @property
+    def metrics_url(self) -> str:
+        """The manager's ``http://127.0.0.1:<port>/metrics``."""
+        return self.manager.metrics_url
+
+    @property
+    def probes_url(self) -> str:
+        """The manager's ``http://127.0.0.1:<port>`` (``/healthz``, ``/readyz``)."""
+        return self.manager.probes_url
+
+    def kubectl_run(self, *args: str, stdin: str | None = None, timeout: float = 90) -> str:
+        """``kubectl --kubeconfig <double> ARGS`` (``timeout`` s); asserts exit 0, returns stdout."""
         proc = subprocess.run(
             [self.kubectl, "--kubeconfig", str(self.kubeconfig), *args], input=stdin, capture_output=True,
-            text=True, timeout=60, check=False,
+            text=True, timeout=timeout, check=False,
         )
-        assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
+        assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}\nmanager log:\n{self.log_tail()}"
         return proc.stdout
 
     def get(self, path: str) -> tuple[int, Any]:
-        return http("GET", self.api_url + path)
+        return http("GET", self.api_url + path, timeout=10.0)
 
     def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.manager_log.read_text(errors="replace").splitlines()[-lines:])
+        return self.manager.tail(lines)
 
     def stop_manager(self, timeout: float = 40.0) -> int:
-        if self.manager.poll() is None:
-            self.manager.send_signal(signal.SIGTERM)
-            try:
-                self.manager.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.manager.kill()
-                self.manager.wait(timeout=10)
-                pytest.fail(f"manager did not exit within {timeout:g} s of SIGTERM:\n{self.log_tail()}")
-        return int(self.manager.returncode)
+        """SIGTERM the manager; fails the test when it needs SIGKILL after ``timeout`` s. Returns
+        its exit status."""
+        if not self.manager.stop(timeout):
+            pytest.fail(f"manager did not exit within {timeout:g} s of SIGTERM:\n{self.log_tail()}")
+        return int(self.manager.process.returncode)
 
 
 class VcsimClient:
@@ -141,22 +115,22 @@ class VcsimClient:
         Disconnect(self.si)
 
 
-def start_manager(kubeconfig: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str, str]:
-    """``banlieue manager --leader-elect`` on free 127.0.0.1 ports; returns (process, metrics, probes)."""
-    metrics, probes = free_port(), free_port()
-    argv = [
-        sys.executable, "-m", "banlieue.cli", "manager", "--kubeconfig", str(kubeconfig), "--leader-elect",
-        "--leader-election-namespace", "default", "--metrics-bind-address", f"127.0.0.1:{metrics}",
-        "--health-probe-bind-address", f"127.0.0.1:{probes}", "--log-format", "console", *extra,
-    ]
-    with log.open("wb") as sink:
-        process = subprocess.Popen(argv, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL)
-    return process, f"http://127.0.0.1:{metrics}/metrics", f"http://127.0.0.1:{probes}"
-
-
-def crd_files() -> list[Path]:
-    return sorted(p for p in (REPO / "config/crd").glob("*.yaml")
-                  if (yaml.safe_load(p.read_text()) or {}).get("kind") == "CustomResourceDefinition")
+def start_manager_env(stack: ExitStack, tmp: Path, api: ApiServerProcess,
+                      vcsims: dict[str, VcsimProcess]) -> ManagerEnv:
+    """Install config/crd into the running API double ``api`` with kubectl, start ``banlieue
+    manager --leader-elect`` (console logs into ``tmp/manager.log``) and wait (30 s) for its
+    ``/readyz``. The manager is stopped (SIGTERM) when ``stack`` closes, before what was
+    entered into ``stack`` earlier."""
+    kubectl = kubectl_path()
+    assert kubectl is not None
+    args = [a for p in crd_files() for a in ("-f", str(p))]
+    subprocess.run([kubectl, "--kubeconfig", str(api.kubeconfig_path), "apply", "--validate=false", *args],
+                   check=True, capture_output=True, timeout=60)
+    manager = start_banlieue(api.kubeconfig_path, tmp / "manager.log", log_format="console")
+    env = ManagerEnv(api.url, api.kubeconfig_path, vcsims, manager, kubectl, [])
+    stack.callback(env.stop_manager)
+    manager.wait_ready(30)
+    return env
 
 
 @pytest.fixture(scope="module")
@@ -172,16 +146,7 @@ def manager_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagerEnv
         # 4 hosts per cluster: the sample class medium needs 8 GiB free in one cluster.
         vcsims = {name: stack.enter_context(start_vcsim(host=4, guest_ip=GUEST_IP_RANGES[i % len(GUEST_IP_RANGES)]))
                   for i, name in enumerate(providers)}
-        kubeconfig = api.kubeconfig_path
-        args = [a for p in crd_files() for a in ("-f", str(p))]
-        subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "apply", "--validate=false", *args],
-                       check=True, capture_output=True, timeout=60)
-        log = tmp / "manager.log"
-        process, metrics_url, probes_url = start_manager(kubeconfig, log)
-        env = ManagerEnv(api.url, kubeconfig, vcsims, process, log, metrics_url, probes_url, kubectl, [])
-        stack.callback(env.stop_manager)
-        wait_for("manager /readyz 200", lambda: process.poll() is not None or http("GET", probes_url + "/readyz")[0] == 200, 30)
-        assert process.poll() is None, f"manager exited with {process.returncode}:\n{env.log_tail()}"
+        env = start_manager_env(stack, tmp, api, vcsims)
         endpoints = {name: (vc.url, vc.ca_pem) for name, vc in vcsims.items()}
         env.docs = point_providers_at(docs, endpoints)
         env.kubectl_run("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(env.docs))

@@ -15,11 +15,8 @@ then the Provider goes.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,16 +24,15 @@ import yaml
 
 from banlieue.cmd.dev import point_providers_at, sample_documents
 from banlieue.testing.apiserver.fixture import start_subprocess
-from banlieue.testing.vcsim import GUEST_IP_RANGES, VcsimProcess, start_vcsim
+from banlieue.testing.vcsim import GUEST_IP_RANGES, start_vcsim
 
 from .harness import (
     REPO,
+    ManagerEnv,
     VcsimClient,
-    crd_files,
-    http,
-    kubectl_path,
+    condition,
     requirements_skip,
-    start_manager,
+    start_manager_env,
     wait_for,
 )
 
@@ -47,58 +43,18 @@ READY_TIMEOUT = 90.0
 GONE_TIMEOUT = 60.0
 
 
-@dataclass
-class Env:
-    api_url: str
-    kubeconfig: Path
-    kubectl: str
-    vcsim: VcsimProcess
-    manager_log: Path
-    docs: list[dict[str, Any]]
-
-    def kubectl_run(self, *args: str, stdin: str | None = None, timeout: float = 90) -> str:
-        proc = subprocess.run([self.kubectl, "--kubeconfig", str(self.kubeconfig), *args], input=stdin, capture_output=True,
-                              text=True, timeout=timeout, check=False)
-        assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}\nmanager log:\n{self.log_tail()}"
-        return proc.stdout
-
-    def get(self, path: str) -> tuple[int, Any]:
-        return http("GET", self.api_url + path)
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.manager_log.read_text(errors="replace").splitlines()[-lines:])
-
-
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    kubectl = kubectl_path()
-    assert kubectl is not None
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagerEnv]:
     tmp = tmp_path_factory.mktemp("delete-no-leak")
     with ExitStack() as stack:
         api = stack.enter_context(start_subprocess(bookmark_interval=5.0))
         vc = stack.enter_context(start_vcsim(host=4, guest_ip=GUEST_IP_RANGES[0]))
-        args = [a for p in crd_files() for a in ("-f", str(p))]
-        subprocess.run([kubectl, "--kubeconfig", str(api.kubeconfig_path), "apply", "--validate=false", *args],
-                       check=True, capture_output=True, timeout=60)
-        log = tmp / "manager.log"
-        process, _, probes = start_manager(api.kubeconfig_path, log)
-
-        def stop() -> None:
-            process.terminate()
-            try:
-                process.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-
-        stack.callback(stop)
-        wait_for("manager /readyz", lambda: process.poll() is not None or http("GET", probes + "/readyz")[0] == 200, 30)
-        assert process.poll() is None, log.read_text(errors="replace")
-        docs = point_providers_at(sample_documents(REPO / "config/samples"), {PROVIDER: (vc.url, vc.ca_pem)})
-        yield Env(api.url, api.kubeconfig_path, kubectl, vc, log, docs)
+        env = start_manager_env(stack, tmp, api, {PROVIDER: vc})
+        env.docs = point_providers_at(sample_documents(REPO / "config/samples"), {PROVIDER: (vc.url, vc.ca_pem)})
+        yield env
 
 
-def namespace_docs(env: Env, ns: str, vms: tuple[str, ...]) -> list[dict[str, Any]]:
+def namespace_docs(env: ManagerEnv, ns: str, vms: tuple[str, ...]) -> list[dict[str, Any]]:
     """The sample Secret and Provider ``vcenter-a``, the cluster-scoped VMClass/VMImage, and
     VirtualMachines named ``vms`` (class small), all moved to namespace ``ns``."""
     out: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}]
@@ -115,10 +71,6 @@ def namespace_docs(env: Env, ns: str, vms: tuple[str, ...]) -> list[dict[str, An
     return out
 
 
-def condition(obj: dict[str, Any], kind: str = "Ready") -> dict[str, Any]:
-    return next((dict(c) for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == kind), {})
-
-
 def vm_path(ns: str, name: str = "") -> str:
     return f"/apis/banlieue.io/v1alpha1/namespaces/{ns}/virtualmachines" + (f"/{name}" if name else "")
 
@@ -127,7 +79,7 @@ def provider_path(ns: str) -> str:
     return f"/apis/banlieue.io/v1alpha1/namespaces/{ns}/providers/{PROVIDER}"
 
 
-def wait_ready(env: Env, ns: str, names: tuple[str, ...]) -> dict[str, str]:
+def wait_ready(env: ManagerEnv, ns: str, names: tuple[str, ...]) -> dict[str, str]:
     """Wait until every VM is Ready; returns name -> BIOS UUID (from ``status.providerID``)."""
     def ready() -> dict[str, str] | None:
         out = {}
@@ -144,15 +96,15 @@ def wait_ready(env: Env, ns: str, names: tuple[str, ...]) -> dict[str, str]:
         pytest.fail(f"not Ready:\n{env.log_tail()}")
 
 
-def in_vcsim(env: Env, bios_uuids: dict[str, str]) -> list[str]:
-    vc = VcsimClient(env.vcsim)
+def in_vcsim(env: ManagerEnv, bios_uuids: dict[str, str]) -> list[str]:
+    vc = VcsimClient(env.vcsims[PROVIDER])
     try:
         return sorted(name for name, uuid in bios_uuids.items() if vc.find_by_bios_uuid(uuid) is not None)
     finally:
         vc.close()
 
 
-def test_namespace_deletion_destroys_the_vm_then_the_namespace_goes(env: Env) -> None:
+def test_namespace_deletion_destroys_the_vm_then_the_namespace_goes(env: ManagerEnv) -> None:
     ns = "t4"
     env.kubectl_run("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(namespace_docs(env, ns, ("web-1",))))
     uuids = wait_ready(env, ns, ("web-1",))
@@ -166,7 +118,7 @@ def test_namespace_deletion_destroys_the_vm_then_the_namespace_goes(env: Env) ->
     assert in_vcsim(env, uuids) == [], f"VM leaked in vcsim:\n{env.log_tail()}"
 
 
-def test_provider_in_use_waits_for_its_vms(env: Env) -> None:
+def test_provider_in_use_waits_for_its_vms(env: ManagerEnv) -> None:
     ns = "t5"
     names = ("web-1", "web-2")
     env.kubectl_run("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(namespace_docs(env, ns, names)))

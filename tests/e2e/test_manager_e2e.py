@@ -17,7 +17,7 @@ import pytest
 
 from banlieue.reconcilers.kinds import LEASE_CONTROLLER, LEASE_PROVIDER_VSPHERE
 
-from .harness import ManagerEnv, VcsimClient, http, requirements_skip, wait_for
+from .harness import ManagerEnv, VcsimClient, condition, http, requirements_skip, wait_for
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.kubectl, pytest.mark.timeout(120), requirements_skip()]
 
@@ -25,13 +25,6 @@ VMS = "/apis/banlieue.io/v1alpha1/namespaces/default/virtualmachines"
 VSMS = "/apis/infrastructure.banlieue.io/v1alpha1/namespaces/default/vspheremachines"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
 READY_TIMEOUT = 90.0
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == kind:
-            return dict(c)
-    return {}
 
 
 def sample_vm_names(env: ManagerEnv) -> list[str]:
