@@ -29,7 +29,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -189,7 +189,9 @@ class BanlieueProcess:
 
 def start_banlieue(kubeconfig: Path, log: Path, role: str = "manager", *flags: str,
                    leader_election_namespace: str | None = "default", metrics: bool = True,
-                   log_format: str = "json", log_level: str | None = None) -> BanlieueProcess:
+                   log_format: str = "json", log_level: str | None = None,
+                   entry: Sequence[str] = ("-m", "banlieue.cli"),
+                   extra_env: Mapping[str, str] | None = None) -> BanlieueProcess:
     """Start ``python -m banlieue.cli <role> --kubeconfig <kubeconfig> ... <flags>`` and return
     at once (call :meth:`BanlieueProcess.wait_ready` to wait for ``/readyz``).
 
@@ -197,11 +199,13 @@ def start_banlieue(kubeconfig: Path, log: Path, role: str = "manager", *flags: s
     127.0.0.1 port; so is the metrics listener when ``metrics`` (else ``--metrics-bind-address 0``).
     ``leader_election_namespace`` not None adds ``--leader-elect --leader-election-namespace``.
     Output (``--log-format``, ``--log-level`` when given) is appended to ``log``; Python runs
-    unbuffered so that a killed process has logged everything up to its end.
+    unbuffered so that a killed process has logged everything up to its end. ``entry`` is what
+    follows the interpreter (a wrapper script such as bench/e2e_memprobe.py takes the CLI's
+    place); ``extra_env`` is added to the inherited environment.
     """
     probes = free_port()
     metrics_port = free_port() if metrics else 0
-    argv = [sys.executable, "-m", "banlieue.cli", *role.split(), "--kubeconfig", str(kubeconfig),
+    argv = [sys.executable, *entry, *role.split(), "--kubeconfig", str(kubeconfig),
             "--metrics-bind-address", f"127.0.0.1:{metrics_port}" if metrics else "0",
             "--health-probe-bind-address", f"127.0.0.1:{probes}", "--log-format", log_format]
     if log_level is not None:
@@ -211,6 +215,6 @@ def start_banlieue(kubeconfig: Path, log: Path, role: str = "manager", *flags: s
     argv += flags
     with log.open("ab") as sink:
         process = subprocess.Popen(argv, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL,
-                                   env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})})
     metrics_url = f"http://127.0.0.1:{metrics_port}/metrics" if metrics else ""
     return BanlieueProcess(argv, log, f"http://127.0.0.1:{probes}", process, metrics_url)
