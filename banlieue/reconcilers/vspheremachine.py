@@ -38,7 +38,14 @@ from banlieue.reconcilers.kinds import (
 )
 from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
 from banlieue.reconcilers.vsphere_connection import ConnectionConfigError
-from banlieue.reconcilers.vspheremachine_decide import Action, Event, Failure, Plan, Snapshot, decide
+from banlieue.reconcilers.vspheremachine_decide import (
+    Action,
+    Event,
+    Failure,
+    Plan,
+    Snapshot,
+    decide,
+)
 from banlieue.reconcilers.vspheremachine_placement import (
     PlacementError,
     bootstrap_secret_ref,
@@ -56,6 +63,7 @@ from banlieue.reconcilers.vspheremachine_sources import (
     parse_provider,
     register_indexes,
 )
+from banlieue.reconcilers.vspheremachine_writes import OwnWrites
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import NotFound
@@ -82,10 +90,12 @@ class VSphereMachineReconciler:
     """Reconciles one VSphereMachine (see the module docstring). ``capi`` answers whether the
     CAPI Machine/Cluster caches can be read (None: CAPI is never consulted)."""
 
-    def __init__(self, ctx: RoleContext, backend: Backend, capi: CapiWatch | None = None) -> None:
+    def __init__(self, ctx: RoleContext, backend: Backend, capi: CapiWatch | None = None,
+                 writes: OwnWrites | None = None) -> None:
         self.ctx = ctx
         self.backend = backend
         self.capi = capi
+        self.writes = writes if writes is not None else OwnWrites()
         # Last status / providerID this process wrote, by object UID: a reconcile that runs on a
         # cache not yet updated by our own write must not write the same thing again (only this
         # role writes VSphereMachine status and spec.providerID).
@@ -169,7 +179,9 @@ class VSphereMachineReconciler:
         except BackendError as err:
             log.info("vsphere action failed", machine=str(snap.machine.metadata.name), action=action.kind, reason=err.reason, error=str(err))
             if action.kind == "create" and err.reason == "VMNotFound":
-                return replace(snap, vm=None, failure=None, looked_up=False)
+                # The backend returned this UID's VM before and it is gone now (removed by hand,
+                # or it vanished while configured): VMNotFound, never a second clone.
+                return replace(snap, vm=None, failure=Failure("create", "VMNotFound", str(err)))
             return replace(snap, failure=Failure(action.kind, err.reason, str(err)))
 
     def _event(self, snap: Snapshot, event: Event) -> None:
@@ -188,6 +200,7 @@ class VSphereMachineReconciler:
         }
         written = await self.ctx.client.apply_status(VSPHERE_MACHINE, body, field_manager=self.ctx.field_manager, force=True)
         self._written_status[meta["uid"]] = desired
+        self.writes.wrote(written, status=True)
         return written
 
     async def _write_provider_id(self, raw: dict[str, Any], provider_id: str) -> dict[str, Any]:
@@ -202,6 +215,7 @@ class VSphereMachineReconciler:
         }
         written = await self.ctx.client.apply(VSPHERE_MACHINE, body, field_manager=self.ctx.field_manager, force=True)
         self._written_provider_id[meta["uid"]] = provider_id
+        self.writes.wrote(written, status=False)
         return written
 
     async def reconcile(self, request: Request) -> Result:
@@ -209,6 +223,14 @@ class VSphereMachineReconciler:
         if cached is None:
             return Result()
         raw = dict(cached)
+        if self.writes.cache_behind(raw):
+            # Our last write is not in the cache yet: decide on the server's copy, never on one
+            # older than what this process last wrote.
+            try:
+                raw = await self.ctx.client.get(VSPHERE_MACHINE, request.name, request.namespace)
+            except NotFound:
+                return Result()
+            self.writes.observed(raw)
         if not self._in_scope(raw):
             return Result()
         try:
@@ -227,6 +249,7 @@ class VSphereMachineReconciler:
                 plan = decide(snap)
                 if plan.add_finalizer:
                     raw = await self.ctx.client.add_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
+                    self.writes.wrote(raw, status=False)
                     snap = replace(snap, machine=VSphereMachine.from_wire(raw))
                     continue
                 if plan.connect:
@@ -253,8 +276,10 @@ class VSphereMachineReconciler:
                 raw = await self._write_status(raw, plan.status)
             if plan.remove_finalizer:
                 await self.ctx.client.remove_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
-                self._written_status.pop(str(raw["metadata"].get("uid")), None)
-                self._written_provider_id.pop(str(raw["metadata"].get("uid")), None)
+                uid = str(raw["metadata"].get("uid"))
+                for table in (self._written_status, self._written_provider_id):
+                    table.pop(uid, None)
+                self.writes.forget(uid)
         except NotFound:
             return Result()  # deleted while we worked: nothing left to report on
         finally:

@@ -254,6 +254,8 @@ def _failure_reason(failure: Failure) -> str:
     if failure.reason == Transient.reason:
         return R.CONNECT_FAILED
     if failure.step == "create":
+        if failure.reason == "VMNotFound":
+            return R.VM_NOT_FOUND
         if failure.reason == "TemplateNotFound":
             return R.TEMPLATE_NOT_FOUND
         if failure.reason == InvalidSpec.reason or failure.reason.endswith("NotFound"):
@@ -361,6 +363,11 @@ def _decide(snap: Snapshot) -> Plan:
             return _with_events(snap, Plan(status=st.status))
         if failure is not None and failure.step == "create":
             reason = _failure_reason(failure)
+            if reason == R.VM_NOT_FOUND:
+                # create_vm returned this UID's VM before and it is gone: never clone it again,
+                # even when the status this reconcile started from has no instanceUUID yet.
+                st.ready(False, R.VM_NOT_FOUND, f"{failure.message}: delete this object to replace it")
+                return _with_events(snap, Plan(status=st.status))
             st.ready(False, reason, failure.message)
             retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
             return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else RETRY_SECONDS))

@@ -285,6 +285,29 @@ async def test_vm_removed_by_hand_is_reported_not_recreated(apiserver: Any, clie
         await eventually(lambda: _gone(client, ns, "gone"), what="deleted")
 
 
+async def test_vm_removed_right_after_provisioning_is_vm_not_found(apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any) -> None:
+    """The VM goes the moment the machine is Provisioned, while reconciles that read older
+    cached copies (``Cloning``, no instanceUUID) may still run: none of them may write that
+    older status back, and the machine ends VMNotFound, never stuck in Cloning, never re-cloned."""
+    await make_provider(client, ns, vcsim)
+    async with running(apiserver, ns):
+        created = await client.create(VSPHERE_MACHINE, machine("fast", ns, powerState="PoweredOff"))
+        uid = created["metadata"]["uid"]
+        await wait_reason(client, ns, "fast", "Provisioned")
+        [vm] = vms_with_uid(si, uid)
+        task = vm.Destroy_Task()
+        await eventually(lambda: _task_done(task), what="Destroy_Task finished")
+        assert task.info.state == "success", task.info.error
+        obj = await wait_reason(client, ns, "fast", "VMNotFound", timeout=20)
+        await asyncio.sleep(1.5)
+        obj = await client.get(VSPHERE_MACHINE, "fast", ns)
+        assert ready_of(obj)[1] == "VMNotFound", ready_of(obj)  # type: ignore[index]
+        assert obj["status"].get("instanceUUID"), "an older status without instanceUUID was written back"
+        assert vms_with_uid(si, uid) == []  # not silently re-created
+        await client.delete(VSPHERE_MACHINE, "fast", ns)
+        await eventually(lambda: _gone(client, ns, "fast"), what="deleted")
+
+
 async def test_restart_mid_clone_never_clones_twice(apiserver: Any, client: Client, ns: str, vcsim_factory: Any) -> None:
     vc = vcsim_factory(method_delay={"CloneVM_Task": 4000})
     await make_provider(client, ns, vc)

@@ -341,3 +341,19 @@ def test_backend_guestinfo_refuses_oversized_values() -> None:
     assert len(ok[guestinfo.USERDATA]) == 65536
     with pytest.raises(InvalidSpec, match="70000 bytes"):
         guestinfo.guestinfo(UID, "m1", [(nic, "00:50:56:00:00:01")], b"y" * 70000)
+
+
+@pytest.mark.parametrize("status", [
+    pytest.param({"conditions": [cloning_since("2026-01-02T03:04:00Z")]}, id="stale-copy-cloning-without-instance-uuid"),
+    pytest.param(PROVISIONED, id="provisioned"),
+])
+def test_vm_not_found_from_create_is_vm_not_found(status: dict[str, Any]) -> None:
+    """create_vm raises VMNotFound for a UID whose VM it returned before (removed by hand): the
+    machine is VMNotFound at once, whatever its copy says, and nothing is cloned or retried."""
+    failure = Failure("create", "VMNotFound", "the VM for u was removed from vCenter; not cloning it again")
+    plan = decide(looked(machine(status=status), None, failure=failure))
+    assert ready(plan) == ("False", "VMNotFound")
+    assert plan.action is None and not plan.retry and plan.requeue_after is None
+    cond = get_condition(plan.status.conditions if plan.status else None, READY)
+    assert cond is not None and "removed from vCenter" in cond.message and "delete this object" in cond.message
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "VMNotFound")]
