@@ -45,6 +45,7 @@ from banlieue.reconcilers.vspheremachine_decide import (
     Plan,
     Snapshot,
     decide,
+    ready_reason,
 )
 from banlieue.reconcilers.vspheremachine_placement import (
     PlacementError,
@@ -63,7 +64,7 @@ from banlieue.reconcilers.vspheremachine_sources import (
     parse_provider,
     register_indexes,
 )
-from banlieue.reconcilers.vspheremachine_writes import OwnWrites
+from banlieue.reconcilers.vspheremachine_writes import OwnWrites, recordable
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import NotFound
@@ -96,6 +97,9 @@ class VSphereMachineReconciler:
         self.backend = backend
         self.capi = capi
         self.writes = writes if writes is not None else OwnWrites()
+        # Ready reason of the last transition Event recorded per UID: the same reason twice is
+        # no transition (a failing retry loop must not post an Event per attempt).
+        self._last_transition: dict[str, str] = {}
         # Last status / providerID this process wrote, by object UID: a reconcile that runs on a
         # cache not yet updated by our own write must not write the same thing again (only this
         # role writes VSphereMachine status and spec.providerID).
@@ -241,6 +245,7 @@ class VSphereMachineReconciler:
         snap = self._gather(machine)
         if snap is None:
             return Result(requeue_after=CAPI_NOT_SYNCED_REQUEUE)
+        initial = ready_reason(machine.status)
         conn: Connection | None = None
         events: list[Event] = []
         plan = Plan()
@@ -277,13 +282,18 @@ class VSphereMachineReconciler:
             if plan.remove_finalizer:
                 await self.ctx.client.remove_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
                 uid = str(raw["metadata"].get("uid"))
-                for table in (self._written_status, self._written_provider_id):
+                for table in (self._written_status, self._written_provider_id, self._last_transition):
                     table.pop(uid, None)
                 self.writes.forget(uid)
         except NotFound:
             return Result()  # deleted while we worked: nothing left to report on
         finally:
-            for event in dict.fromkeys(events):
+            final = ready_reason(plan.status) if plan.status is not None else initial
+            uid = str(machine.metadata.uid or "")
+            recorded, last = recordable(events, initial, final, self._last_transition.get(uid))
+            if last is not None and not plan.remove_finalizer:  # nothing kept once the finalizer went
+                self._last_transition[uid] = last
+            for event in recorded:
                 self._event(snap, event)
         if plan.retry:
             ready = [c for c in (plan.status.conditions if plan.status else None) or [] if c.type == "Ready"]
@@ -301,11 +311,14 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     maps = MapFuncs(ctx.cache)
     capi = CapiWatch(mgr, ctx.client, maps)
     vm_watch = VMWatch(ctx.backend, ctx.cache, maps, ctx.namespace, providers=mgr.get_informer(PROVIDER))
-    reconciler = VSphereMachineReconciler(ctx, ctx.backend, capi)
+    writes = OwnWrites()
+    reconciler = VSphereMachineReconciler(ctx, ctx.backend, capi, writes)
     return (
         ControllerBuilder(mgr)
         .named("vspheremachine")
-        .for_(VSPHERE_MACHINE, predicates=[watch_filter_predicate(ctx.watch_filter or "")])
+        # Our own status writes do not re-enqueue (backoff applies to failures); see
+        # vspheremachine_writes. First, so it sees every update.
+        .for_(VSPHERE_MACHINE, predicates=[writes.predicate(), watch_filter_predicate(ctx.watch_filter or "")])
         .watches(PROVIDER, maps.provider)
         .watches(SECRET, maps.secret)
         .watches(CONFIG_MAP, maps.config_map)

@@ -161,11 +161,19 @@ class Action:
 
 @dataclass(frozen=True)
 class Event:
-    """An Event to record on the machine."""
+    """An Event to record on the machine; ``transition``: it reports a change of the Ready
+    reason (the reconciler records those only on a real change, never twice in a row)."""
 
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
+    transition: bool = False
+
+
+def ready_reason(status: VSphereMachineStatus | None) -> str | None:
+    """The ``Ready`` condition's reason (None without a status or a Ready condition)."""
+    cond = get_condition(status.conditions if status else None, READY)
+    return cond.reason if cond is not None else None
 
 
 @dataclass(frozen=True)
@@ -240,7 +248,7 @@ def _events(before: VSphereMachineStatus | None, after: VSphereMachineStatus | N
     new = get_condition(after.conditions if after else None, READY)
     if new is not None and (old is None or (old.reason, old.status) != (new.reason, new.status)):
         if not any(e.reason == new.reason for e in out):
-            out.append(Event("Warning" if new.reason in WARNING_REASONS else "Normal", new.reason, new.message or new.reason))
+            out.append(Event("Warning" if new.reason in WARNING_REASONS else "Normal", new.reason, new.message or new.reason, transition=True))
     return tuple(out)
 
 

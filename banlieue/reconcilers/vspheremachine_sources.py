@@ -13,7 +13,8 @@ and the vCenter property-collector watch (SPEC §4 "Secondary watches map back t
   connection and maps each ``VMChange`` to the machine by UID (index ``INDEX_UID``) or, for a
   removal without UID, by ``status.instanceUUID`` (index ``INDEX_INSTANCE_UUID``). Provider
   add/update/delete events wake it at once to start or stop watches (``ProviderWake``);
-  ``WATCH_RESYNC_SECONDS`` remains as a safety net.
+  ``WATCH_RESYNC_SECONDS`` remains as a safety net. When the backend reports a vCenter that
+  answers again, the machines waiting on it are enqueued (``vspheremachine_reconnect``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from banlieue.reconcilers.vsphere_connection import (
     referenced_config_maps,
     referenced_secrets,
 )
+from banlieue.reconcilers.vspheremachine_reconnect import ReconnectNotifier, machines_waiting_on
 from banlieue.runtime.cache import Cache
 from banlieue.runtime.client import Client
 from banlieue.runtime.event import DeletedFinalStateUnknown, Object
@@ -244,6 +246,10 @@ _WAKE: Final = object()
 """Queue item: re-evaluate the watched connections now (a Provider changed)."""
 
 
+class _Back(str):
+    """Queue item: the vCenter with this endpoint label answers again."""
+
+
 class VMWatch:
     """One ``backend.watch(conn)`` per vSphere Provider connection in ``namespace`` (None: all);
     changes become Requests. The set of watches is re-evaluated when ``providers`` (the Provider
@@ -332,6 +338,14 @@ class VMWatch:
             self.providers.add_event_handler(ProviderWake(self.wake))
         tasks: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         loop = asyncio.get_running_loop()
+        notifier = self.backend if isinstance(self.backend, ReconnectNotifier) else None
+        unsubscribe: Callable[[], None] = lambda: None  # noqa: E731
+        if notifier is not None:
+            # Called from a vCenter pool thread: hand over to the loop, never block it.
+            def back(label: str) -> None:
+                loop.call_soon_threadsafe(queue.put_nowait, _Back(label))
+
+            unsubscribe = notifier.add_reconnect_listener(back)
         resync_at = loop.time()  # evaluate at once
         try:
             while True:
@@ -351,6 +365,11 @@ class VMWatch:
                     self._wake_pending = False
                     resync_at = loop.time()
                     continue
+                if isinstance(change, _Back):
+                    if notifier is not None:
+                        for request in machines_waiting_on(str(change), self._connections().values(), notifier, self.cache):
+                            yield request
+                    continue
                 if isinstance(change, str):
                     for raw in self.cache.list(VSPHERE_MACHINE, change.partition("/")[0]):
                         yield _request(raw)
@@ -359,6 +378,7 @@ class VMWatch:
                     for request in self.maps.vm_change(change):
                         yield request
         finally:
+            unsubscribe()
             self._watched.clear()
             for task in tasks.values():
                 task.cancel()

@@ -12,7 +12,7 @@ from pyVim.connect import Disconnect, SmartConnect
 
 from banlieue.backends.base import AuthFailed, Capabilities, Connection, TLSVerifyFailed, Transient
 from banlieue.backends.vsphere.backend import VSphereBackend
-from banlieue.testing.vcsim import VcsimProcess
+from banlieue.testing.vcsim import VcsimProcess, start_vcsim
 
 MakeConn = Callable[..., Connection]
 
@@ -123,3 +123,34 @@ async def test_requests_and_sessions_are_exported_as_prometheus_metrics(
         "banlieue_vsphere_request_duration_seconds_count", {"vcenter": label, "method": "RetrievePropertiesEx"}
     )
     assert count is not None and count >= 1
+
+
+async def test_vcenter_back_after_a_restart_is_reported_and_its_inventory_re_read(
+    backend: VSphereBackend, make_conn: MakeConn
+) -> None:
+    """vcsim killed and restarted on the same port: calls fail (Transient) meanwhile; the first
+    answer afterwards tells the reconnect listeners (once, with the endpoint label) and drops
+    the cached inventory (a restarted vcsim regenerates it)."""
+    first = start_vcsim(tls=False)
+    port = first.port
+    heard: list[str] = []
+    backend.add_reconnect_listener(heard.append)
+    conn = make_conn(first, provider="t/restart")
+    try:
+        await backend.check_connection(conn)
+        await backend.inventory(conn, Capabilities())
+        label = backend.endpoint_label(conn)
+        assert label == f"127.0.0.1:{port}" and label in backend._indexes
+        first.stop()
+        with pytest.raises(Transient):
+            await backend.check_connection(conn)
+        assert heard == []
+        second = start_vcsim(tls=False, listen=f"127.0.0.1:{port}")
+        try:
+            await backend.check_connection(conn)  # NotAuthenticated on the old session, then a login
+            assert heard == [label]
+            assert label not in backend._indexes, "the old inventory index was kept"
+        finally:
+            second.stop()
+    finally:
+        first.stop()

@@ -3,7 +3,8 @@
 Blocking pyvmomi calls run in a bounded thread pool per vCenter (``max_workers``, default 8);
 asyncio does the waiting (tasks, guest shutdown) so no thread is held while vCenter works.
 One session per Provider (``Connection.session_key``), re-established on NotAuthenticated.
-Inventory name lookups are cached per vCenter for ``index_ttl`` seconds (re-read on NotFound).
+Inventory name lookups are cached per vCenter for ``index_ttl`` seconds (re-read on NotFound,
+and once the vCenter answers again after it stopped answering).
 ``create_vm`` never clones a UID twice in one process: once it has returned a VM for a UID, a
 later call that finds no VM raises NotFound ``VMNotFound`` (removed by hand; the caller's copy
 of the object may predate its status), as does a VM that vanishes while it is configured.
@@ -12,7 +13,7 @@ of the object may predate its status), as does a VM that vanishes while it is co
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Any
 
@@ -82,8 +83,18 @@ class VSphereBackend:
         # vCenter label -> UIDs whose VM create_vm returned (this process): never cloned again.
         self._delivered: dict[str, set[str]] = {}
         self._templates: dict[tuple[str, str, str], tuple[float, Any]] = {}
+        # A vCenter that stopped answering may come back with another inventory (a restarted
+        # vcsim regenerates it; its server crashes on the old objects and drops the connection:
+        # RemoteDisconnected until the 60 s TTL ran out): re-read names once it answers again.
+        self.sessions.add_reconnect_listener(self._forget_inventory)
 
     # --- plumbing ---------------------------------------------------------------------------
+
+    def _forget_inventory(self, label: str) -> None:
+        """Drop the cached inventory index and templates of vCenter ``label`` (any thread)."""
+        self._indexes.pop(label, None)
+        for key in [k for k in list(self._templates) if k[0] == label]:
+            self._templates.pop(key, None)
 
     def _runner(self, conn: Connection) -> Runner:
         return partial(self.sessions.run, conn)
@@ -325,6 +336,17 @@ class VSphereBackend:
         self._delivered.get(vcenter, set()).discard(uid)
         log.info("vsphere vm destroyed", vcenter=vcenter, vm=info.name)
         return True
+
+    def endpoint_label(self, conn: Connection) -> str:
+        """``host:port`` of ``conn``'s vCenter (the label of metrics and reconnect notices).
+        Raises BackendError (InvalidEndpoint)."""
+        return SessionPool.label_of(conn)
+
+    def add_reconnect_listener(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """``callback(label)`` once a vCenter that stopped answering answers again (any SOAP
+        round trip: the change watch's retries, a session login, a reconciler's call); called
+        from a pool thread, it must not block. Returns the remover. See ``session``."""
+        return self.sessions.add_reconnect_listener(callback)
 
     async def watch(self, conn: Connection) -> AsyncIterator[VMChange]:
         sess = await self.sessions.session(conn)

@@ -12,6 +12,12 @@
 Every SOAP round trip (including Login and long polls) goes through ``Endpoint.record`` via a
 wrapper around the stub's ``InvokeMethod``: that is what ``banlieue_vsphere_requests_total``
 and the benchmark's "SOAP requests per VM" count.
+
+Reachability: an endpoint is *down* after a round trip that got no answer (outcome ``error``:
+refused, reset, timed out) and *back* at the next one that got an answer (``success``, or a
+``fault``: vCenter answered, e.g. NotAuthenticated after its restart). ``SessionPool``'s
+reconnect listeners hear ``back`` (the endpoint label, from the thread that saw it), at most
+once per ``RECONNECT_NOTIFY_SECONDS`` per endpoint (a flapping vCenter stays down until then).
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ Disconnect: Any = _connect.Disconnect
 
 T = TypeVar("T")
 log = structlog.get_logger("banlieue.backends.vsphere")
+
+RECONNECT_NOTIFY_SECONDS = 5.0
+"""Least time between two "vCenter back" notifications of one endpoint."""
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, str, int]:
@@ -84,20 +93,35 @@ def ssl_context(conn: Connection) -> ssl.SSLContext:
 class Endpoint:
     """One vCenter: its thread pool and request accounting."""
 
-    def __init__(self, label: str, max_workers: int) -> None:
+    def __init__(self, label: str, max_workers: int, on_back: Callable[[str], None] | None = None) -> None:
         self.label = label
         self.pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"vsphere-{label}")
         self.max_workers = max_workers
         self._lock = threading.Lock()
         self.soap_requests = 0
         self.soap_by_method: dict[str, int] = {}
+        self.down = False
+        """True after a round trip that got no answer, until one gets an answer (module docstring)."""
+        self._on_back = on_back
+        self._notified_at = float("-inf")
 
     def record(self, method: str, outcome: str, seconds: float) -> None:
+        """Count one round trip (``outcome``: success, fault or error) and track reachability."""
+        back = False
         with self._lock:
             self.soap_requests += 1
             self.soap_by_method[method] = self.soap_by_method.get(method, 0) + 1
+            if outcome == "error":
+                self.down = True
+            elif self.down and time.monotonic() - self._notified_at >= RECONNECT_NOTIFY_SECONDS:
+                self.down = False
+                self._notified_at = time.monotonic()
+                back = True
         metrics.REQUESTS.labels(self.label, method, outcome).inc()
         metrics.REQUEST_DURATION.labels(self.label, method).observe(seconds)
+        if back and self._on_back is not None:
+            log.info("vcenter reachable again", vcenter=self.label)
+            self._on_back(self.label)
 
     def instrument(self, stub: Any) -> None:
         """Wrap ``stub.InvokeMethod`` so every SOAP round trip is counted and timed."""
@@ -151,7 +175,9 @@ class Session:
                 connectionPoolTimeout=-1,
             )
         except Exception as exc:
-            self.endpoint.record("Login", "error", time.monotonic() - start)
+            # A fault (InvalidLogin...) is an answer: the vCenter is reachable.
+            outcome = "fault" if isinstance(exc, vmodl.MethodFault) else "error"
+            self.endpoint.record("Login", outcome, time.monotonic() - start)
             raise map_exception(exc) from exc
         # Version negotiation, RetrieveServiceContent and Login are 3 SOAP/HTTP round trips.
         self.endpoint.record("Login", "success", time.monotonic() - start)
@@ -213,14 +239,33 @@ class SessionPool:
         self.endpoints: dict[str, Endpoint] = {}
         self.sessions: dict[tuple[str, str, str], Session] = {}
         self._login_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+        self._listeners: list[Callable[[str], None]] = []
+
+    @staticmethod
+    def label_of(conn: Connection) -> str:
+        """The endpoint label ``host:port`` of ``conn``. Raises BackendError (InvalidEndpoint)."""
+        _, host, port = parse_endpoint(conn.endpoint)
+        return f"{host}:{port}"
 
     def endpoint_for(self, conn: Connection) -> Endpoint:
-        _, host, port = parse_endpoint(conn.endpoint)
-        label = f"{host}:{port}"
+        label = self.label_of(conn)
         ep = self.endpoints.get(label)
         if ep is None:
-            ep = self.endpoints[label] = Endpoint(label, self.max_workers)
+            ep = self.endpoints[label] = Endpoint(label, self.max_workers, on_back=self._back)
         return ep
+
+    def add_reconnect_listener(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(label)`` when an endpoint is reachable again (module docstring), from
+        whichever thread saw it: it must not block. Returns the function that removes it."""
+        self._listeners.append(callback)
+        return lambda: self._listeners.remove(callback) if callback in self._listeners else None
+
+    def _back(self, label: str) -> None:
+        for callback in list(self._listeners):
+            try:
+                callback(label)
+            except Exception:  # a listener's bug must not fail the SOAP call that noticed
+                log.exception("reconnect listener failed", vcenter=label)
 
     async def session(self, conn: Connection) -> Session:
         """The logged-in session for ``conn`` (logging in on first use, in the endpoint's pool)."""

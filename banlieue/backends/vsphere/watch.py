@@ -73,6 +73,10 @@ RESYNC_AFTER_CHECKS = 3
 """Reads finding an indexed VM present but unreported before the watch resyncs (new collector)."""
 GIVE_UP_AFTER_CHECKS = 10
 """Reads after which an indexed VM the collector never reports is no longer checked."""
+RETRY_MAX_SECONDS = 5.0
+"""Longest pause between two long polls of an unreachable vCenter: one TCP connection attempt
+per 5 s costs nothing, and the first answer tells the reconcilers the vCenter is back
+(``session`` reconnect listeners); a 60 s cap delayed that by up to a minute."""
 
 
 def existing_vms(content: Any, vms: Iterable[Any]) -> set[str]:
@@ -302,7 +306,8 @@ def _destroy(collector: Any) -> None:
 async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float) -> AsyncIterator[VMChange]:
     """Yield VMChange for banlieue-managed VMs until the consumer stops (see module docstring).
 
-    Transient errors (vCenter unreachable) are retried with back-off (1 s doubling to 60 s);
+    Transient errors (vCenter unreachable) are retried with back-off (1 s doubling to
+    ``RETRY_MAX_SECONDS``: these retries are how a vCenter that comes back is noticed);
     other BackendErrors end the iteration by raising. A VM put in ``index`` (a clone) that the
     collector does not report within ``PENDING_CHECK_SECONDS`` is read directly, and its
     removal is reported even if the collector never saw it.
@@ -358,7 +363,7 @@ async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float) -
                 w.collector = None
                 index.authoritative = False
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 60.0)
+                backoff = min(backoff * 2, RETRY_MAX_SECONDS)
                 continue
             for change in changes:
                 yield change

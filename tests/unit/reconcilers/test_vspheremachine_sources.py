@@ -86,3 +86,36 @@ def test_vm_change_maps_by_uid_then_instance_uuid() -> None:
     assert maps.vm_change(VMChange("vc", "vm-1", "uid-a", None, "modified")) == [Request("ns", "a")]
     assert maps.vm_change(VMChange("vc", "vm-2", None, "iu-ready", "removed")) == [Request("ns", "b")]
     assert maps.vm_change(VMChange("vc", "vm-3", "nobody", None, "modified")) == []
+
+
+# --- a vCenter answers again: the machines waiting on it are enqueued ---------------------------
+
+def test_vcenter_back_enqueues_machines_waiting_on_a_connection_error() -> None:
+    from banlieue.backends.base import Connection
+    from banlieue.backends.vsphere import VSphereBackend
+    from banlieue.reconcilers.vspheremachine_reconnect import ReconnectNotifier, machines_waiting_on
+
+    def status(reason: str) -> dict[str, Any]:
+        return {"conditions": [{"type": "Ready", "status": "False", "reason": reason, "message": "",
+                                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+
+    deleting = vsm("deleting", spec={"providerRef": {"name": "vc1"}}, status=status("Deleting"))
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    cache = make_cache({VSPHERE_MACHINE: [
+        vsm("failed", spec={"providerRef": {"name": "vc1"}}, status=status("ConnectFailed")),
+        vsm("by-label", labels={"banlieue.io/provider": "vc1"}, status=status("ConnectFailed")),
+        vsm("unknown-provider", spec={"failureDomain": "fd"}, status=status("ConnectFailed")),
+        deleting,
+        vsm("ready", spec={"providerRef": {"name": "vc1"}}, status=READY),
+        vsm("invalid", spec={"providerRef": {"name": "vc1"}}, status=status("InvalidSpec")),
+        vsm("other-vcenter", spec={"providerRef": {"name": "vc2"}}, status=status("ConnectFailed")),
+        vsm("other-namespace", ns="ns2", spec={"providerRef": {"name": "vc1"}}, status=status("ConnectFailed")),
+    ]})
+    backend = VSphereBackend(max_workers=1)
+    assert isinstance(backend, ReconnectNotifier)
+    conns = [Connection("ns/vc1", "https://vc-a.example/sdk", "u", "p"), Connection("ns/vc2", "vc-b.example:8443", "u", "p"),
+             Connection("ns2/vc3", "vc-b.example:8443", "u", "p")]
+    got = machines_waiting_on("vc-a.example:443", conns, backend, cache)
+    assert sorted(r.name for r in got) == ["by-label", "deleting", "failed", "unknown-provider"]
+    assert all(r.namespace == "ns" for r in got)
+    assert machines_waiting_on("elsewhere:443", conns, backend, cache) == []
