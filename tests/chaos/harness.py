@@ -6,37 +6,31 @@ against config/crd exactly as for kubectl). Faults go through the double's ``/de
 its request log (``/debug/requests``) records every request with its User-Agent, which names
 the banlieue process (``banlieue/<version> (...) pid/<pid>``, runtime client).
 
-Public helpers: ``wait_for(what, fn, timeout)``, ``http(method, url, body)``,
-``ChaosEnv.start_banlieue(role, *flags) -> Banlieue``, ``ChaosEnv.add_provider(name, vcenter)``,
+The process harness (``http``, ``wait_for``, ``condition``, ``BanlieueProcess``) is
+:mod:`banlieue.testing.stack`, re-exported here for the scenarios.
+
+Public helpers: ``ChaosEnv.start_banlieue(role, *flags) -> BanlieueProcess``, ``ChaosEnv.single_vcenter(**opts)``, ``ChaosEnv.add_provider(name, vcenter)``,
 ``ChaosEnv.create_vms(names)``, ``ChaosEnv.faults(**body)``, ``ChaosEnv.requests()``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from banlieue.cmd.dev import free_port
 from banlieue.testing.apiserver.fixture import start_subprocess
+from banlieue.testing.stack import BanlieueProcess, condition, http, start_banlieue, wait_for
 
 from .vcenter import Guests, Vcenter
 
 REPO = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 NS = "default"
 CORE = "/apis/banlieue.io/v1alpha1"
 INFRA = "/apis/infrastructure.banlieue.io/v1alpha1"
@@ -52,96 +46,7 @@ IMAGE = "ubuntu-22.04"
 PASSWORD_MARKER = "pw-chaos-7f3e9d1c"
 USERDATA_MARKER = "ud-chaos-b81c55aa"
 
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
-    """Poll ``fn`` until it returns a truthy value; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"{what}: not within {timeout:g} s (last value {str(last)[:2000]})")
-
-
-def http(method: str, url: str, body: Any = None, timeout: float = 15.0,
-         content_type: str = "application/json") -> tuple[int, Any]:
-    """One request without proxies; returns (status, decoded JSON or text); 0 = no answer."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(req, timeout=timeout) as resp:
-            status, raw = resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        status, raw = err.code, err.read()
-    except OSError:
-        return 0, None
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        return status, raw.decode(errors="replace")
-
-
-def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == kind:
-            return dict(c)
-    return {}
-
-
-@dataclass
-class Banlieue:
-    """One ``banlieue <role>`` process; ``restart()`` starts it again with the same flags."""
-
-    argv: list[str]
-    log: Path
-    probes_url: str
-    process: subprocess.Popen[bytes]
-    starts: int = 1
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def healthz(self) -> int:
-        return http("GET", self.probes_url + "/healthz", timeout=5)[0]
-
-    def readyz(self) -> int:
-        return http("GET", self.probes_url + "/readyz", timeout=5)[0]
-
-    def wait_ready(self, timeout: float = 40.0) -> None:
-        wait_for(f"banlieue pid {self.pid} /readyz", lambda: not self.alive() or self.readyz() == 200, timeout)
-        assert self.alive(), f"banlieue exited with {self.process.returncode}:\n{self.tail()}"
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.alive():
-            self.process.send_signal(sig)
-            if sig in (signal.SIGKILL, signal.SIGTERM):
-                self.process.wait(timeout=40)
-
-    def restart(self) -> None:
-        self.kill()
-        with self.log.open("ab") as sink:
-            self.process = subprocess.Popen(self.argv, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL)
-        self.starts += 1
-
-    def stop(self) -> None:
-        if self.alive():
-            self.process.send_signal(signal.SIGCONT)
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+__all__ = ["BanlieueProcess", "ChaosEnv", "Pulse", "condition", "http", "wait_for"]
 
 
 @dataclass
@@ -153,7 +58,7 @@ class ChaosEnv:
     api_url: str = ""
     kubeconfig: Path = Path()
     vcenters: dict[str, Vcenter] = field(default_factory=dict)
-    procs: list[Banlieue] = field(default_factory=list)
+    procs: list[BanlieueProcess] = field(default_factory=list)
     guests: Guests | None = None
 
     # -- processes -----------------------------------------------------------------------------
@@ -175,24 +80,28 @@ class ChaosEnv:
         self.stack.callback(self.guests.stop)
 
     def start_banlieue(self, role: str = "manager", *flags: str, leader_elect: bool = True,
-                       log_level: str = "info", wait: bool = True) -> Banlieue:
-        """``banlieue <role>`` with JSON logs into ``tmp/<role>-<n>.log``; waits for /readyz."""
-        probes = free_port()
-        argv = [sys.executable, "-m", "banlieue.cli", *role.split(), "--kubeconfig", str(self.kubeconfig),
-                "--metrics-bind-address", "0", "--health-probe-bind-address", f"127.0.0.1:{probes}",
-                "--log-format", "json", "--log-level", log_level, *flags]
-        if leader_elect:
-            argv += ["--leader-elect", "--leader-election-namespace", NS]
+                       log_level: str = "info", wait: bool = True) -> BanlieueProcess:
+        """``banlieue <role>`` (:func:`~banlieue.testing.stack.start_banlieue`, no metrics
+        listener) with JSON logs into ``tmp/<role>-<n>.log``; waits for /readyz unless ``wait`` is
+        False. Stopped at teardown."""
         log = self.tmp / f"{role.replace(' ', '-')}-{len(self.procs)}.log"
-        with log.open("ab") as sink:
-            process = subprocess.Popen(argv, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL,
-                                       env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        proc = Banlieue(argv, log, f"http://127.0.0.1:{probes}", process)
+        proc = start_banlieue(self.kubeconfig, log, role, *flags, leader_election_namespace=NS if leader_elect else None,
+                              metrics=False, log_format="json", log_level=log_level)
         self.procs.append(proc)
         self.stack.callback(proc.stop)
         if wait:
             proc.wait_ready()
         return proc
+
+    def single_vcenter(self, **opts: Any) -> Vcenter:
+        """The setup most scenarios share: one vcsim ``vc`` (``opts`` as for :class:`Vcenter`),
+        the guest network, the VMClass/VMImage of :meth:`add_shared_objects`, and the Provider
+        ``vc`` (with its Secret) on that vcsim."""
+        vc = self.add_vcenter("vc", **opts)
+        self.start_guest_network()
+        self.add_shared_objects()
+        self.add_provider("vc", vc)
+        return vc
 
     # -- API -----------------------------------------------------------------------------------
 
@@ -279,6 +188,11 @@ class ChaosEnv:
             self.create(VMS, self.vm_body(name, **spec))
             out.append(name)
         return out
+
+    def wait_condition(self, path: str, kind: str, timeout: float, what: str | None = None) -> dict[str, Any]:
+        """Wait until the object at ``path`` has condition ``kind`` with status True; returns it."""
+        return wait_for(what or f"{path} {kind}", lambda: (lambda c: c if c.get("status") == "True" else None)(
+            condition(self.get(path), kind)), timeout)
 
     def delete(self, path: str) -> int:
         return self.call("DELETE", path)[0]

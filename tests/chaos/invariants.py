@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from .harness import VMS, VSMS, Banlieue, ChaosEnv, wait_for
+from .harness import VMS, VSMS, BanlieueProcess, ChaosEnv, wait_for
 
 
 def assert_exact_vms(env: ChaosEnv, names: Iterable[str], timeout: float = 30.0) -> None:
@@ -82,7 +82,7 @@ def wait_for_clean(env: ChaosEnv, timeout: float = 120.0) -> None:
         assert not behind, f"VMs left behind in {name}'s vcsim: {behind[:10]}"
 
 
-def assert_serving(*procs: Banlieue) -> None:
+def assert_serving(*procs: BanlieueProcess) -> None:
     """Each process is alive and answers /healthz with 200."""
     for proc in procs:
         assert proc.alive(), f"banlieue pid {proc.pid} exited with {proc.process.returncode}:\n{proc.tail()}"

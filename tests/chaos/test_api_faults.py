@@ -58,10 +58,7 @@ def fired(env: ChaosEnv) -> int:
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_vms_converge_under_api_faults(chaos_env: ChaosEnv, fault: str) -> None:
     env = chaos_env
-    vc = env.add_vcenter("vc")
-    env.start_guest_network()
-    env.add_shared_objects()
-    env.add_provider("vc", vc)
+    env.single_vcenter()
     manager = env.start_banlieue("manager")
     before = len(env.requests())
     with FAULTS[fault](env) as pulse:

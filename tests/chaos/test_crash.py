@@ -33,10 +33,7 @@ def test_kill_9_while_provisioning_and_deleting(chaos_env: ChaosEnv) -> None:
     env = chaos_env
     seed = int(os.environ.get("CHAOS_SEED") or time.time())
     rng = random.Random(seed)
-    vc = env.add_vcenter("vc", method_delay={"CloneVM_Task": 800, "Destroy_Task": 500})
-    env.start_guest_network()
-    env.add_shared_objects()
-    env.add_provider("vc", vc)
+    vc = env.single_vcenter(method_delay={"CloneVM_Task": 800, "Destroy_Task": 500})
     # Without --leader-elect: a replacement would first wait out the dead process's Lease (15 s),
     # and the kills must land while work is in flight (leader election: test_leader_election).
     manager = env.start_banlieue("manager", "--vsphere-task-timeout", "10", leader_elect=False)

@@ -25,10 +25,7 @@ QUIET = 10.0  # seconds the deleted VMs are watched for a silent re-creation
 
 def test_powered_off_deleted_renamed_behind_our_back(chaos_env: ChaosEnv) -> None:
     env = chaos_env
-    vc = env.add_vcenter("vc")
-    env.start_guest_network()
-    env.add_shared_objects()
-    env.add_provider("vc", vc)
+    vc = env.single_vcenter()
     manager = env.start_banlieue("manager")
     names = env.create_vms(f"vm-{i:03d}" for i in range(9))
     env.wait_ready(names, 60)

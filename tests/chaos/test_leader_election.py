@@ -68,10 +68,7 @@ def takeover(env: ChaosEnv, before: dict[str, str], started: float, what: str) -
 
 def test_leader_frozen_resumed_killed(chaos_env: ChaosEnv) -> None:
     env = chaos_env
-    vc = env.add_vcenter("vc")
-    env.start_guest_network()
-    env.add_shared_objects()
-    env.add_provider("vc", vc)
+    env.single_vcenter()
     a = env.start_banlieue("manager")
     wait_for("A holds both Leases", lambda: all(holders(env).values()), 20)
     b = env.start_banlieue("manager")

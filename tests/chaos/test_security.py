@@ -67,10 +67,7 @@ def _leaks(text: str) -> list[str]:
 
 def test_no_credentials_or_user_data_in_logs_events_conditions(chaos_env: ChaosEnv) -> None:
     env = chaos_env
-    vc = env.add_vcenter("vc", password=PASSWORD_MARKER)
-    env.start_guest_network()
-    env.add_shared_objects()
-    env.add_provider("vc", vc)
+    vc = env.single_vcenter(password=PASSWORD_MARKER)
     env.add_provider("wrong", vc, password=f"{PASSWORD_MARKER}-wrong", labels={"bad": "yes"})
     env.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ud", "namespace": NS},
                          "stringData": {"user-data": USER_DATA}})
@@ -149,10 +146,7 @@ def test_rbac_no_wildcards() -> None:
 
 def test_rbac_rules_match_the_calls_of_each_role(chaos_env: ChaosEnv) -> None:
     env = chaos_env
-    vc = env.add_vcenter("vc")
-    env.start_guest_network()
-    env.add_shared_objects()
-    env.add_provider("vc", vc)
+    env.single_vcenter()
     env.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ud", "namespace": NS},
                          "stringData": {"user-data": "#cloud-config\n"}})
     samples = {d["kind"]: d for f in ("vspherecluster.yaml", "vspheremachinetemplates.yaml")
@@ -164,8 +158,8 @@ def test_rbac_rules_match_the_calls_of_each_role(chaos_env: ChaosEnv) -> None:
     procs = {role: env.start_banlieue(role) for role in ROLES}
     names = env.create_vms(["plain"]) + env.create_vms(["with-user-data"], userData={"secretRef": {"name": "ud"}})
     env.wait_ready(names, 60)
-    wait_for("VSphereCluster Ready", lambda: condition(
-        env.get(f"{INFRA}/namespaces/{NS}/vsphereclusters/{cluster['metadata']['name']}"), "Ready").get("status") == "True", 30)
+    env.wait_condition(f"{INFRA}/namespaces/{NS}/vsphereclusters/{cluster['metadata']['name']}", "Ready", 30,
+                       "VSphereCluster Ready")
     delete_all_and_check_clean(env)
     assert not env.items(VSMS)
     for proc in procs.values():
