@@ -1,6 +1,17 @@
-"""Shared pytest configuration: fixtures for the API-server double and vcsim."""
+"""Shared pytest configuration: fixtures for the API-server double and vcsim, hypothesis profiles."""
+
+import os
+
+from hypothesis import settings
 
 pytest_plugins = [
     "banlieue.testing.apiserver.fixture",
     "banlieue.testing.vcsim",
 ]
+
+# No per-example deadline: on a loaded 2-core machine a slow example is not a failure (the
+# properties are about outcomes, not speed). In CI, examples are derived from each test's name so
+# a run is reproducible; locally hypothesis keeps exploring new ones.
+settings.register_profile("dev", deadline=None)
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
