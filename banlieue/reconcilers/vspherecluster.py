@@ -63,7 +63,7 @@ log = get_logger("reconcilers.vspherecluster")
 
 MAX_FAILURE_DOMAINS = 100
 """``status.failureDomains`` maxItems in the CRD."""
-CAPI_CRD_RETRY_SECONDS = 30.0
+CAPI_CRD_RETRY_SECONDS = 300.0
 """How often the CAPI Cluster watch looks again for the Cluster CRD when it is not installed."""
 CAPI_WATCH_TIMEOUT_SECONDS = 300
 """``timeoutSeconds`` of one CAPI Cluster watch request (then it is resumed)."""

@@ -62,8 +62,9 @@ INDEX_INSTANCE_UUID = "vspheremachine.instanceUUID"
 """VSphereMachine index: ``status.instanceUUID``."""
 INDEX_BOOTSTRAP_SECRET = "vspheremachine.bootstrapSecret"
 """VSphereMachine index: ``<namespace>/<spec.bootstrapDataSecretRef.name>``."""
-CAPI_DISCOVERY_SECONDS = 30.0
-"""How often to look for the CAPI kinds in discovery until they are served."""
+CAPI_DISCOVERY_SECONDS = 300.0
+"""How often to look for the CAPI kinds in discovery until they are served: CAPI is installed
+once, so a few minutes to notice it costs little, and a cluster without CAPI stays quiet."""
 WATCH_RESYNC_SECONDS = 5.0
 """How often the set of watched vCenter connections is compared with the Providers when no
 Provider event woke the watcher first (a safety net: Provider events wake it at once)."""
