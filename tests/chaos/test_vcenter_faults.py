@@ -18,8 +18,9 @@ import time
 
 import pytest
 
-from .harness import IMAGE, NS, PROVIDERS, VMS, VSMS, ChaosEnv, condition, wait_for
+from .harness import IMAGE, NS, PROVIDERS, VMS, VSMS, BanlieueProcess, ChaosEnv, condition, wait_for
 from .invariants import assert_exact_vms, assert_serving, delete_all_and_check_clean
+from .vcenter import Vcenter
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(180)]
 
@@ -29,12 +30,21 @@ def ready_reasons(env: ChaosEnv) -> set[str]:
     return {str(condition(v, "Ready").get("reason")) for v in env.items(VSMS)}
 
 
+def vcenter_down(env: ChaosEnv, vms: int) -> tuple[Vcenter, BanlieueProcess, str, list[str]]:
+    """One plain-http vcsim (a restarted one has a new CA) and the manager; once the Provider is
+    Ready the vcsim is killed and ``vms`` VirtualMachines are created during the outage.
+    Returns (vcenter, manager, Provider path, VM names)."""
+    vc = env.single_vcenter(tls=False)
+    manager = env.start_banlieue("manager")
+    provider = f"{PROVIDERS}/vc"
+    env.wait_condition(provider, "Ready", 30, "Provider Ready")
+    vc.kill()
+    return vc, manager, provider, env.create_vms(f"vm-{i:03d}" for i in range(vms))
+
+
 def test_session_terminated_mid_run(chaos_env: ChaosEnv) -> None:
     env = chaos_env
-    vc = env.add_vcenter("vc")
-    env.start_guest_network()
-    env.add_shared_objects()
-    env.add_provider("vc", vc)
+    vc = env.single_vcenter()
     manager = env.start_banlieue("manager")
     ended = 0
     with vc.oracle() as oracle:
@@ -58,13 +68,10 @@ def test_session_terminated_mid_run(chaos_env: ChaosEnv) -> None:
 
 def test_clone_fails_while_template_missing_then_succeeds(chaos_env: ChaosEnv) -> None:
     env = chaos_env
-    vc = env.add_vcenter("vc")
-    env.start_guest_network()
-    env.add_shared_objects()
-    env.add_provider("vc", vc)
+    vc = env.single_vcenter()
     manager = env.start_banlieue("manager")
     image = f"/apis/banlieue.io/v1alpha1/vmimages/{IMAGE}"
-    wait_for("VMImage Ready", lambda: condition(env.get(image), "Ready").get("status") == "True", 30)
+    env.wait_condition(image, "Ready", 30, "VMImage Ready")
     with vc.oracle() as oracle:
         template = oracle.find_template(IMAGE)
         assert template is not None
@@ -87,15 +94,7 @@ def test_clone_fails_while_template_missing_then_succeeds(chaos_env: ChaosEnv) -
 
 def test_vcsim_killed_and_restarted_same_port(chaos_env: ChaosEnv) -> None:
     env = chaos_env
-    vc = env.add_vcenter("vc", tls=False)
-    env.start_guest_network()
-    env.add_shared_objects()
-    env.add_provider("vc", vc)
-    manager = env.start_banlieue("manager")
-    provider = f"{PROVIDERS}/vc"
-    wait_for("Provider Ready", lambda: condition(env.get(provider), "Ready").get("status") == "True", 30)
-    vc.kill()
-    names = env.create_vms(f"vm-{i:03d}" for i in range(30))
+    vc, manager, provider, names = vcenter_down(env, 30)
     seen: set[str] = set()
 
     def outage_seen() -> bool:
@@ -114,10 +113,7 @@ def test_vcsim_killed_and_restarted_same_port(chaos_env: ChaosEnv) -> None:
 
 def test_clone_slower_than_task_timeout(chaos_env: ChaosEnv) -> None:
     env = chaos_env
-    vc = env.add_vcenter("vc", method_delay={"CloneVM_Task": 4000})
-    env.start_guest_network()
-    env.add_shared_objects()
-    env.add_provider("vc", vc)
+    env.single_vcenter(method_delay={"CloneVM_Task": 4000})
     manager = env.start_banlieue("manager", "--vsphere-task-timeout", "2")
     names = env.create_vms(f"vm-{i:03d}" for i in range(10))
     env.wait_ready(names, 120)
@@ -134,15 +130,7 @@ MAX_EVENTS = 6  # Cloning/ConnectFailed/CloneFailed Events per VSphereMachine ov
 
 def test_vcenter_back_is_used_at_once_and_retries_back_off(chaos_env: ChaosEnv) -> None:
     env = chaos_env
-    vc = env.add_vcenter("vc", tls=False)
-    env.start_guest_network()
-    env.add_shared_objects()
-    env.add_provider("vc", vc)
-    manager = env.start_banlieue("manager")
-    provider = f"{PROVIDERS}/vc"
-    wait_for("Provider Ready", lambda: condition(env.get(provider), "Ready").get("status") == "True", 30)
-    vc.kill()
-    names = env.create_vms(f"vm-{i:03d}" for i in range(10))
+    vc, manager, _, names = vcenter_down(env, 10)
     wait_for("ConnectFailed during the outage", lambda: "ConnectFailed" in ready_reasons(env), 45)
     vc.restart()
     back = len(manager.log.read_text(errors="replace").splitlines())
