@@ -15,7 +15,14 @@ from banlieue.api.conditions import PAUSED, READY, get_condition
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.provider import Provider
 from banlieue.backends.base import VMInfo
-from banlieue.reconcilers.vspheremachine_decide import Failure, Plan, Snapshot, decide, machine_addresses
+from banlieue.reconcilers.vspheremachine_decide import (
+    STEADY_RESYNC_SECONDS,
+    Failure,
+    Plan,
+    Snapshot,
+    decide,
+    machine_addresses,
+)
 from banlieue.reconcilers.vspheremachine_placement import BootstrapData, read_bootstrap
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -125,7 +132,7 @@ CASES: list[Any] = [
                  {"provider_id": "vsphere://bios-1", "provisioned": True}, id="powered-on-waits-for-ip"),
     pytest.param(looked(machine(), vm(), converged=True), ("True", "Provisioned"), {"provider_id": "vsphere://bios-1"}, id="provisioned"),
     pytest.param(looked(machine({"providerID": "vsphere://bios-1"}, status=PROVISIONED), vm()), ("True", "Provisioned"),
-                 {"provider_id": None, "action": None, "requeue_after": 600.0}, id="steady-state-no-action-slow-resync"),
+                 {"provider_id": None, "action": None, "requeue_after": STEADY_RESYNC_SECONDS}, id="steady-state-no-action-slow-resync"),
     pytest.param(looked(machine({"numCPUs": 4}, status=PROVISIONED), vm()), None, {"action": "create"}, id="cpu-drift-reconfigures"),
     pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm()), None, {"action": "power"}, id="power-off-requested"),
     pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm("PoweredOff", ips=())), ("True", "Provisioned"), {}, id="powered-off-as-requested-is-ready"),
