@@ -4,7 +4,7 @@
 every 0.5 s; with 1,000 VMs that polling alone cost the two vcsims about as much CPU as the
 manager (on a 2-core machine the benchmark shares with it). This variant asks each vcsim's
 PropertyCollector for changes (``WaitForUpdatesEx`` on ``runtime.powerState`` and
-``guest.ipAddress`` of every VM) and gives each VM that is powered on without an address one,
+``guest.ipAddress`` of every VM) and gives each VM that is powered on without an address one (again after 5 s if it still has none),
 ``10.<subnet>.<n // 250>.<n % 250 + 2>``, through vcsim's ``SET.guest.ipAddress`` extraConfig
 alias, from a few threads per simulator. Same contract as GuestNetwork: ``start()``, ``stop()``,
 ``assigned``, ``errors``.
@@ -16,6 +16,7 @@ import contextlib
 import queue
 import ssl
 import threading
+import time
 from typing import Any
 
 ASSIGN_THREADS = 4
@@ -73,24 +74,33 @@ class EventGuestNetwork:
                     propSet=[pc.PropertySpec(type=vim.VirtualMachine, pathSet=["runtime.powerState", "guest.ipAddress"])],
                 ), partialUpdates=True)
                 state: dict[str, dict[str, Any]] = {}
-                leases: dict[str, str] = {}
+                objs: dict[str, Any] = {}
+                leases: dict[str, tuple[str, float]] = {}  # moref -> (address, monotonic time handed out)
                 version = ""
                 while not self._stop.is_set():
                     update = collector.WaitForUpdatesEx(version, pc.WaitOptions(maxWaitSeconds=1))
-                    if update is None:
-                        continue
-                    version = update.version
-                    for fs in update.filterSet or []:
-                        for obj in fs.objectSet or []:
-                            moref = obj.obj._moId
-                            props = state.setdefault(moref, {})
-                            for change in obj.changeSet or []:
-                                props[change.name] = change.val
-                            if props.get("runtime.powerState") == "poweredOn" and not props.get("guest.ipAddress") \
-                                    and moref not in leases:
-                                n = len(leases)
-                                leases[moref] = f"10.{subnet}.{n // 250}.{n % 250 + 2}"
-                                work.put((obj.obj, leases[moref]))
+                    if update is not None:
+                        version = update.version
+                        for fs in update.filterSet or []:
+                            for obj in fs.objectSet or []:
+                                moref = obj.obj._moId
+                                objs[moref] = obj.obj
+                                props = state.setdefault(moref, {})
+                                for change in obj.changeSet or []:
+                                    props[change.name] = change.val
+                    # Every VM powered on without an address gets one; again (the same one, a
+                    # DHCP lease) when it still has none 5 s later: a power-on completing after
+                    # the reconfigure can clear the guest's address in vcsim.
+                    now = time.monotonic()
+                    for moref, props in state.items():
+                        if props.get("runtime.powerState") != "poweredOn" or props.get("guest.ipAddress"):
+                            continue
+                        lease = leases.get(moref)
+                        if lease is not None and now - lease[1] < 5.0:
+                            continue
+                        ip = lease[0] if lease else f"10.{subnet}.{len(leases) // 250}.{len(leases) % 250 + 2}"
+                        leases[moref] = (ip, now)
+                        work.put((objs[moref], ip))
             except Exception:  # a simulator restarting or gone: reconnect
                 with self._lock:
                     self.errors += 1
