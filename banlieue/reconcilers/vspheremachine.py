@@ -37,6 +37,7 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
+from banlieue.reconcilers.vcenter_slots import VCenterSlots, cap_for_workers
 from banlieue.reconcilers.vsphere_connection import ConnectionConfigError
 from banlieue.reconcilers.vspheremachine_decide import (
     Action,
@@ -81,6 +82,9 @@ MAX_STEPS = 8
 """Decide/act rounds per reconcile (finalizer, connect, converge, power and the final status)."""
 CAPI_NOT_SYNCED_REQUEUE = 2.0
 """Seconds to wait when a CAPI-path machine arrives before the CAPI caches are synced."""
+VCENTER_BUSY_REQUEUE = 1.0
+"""Seconds before retrying a reconcile deferred because its vCenter holds all its slots
+(``vcenter_slots``): requeue, never wait, so the worker serves other vCenters meanwhile."""
 
 
 class VSphereMachineRetry(Exception):
@@ -89,11 +93,15 @@ class VSphereMachineRetry(Exception):
 
 class VSphereMachineReconciler:
     """Reconciles one VSphereMachine (see the module docstring). ``capi`` answers whether the
-    CAPI Machine/Cluster caches can be read (None: CAPI is never consulted)."""
+    CAPI Machine/Cluster caches can be read (None: CAPI is never consulted). ``slots`` caps
+    the workers one vCenter may hold (default: ``cap_for_workers(ctx.max_concurrent_reconciles)``
+    per Connection ``endpoint``); a reconcile that finds its vCenter full returns
+    ``Result(requeue_after=VCENTER_BUSY_REQUEUE)`` before any backend call."""
 
     def __init__(self, ctx: RoleContext, backend: Backend, capi: CapiWatch | None = None,
-                 writes: OwnWrites | None = None) -> None:
+                 writes: OwnWrites | None = None, slots: VCenterSlots | None = None) -> None:
         self.ctx = ctx
+        self.slots = slots if slots is not None else VCenterSlots(cap_for_workers(ctx.max_concurrent_reconciles))
         self.backend = backend
         self.capi = capi
         self.writes = writes if writes is not None else OwnWrites()
@@ -146,7 +154,9 @@ class VSphereMachineReconciler:
         )
 
     # --- execute ------------------------------------------------------------------------
-    async def _look_up(self, snap: Snapshot, plan: Plan) -> tuple[Snapshot, Connection | None]:
+    def _connection(self, snap: Snapshot, plan: Plan) -> tuple[Snapshot, Connection | None]:
+        """The connection the plan asks for (no backend call); None with the snapshot updated
+        when there is none."""
         if plan.last_known is not None:
             # Deleting after the Secret (or the Provider) went: the last connection built here.
             known = last_known(self.ctx.cache).get(f"{snap.machine.metadata.namespace}/{plan.last_known}")
@@ -159,12 +169,15 @@ class VSphereMachineReconciler:
                 conn = remembered_connection_for(plan.provider, self.ctx.cache)
             except ConnectionConfigError as err:
                 return replace(snap, connection_error=(err.reason, err.message)), None
+        return snap, conn
+
+    async def _look_up(self, snap: Snapshot, conn: Connection) -> Snapshot:
         status = snap.machine.status
         try:
             vm = await self.backend.find_vm(conn, snap.machine.metadata.uid or "", status.instance_uuid if status else None)
         except BackendError as err:
-            return replace(snap, looked_up=True, failure=Failure("lookup", err.reason, str(err))), conn
-        return replace(snap, looked_up=True, vm=vm), conn
+            return replace(snap, looked_up=True, failure=Failure("lookup", err.reason, str(err)))
+        return replace(snap, looked_up=True, vm=vm)
 
     async def _act(self, snap: Snapshot, action: Action, conn: Connection) -> Snapshot:
         uid = snap.machine.metadata.uid or ""
@@ -247,6 +260,7 @@ class VSphereMachineReconciler:
             return Result(requeue_after=CAPI_NOT_SYNCED_REQUEUE)
         initial = ready_reason(machine.status)
         conn: Connection | None = None
+        slot: str | None = None  # vCenter whose slot this reconcile holds (released in finally)
         events: list[Event] = []
         plan = Plan()
         try:
@@ -258,7 +272,15 @@ class VSphereMachineReconciler:
                     snap = replace(snap, machine=VSphereMachine.from_wire(raw))
                     continue
                 if plan.connect:
-                    snap, conn = await self._look_up(snap, plan)
+                    snap, conn = self._connection(snap, plan)
+                    if conn is not None:
+                        if slot is None:
+                            if not self.slots.try_acquire(conn.endpoint):
+                                log.debug("vcenter busy, deferring", machine=str(request), endpoint=conn.endpoint,
+                                          cap=self.slots.cap, requeue_after=VCENTER_BUSY_REQUEUE)
+                                return Result(requeue_after=VCENTER_BUSY_REQUEUE)
+                            slot = conn.endpoint
+                        snap = await self._look_up(snap, conn)
                     continue
                 if plan.action is None or conn is None:
                     break
@@ -288,6 +310,8 @@ class VSphereMachineReconciler:
         except NotFound:
             return Result()  # deleted while we worked: nothing left to report on
         finally:
+            if slot is not None:
+                self.slots.release(slot)
             final = ready_reason(plan.status) if plan.status is not None else initial
             uid = str(machine.metadata.uid or "")
             recorded, last = recordable(events, initial, final, self._last_transition.get(uid))
