@@ -4,7 +4,8 @@
 every 0.5 s; with 1,000 VMs that polling alone cost the two vcsims about as much CPU as the
 manager (on a 2-core machine the benchmark shares with it). This variant asks each vcsim's
 PropertyCollector for changes (``WaitForUpdatesEx`` on ``runtime.powerState`` and
-``guest.ipAddress`` of every VM) and gives each VM that is powered on without an address one (again after 5 s if it still has none),
+``guest.ipAddress`` of every VM; plus a full read of those two properties every 5 s, since
+vcsim's collector can miss a VM cloned into the container view) and gives each VM that is powered on without an address one (again after 5 s if it still has none),
 ``10.<subnet>.<n // 250>.<n % 250 + 2>``, through vcsim's ``SET.guest.ipAddress`` extraConfig
 alias, from a few threads per simulator. Same contract as GuestNetwork: ``start()``, ``stop()``,
 ``assigned``, ``errors``.
@@ -74,10 +75,24 @@ class EventGuestNetwork:
                     propSet=[pc.PropertySpec(type=vim.VirtualMachine, pathSet=["runtime.powerState", "guest.ipAddress"])],
                 ), partialUpdates=True)
                 state: dict[str, dict[str, Any]] = {}
-                objs: dict[str, Any] = {}
+                objs: dict[str, Any] = {}  # moref -> VM
                 leases: dict[str, tuple[str, float]] = {}  # moref -> (address, monotonic time handed out)
                 version = ""
+                spec = pc.FilterSpec(
+                    objectSet=[pc.ObjectSpec(obj=view, skip=True, selectSet=[
+                        pc.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)])],
+                    propSet=[pc.PropertySpec(type=vim.VirtualMachine, pathSet=["runtime.powerState", "guest.ipAddress"])])
+                full_read = time.monotonic()
                 while not self._stop.is_set():
+                    if time.monotonic() - full_read > 5.0:
+                        # vcsim's collector can miss a VM cloned into a container view: re-read
+                        # every VM's two properties every 5 s as a safety net.
+                        full_read = time.monotonic()
+                        for r in content.propertyCollector.RetrieveContents([spec]):
+                            objs[r.obj._moId] = r.obj
+                            fresh = {p.name: p.val for p in r.propSet}
+                            state[r.obj._moId] = {"runtime.powerState": fresh.get("runtime.powerState"),
+                                                  "guest.ipAddress": fresh.get("guest.ipAddress")}
                     update = collector.WaitForUpdatesEx(version, pc.WaitOptions(maxWaitSeconds=1))
                     if update is not None:
                         version = update.version
