@@ -9,14 +9,11 @@ releases its Leases). Sizes are in MiB, times in seconds.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +29,7 @@ from e2e_guests import EventGuestNetwork  # noqa: E402
 
 from banlieue.cmd.dev import GuestNetwork, free_port  # noqa: E402
 from banlieue.testing.apiserver.fixture import ApiServerProcess, start_subprocess  # noqa: E402
+from banlieue.testing.stack import http as stack_http  # noqa: E402
 from banlieue.testing.vcsim import VcsimProcess, start_vcsim  # noqa: E402
 
 NS = "default"
@@ -58,21 +56,8 @@ VCSIM_OPTS: dict[str, Any] = {"dc": 2, "cluster": 3, "host": 4, "templates": [IM
 
 def http(method: str, url: str, body: Any = None, timeout: float = 30.0,
          content_type: str = "application/json") -> tuple[int, Any]:
-    """One request without proxies; returns (status, decoded JSON or text); 0 = no answer."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(req, timeout=timeout) as resp:
-            status, raw = resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        status, raw = err.code, err.read()
-    except OSError:
-        return 0, None
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        return status, raw.decode(errors="replace")
+    """``banlieue.testing.stack.http`` with the benchmark's longer default timeout (seconds)."""
+    return stack_http(method, url, body, timeout, content_type)
 
 
 def rss_mib(pid: int) -> float:
