@@ -463,6 +463,9 @@ def main(args: DevOptions, out: IO[str] | None = None) -> int:
 def _run(args: DevOptions, out: IO[str], started: float) -> int:
     env = DevEnv(args, Progress(out))
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    # Ctrl-C stops dev even when it was started with SIGINT ignored (a background job of a
+    # non-interactive shell inherits SIG_IGN); Python only installs its handler when it is not.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     ready = stopping = False
     try:
         env.kubectl = find_kubectl()
@@ -510,7 +513,7 @@ def _run(args: DevOptions, out: IO[str], started: float) -> int:
                 out.write(f"banlieue dev: all {len(env.vm_names)} VirtualMachines were Ready after "
                           f"{time.monotonic() - started:.1f} s; everything has been stopped (--exit-when-ready)\n")
         finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, previous_int)
             signal.signal(signal.SIGTERM, previous)
         out.flush()
 

@@ -120,8 +120,10 @@ class EventRecorder:
                 self.posted += 1
             except ApiError as exc:
                 self.dropped += 1
-                # A namespace being terminated refuses new objects (403): expected while it empties.
-                level = log.debug if exc.status == 403 and "terminat" in str(exc) else log.warning
+                # A namespace being terminated refuses new objects (403), and once it is gone its
+                # events have nowhere to go (404 on the namespace): both expected while it empties.
+                gone = (exc.status == 403 and "terminat" in str(exc)) or (exc.status == 404 and "namespaces" in str(exc))
+                level = log.debug if gone else log.warning
                 level("event post failed", error=str(exc), reason=item[2])
             finally:
                 self._queue.task_done()
