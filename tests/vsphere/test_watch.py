@@ -3,47 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from pyVim.connect import Disconnect, SmartConnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
+from vcwatch import next_for, watching
 
-from banlieue.backends.base import Connection, VMChange, VMSpec
+from banlieue.backends.base import Connection, VMSpec
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.testing.vcsim import VcsimProcess
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
-
-
-@contextlib.asynccontextmanager
-async def watching(backend: VSphereBackend, conn: Connection) -> AsyncIterator[asyncio.Queue[VMChange]]:
-    queue: asyncio.Queue[VMChange] = asyncio.Queue()
-
-    async def pump() -> None:
-        async for change in backend.watch(conn):
-            queue.put_nowait(change)
-
-    task = asyncio.create_task(pump())
-    try:
-        yield queue
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def next_for(queue: asyncio.Queue[VMChange], uid: str, kind: str, timeout: float = 20) -> VMChange:
-    async with asyncio.timeout(timeout):
-        while True:
-            change = await queue.get()
-            if change.uid == uid and change.kind == kind:
-                return change
 
 
 def behind_the_back(vc: VcsimProcess, moref: str, action: str) -> None:

@@ -5,22 +5,27 @@ VMs created while the watch starts, the resync and its bound, and the moref -> U
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pyVim.connect import Disconnect, SmartConnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
+from vcwatch import next_for as _next_for
+from vcwatch import watching
 
 from banlieue.backends.base import Connection, NotFound, VMChange, VMSpec
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.backends.vsphere.find import VMIndex
 from banlieue.backends.vsphere.watch import GIVE_UP_AFTER_CHECKS, RESYNC_AFTER_CHECKS, VMWatch
 from banlieue.testing.vcsim import VcsimProcess
+
+
+async def next_for(queue: asyncio.Queue[VMChange], uid: str, kind: str, timeout: float = 10) -> VMChange:
+    return await _next_for(queue, uid, kind, timeout)
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
 
@@ -32,31 +37,6 @@ def si(vcsim: VcsimProcess) -> Iterator[Any]:
                      sslContext=ssl.create_default_context(cafile=vcsim.ca_file))
     yield s
     Disconnect(s)
-
-
-@contextlib.asynccontextmanager
-async def watching(backend: VSphereBackend, conn: Connection) -> AsyncIterator[asyncio.Queue[VMChange]]:
-    queue: asyncio.Queue[VMChange] = asyncio.Queue()
-
-    async def pump() -> None:
-        async for change in backend.watch(conn):
-            queue.put_nowait(change)
-
-    task = asyncio.create_task(pump())
-    try:
-        yield queue
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def next_for(queue: asyncio.Queue[VMChange], uid: str, kind: str, timeout: float = 10) -> VMChange:
-    async with asyncio.timeout(timeout):
-        while True:
-            change = await queue.get()
-            if change.uid == uid and change.kind == kind:
-                return change
 
 
 def vm_spec(cluster: str = "DC0_C0") -> VMSpec:
