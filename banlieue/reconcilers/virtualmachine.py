@@ -46,7 +46,7 @@ from banlieue.reconcilers.virtualmachine_decide import Plan, Snapshot, current_p
 from banlieue.runtime.builder import ControllerBuilder, ManagerLike
 from banlieue.runtime.cache import NAMESPACE_INDEX
 from banlieue.runtime.controller import Controller
-from banlieue.runtime.errors import NotFound
+from banlieue.runtime.errors import Invalid, NotFound
 from banlieue.runtime.event import Object
 from banlieue.runtime.log import get_logger
 from banlieue.runtime.predicate import Funcs, Predicate, and_, watch_filter_predicate
@@ -336,7 +336,16 @@ class VirtualMachineReconciler:
                                                     "deletionTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}}
             self.machines.record(key, machine_raw, deleting)
         if plan.apply_machine is not None:
-            applied = await client.apply(VSPHERE_MACHINE, plan.apply_machine, field_manager=fm, force=True)
+            try:
+                applied = await client.apply(VSPHERE_MACHINE, plan.apply_machine, field_manager=fm, force=True)
+            except Invalid as err:
+                if not _finalizer_refused(err):
+                    raise
+                # The machine is being deleted and its finalizer already went (our cached copy
+                # predates both): kube refuses new finalizers then. Nothing to apply; the
+                # deletion's watch events bring the next reconcile.
+                log.info("vspheremachine is being deleted; not applied", machine=key)
+                return
             self.machines.record(key, machine_raw, applied)
         if plan.clear_migrate_annotation:
             before = current
@@ -355,6 +364,12 @@ class VirtualMachineReconciler:
             self.assumed.pop(key, None)
         for event in plan.events:
             self.ctx.recorder.event(current, event.type, event.reason, event.message)
+
+
+def _finalizer_refused(err: Invalid) -> bool:
+    """Whether a 422 is kube's "no new finalizers can be added if the object is being deleted"
+    (apimachinery ``ValidateNoNewFinalizers``: a Forbidden cause on ``metadata.finalizers``)."""
+    return any(c.get("field") == "metadata.finalizers" for c in err.causes) or "no new finalizers" in err.message
 
 
 def _vm_update_matters(old: Object, new: Object) -> bool:

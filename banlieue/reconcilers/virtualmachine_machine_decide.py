@@ -5,6 +5,16 @@ The VSphereMachine has the VM's name and namespace, a controller ownerReference 
 (``blockOwnerDeletion``), the VM's labels plus ``banlieue.io/owned-by`` and
 ``banlieue.io/provider``, and a spec built from the VMClass, the image source and the placement
 (SPEC §4). User data is passed by reference (``bootstrapDataSecretRef``), never read.
+
+The apply also carries the provider's finalizer ``infrastructure.banlieue.io/vspheremachine``
+(ADR 0011): the VSphereMachine is born with it, so the provider role finds it present and sends
+no finalizer patch of its own (it still adds it when missing: CAPI-created machines, or one
+removed by hand). ``metadata.finalizers`` is a set for server-side apply, so the controller's
+field manager owns that one value and nothing else; the provider's merge patch removing it after
+the VM is destroyed is an ordinary update (no conflict). The controller never applies to a
+machine that is being deleted (``virtualmachine_decide``), and the API server refuses a new
+finalizer on an object with a deletionTimestamp anyway. ``machine_differs`` ignores finalizers:
+a missing one is the provider's to restore, never a reason for the controller to write.
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ from banlieue.api.infrastructure import API_VERSION as INFRA_API_VERSION
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.virtualmachine import VirtualMachine
 from banlieue.api.vmclass import IPAMSource, VMClass
-from banlieue.reconcilers.kinds import LABEL_OWNED_BY, LABEL_PROVIDER
+from banlieue.reconcilers.kinds import FINALIZER_VSPHERE_MACHINE, LABEL_OWNED_BY, LABEL_PROVIDER
 from banlieue.reconcilers.scheduler import Placement
 
 MANAGED_SPEC_KEYS = (
@@ -68,7 +78,8 @@ def desired_machine(vm: VirtualMachine, vm_class: VMClass, target: Placement) ->
     return {
         "apiVersion": INFRA_API_VERSION,
         "kind": "VSphereMachine",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner],
+                     "finalizers": [FINALIZER_VSPHERE_MACHINE]},
         "spec": spec,
     }
 

@@ -4,10 +4,13 @@
 One reconcile walks the machine as far as it can: decide, do the one thing the plan asks (add
 the finalizer, connect and look the VM up, clone/converge, power, destroy), feed the outcome
 back into the snapshot and decide again (at most ``MAX_STEPS`` times). Writes per machine on
-the happy path: finalizer (1), status ``Cloning`` before the clone (1), ``spec.providerID``
-(server-side apply of that field alone, 1), final status (1), plus one when the IP arrives
-later. Status is written only when it differs from the stored one (both normalised through
-the model). Backend errors never escape as exceptions except when the plan asks for a retry
+the happy path: status ``Cloning`` before the clone (1), ``spec.providerID`` (server-side apply
+of that field alone, 1), final status (1); plus the finalizer (1) only when the machine came
+without it (the VirtualMachine controller's apply carries it, ADR 0011; CAPI-created machines do
+not), and ``WaitingForIPAddress`` (1) only when the IP comes more than
+``PROGRESS_WRITE_INTERVAL_SECONDS`` after the clone started (progress-only status changes are
+coalesced, ``vspheremachine_progress``). Status is written only when it differs from the stored
+one (both normalised through the model). Backend errors never escape as exceptions except when the plan asks for a retry
 with backoff (``VSphereMachineRetry``, after the status has been written).
 
 Public API: ``setup(mgr, ctx) -> Controller`` (name ``vspheremachine``); indexes
@@ -23,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from banlieue.api.infrastructure import VSphereMachine, VSphereMachineStatus
-from banlieue.backends.base import Backend, BackendError, Connection
+from banlieue.backends.base import Backend, BackendError, Connection, VMSpec
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
     CAPI_CLUSTER,
@@ -113,6 +116,10 @@ class VSphereMachineReconciler:
         # role writes VSphereMachine status and spec.providerID).
         self._written_status: dict[str, dict[str, Any]] = {}
         self._written_provider_id: dict[str, str] = {}
+        # Spec this process last converged each VM to (create succeeded), by UID, until a stored
+        # status says provisioned: a deferred progress status (ADR 0011) must not cost a second
+        # converge (Snapshot.converged_spec).
+        self._converged: dict[str, VMSpec] = {}
 
     # --- gather -------------------------------------------------------------------------
     def _in_scope(self, raw: dict[str, Any]) -> bool:
@@ -151,7 +158,16 @@ class VSphereMachineReconciler:
             machine=machine, now=self.ctx.now(), capi_machine=capi_machine, cluster=cluster, providers=providers,
             bootstrap=bootstrap, bootstrap_error=bootstrap_error, clone_grace_seconds=self.ctx.vsphere_task_timeout,
             known_connections=last_known(cache).known(ns) if machine.metadata.deletion_timestamp is not None else frozenset(),
+            converged_spec=self._converged_spec(machine),
         )
+
+    def _converged_spec(self, machine: VSphereMachine) -> VMSpec | None:
+        uid = machine.metadata.uid or ""
+        status = machine.status
+        if status is not None and status.initialization is not None and status.initialization.provisioned:
+            self._converged.pop(uid, None)  # recorded in the status now: the memory is not needed
+            return None
+        return self._converged.get(uid)
 
     # --- execute ------------------------------------------------------------------------
     def _connection(self, snap: Snapshot, plan: Plan) -> tuple[Snapshot, Connection | None]:
@@ -185,6 +201,7 @@ class VSphereMachineReconciler:
             if action.kind == "create":
                 assert action.spec is not None
                 result = await self.backend.create_vm(conn, action.spec)
+                self._converged[uid] = action.spec
                 if result.message:
                     self._event(snap, Event("Normal", "CloneModeChanged", result.message))
                 return replace(snap, vm=result.vm, converged=True, failure=None)
@@ -304,7 +321,7 @@ class VSphereMachineReconciler:
             if plan.remove_finalizer:
                 await self.ctx.client.remove_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
                 uid = str(raw["metadata"].get("uid"))
-                for table in (self._written_status, self._written_provider_id, self._last_transition):
+                for table in (self._written_status, self._written_provider_id, self._last_transition, self._converged):
                     table.pop(uid, None)
                 self.writes.forget(uid)
         except NotFound:

@@ -40,7 +40,12 @@ Other rules: ``providerID = vsphere://<BIOS UUID>`` is written before
 ``status.initialization.provisioned`` (True once the VM exists in the desired power state);
 ``Ready`` True (``Provisioned``) needs an IP when the desired state is PoweredOn; a VM powered
 off as asked is Ready. ``status.addresses`` holds one ``InternalIP`` per IP from VMware Tools
-(link-local IPv6 left out; no ``Hostname`` entry). Bootstrap data in the ``ignition`` format is
+(link-local IPv6 left out; no ``Hostname`` entry). A status change that only moves ``Ready`` False
+between progress reasons is deferred while our last status write is younger than
+``vspheremachine_progress.PROGRESS_WRITE_INTERVAL_SECONDS`` (ADR 0011): the plan then writes no
+status and requeues for the rest of the interval. ``Snapshot.converged_spec`` (this process's
+memory of the spec it last converged the VM to) spares a second converge while such a deferred
+status has not recorded ``provisioned`` yet. Bootstrap data in the ``ignition`` format is
 ``InvalidSpec`` (the backend delivers cloud-init guestinfo only), and so is user data or
 metadata whose base64 exceeds a guestinfo value's 64 KiB (``guestinfo.size_error``), before any
 vCenter call. Hardware drift (CPU, memory,
@@ -86,6 +91,7 @@ from banlieue.reconcilers.vspheremachine_placement import (
     is_capi_path,
     resolve_placement,
 )
+from banlieue.reconcilers.vspheremachine_progress import progress_write_wait
 
 R = VSphereMachineReason
 """Ready reasons (SPEC §3 plus the ones documented in the module docstring)."""
@@ -129,7 +135,9 @@ class Snapshot:
     only asked once a Provider and connection are known); ``vm`` its answer; ``failure`` the
     last backend error; ``converged``/``destroyed``/``powered`` record what this reconcile did;
     ``known_connections``: names of the namespace's Providers this process has a last known good
-    Connection for (used only to delete)."""
+    Connection for (used only to delete); ``converged_spec``: the spec this process last
+    converged the VM to (``create`` succeeded), kept in memory until a stored status says
+    ``provisioned`` (None after a restart: the VM is converged again, which is idempotent)."""
 
     machine: VSphereMachine
     now: datetime
@@ -147,6 +155,7 @@ class Snapshot:
     destroyed: bool = False
     powered: bool = False
     known_connections: frozenset[str] = frozenset()
+    converged_spec: VMSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -278,12 +287,30 @@ def decide(snap: Snapshot) -> Plan:
     """The plan for one step of the machine's life. Never raises: malformed input becomes a
     ``Ready`` condition with a reason and an actionable message."""
     try:
-        plan = _decide(snap)
+        plan = _coalesce(snap, _decide(snap))
     except Exception as exc:  # decide must never raise; surface the bug as a condition
         st = _Status(snap)
         st.ready(False, R.INVALID_SPEC, f"internal error deciding this machine: {type(exc).__name__}: {exc}")
         return Plan(status=st.status, events=_events(snap.machine.status, st.status), retry=True)
     return plan
+
+
+def _coalesce(snap: Snapshot, plan: Plan) -> Plan:
+    """Defer a progress-only status change (``vspheremachine_progress``, ADR 0011): no status,
+    no Ready-transition Event, requeue when the interval is over. Plans that act, write first
+    (``Cloning`` before a clone, ``Deleting`` before a destroy), retry or drop the finalizer are
+    never deferred."""
+    if plan.status is None or plan.action is not None or plan.write_status_first or plan.retry or plan.remove_finalizer:
+        return plan
+    if snap.machine.metadata.deletion_timestamp is not None:
+        return plan
+    stored = snap.machine.status
+    wait = progress_write_wait(stored, plan.status, snap.now, clone_started(stored) if stored else None)
+    if wait is None:
+        return plan
+    requeue = wait if plan.requeue_after is None else min(plan.requeue_after, wait)
+    events = tuple(e for e in plan.events if not e.transition)
+    return replace(plan, status=None, events=events, requeue_after=requeue)
 
 
 def _with_events(snap: Snapshot, plan: Plan, extra: Sequence[Event] = ()) -> Plan:
@@ -403,7 +430,10 @@ def _decide(snap: Snapshot) -> Plan:
         retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
         return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else RETRY_SECONDS))
     provisioned_before = bool(status_now.initialization and status_now.initialization.provisioned)
-    if not snap.converged and (not provisioned_before or _drifted(vm, vm_spec)):
+    # Converged by this process to this very spec, its status write deferred (ADR 0011): no
+    # second converge. Once provisioned is stored, drift is checked as usual.
+    converged = snap.converged or (not provisioned_before and snap.converged_spec == vm_spec)
+    if not converged and (not provisioned_before or _drifted(vm, vm_spec)):
         return Plan(action=Action("create", spec=vm_spec), provider=placement.provider)
 
     st.vm(vm, placement.failure_domain)

@@ -253,6 +253,8 @@ def test_machine_spec_labels_owner_and_user_data_reference() -> None:
     assert body["metadata"]["labels"] == {"app": "web", "banlieue.io/owned-by": "vm-1", "banlieue.io/provider": "a"}
     assert body["metadata"]["ownerReferences"] == [{"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "name": "vm-1",
                                                    "uid": "uid-1", "controller": True, "blockOwnerDeletion": True}]
+    # ADR 0011: born with the provider's finalizer, so the provider sends no finalizer patch.
+    assert body["metadata"]["finalizers"] == ["infrastructure.banlieue.io/vspheremachine"]
     spec = body["spec"]
     assert spec["template"] == "ubuntu-tpl"
     assert (spec["numCPUs"], spec["memoryMiB"], spec["firmware"], spec["powerState"]) == (2, 100, "efi", "PoweredOff")
@@ -271,6 +273,21 @@ def test_machine_differs_detects_removed_field_and_ignores_defaults() -> None:
     assert machine_differs(with_ref, wanted)
     relabelled = VSphereMachine.from_wire({**wanted, "metadata": {**wanted["metadata"], "labels": {"x": "y"}}})
     assert machine_differs(relabelled, wanted)
+    # A finalizer removed by hand is the provider's to restore: no apply (no fight over it).
+    unfinalized = VSphereMachine.from_wire({**wanted, "metadata": {**wanted["metadata"], "finalizers": []}})
+    assert not machine_differs(unfinalized, wanted)
+
+
+def test_deleting_machine_is_never_applied_to() -> None:
+    """ADR 0011: the apply carries the provider's finalizer, and a machine being deleted must
+    never get it back (kube refuses new finalizers then): no apply while it is deleting, even
+    when it differs from the desired body."""
+    wanted = desired_machine(vm(), CLASS, _placement(Plan(placement=("a", "a-dc0-c0"))))
+    deleting = VSphereMachine.from_wire({**wanted, "metadata": {**wanted["metadata"], "finalizers": [],
+                                                                "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                                         "spec": {**wanted["spec"], "numCPUs": 7}})
+    plan = decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=deleting))
+    assert plan.apply_machine is None
 
 
 _cond_types = st.sampled_from(["Ready", "Scheduled", "Migrating", "PlacementValid"])

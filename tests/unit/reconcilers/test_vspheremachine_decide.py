@@ -364,3 +364,85 @@ def test_vm_not_found_from_create_is_vm_not_found(status: dict[str, Any]) -> Non
     cond = get_condition(plan.status.conditions if plan.status else None, READY)
     assert cond is not None and "removed from vCenter" in cond.message and "delete this object" in cond.message
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "VMNotFound")]
+
+
+# --- ADR 0011: progress-only status changes are coalesced ------------------------------------------
+
+def _cloned_at(at: str) -> dict[str, Any]:
+    """The status a machine has right after the Cloning write at ``at`` (its first status)."""
+    return {"failureDomain": "vc1-dc0-c0", "conditions": [
+        {**cloning_since(at), "lastTransitionTime": at},
+        {"type": "Paused", "status": "False", "reason": "NotPaused", "message": "", "lastTransitionTime": at}]}
+
+
+def _spec_of(m: VSphereMachine) -> Any:
+    plan = decide(looked(m))
+    assert plan.action is not None and plan.action.spec is not None
+    return plan.action.spec
+
+
+@pytest.mark.parametrize(("s", "want_ready", "want_requeue"), [
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:03Z")), vm(ips=()), converged=True, powered=True), None, 8.1,
+                 id="waiting-for-ip-2s-after-cloning-deferred"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:03Z")), vm("PoweredOff"), converged=True, powered=True), None, 8.1,
+                 id="powering-on-2s-after-cloning-deferred"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:03:55Z")), vm(ips=()), converged=True, powered=True),
+                 ("False", "WaitingForIPAddress"), 60.0, id="waiting-for-ip-10s-after-cloning-written"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:03:56Z")), vm(ips=()), converged=True, powered=True), None, 1.1,
+                 id="waiting-for-ip-9s-after-cloning-deferred-for-the-rest"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:03Z")), vm(), converged=True, powered=True),
+                 ("True", "Provisioned"), STEADY_RESYNC_SECONDS, id="ready-transition-never-deferred"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:03Z")), failure=Failure("create", "TaskFailed", "boom")),
+                 ("False", "CloneFailed"), None, id="failure-never-deferred"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:03Z"), annotations={"cluster.x-k8s.io/paused": ""}), vm(ips=())),
+                 ("False", "Paused"), None, id="paused-never-deferred"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:03Z"), deleting=True), vm(ips=())),
+                 ("False", "Deleting"), None, id="deletion-never-deferred"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:09Z")), vm(ips=()), converged=True, powered=True),
+                 ("False", "WaitingForIPAddress"), 60.0, id="last-write-in-the-future-clock-skew-written"),
+    pytest.param(looked(machine(status={**_cloned_at("2026-01-02T03:04:03Z"), "conditions": [
+        {**cloning_since("2026-01-02T03:04:03Z"), "lastTransitionTime": "2026-01-02T03:04:03Z"}]}), vm(ips=()), converged=True, powered=True),
+                 ("False", "WaitingForIPAddress"), 60.0, id="another-condition-changes-written"),
+])
+def test_progress_only_changes_coalesced(s: Snapshot, want_ready: tuple[str, str] | None, want_requeue: float | None) -> None:
+    plan = decide(s)
+    assert ready(plan) == want_ready
+    if want_requeue is not None:
+        assert plan.requeue_after == pytest.approx(want_requeue)
+    if want_ready is None:
+        assert plan.status is None and not [e for e in plan.events if e.transition]
+        assert plan.provider_id == "vsphere://bios-1", "spec.providerID is still written (before provisioned, SPEC §3)"
+
+
+def test_clone_again_after_grace_is_written_even_right_after_a_status_write() -> None:
+    """A new clone start is the ADR 0009 record: never deferred, even though Ready stays Cloning."""
+    status = {"conditions": [{**cloning_since("2026-01-02T02:50:00Z"), "lastTransitionTime": "2026-01-02T03:04:03Z"}]}
+    plan = decide(looked(machine(status=status)))
+    assert ready(plan) == ("False", "Cloning") and plan.write_status_first
+    assert plan.status is not None and plan.action is not None
+
+
+def test_restart_safe_anchor_is_the_later_of_transition_and_clone_start() -> None:
+    """Ready became False long ago (WaitingForBootstrapData), but the clone started 2 s ago:
+    the Cloning write is the last one, so the next progress change is deferred."""
+    status = {"conditions": [{**cloning_since("2026-01-02T03:04:03Z"), "lastTransitionTime": "2026-01-02T02:00:00Z"},
+                             {"type": "Paused", "status": "False", "reason": "NotPaused", "message": "",
+                              "lastTransitionTime": "2026-01-02T02:00:00Z"}]}
+    plan = decide(looked(machine(status=status), vm(ips=()), converged=True, powered=True))
+    assert plan.status is None and plan.requeue_after == pytest.approx(8.1)
+
+
+def test_deferred_status_does_not_converge_twice() -> None:
+    """The status that would record provisioned was deferred: with the spec this process
+    converged to in memory, the next reconcile goes on to power and status, not a second
+    converge; after a restart (no memory) it converges again; a changed spec converges again."""
+    m = machine(status=_cloned_at("2026-01-02T03:04:03Z"))
+    spec = _spec_of(machine())
+    assert decide(looked(m, vm())).action is not None, "no memory: converge (idempotent)"
+    plan = decide(looked(m, vm(), converged_spec=spec))
+    assert plan.action is None and ready(plan) == ("True", "Provisioned")
+    changed = machine({"numCPUs": 4}, status=_cloned_at("2026-01-02T03:04:03Z"))
+    assert decide(looked(changed, vm(), converged_spec=spec)).action is not None
+    provisioned = machine({"numCPUs": 4}, status={**PROVISIONED, "conditions": _cloned_at("2026-01-02T03:04:03Z")["conditions"]})
+    assert decide(looked(provisioned, vm(), converged_spec=_spec_of(machine({"numCPUs": 4})))).action is not None, \
+        "once provisioned is stored, hardware drift is checked as before"
