@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -27,11 +28,12 @@ from banlieue.reconcilers.kinds import (
 )
 from banlieue.runtime.client import Client
 from banlieue.runtime.config import Timeouts, config_for_url
-from banlieue.runtime.errors import NotFound
+from banlieue.runtime.errors import Invalid, NotFound
 from banlieue.runtime.kinds import EVENT, NAMESPACE
 from banlieue.runtime.manager import Manager
 
 CRD_DIR = Path(__file__).resolve().parents[3] / "config" / "crd"
+FIN_VSM = "infrastructure.banlieue.io/vspheremachine"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -303,6 +305,72 @@ async def test_automatic_migration_waits_for_the_old_machine_then_recreates(env:
     await eventually(lambda: _is(env, "mig-1", "Ready", "True"))
 
 
+def _applies(env: Env, name: str) -> list[tuple[int, str]]:
+    """(status, query) of every server-side apply the controller sent to VSphereMachine ``name``."""
+    return [(r.status, r.query) for r in env.server.request_log(method="PATCH", path_contains=f"/vspheremachines/{name}")
+            if r.path.endswith(f"/vspheremachines/{name}") and parse_qs(r.query).get("fieldManager") == [FIELD_MANAGER_CONTROLLER]]
+
+
+async def _deleting(env: Env, name: str) -> dict[str, Any] | None:
+    vsm = await env.get_vsm(name)
+    return vsm if vsm["metadata"].get("deletionTimestamp") else None
+
+
+async def test_machine_is_born_with_the_provider_finalizer_and_never_regains_it_while_deleting(env: Env) -> None:
+    """ADR 0011: the controller's apply carries the provider's finalizer (so the provider sends
+    no finalizer patch); the controller's field manager owns that value, yet a removal by
+    merge patch (the provider after destroying the VM, or a user) is allowed; a removal by hand
+    causes no fight; a machine being deleted is never applied to, and kube would refuse the
+    finalizer anyway."""
+    ns = env.namespace
+    await env.vm("fin-1", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
+    vsm = await eventually(lambda: _placed_on(env, "fin-1", "vc-a"))
+    assert vsm["metadata"]["finalizers"] == [FIN_VSM]
+    [entry] = [m for m in vsm["metadata"]["managedFields"] if m["manager"] == FIELD_MANAGER_CONTROLLER and m["operation"] == "Apply"]
+    assert f'v:"{FIN_VSM}"' in entry["fieldsV1"]["f:metadata"]["f:finalizers"]
+
+    # Removed by hand on a live machine: allowed, and the controller does not write for it...
+    await env.client.patch(VSPHERE_MACHINE, "fin-1", ns, {"metadata": {"finalizers": None}})
+    applies = _applies(env, "fin-1")
+    await asyncio.sleep(0.5)
+    assert _applies(env, "fin-1") == applies
+    # ...its next apply (the VM's labels changed) carries it again, without a conflict.
+    await env.client.patch(VIRTUAL_MACHINE, "fin-1", ns, {"metadata": {"labels": {"app": "web", "tier": "1"}}})
+
+    async def relabelled() -> dict[str, Any] | None:
+        vsm = await env.get_vsm("fin-1")
+        return vsm if vsm["metadata"]["labels"].get("tier") == "1" else None
+
+    assert (await eventually(relabelled))["metadata"]["finalizers"] == [FIN_VSM]
+
+    # Migration: the controller deletes the machine; another finalizer keeps it after the
+    # provider drops its own with a merge patch, although the controller's apply owns that value.
+    await env.client.patch(VSPHERE_MACHINE, "fin-1", ns, {"metadata": {"finalizers": [FIN_VSM, "test/hold"]}})
+    await env.client.patch(VIRTUAL_MACHINE, "fin-1", ns, {"spec": {"placement": {"providerSelector": {"matchLabels": {"site": "b"}}}}})
+    deleting = await eventually(lambda: _deleting(env, "fin-1"))
+    released = await env.client.remove_finalizer(VSPHERE_MACHINE, deleting, FIN_VSM)
+    assert released["metadata"]["finalizers"] == ["test/hold"]
+    # A VM change that would re-apply a live machine: nothing is applied to this one.
+    applies = _applies(env, "fin-1")
+    await env.client.patch(VIRTUAL_MACHINE, "fin-1", ns, {"metadata": {"labels": {"app": "web", "tier": "2"}}})
+    await asyncio.sleep(1.0)
+    assert _applies(env, "fin-1") == applies
+    assert (await env.get_vsm("fin-1"))["metadata"]["finalizers"] == ["test/hold"]
+    # The API server (double, as kube) refuses the finalizer on an object being deleted, and the
+    # controller recognises that answer should its cache ever lag behind the deletion.
+    body = {"apiVersion": VSPHERE_MACHINE.api_version, "kind": "VSphereMachine",
+            "metadata": {"name": "fin-1", "namespace": ns, "finalizers": [FIN_VSM]}}
+    with pytest.raises(Invalid) as refused:
+        await env.client.apply(VSPHERE_MACHINE, body, field_manager=FIELD_MANAGER_CONTROLLER, force=True)
+    assert "no new finalizers can be added if the object is being deleted" in refused.value.message
+    assert virtualmachine._finalizer_refused(refused.value)
+
+    # Released: the new machine on site b is born with the finalizer too.
+    await env.client.patch(VSPHERE_MACHINE, "fin-1", ns, {"metadata": {"finalizers": None}})
+    new = await eventually(lambda: _placed_on(env, "fin-1", "vc-b"))
+    assert new["metadata"]["finalizers"] == [FIN_VSM]
+
+
 async def test_manual_migration_waits_for_the_annotation_and_clears_it(env: Env) -> None:
     await env.vm("man-1", migrationPolicy="manual", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
     old = await eventually(lambda: _placed_on(env, "man-1", "vc-a"))
@@ -313,6 +381,8 @@ async def test_manual_migration_waits_for_the_annotation_and_clears_it(env: Env)
     await asyncio.sleep(0.5)
     assert (await env.get_vsm("man-1"))["metadata"]["uid"] == old["metadata"]["uid"]
     await env.client.patch(VIRTUAL_MACHINE, "man-1", env.namespace, {"metadata": {"annotations": {"banlieue.io/migrate": "true"}}})
+    # The old machine was born with the provider's finalizer: the provider (played here) drops it.
+    await env.client.remove_finalizer(VSPHERE_MACHINE, await eventually(lambda: _deleting(env, "man-1")), FIN_VSM)
     await eventually(lambda: _placed_on(env, "man-1", "vc-b"))
 
     async def annotation_cleared() -> bool:
@@ -409,6 +479,8 @@ async def test_required_anti_affinity_spreads_vms_over_clusters(env: Env) -> Non
     cond = await eventually(lambda: _is(env, "db-2", "Scheduled", "False", "AntiAffinityUnsatisfied"))
     assert "db-0" in cond["message"] or "db-1" in cond["message"]
     await env.client.delete(VIRTUAL_MACHINE, "db-0", env.namespace)
+    # db-0's machine carries the provider's finalizer: the provider (played here) drops it.
+    await env.client.remove_finalizer(VSPHERE_MACHINE, await eventually(lambda: _deleting(env, "db-0")), FIN_VSM)
     await eventually(lambda: env.get_vsm("db-2"), timeout=15)
 
 
