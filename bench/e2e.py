@@ -56,8 +56,10 @@ def main() -> int:
                    help="extra banlieue manager flag (repeatable), e.g. --manager-arg=--max-concurrent-reconciles=32")
     p.add_argument("--memprobe", action="store_true",
                    help="memory figures: run the manager under tracemalloc and dump its top allocations (slower)")
-    p.add_argument("--guests", choices=("event", "poll"), default="event",
-                   help="guest IP stand-in: change-driven (default) or make dev's 0.5 s polling GuestNetwork")
+    p.add_argument("--guests", choices=("vcsim", "event", "poll"), default="vcsim",
+                   help="guest IP stand-in: vcsim --guest-ip (default), a PropertyCollector client (event) or make dev's 0.5 s polling GuestNetwork (poll)")
+    p.add_argument("--stock-collector", action="store_true",
+                   help="run vcsim's own PropertyCollector (one full collection per changed object) instead of --batch-collector")
     p.add_argument("--isolation-vms", type=int, default=None, help="VMs per vCenter in vcenter_isolation")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
@@ -65,6 +67,8 @@ def main() -> int:
     e2e_env.MANAGER_ARGS.extend(args.manager_arg)
     e2e_env.MEMPROBE = args.memprobe
     e2e_env.GUESTS = args.guests
+    if args.stock_collector:
+        e2e_env.VCSIM_OPTS["batch_collector"] = False
     n = args.vms or (100 if args.quick else 1000)
     only = set(filter(None, args.only.split(",")))
     entries: list[dict[str, Any]] = json.loads(args.out.read_text()) if args.out.exists() else []

@@ -44,14 +44,22 @@ VMCLASSES = "/apis/banlieue.io/v1alpha1/vmclasses"
 VMIMAGES = "/apis/banlieue.io/v1alpha1/vmimages"
 # vcsim: 2 datacenters x 3 clusters x 4 hosts (4 GiB each); the bench class needs 16 MiB, so
 # capacity never limits placement of 1,000 VMs.
-GUESTS = "event"
-"""Guest IPs: ``event`` (bench/e2e_guests.py, change-driven) or ``poll`` (make dev's GuestNetwork,
-every VM re-read every 0.5 s); ``bench/e2e.py --guests``."""
+GUESTS = "vcsim"
+"""Guest IPs: ``vcsim`` (each vcsim's own ``--guest-ip`` handler reports an address as soon as a
+VM powers on, from 198.18.0.0/16, 198.19.0.0/16, ...: RFC 2544's benchmarking range, never
+contacted), ``event`` (bench/e2e_guests.py: a PropertyCollector client assigning addresses) or
+``poll`` (make dev's GuestNetwork, every VM re-read every 0.5 s); ``bench/e2e.py --guests``.
+``vcsim`` is the default: the two Python stand-ins are clients of vcsim's PropertyCollector, whose
+cost grows with every VM (docs/performance.md), and ``event`` missed a VM's power-on in a 1,000-VM
+run (it then never got an address)."""
 MEMPROBE = False
 """Run the manager under tracemalloc (``bench/e2e_memprobe.py``; ``bench/e2e.py --memprobe``)."""
 MANAGER_ARGS: list[str] = []
 """Extra manager flags for every Env (set by ``bench/e2e.py --manager-arg``)."""
-VCSIM_OPTS: dict[str, Any] = {"dc": 2, "cluster": 3, "host": 4, "templates": [IMAGE]}
+VCSIM_OPTS: dict[str, Any] = {"dc": 2, "cluster": 3, "host": 4, "templates": [IMAGE], "batch_collector": True}
+"""``batch_collector``: vcsim's WaitForUpdatesEx re-collects every watched object once per changed
+object (O(n^2) while n VMs are provisioned); hack/vcsim/collector.go collects once per 250 ms tick,
+as vCenter's incremental collector costs. ``bench/e2e.py --stock-collector`` turns it off."""
 
 
 def http(method: str, url: str, body: Any = None, timeout: float = 30.0,
@@ -133,7 +141,7 @@ class Env:
     probes_url: str = ""
     manager_started: float = 0.0
     guests: str | None = None
-    """``event`` or ``poll`` for this Env (default: GUESTS)."""
+    """``vcsim``, ``event`` or ``poll`` for this Env (default: GUESTS)."""
     guest_net: EventGuestNetwork | GuestNetwork | None = None
     manager_args: tuple[str, ...] = ()
     """Extra ``banlieue manager`` flags for every start (``bench/e2e.py --manager-arg``)."""
@@ -141,11 +149,12 @@ class Env:
     def __enter__(self) -> Env:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.api = self.stack.enter_context(start_subprocess(bookmark_interval=self.bookmark_interval))
-        for name, opts in self.vcsim_opts.items():
-            self.vcsims[name] = self.stack.enter_context(start_vcsim(**{**VCSIM_OPTS, **opts}))
-        if self.vcsims:
+        kind = self.guests or GUESTS
+        for index, (name, opts) in enumerate(self.vcsim_opts.items()):
+            guest_ip = {"guest_ip": f"198.{18 + index}.0.0/16"} if kind == "vcsim" else {}
+            self.vcsims[name] = self.stack.enter_context(start_vcsim(**{**VCSIM_OPTS, **guest_ip, **opts}))
+        if self.vcsims and kind != "vcsim":
             infos = [vc.info for vc in self.vcsims.values()]
-            kind = self.guests or GUESTS
             self.guest_net = EventGuestNetwork(infos) if kind == "event" else GuestNetwork(infos, interval=0.5)
             self.guest_net.start()
             self.stack.callback(self.guest_net.stop)

@@ -34,6 +34,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -358,8 +359,25 @@ func main() {
 	jitter := flag.Float64("delay-jitter", 0, "delay jitter as coefficient of variation")
 	infoFile := flag.String("info-file", "", "write connection details and inventory as JSON here")
 	stdinEOF := flag.Bool("exit-on-stdin-eof", false, "exit when stdin closes (the parent died): no leaked simulators")
+	cpuProfile := flag.String("cpuprofile", "", "write a Go CPU profile (runtime/pprof) here until exit; read it with `go tool pprof -top bin/vcsim FILE`")
+	batch := flag.Bool("batch-collector", false, "PropertyCollector.WaitForUpdatesEx collects each filter once per 250 ms tick instead of once per changed object (collector.go; for benchmarks at scale)")
 	guestIP := flag.String("guest-ip", "", "IPv4 CIDR (a documentation range, e.g. 192.0.2.0/24): powered-on guests report their static guestinfo address, else one leased from it (default: guests report none)")
 	flag.Parse()
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		// Stopped (and the file completed) after the signal below: see the end of main.
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 
 	delays, err := parseDelays(*methodDelay)
 	if err != nil {
@@ -437,6 +455,9 @@ func main() {
 		}
 	}()
 
+	if *batch {
+		installBatchCollector()
+	}
 	if guests != nil {
 		// After customize: the model's own VMs are not guests banlieue asked for.
 		simulator.Map.AddHandler(guests)
