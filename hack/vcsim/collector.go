@@ -169,7 +169,7 @@ func (bc *batchCollector) modified(ctx *simulator.Context, f *simulator.Property
 	return u
 }
 
-// watchedPath returns the path of specs that selects a change of “name“ on “obj“.
+// watchedPath returns the path of specs that selects a change of name on obj.
 func watchedPath(specs []types.PropertySpec, obj types.ManagedObjectReference, name string) (string, bool) {
 	for _, p := range specs {
 		if p.Type != obj.Type && !embeds(obj, p.Type) {
