@@ -11,6 +11,8 @@ test is last because it stops the manager.
 from __future__ import annotations
 
 import re
+import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -117,6 +119,46 @@ def test_sample_vms_become_ready_in_vcsim(manager_env: ManagerEnv) -> None:
     ready = wait_for("banlieue_virtual_machines{phase=Ready} = 4",
                      lambda: sample_value(scrape(env), "banlieue_virtual_machines", phase="Ready") == len(vms), 10)
     assert ready
+
+
+def _writes_to(env: ManagerEnv, name: str) -> Counter[str]:
+    """Successful writes to VirtualMachine and VSphereMachine ``name`` in the double's request
+    log, as ``"<verb> <resource>[/status] (apply|merge)"`` (server-side apply carries a
+    fieldManager; banlieue's finalizer patches are merge patches without one)."""
+    status, body = http("GET", env.api_url + f"/debug/requests?pathContains=/{name}")
+    assert status == 200
+    out: Counter[str] = Counter()
+    for r in body["items"]:
+        resource = r["path"].split("/namespaces/default/", 1)[-1].replace(f"/{name}", "")
+        if r["method"] in ("POST", "PUT", "PATCH", "DELETE") and r["status"] < 300 and r["path"].split("/")[-1] in (name, "status"):
+            out[f"{r['method']} {resource} ({'apply' if 'fieldManager=' in r['query'] else 'merge'})"] += 1
+    return out
+
+
+def test_a_new_vm_takes_eight_writes_from_create_to_ready(manager_env: ManagerEnv) -> None:
+    """``writes_per_vm`` (docs/performance.md) with real processes: the user's create, the VM
+    finalizer, 2 VM status writes, the controller's VSphereMachine apply (carrying the provider's
+    finalizer: no finalizer patch), the provider's providerID apply and 2 VSphereMachine status
+    writes (``Cloning``, then ``Provisioned``: vcsim reports the IP within the coalescing
+    interval, so no ``WaitingForIPAddress`` write; ADR 0011)."""
+    env = manager_env
+    wait_all_ready(env)
+    name = "writes-1"
+    body = {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "ubuntu-22.04"}}}
+    status, created = http("POST", env.api_url + VMS, body)
+    assert status == 201, created
+    wait_for(f"{name} Ready", lambda: condition(env.get(f"{VMS}/{name}")[1], "Ready").get("status") == "True", READY_TIMEOUT)
+    time.sleep(1.0)  # anything written after Ready would show up now
+    assert _writes_to(env, name) == {
+        "PATCH virtualmachines (merge)": 1, "PATCH virtualmachines/status (apply)": 2,
+        "PATCH vspheremachines (apply)": 2, "PATCH vspheremachines/status (apply)": 2,
+    }, env.log_tail()
+    _, vsm = env.get(f"{VSMS}/{name}")
+    assert vsm["metadata"]["finalizers"] == ["infrastructure.banlieue.io/vspheremachine"]
+    # Deletion still goes through the provider: the VM destroyed, then both objects gone.
+    env.kubectl_run("delete", "virtualmachine", name, "--wait=false")
+    wait_for(f"{name} deleted", lambda: env.get(f"{VMS}/{name}")[0] == 404 and env.get(f"{VSMS}/{name}")[0] == 404, 60)
 
 
 def test_deleting_a_vm_removes_it_from_vcsim_then_the_objects(manager_env: ManagerEnv) -> None:

@@ -382,4 +382,3 @@ async def _deleting_with(client: Client, ns: str, name: str, fragment: str) -> d
     obj = await client.get(VSPHERE_MACHINE, name, ns)
     r = ready_of(obj)
     return obj if r is not None and r[1] == "Deleting" and fragment in r[2] else None
-
