@@ -1,7 +1,8 @@
 """VirtualMachine reconciler wiring: gather -> ``virtualmachine_decide.decide`` -> execute (SPEC §4).
 
-Writes per VM are few by construction (finalizer, one VSphereMachine apply, one status write per
-meaningful change): status and the VSphereMachine are written only when they differ, and
+Writes per VM are few by construction (finalizer, one VSphereMachine apply that also carries the
+provider's finalizer so the provider sends no finalizer patch of its own (ADR 0011), one status
+write per meaningful change): status and the VSphereMachine are written only when they differ, and
 ``ReadYourWrites`` stops a reconcile that runs before the informer has seen the controller's own
 last write from writing the same thing again (or scheduling a peer as if this VM were unplaced).
 
