@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,6 +58,7 @@ async def provision(env: Env, n: int, prefix: str, provider: str | None = None,
     pids = {"manager": env.manager.pid, "api_double": env.api_pid,
             **{f"vcsim_{p}": vc.process.pid for p, vc in env.vcsims.items()}}
     cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
+    soap0 = env.soap_by_labels()
     t0 = time.monotonic()
     await create_all(env.url, VMS.format(ns=NS), (vm_doc(name, provider) for name in sorted(names)))
     created = time.monotonic() - t0
@@ -66,6 +68,10 @@ async def provision(env: Env, n: int, prefix: str, provider: str | None = None,
     last = max(vm_watch.ready_at[name] for name in names)
     seconds = last - t0
     cpu = {k: round(cpu_seconds(pid) - cpu0[k], 2) for k, pid in pids.items()}
+    soap: Counter[str] = Counter()
+    for labels, value in env.soap_by_labels().items():
+        method = re.search(r'method="([^"]*)"', labels)
+        soap[method.group(1) if method else labels] += value - soap0.get(labels, 0.0)
     text = env.metrics()
     controllers = ("virtualmachine", "vspheremachine", "provider", "vmimage")
     counters = {c: {"reconciles": metric_sum(text, "controller_runtime_reconcile_total", controller=c),
@@ -86,6 +92,7 @@ async def provision(env: Env, n: int, prefix: str, provider: str | None = None,
         "vsm_ready_p50_s": vsm_ready[len(vsm_ready) // 2] if vsm_ready else None,
         "vsm_ready_last_s": vsm_ready[-1] if vsm_ready else None,
         "cpu_seconds": cpu, "manager_rss_mib": round(rss_mib(env.manager.pid), 1),
+        "soap_per_vm": {k: round(v / n, 2) for k, v in sorted(soap.items()) if v > 0},
     }
 
 
@@ -157,7 +164,8 @@ def throughput_and_steady(work: Path, n: int, entries: list[dict[str, Any]], ste
                cpu_seconds=run["cpu_seconds"], ceiling_seconds=round(ceiling["seconds"], 2),
                ceiling_writes=ceiling["writes"], manager_rss_mib=run["manager_rss_mib"],
                load_average_1m=round(load0, 2), controllers=run["controllers"],
-               vsm_ready_p50_s=run["vsm_ready_p50_s"], vsm_ready_last_s=run["vsm_ready_last_s"], requests=dict(sorted(run["requests"].items())))
+               vsm_ready_p50_s=run["vsm_ready_p50_s"], vsm_ready_last_s=run["vsm_ready_last_s"],
+               soap_per_vm=run["soap_per_vm"], requests=dict(sorted(run["requests"].items())))
         record(entries, "writes_per_vm", per_vm, "API writes/VM (create to Ready)", CONTRACT_MIN_WRITES,
                "the contract's minimum: create, 2 finalizers, VSphereMachine apply, providerID apply, "
                "2 VirtualMachine and 2 VSphereMachine status writes (a Ready condition at all times)", floor=f"<= {WRITES_FLOOR}",

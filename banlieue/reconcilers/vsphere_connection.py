@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 import ssl
 from collections.abc import Mapping
@@ -58,20 +59,30 @@ def _missing(kind: str, namespace: str | None, name: str) -> ConnectionConfigErr
 _SSL_LOCATION = re.compile(r"\s*\(_ssl\.c:\d+\)$")
 
 
+@functools.lru_cache(maxsize=64)
+def _ca_bundle_error(pem: str) -> str | None:
+    """Why ``pem`` does not load as a CA bundle (None when it loads). Cached by content: every
+    VSphereMachine reconcile checks its Provider's bundle, and building an SSLContext cost 7%
+    of the manager's CPU while 1,000 VMs were provisioned (docs/performance.md)."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=pem)
+    except (ssl.SSLError, ValueError, TypeError) as exc:  # TypeError: text that is not ASCII
+        return _SSL_LOCATION.sub("", str(exc)) or type(exc).__name__
+    return None
+
+
 def check_ca_bundle(pem: str, source: str) -> None:
     """Raise ConnectionConfigError(``TLSVerifyFailed``) when ``pem`` is not a PEM certificate
     bundle: the same load the vSphere session does (``ssl`` ``load_verify_locations(cadata=)``),
     so what passes here is what the session accepts. ``source`` names where the bundle was read
     (``inline``, ``ConfigMap ns/name key 'ca.crt'``) for the message; the PEM is never quoted."""
-    try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=pem)
-    except (ssl.SSLError, ValueError, TypeError) as exc:  # TypeError: text that is not ASCII
-        detail = _SSL_LOCATION.sub("", str(exc)) or type(exc).__name__
+    detail = _ca_bundle_error(pem)
+    if detail is not None:
         raise ConnectionConfigError(
             ProviderConditionReason.TLS_VERIFY_FAILED,
             f"spec.connection.caBundle is not a valid PEM certificate bundle: {detail} (read from {source}); "
             "fix the CA bundle (inline, ConfigMap or Secret key ca.crt)",
-        ) from exc
+        )
 
 
 def secret_value(secret: Mapping[str, Any], key: str) -> str | None:
