@@ -11,8 +11,16 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from test_vspheremachine_vcsim import client, eventually, machine, make_provider, ns, ready_of, wait_reason
-from test_vspheremachine_writes import _powered_on
+from test_vspheremachine_vcsim import (
+    _powered_on,
+    client,
+    eventually,
+    machine,
+    make_provider,
+    ns,
+    ready_of,
+    wait_reason,
+)
 
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.reconcilers import vspheremachine

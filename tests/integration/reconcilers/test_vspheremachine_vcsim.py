@@ -228,6 +228,13 @@ async def _settled(r: Running, ns: str, name: str) -> bool:
     return active == 0
 
 
+async def _powered_on(client: Client, ns: str, name: str) -> dict[str, Any] | None:
+    """The machine once its ``spec.providerID`` is written: right after the power-on, before the
+    status says so (SPEC §3; the status step may be coalesced, ADR 0011)."""
+    obj = await client.get(VSPHERE_MACHINE, name, ns)
+    return obj if (obj.get("spec") or {}).get("providerID") else None
+
+
 async def _gone(client: Client, ns: str, name: str) -> bool:
     try:
         await client.get(VSPHERE_MACHINE, name, ns)

@@ -75,6 +75,11 @@ CLUSTER = {"metadata": {"name": "c1"}, "spec": {}, "status": {"initialization": 
 BOOT = BootstrapData(b"#cloud-config\n", "cloud-config")
 CAPI_LABELS = {"cluster.x-k8s.io/cluster-name": "c1"}
 PROVISIONED = {"instanceUUID": "inst-1", "initialization": {"provisioned": True}}
+RECENT_CLONING = {"failureDomain": "vc1-dc0-c0", "conditions": [
+    {"type": "Ready", "status": "False", "reason": "Cloning", "message": "cloning template ubuntu into DC0/DC0_C0 since 2026-01-02T03:04:03Z",
+     "lastTransitionTime": "2026-01-02T03:04:03Z"},
+    {"type": "Paused", "status": "False", "reason": "NotPaused", "message": "", "lastTransitionTime": "2026-01-02T03:04:03Z"}]}
+"""A machine whose Cloning status was written 2 s before NOW (progress changes are deferred)."""
 
 
 def cloning_since(since: str) -> dict[str, Any]:
@@ -281,23 +286,26 @@ _machine_specs = st.fixed_dictionaries({}, optional={
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     spec=_machine_specs, finalizer=st.booleans(), deleting=st.booleans(), capi=st.booleans(), owner=st.booleans(),
-    status=st.sampled_from([None, PROVISIONED, {"failureDomain": "vc1-dc0-c0"}]),
+    status=st.sampled_from([None, PROVISIONED, {"failureDomain": "vc1-dc0-c0"}, RECENT_CLONING]),
     vm_=st.one_of(st.none(), st.builds(vm, st.sampled_from(["PoweredOn", "PoweredOff", "Suspended"]), st.sampled_from([(), ("10.1.1.1",)]))),
     failure=st.one_of(st.none(), st.builds(Failure, st.sampled_from(["connect", "lookup", "create", "power", "destroy"]),
                                            st.sampled_from(["TemplateNotFound", "PowerOffPending", "Transient", "TaskFailed", "X"]), st.text(max_size=5))),
-    flags=st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans()),
+    flags=st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.booleans()),
     capi_machine=st.sampled_from([None, CAPI_MACHINE, {"spec": {}}, {"spec": {"bootstrap": 3}}]),
     cluster=st.sampled_from([None, CLUSTER, {"spec": {"paused": True}}, {"status": {"initialization": None}}]),
     providers=st.sampled_from([(), PROV, (provider("vc1", ()),)]),
     conn_err=st.sampled_from([None, ("SecretInvalid", "x")]),
 )
 def test_decide_never_raises(spec: dict[str, Any], finalizer: bool, deleting: bool, capi: bool, owner: bool, status: dict[str, Any] | None,
-                             vm_: VMInfo | None, failure: Failure | None, flags: tuple[bool, bool, bool, bool], capi_machine: Any,
+                             vm_: VMInfo | None, failure: Failure | None, flags: tuple[bool, bool, bool, bool, bool], capi_machine: Any,
                              cluster: Any, providers: tuple[Provider, ...], conn_err: tuple[str, str] | None) -> None:
     m = machine(spec, finalizer=finalizer, deleting=deleting, status=status, labels=CAPI_LABELS if capi else None, capi_owner=owner)
     s = Snapshot(machine=m, now=NOW, capi_machine=capi_machine, cluster=cluster, providers=providers, bootstrap=BOOT if flags[3] else None,
-                 connection_error=conn_err, looked_up=flags[0], vm=vm_, failure=failure, converged=flags[1], destroyed=flags[2])
+                 connection_error=conn_err, looked_up=flags[0], vm=vm_, failure=failure, converged=flags[1], destroyed=flags[2],
+                 converged_spec=_spec_of(machine()) if flags[4] else None)
     plan = decide(s)
+    if plan.requeue_after is not None:
+        assert plan.requeue_after > 0
     if plan.status is not None:
         cond = get_condition(plan.status.conditions, READY)
         assert cond is not None

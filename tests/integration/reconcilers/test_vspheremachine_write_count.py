@@ -16,6 +16,7 @@ from pyVmomi import vim
 from test_vspheremachine_vcsim import (
     FIN,
     _gone,
+    _powered_on,
     client,
     eventually,
     machine,
@@ -76,12 +77,6 @@ def _writes(apiserver: Any, name: str) -> list[str]:
             manager = {FIELD_MANAGER_CONTROLLER: "controller", FIELD_MANAGER_PROVIDER_VSPHERE: "provider"}.get(fm, "merge")
             out.append(f"{r.method}{sub} {manager}")
     return out
-
-
-async def _powered_on(client: Client, ns: str, name: str) -> dict[str, Any] | None:
-    # spec.providerID is written right after the power-on, before the status (SPEC §3).
-    obj = await client.get(VSPHERE_MACHINE, name, ns)
-    return obj if (obj.get("spec") or {}).get("providerID") else None
 
 
 async def test_fast_ip_goes_from_cloning_to_provisioned_in_one_status_write(
