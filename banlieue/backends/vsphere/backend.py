@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -62,6 +63,10 @@ CONVERGE_PATHS = [
 ]
 
 
+FRESH_SECONDS = 2.0
+"""How long create_vm's read-back of a VM stands in for set_power_state's read (seconds)."""
+
+
 class VSphereBackend:
     """Backend for vCenter. Parameters: ``max_workers`` threads per vCenter, ``task_timeout``
     seconds per vSphere task (``--vsphere-task-timeout``), ``request_timeout`` seconds per SOAP
@@ -85,6 +90,9 @@ class VSphereBackend:
         self._delivered: dict[str, set[str]] = {}
         self._templates: dict[tuple[str, str, str], tuple[float, Any]] = {}
         self._template_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+        # UID -> (monotonic time, VM object, VMInfo) create_vm just read: set_power_state's
+        # starting point when it follows within FRESH_SECONDS (taken once).
+        self._fresh: dict[str, tuple[float, Any, VMInfo]] = {}
         # A vCenter that stopped answering may come back with another inventory (a restarted
         # vcsim regenerates it; its server crashes on the old objects and drops the connection:
         # RemoteDisconnected until the 60 s TTL ran out): re-read names once it answers again.
@@ -209,6 +217,7 @@ class VSphereBackend:
         if info is None:
             raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound")
         delivered.add(spec.uid)
+        self._fresh[spec.uid] = (time.monotonic(), vm, info)
         log.info("vsphere vm converged", vcenter=vcenter, vm=info.name, created=created, clone_mode=mode)
         return CreateResult(vm=info, created=created, clone_mode=mode, message=message)
 
@@ -301,12 +310,34 @@ class VSphereBackend:
         off_mode: PowerOffMode = "trySoft",
         soft_timeout: float = 300.0,
     ) -> VMInfo:
+        run = self._runner(conn)
+        vcenter = self.sessions.endpoint_for(conn).label
+        fresh = self._fresh.pop(uid, None)
+        if fresh is not None and time.monotonic() - fresh[0] < FRESH_SECONDS:
+            # create_vm read this VM moments ago in this process (the usual create-then-power-on
+            # of one reconcile): no second read. A stale power state fails the call or its task
+            # (InvalidPowerState), and then the VM is read and the call made again, once.
+            vm, before = fresh[1], fresh[2]
+            if before.power_state == state:
+                return before
+            try:
+                await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, vcenter, before.power_state)
+            except BackendError as exc:
+                if exc.reason != "InvalidPowerState" and not isinstance(exc, TaskFailed):
+                    raise
+                return await self.set_power_state(conn, uid, state, off_mode, soft_timeout)
+            if before.power_state == "PoweredOff" and state == "PoweredOn":
+                # Powering on changes nothing else VMInfo reports (a guest reports addresses
+                # later, through the change watch): the read-back would return this.
+                return replace(before, power_state="PoweredOn")
+            info = await run(lambda s: find.read_vm(s.content, vm, None))
+            if info is None:
+                raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
+            return info
         found = await self._locate(conn, uid)
         if found is None:
             raise NotFound(f"no VM carries uid {uid}", reason="VMNotFound")
         vm, before = found
-        run = self._runner(conn)
-        vcenter = self.sessions.endpoint_for(conn).label
         if before.power_state == state:
             return before
         await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, vcenter, before.power_state)
@@ -340,6 +371,7 @@ class VSphereBackend:
                 raise
         self._vm_index(conn).forget(uid)
         self._delivered.get(vcenter, set()).discard(uid)
+        self._fresh.pop(uid, None)
         log.info("vsphere vm destroyed", vcenter=vcenter, vm=info.name)
         return True
 
