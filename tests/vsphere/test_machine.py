@@ -255,3 +255,24 @@ async def test_a_failed_task_raises_task_failed_with_the_fault_message(
     assert err.value.reason == "TaskFailed"
     assert str(err.value).startswith("power off: ")
     await backend.destroy_vm(conn, uid)
+
+
+async def test_power_on_right_after_create_copes_with_a_vm_powered_on_behind_its_back(
+    backend: VSphereBackend, conn: Connection, si: Any
+) -> None:
+    """set_power_state starts from create_vm's read-back when it follows within FRESH_SECONDS;
+    a VM someone powered on in between fails the power-on task, and the backend reads the VM
+    and finds nothing left to do (one attempt more, never an error)."""
+    uid = str(uuid.uuid4())
+    await backend.create_vm(conn, spec(uid))
+    [vm] = vms_with_uid(si, uid)
+    vm.PowerOnVM_Task()
+    for _ in range(50):
+        if vm.runtime.powerState == "poweredOn":
+            break
+        await asyncio.sleep(0.02)
+    info = await backend.set_power_state(conn, uid, "PoweredOn")
+    assert info.power_state == "PoweredOn" and info.uid == uid
+    # And the plain path: a power-off reads the VM, powers it off and reads it back.
+    off = await backend.set_power_state(conn, uid, "PoweredOff", "hard")
+    assert off.power_state == "PoweredOff" and vm.runtime.powerState == "poweredOff"
