@@ -221,16 +221,45 @@ class Free:
     cpu_mhz: int | None
 
 
-def free_capacity(inp: SchedulingInput, cand: Candidate) -> Free:
+@dataclass(frozen=True)
+class PeerTotals:
+    """The peers (the VM itself excluded) summed per Provider and failure domain, in one pass:
+    ``pending``: (provider, domain) -> (memory MiB, storage GiB) placed but not provisioned;
+    ``on_provider`` / ``in_domain``: peer counts. Without it every candidate would walk every
+    peer, O(peers x candidates) per placement and quadratic over a burst (docs/performance.md)."""
+
+    pending: dict[tuple[str, str], tuple[int, int]]
+    on_provider: dict[str, int]
+    in_domain: dict[tuple[str, str], int]
+
+    @staticmethod
+    def of(inp: SchedulingInput) -> PeerTotals:
+        me = inp.vm.metadata.name
+        pending: dict[tuple[str, str], tuple[int, int]] = {}
+        on_provider: dict[str, int] = {}
+        in_domain: dict[tuple[str, str], int] = {}
+        for p in inp.peers:
+            if p.name == me:
+                continue
+            key = (p.provider_name, p.failure_domain)
+            mem, storage = pending.get(key, (0, 0))
+            pending[key] = (mem + p.pending_memory_mib, storage + p.pending_storage_gib)
+            on_provider[p.provider_name] = on_provider.get(p.provider_name, 0) + 1
+            in_domain[key] = in_domain.get(key, 0) + 1
+        return PeerTotals(pending, on_provider, in_domain)
+
+
+def free_capacity(inp: SchedulingInput, cand: Candidate, totals: PeerTotals | None = None) -> Free:
     """The domain's reported free capacity minus what peers placed there but not provisioned yet
     will take (kube-scheduler's "assumed" pods: a burst of VMs must not all count the same free
-    memory before the Provider's next inventory)."""
+    memory before the Provider's next inventory). ``totals``: PeerTotals.of(inp), when the
+    caller has it."""
     cap = cand.domain.attributes.capacity if cand.domain.attributes else None
     if cap is None:
         return Free(None, None, None)
-    pending = [p for p in inp.peers if (p.provider_name, p.failure_domain) == cand.key and p.name != inp.vm.metadata.name]
-    mem = None if cap.memory_mib is None else cap.memory_mib - sum(p.pending_memory_mib for p in pending)
-    storage = None if cap.storage_gib is None else cap.storage_gib - sum(p.pending_storage_gib for p in pending)
+    pending_mem, pending_storage = (totals or PeerTotals.of(inp)).pending.get(cand.key, (0, 0))
+    mem = None if cap.memory_mib is None else cap.memory_mib - pending_mem
+    storage = None if cap.storage_gib is None else cap.storage_gib - pending_storage
     return Free(mem, storage, cap.cpu_mhz)
 
 
@@ -265,6 +294,8 @@ def anti_affinity_violations(
     my_labels = inp.vm.metadata.labels or {}
     own_terms = [t for t in (inp.vm.spec.placement.anti_affinity if inp.vm.spec.placement else None) or () if t.mode is mode]
     out: list[str] = []
+    if not own_terms and not any(peer.anti_affinity for peer in inp.peers):
+        return out  # no term on either side: nothing to check per peer
     for peer in inp.peers:
         if peer.name == me:
             continue
@@ -398,11 +429,9 @@ def _rank_key(
     return (preferred, -mem, -storage, -cpu, on_provider, in_domain, cand.provider_name, cand.domain.name)
 
 
-def _spread(inp: SchedulingInput, cand: Candidate) -> tuple[int, int]:
+def _spread(totals: PeerTotals, cand: Candidate) -> tuple[int, int]:
     """(peers on the candidate's Provider, peers in its failure domain), the VM itself excluded."""
-    me = inp.vm.metadata.name
-    on_provider = [p for p in inp.peers if p.provider_name == cand.provider_name and p.name != me]
-    return len(on_provider), sum(1 for p in on_provider if p.failure_domain == cand.domain.name)
+    return totals.on_provider.get(cand.provider_name, 0), totals.in_domain.get(cand.key, 0)
 
 
 def _domains(provider: Provider) -> Sequence[ProviderFailureDomain]:
@@ -468,7 +497,8 @@ def schedule(inp: SchedulingInput) -> SchedulingDecision:
             f"checked: {_names(c.domain.name for c in offering)}"
         )
         return _fail(VirtualMachineReason.FIRMWARE_UNSUPPORTED, msg, problem)
-    free = {c.key: free_capacity(inp, c) for c in firmware}
+    totals = PeerTotals.of(inp)
+    free = {c.key: free_capacity(inp, c, totals) for c in firmware}
     fitting = [c for c in firmware if not capacity_shortfall(inp.vm_class, free[c.key])]
     if not fitting:
         short = [f"{c.domain.name}: {', '.join(capacity_shortfall(inp.vm_class, free[c.key]))}" for c in firmware]
@@ -486,7 +516,7 @@ def schedule(inp: SchedulingInput) -> SchedulingDecision:
     if not allowed:
         msg = f"required anti-affinity excludes every fitting failure domain: {_names(blocked)}"
         return _fail(VirtualMachineReason.ANTI_AFFINITY_UNSATISFIED, msg, problem)
-    best, _ = min(allowed, key=lambda cp: _rank_key(cp[0], cp[1], free[cp[0].key], _spread(inp, cp[0])))
+    best, _ = min(allowed, key=lambda cp: _rank_key(cp[0], cp[1], free[cp[0].key], _spread(totals, cp[0])))
     return SchedulingDecision(placement=placement_for(inp, best), current_invalid=problem)
 
 
