@@ -276,6 +276,9 @@ class VSphereMachineReconciler:
         if snap is None:
             return Result(requeue_after=CAPI_NOT_SYNCED_REQUEUE)
         initial = ready_reason(machine.status)
+        # Ready reason of the last status this reconcile wrote (a coalesced final step writes
+        # none, ADR 0011: the Cloning written before the clone is then the transition to report).
+        final = initial
         conn: Connection | None = None
         slot: str | None = None  # vCenter whose slot this reconcile holds (released in finally)
         events: list[Event] = []
@@ -304,6 +307,7 @@ class VSphereMachineReconciler:
                 events.extend(plan.events)
                 if plan.write_status_first and plan.status is not None:
                     raw = await self._write_status(raw, plan.status)
+                    final = ready_reason(plan.status)
                     snap = replace(snap, machine=VSphereMachine.from_wire(raw))
                 snap = await self._act(snap, plan.action, conn)
             else:
@@ -318,6 +322,7 @@ class VSphereMachineReconciler:
                 events.extend(plan.events)
             if plan.status is not None:
                 raw = await self._write_status(raw, plan.status)
+                final = ready_reason(plan.status)
             if plan.remove_finalizer:
                 await self.ctx.client.remove_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
                 uid = str(raw["metadata"].get("uid"))
@@ -329,7 +334,6 @@ class VSphereMachineReconciler:
         finally:
             if slot is not None:
                 self.slots.release(slot)
-            final = ready_reason(plan.status) if plan.status is not None else initial
             uid = str(machine.metadata.uid or "")
             recorded, last = recordable(events, initial, final, self._last_transition.get(uid))
             if last is not None and not plan.remove_finalizer:  # nothing kept once the finalizer went

@@ -36,6 +36,7 @@ from banlieue.reconcilers.kinds import (
 )
 from banlieue.reconcilers.vspheremachine_progress import PROGRESS_WRITE_INTERVAL_SECONDS
 from banlieue.runtime.client import Client
+from banlieue.runtime.kinds import EVENT
 from banlieue.testing.vcsim import VcsimProcess
 
 __all__ = ["client", "ns", "si"]  # fixtures re-exported for pytest
@@ -97,6 +98,10 @@ async def test_fast_ip_goes_from_cloning_to_provisioned_in_one_status_write(
         obj = await client.get(VSPHERE_MACHINE, "quick", ns)
         assert obj["metadata"]["finalizers"] == [FIN] and obj["status"]["initialization"] == {"provisioned": True}
         assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+        # Events follow what was written: the Cloning and Provisioned transitions, no WaitingForIPAddress.
+        events = await client.list(EVENT, ns)
+        reasons = [e["reason"] for e in events["items"] if (e.get("regarding") or {}).get("name") == "quick"]
+        assert {"Cloning", "Provisioned"} <= set(reasons) and "WaitingForIPAddress" not in reasons, reasons
         # Deletion: the provider drops the finalizer the controller's apply owns, after the VM is destroyed.
         await client.delete(VSPHERE_MACHINE, "quick", ns)
         await eventually(lambda: _gone(client, ns, "quick"), what="object deleted")
