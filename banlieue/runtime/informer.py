@@ -153,13 +153,9 @@ class Informer:
         elif old != self.store.get_raw(meta_namespace_key(obj)):
             self._emit_update(json.loads(old), obj)
 
-    def _replace(self, items: list[dict[str, Any]]) -> None:
-        """Store a full LIST: diff against the store (client-go Replace + DeletedFinalStateUnknown)."""
-        initial = not self._synced
-        seen: set[str] = set()
-        for item in items:
-            seen.add(meta_namespace_key(item))
-            self._upsert(item, initial)
+    def _delete_unseen(self, seen: set[str]) -> None:
+        """The end of a LIST: keys the list did not return vanished while we were not
+        watching (client-go Replace: ``DeletedFinalStateUnknown`` tombstones)."""
         for key in self.store.list_keys():
             if key not in seen:
                 last = self.store.delete(key)
@@ -167,9 +163,24 @@ class Informer:
 
     # --- reflector ----------------------------------------------------------------------
     async def _list(self) -> None:
-        items: list[dict[str, Any]] = []
+        """LIST in pages of ``page_size``, each page stored (and its events delivered) as it
+        arrives, then tombstones for the keys no page returned.
+
+        client-go's reflector collects every page and calls ``Replace`` once; applying a page
+        at a time yields the same events in the same order (adds/updates by list order, then
+        deletions) and the same store at the end, but never holds more than one decoded page:
+        holding the whole list decoded (~14 KiB per object as dicts, against ~2 KiB stored)
+        set the process's memory high-water mark, which CPython's allocator keeps (10,000
+        VirtualMachines + 2 x 10,000 VSphereMachines: 613 MiB RSS for 50 MiB of stored
+        objects). A LIST that fails part-way leaves the pages already applied in the store,
+        as newer-than-watched state; the next LIST (the reflector relists after any error)
+        completes the diff, and ``has_synced`` stays False until one LIST completed.
+        """
+        initial = not self._synced
+        seen: set[str] = set()
         continue_: str | None = None
         limit: int | None = self.page_size or None
+        count = 0
         while True:
             try:
                 page = await self.client.list(
@@ -181,19 +192,27 @@ class Informer:
                     raise
                 # client-go pager: an expired continue token falls back to one full list.
                 self._log.info("continue token expired, listing without pages")
-                items, continue_, limit = [], None, None
+                seen, continue_, limit, count = set(), None, None, 0
                 continue
-            items.extend(page.get("items") or [])
-            continue_ = (page.get("metadata") or {}).get("continue") or None
+            items = page.get("items") or []
+            meta = page.get("metadata") or {}
+            del page
+            count += len(items)
+            items.reverse()
+            while items:
+                item = items.pop()  # in list order; each decoded object dropped once stored
+                seen.add(meta_namespace_key(item))
+                self._upsert(item, initial)
+            continue_ = meta.get("continue") or None
             if not continue_:
-                self.last_sync_resource_version = str(page.get("metadata", {}).get("resourceVersion", ""))
+                self.last_sync_resource_version = str(meta.get("resourceVersion", ""))
                 break
         self.relists += 1
-        self._replace(items)
+        self._delete_unseen(seen)
         if not self._synced:
             self._synced = True
             self._synced_event.set()
-        self._log.debug("listed", items=len(items), resource_version=self.last_sync_resource_version)
+        self._log.debug("listed", items=count, resource_version=self.last_sync_resource_version)
 
     async def _watch_once(self) -> None:
         """One WATCH request until it ends. Raises _RelistNeeded, TooManyRequests, ApiError."""

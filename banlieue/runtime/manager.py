@@ -15,7 +15,7 @@ import inspect
 import signal
 import socket
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import structlog
@@ -24,6 +24,7 @@ from banlieue.runtime.cache import Cache
 from banlieue.runtime.client import Client
 from banlieue.runtime.health import HealthServer
 from banlieue.runtime.informer import Informer
+from banlieue.runtime.informer_factory import InformerFactory, LabelSelectorFor
 from banlieue.runtime.kinds import ResourceKind
 from banlieue.runtime.leaderelection import LeaderElector
 from banlieue.runtime.recorder import EventRecorder
@@ -59,6 +60,11 @@ class Manager:
     ``namespace`` scopes every informer (None = all namespaces); ``label_selector_for`` maps a
     kind to an API label selector string for its informer. ``informer_options`` are passed to
     every ``Informer`` (e.g. ``watch_silence_timeout``). Bind addresses: see ``health``.
+
+    ``informers``: an ``InformerFactory`` shared with other Managers of the process (one
+    LIST/WATCH and store per kind for all of them); its scope then applies, so passing
+    ``label_selector_for`` or ``informer_options`` too, or a ``namespace`` other than the
+    factory's, raises ValueError. Without it the Manager makes its own factory on ``client``.
     """
 
     def __init__(
@@ -66,7 +72,7 @@ class Manager:
         client: Client,
         *,
         namespace: str | None = None,
-        label_selector_for: Mapping[ResourceKind, str] | Callable[[ResourceKind], str | None] | None = None,
+        label_selector_for: LabelSelectorFor | None = None,
         leader_election: bool = False,
         leader_election_id: str = "banlieue-controller-leader",
         leader_election_namespace: str | None = None,
@@ -80,19 +86,23 @@ class Manager:
         cache_sync_timeout: float = 120.0,
         handle_signals: bool = True,
         informer_options: Mapping[str, Any] | None = None,
+        informers: InformerFactory | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
-        self._selector_for = label_selector_for
         self.graceful_shutdown_timeout = graceful_shutdown_timeout
         self.cache_sync_timeout = cache_sync_timeout
         self.handle_signals = handle_signals
-        self._informer_options = dict(informer_options or {})
-        self._informers: dict[ResourceKind, Informer] = {}
-        self._informer_tasks: dict[ResourceKind, asyncio.Task[None]] = {}
+        if informers is None:
+            informers = InformerFactory(client, namespace=namespace, label_selector_for=label_selector_for,
+                                        informer_options=informer_options)
+        elif label_selector_for is not None or informer_options or namespace != informers.namespace:
+            raise ValueError("a shared InformerFactory sets the informers' namespace, selectors and options")
+        self.informers = informers
+        self._acquired = False
         self._runnables: list[Runnable] = []
         self._running = False
-        self.cache = Cache(self.get_informer, lambda: list(self._informers.values()))
+        self.cache = Cache(self.get_informer, informers.informers)
         self.health = HealthServer(metrics_bind_address=metrics_bind_address, health_probe_bind_address=health_probe_bind_address)
         self.health.add_healthz_check("ping", lambda: True)
         self.health.add_readyz_check("informers-synced", lambda: self._synced)
@@ -109,28 +119,9 @@ class Manager:
         """Set once leader runnables may run (at sync when leader election is off)."""
 
     # --- informers, runnables -------------------------------------------------------------
-    def _label_selector(self, kind: ResourceKind) -> str | None:
-        if self._selector_for is None:
-            return None
-        if isinstance(self._selector_for, Mapping):
-            return self._selector_for.get(kind)
-        return self._selector_for(kind)
-
     def get_informer(self, kind: ResourceKind) -> Informer:
         """The shared informer of ``kind``, created (and, if the manager runs, started) on demand."""
-        informer = self._informers.get(kind)
-        if informer is None:
-            informer = Informer(
-                self.client, kind, namespace=self.namespace, label_selector=self._label_selector(kind),
-                **self._informer_options,
-            )
-            self._informers[kind] = informer
-            if self._running:
-                self._start_informer(kind, informer)
-        return informer
-
-    def _start_informer(self, kind: ResourceKind, informer: Informer) -> None:
-        self._informer_tasks[kind] = asyncio.create_task(informer.run(), name=f"informer {kind}")
+        return self.informers.get(kind)
 
     def add(self, runnable: Runnable) -> None:
         """Register a runnable (controllers: ``need_leader_election = True``). Call before start."""
@@ -163,8 +154,8 @@ class Manager:
         try:
             await self.health.start()
             self._running = True
-            for kind, informer in list(self._informers.items()):
-                self._start_informer(kind, informer)
+            self.informers.acquire()
+            self._acquired = True
             if not await self.cache.wait_for_cache_sync(self.cache_sync_timeout):
                 raise CacheSyncTimeout(f"caches not synced within {self.cache_sync_timeout} s")
             self._synced = True
@@ -222,8 +213,9 @@ class Manager:
             if still:
                 log.warning("graceful shutdown timed out, cancelling", pending=len(still))
         await _cancel([t for _, t in leaders] + others)
-        await _cancel(list(self._informer_tasks.values()))
-        self._informer_tasks.clear()
+        if self._acquired:
+            self._acquired = False
+            await self.informers.release()
         if elector_task is not None:
             await _cancel([elector_task])  # releases the lease (release_on_cancel)
         self._running = False

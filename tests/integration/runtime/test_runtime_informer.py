@@ -296,3 +296,46 @@ async def test_expired_continue_token_falls_back_to_a_full_list(apiserver: Any, 
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await paging.close()
+
+
+class PageWatchingClient(Client):
+    """Records, before each LIST page request, how many objects the informer's store already
+    holds and how many list items have come back so far."""
+
+    def __init__(self, apiserver: Any) -> None:
+        super().__init__(config_for_url(api_url(apiserver)))
+        self.informer: Informer | None = None
+        self.returned = 0
+        self.before_each_page: list[tuple[int, int]] = []  # (store size, items returned so far)
+
+    async def list(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        assert self.informer is not None
+        self.before_each_page.append((len(self.informer.store), self.returned))
+        page = await super().list(*args, **kwargs)
+        self.returned += len(page.get("items") or [])
+        return page
+
+
+async def test_list_pages_are_stored_as_they_arrive_in_list_order(apiserver: Any, client: Client, namespace: str) -> None:
+    names = [f"p-{i}" for i in range(7)]
+    for name in names:
+        await client.create(CONFIG_MAP, cm(name, namespace))
+    paging = PageWatchingClient(apiserver)
+    informer = Informer(paging, CONFIG_MAP, namespace=namespace, page_size=3)
+    paging.informer = informer
+    recorder = Recorder()
+    informer.add_event_handler(recorder)
+    task = asyncio.create_task(informer.run())
+    try:
+        assert await informer.wait_for_sync(10)
+        # Each page was in the store (and its events delivered) before the next was asked for:
+        # the informer never holds the whole list decoded.
+        assert paging.before_each_page == [(0, 0), (3, 3), (6, 6)]
+        assert [k for t, k, _ in recorder.events] == [f"{namespace}/{n}" for n in names]  # list order
+        assert recorder.initial == 7
+        assert cache_state(informer) == await server_state(client, namespace)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await paging.close()

@@ -16,7 +16,9 @@ from runtime_helpers import WIDGET, api_url, eventually, new_client, widget
 
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.client import Client
+from banlieue.runtime.config import config_for_url
 from banlieue.runtime.health import HealthServer
+from banlieue.runtime.informer_factory import InformerFactory
 from banlieue.runtime.kinds import CONFIG_MAP, EVENT, LEASE, ResourceKind
 from banlieue.runtime.manager import LeaderElectionLost, Manager
 from banlieue.runtime.reconcile import Request, Result
@@ -199,3 +201,80 @@ async def test_sigterm_drains_in_flight_reconciles_and_releases_the_lease(
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+class CountingClient(Client):
+    """Counts LIST and WATCH requests per kind (the informers' traffic)."""
+
+    def __init__(self, apiserver: Any) -> None:
+        super().__init__(config_for_url(api_url(apiserver)))
+        self.lists: dict[str, int] = {}
+        self.watches: dict[str, int] = {}
+
+    async def list(self, kind: ResourceKind, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.lists[kind.plural] = self.lists.get(kind.plural, 0) + 1
+        return await super().list(kind, *args, **kwargs)
+
+    def watch(self, kind: ResourceKind, *args: Any, **kwargs: Any) -> Any:
+        self.watches[kind.plural] = self.watches.get(kind.plural, 0) + 1
+        return super().watch(kind, *args, **kwargs)
+
+
+class Names:
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    async def reconcile(self, request: Request) -> Result:
+        self.seen.add(request.name)
+        return Result()
+
+
+async def test_managers_sharing_an_informer_factory_list_once_and_both_get_events(
+    apiserver: Any, client: Client, namespace: str
+) -> None:
+    await client.create(CONFIG_MAP, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "before", "namespace": namespace}})
+    counting = CountingClient(apiserver)
+    factory = InformerFactory(counting, namespace=namespace)
+    managers = [Manager(new_client(apiserver), namespace=namespace, metrics_bind_address="0", health_probe_bind_address="0",
+                        handle_signals=False, informers=factory) for _ in range(2)]
+    recorders = [Names(), Names()]
+    for i, (mgr, names) in enumerate(zip(managers, recorders, strict=True)):
+        ControllerBuilder(mgr).named(f"shared-{i}").for_(CONFIG_MAP).complete(names)
+    assert managers[0].get_informer(CONFIG_MAP) is managers[1].get_informer(CONFIG_MAP)
+    tasks = [asyncio.create_task(m.start()) for m in managers]
+    try:
+        await eventually(lambda: all(r.seen == {"before"} for r in recorders))
+        await client.create(CONFIG_MAP, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after", "namespace": namespace}})
+        await eventually(lambda: all(r.seen == {"before", "after"} for r in recorders))
+        assert counting.lists == {"configmaps": 1} and counting.watches == {"configmaps": 1}
+        for mgr in managers:
+            assert {o["metadata"]["name"] for o in mgr.cache.list(CONFIG_MAP, namespace)} == {"before", "after"}
+        # The first Manager stops: the informer keeps serving the second one.
+        tasks[0].cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await tasks[0]
+        assert factory.running
+        await client.create(CONFIG_MAP, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late", "namespace": namespace}})
+        await eventually(lambda: "late" in recorders[1].seen)
+        assert "late" not in recorders[0].seen
+    finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await counting.close()
+    assert not factory.running  # the last Manager's shutdown stopped the informers
+    assert counting.lists == {"configmaps": 1}
+
+
+async def test_a_shared_informer_factory_sets_the_scope(apiserver: Any) -> None:
+    client = new_client(apiserver)
+    try:
+        factory = InformerFactory(client, namespace="a")
+        with pytest.raises(ValueError):
+            Manager(client, namespace="b", informers=factory, handle_signals=False)
+        with pytest.raises(ValueError):
+            Manager(client, namespace="a", informers=factory, informer_options={"page_size": 10}, handle_signals=False)
+        assert Manager(client, namespace="a", informers=factory, handle_signals=False).informers is factory
+    finally:
+        await client.close()
