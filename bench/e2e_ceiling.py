@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 import aiohttp
-from e2e_env import NS, VMS, VSMS, Env, http
+from e2e_env import NS, VMS, VSMS, Env, cpu_seconds, http
 
 CONCURRENCY = 32
 APPLY = "application/apply-patch+yaml"
@@ -63,7 +63,8 @@ def _split(total: int, n: int, i: int) -> int:
 
 async def replay(env: Env, counts: Counter[str], n: int, ns: str = "ceiling") -> dict[str, Any]:
     """Replay ``counts`` (keys from ``e2e_load.classify``) over ``n`` objects with CONCURRENCY
-    requests in flight. Returns {seconds, vms_per_s, writes (replayed, by key)}. Raises
+    requests in flight. Returns {seconds, vms_per_s, writes (replayed, by key),
+    api_double_cpu_ms_per_vm}. Raises
     RuntimeError when a replayed write fails (other than conflicts on Leases)."""
     vm_t, vsm_t, ev_t = _template(env)
     http("POST", env.url + "/api/v1/namespaces", {"metadata": {"name": ns}})
@@ -147,7 +148,9 @@ async def replay(env: Env, counts: Counter[str], n: int, ns: str = "ceiling") ->
             while not queue.empty():
                 await chain(queue.get_nowait())
 
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), cpu_seconds(env.api_pid)
         await asyncio.gather(leases(), *(worker() for _ in range(CONCURRENCY)))
         seconds = time.monotonic() - t0
-    return {"seconds": seconds, "vms_per_s": n / seconds, "writes": dict(sorted(done.items()))}
+        api_cpu = cpu_seconds(env.api_pid) - cpu0
+    return {"seconds": seconds, "vms_per_s": n / seconds, "writes": dict(sorted(done.items())),
+            "api_double_cpu_ms_per_vm": round(1000 * api_cpu / n, 2)}

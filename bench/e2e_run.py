@@ -165,7 +165,9 @@ def throughput_and_steady(work: Path, n: int, entries: list[dict[str, Any]], ste
                ceiling_writes=ceiling["writes"], manager_rss_mib=run["manager_rss_mib"],
                load_average_1m=round(load0, 2), controllers=run["controllers"],
                vsm_ready_p50_s=run["vsm_ready_p50_s"], vsm_ready_last_s=run["vsm_ready_last_s"],
-               soap_per_vm=run["soap_per_vm"], requests=dict(sorted(run["requests"].items())))
+               soap_per_vm=run["soap_per_vm"],
+               cpu_ms_per_vm={k: round(1000 * v / n, 2) for k, v in run["cpu_seconds"].items()},
+               ceiling_api_double_cpu_ms_per_vm=ceiling["api_double_cpu_ms_per_vm"], requests=dict(sorted(run["requests"].items())))
         record(entries, "writes_per_vm", per_vm, "API writes/VM (create to Ready)", CONTRACT_MIN_WRITES,
                "the contract's minimum: create, 2 finalizers, VSphereMachine apply, providerID apply, "
                "2 VirtualMachine and 2 VSphereMachine status writes (a Ready condition at all times)", floor=f"<= {WRITES_FLOOR}",
