@@ -25,9 +25,9 @@ from e2e_load import ReadyWatch, create_all, requests_by, writes
 
 # Writes the contract needs per VM from create to Ready (SPEC §2-§4): the user's create (1);
 # the controller's finalizer on the VirtualMachine (1), its status with a Ready condition from the
-# first reconcile ("Ready at all times") and once Ready (2), its apply of the VSphereMachine (1);
-# the provider's finalizer on the VSphereMachine (1), spec.providerID (CAPI contract, 1), and the
-# VSphereMachine status from its first reconcile and once provisioned (2).
+# first reconcile and once Ready (2), its apply of the VSphereMachine, which carries the
+# provider's finalizer (1; ADR 0011); the provider's spec.providerID (CAPI contract, 1), and the
+# VSphereMachine status before the clone (the Cloning record, ADR 0009) and once provisioned (2).
 CONTRACT_MIN_WRITES = 8
 WRITES_FLOOR = 8
 
