@@ -10,14 +10,23 @@ write such a dump whenever the traced size grew by at least 15% + 20 MiB since t
 after settling no longer shows. Each dump's first line gives seconds since start, RSS and the
 traced size (current and peak, MiB).
 
+``$BENCH_MEMPROBE_MODE=heap``: no tracemalloc (the process runs at full speed); SIGUSR1 writes
+glibc's heap counters (``mallinfo2``: bytes in use and free in the main heap, bytes in mmap'd
+blocks), CPython's object allocator statistics (``sys._debugmallocstats``: arenas allocated vs
+bytes in live blocks, i.e. how much of the RSS is fragmentation) and the live objects tracked by
+the garbage collector by type (count, shallow KiB), top 40.
+
 tracemalloc slows the process down: figures from a probed run are not reported as timings.
 """
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 import tracemalloc
@@ -53,8 +62,44 @@ def _report() -> str:
     return "\n".join(lines) + "\n"
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _heap_report() -> str:
+    lines = [f"t={time.monotonic() - STARTED:.1f} s rss={_rss_mib():.1f} MiB"]
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    mi = libc.mallinfo2()
+    lines.append(f"glibc: main heap {mi.arena / 2**20:.1f} MiB (in use {mi.uordblks / 2**20:.1f}, free "
+                 f"{mi.fordblks / 2**20:.1f}), mmap'd blocks {mi.hblkhd / 2**20:.1f} MiB in {mi.hblks}")
+    with tempfile.TemporaryFile() as tmp:  # _debugmallocstats writes to the C-level stderr
+        saved = os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        stats = tmp.read().decode(errors="replace").splitlines()
+    lines.append("-- pymalloc (sys._debugmallocstats, summary)")
+    lines += [line for line in stats if line.startswith(("#", "Total")) or " bytes in " in line][-16:]
+    sizes: dict[str, list[int]] = {}
+    for obj in gc.get_objects():
+        entry = sizes.setdefault(type(obj).__qualname__, [0, 0])
+        entry[0] += 1
+        entry[1] += sys.getsizeof(obj)
+    lines.append("-- gc-tracked objects by type (count, shallow KiB)")
+    for name, (count, size) in sorted(sizes.items(), key=lambda kv: -kv[1][1])[:40]:
+        lines.append(f"{size / 1024:10.0f} KiB {count:8d} {name}")
+    return "\n".join(lines) + "\n"
+
+
 def _dump(signum: int, frame: FrameType | None) -> None:
-    Path(os.environ.get("BENCH_MEMPROBE_OUT", "memprobe.txt")).write_text(_report())
+    heap = os.environ.get("BENCH_MEMPROBE_MODE") == "heap"
+    Path(os.environ.get("BENCH_MEMPROBE_OUT", "memprobe.txt")).write_text(_heap_report() if heap else _report())
 
 
 def _watch_growth(directory: Path) -> None:
@@ -68,9 +113,10 @@ def _watch_growth(directory: Path) -> None:
 
 
 def main() -> int:
-    tracemalloc.start(int(os.environ.get("BENCH_MEMPROBE_DEPTH", "1")))
     signal.signal(signal.SIGUSR1, _dump)
-    grow = os.environ.get("BENCH_MEMPROBE_GROW")
+    if os.environ.get("BENCH_MEMPROBE_MODE") != "heap":
+        tracemalloc.start(int(os.environ.get("BENCH_MEMPROBE_DEPTH", "1")))
+    grow = os.environ.get("BENCH_MEMPROBE_GROW") if tracemalloc.is_tracing() else None
     if grow:
         threading.Thread(target=_watch_growth, args=(Path(grow),), daemon=True, name="memprobe").start()
     from banlieue.cli import main as cli_main

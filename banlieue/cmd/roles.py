@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -217,10 +217,12 @@ def build_managers(
     return runtimes
 
 
-def _vm_source(mgr: Manager) -> Callable[[], list[Mapping[str, Any]] | None]:
+def _vm_source(mgr: Manager) -> Callable[[], Iterable[Mapping[str, Any]] | None]:
     informer = mgr.get_informer(kinds.VIRTUAL_MACHINE)
 
-    def source() -> list[Mapping[str, Any]] | None:
+    def source() -> Iterable[Mapping[str, Any]] | None:
+        # A DecodedObjects snapshot: a scrape decodes one VirtualMachine at a time (decoding
+        # 10,000 at once raised the RSS by ~140 MiB per scrape).
         return informer.store.list() if informer.has_synced() else None
 
     return source

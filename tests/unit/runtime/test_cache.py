@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from banlieue.runtime.cache import (
     NAMESPACE_INDEX,
     OWNER_UID_INDEX,
+    Cache,
+    DecodedObjects,
     Indexer,
     meta_namespace_key,
     strip_managed_fields,
@@ -82,3 +85,52 @@ def test_managed_fields_are_stripped_without_touching_the_input() -> None:
     stripped = strip_managed_fields(o)
     assert "managedFields" not in stripped["metadata"]
     assert "managedFields" in o["metadata"]
+
+
+def test_list_and_by_index_are_snapshots_decoded_one_object_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    idx = Indexer()
+    for name in ("a", "b", "c"):
+        idx.add(obj(name, team="x" if name != "b" else "y"))
+    listed = idx.list()
+    selected = idx.by_index(NAMESPACE_INDEX, "default")
+    assert isinstance(listed, DecodedObjects) and len(listed) == 3 and len(selected) == 3
+    idx.update(obj("a", rv="2"))  # later changes do not reach a snapshot taken before them
+    idx.delete("default/c")
+    assert [o["metadata"]["resourceVersion"] for o in listed] == ["1", "1", "1"]
+    assert [o["metadata"]["name"] for o in selected] == ["a", "b", "c"]
+    assert selected[1]["metadata"]["name"] == "b" and [o["metadata"]["name"] for o in selected[1:]] == ["b", "c"]
+    first = listed[0]
+    first["data"]["k"] = "changed"  # each access decodes a fresh dict: the snapshot is unchanged
+    assert listed[0]["data"] == {"k": "v"} and listed[0] is not listed[0]
+    decoded: list[bytes] = []
+    loads = json.loads
+    monkeypatch.setattr(json, "loads", lambda data: (decoded.append(data), loads(data))[1])
+    it = iter(listed)
+    assert next(it) == obj("a", team="x") and len(decoded) == 1  # decoded as the iteration reaches it
+    assert [o["metadata"]["name"] for o in it] == ["b", "c"] and len(decoded) == 3
+
+
+class _Synced:
+    def __init__(self, store: Indexer) -> None:
+        self.store = store
+
+    def has_synced(self) -> bool:
+        return True
+
+
+def test_cache_list_and_iter_objects_agree() -> None:
+    from banlieue.runtime.kinds import CONFIG_MAP
+
+    idx = Indexer()
+    for name, ns, team in (("a", "default", "x"), ("b", "default", "y"), ("c", "other", "x")):
+        idx.add(obj(name, ns=ns, team=team))
+    informer = _Synced(idx)
+    cache = Cache(lambda _kind: informer, lambda: [informer])
+    assert [o["metadata"]["name"] for o in cache.list(CONFIG_MAP)] == ["a", "b", "c"]
+    assert [o["metadata"]["name"] for o in cache.list(CONFIG_MAP, "default")] == ["a", "b"]
+    assert [o["metadata"]["name"] for o in cache.list(CONFIG_MAP, None, {"team": "x"})] == ["a", "c"]
+    assert isinstance(cache.list(CONFIG_MAP, "default"), list)
+    for args in ((CONFIG_MAP,), (CONFIG_MAP, "default"), (CONFIG_MAP, None, {"team": "x"}), (CONFIG_MAP, "default", {"team": "y"})):
+        lazy = cache.iter_objects(*args)  # type: ignore[arg-type]
+        assert not isinstance(lazy, list)
+        assert list(lazy) == cache.list(*args)  # type: ignore[arg-type]
