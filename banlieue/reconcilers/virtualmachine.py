@@ -41,6 +41,7 @@ from banlieue.reconcilers.kinds import (
     VM_IMAGE,
     VSPHERE_MACHINE,
 )
+from banlieue.reconcilers.parsed import ParsedCache
 from banlieue.reconcilers.scheduler import PeerPlacement, SchedulingInput, class_storage_gib, current_problem
 from banlieue.reconcilers.status_mirror import InfraMachineRead
 from banlieue.reconcilers.virtualmachine_decide import Plan, Snapshot, current_placement, decide
@@ -162,6 +163,10 @@ class ReadYourWrites:
         return key in self._entries
 
 
+def _log_invalid(raw: Mapping[str, Any], err: ValidationError) -> None:
+    log.warning("object does not parse, treated as absent", kind=raw.get("kind"), name=_get(raw, "metadata", "name"))
+
+
 def _parse(model: Any, raw: Object | None) -> Any:
     if raw is None:
         return None
@@ -214,6 +219,7 @@ class VirtualMachineReconciler:
         self.selected = watch_filter_predicate(ctx.watch_filter or "").create
         """CAPI ``--watch-filter``: VMs without the label are another instance's (or nobody's)."""
         self.vms = ReadYourWrites()
+        self._parsed = ParsedCache(_log_invalid)
         self.machines = ReadYourWrites()
         self.assumed: dict[str, tuple[str, str]] = {}
         self._peer_memo: dict[str, tuple[str, _PeerFields]] = {}
@@ -264,7 +270,7 @@ class VirtualMachineReconciler:
             memory = storage = 0
             if not fields.provisioned:
                 if fields.class_name not in classes:
-                    classes[fields.class_name] = _parse(VMClass, cache.get(VM_CLASS, fields.class_name))
+                    classes[fields.class_name] = self._parsed.parse(VMClass, cache.get(VM_CLASS, fields.class_name))
                 vm_class = classes[fields.class_name]
                 if vm_class is not None:
                     memory, storage = vm_class.spec.hardware.memory_mib, class_storage_gib(vm_class)
@@ -283,11 +289,12 @@ class VirtualMachineReconciler:
             return None
         machine_raw = self.machines.view(key, cache.get(VSPHERE_MACHINE, request.name, request.namespace))
         machine: VSphereMachine | None = _parse(VSphereMachine, machine_raw)
+        parsed = self._parsed.parse
         providers = tuple(
-            p for p in (_parse(Provider, o) for o in cache.list(PROVIDER, request.namespace)) if p is not None
+            p for p in (parsed(Provider, o) for o in cache.list(PROVIDER, request.namespace)) if p is not None
         )
-        vm_class: VMClass | None = _parse(VMClass, cache.get(VM_CLASS, vm.spec.class_ref.name))
-        image: VMImage | None = _parse(VMImage, cache.get(VM_IMAGE, vm.spec.image_ref.name))
+        vm_class: VMClass | None = parsed(VMClass, cache.get(VM_CLASS, vm.spec.class_ref.name))
+        image: VMImage | None = parsed(VMImage, cache.get(VM_IMAGE, vm.spec.image_ref.name))
         peers: tuple[PeerPlacement, ...] = ()
         if vm_class is not None and image is not None:
             current = current_placement(vm, InfraMachineRead.from_machine(machine) if machine else None)
