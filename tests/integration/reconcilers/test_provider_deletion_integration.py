@@ -8,15 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_provider_integration import (  # the shared harness (fixtures re-exported for pytest)
-    api,
-    backend,
-    namespace,
+from reconciler_harness import eventually
+from test_provider_integration import (  # the shared harness
     provider_body,
     provider_with,
     running_role,
     secret_body,
-    wait_for,
 )
 
 from banlieue.backends.vsphere.backend import VSphereBackend
@@ -26,7 +23,6 @@ from banlieue.runtime.client import Client
 from banlieue.runtime.errors import NotFound
 from banlieue.testing.vcsim import VcsimProcess
 
-__all__ = ["api", "backend", "namespace"]
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
 FIN = "banlieue.io/provider"
 
@@ -44,43 +40,43 @@ async def gone(client: Client, kind: Any, name: str, ns: str) -> bool:
     return False
 
 
-async def test_provider_held_while_machines_use_it(apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess,
+async def test_provider_held_while_machines_use_it(apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess,
                                                    backend: VSphereBackend) -> None:
-    await api.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
-    await api.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
     async with running_role(apiserver, [provider_reconciler.setup], backend):
-        ready = await provider_with(api, "vc1", namespace, "Reconciled", "True")
+        ready = await provider_with(client, "vc1", namespace, "Reconciled", "True")
         assert FIN in ready["metadata"]["finalizers"]
         fd = ready["status"]["failureDomains"][0]["name"]
         # One machine names the Provider, one only a failure domain it publishes, one another Provider.
-        await api.create(VSPHERE_MACHINE, machine_body("by-ref", namespace, providerRef={"name": "vc1"}))
-        await api.create(VSPHERE_MACHINE, machine_body("by-fd", namespace, failureDomain=fd))
-        await api.create(VSPHERE_MACHINE, machine_body("other", namespace, providerRef={"name": "vc2"}))
+        await client.create(VSPHERE_MACHINE, machine_body("by-ref", namespace, providerRef={"name": "vc1"}))
+        await client.create(VSPHERE_MACHINE, machine_body("by-fd", namespace, failureDomain=fd))
+        await client.create(VSPHERE_MACHINE, machine_body("other", namespace, providerRef={"name": "vc2"}))
 
-        await api.delete(PROVIDER, "vc1", namespace)
-        held = await provider_with(api, "vc1", namespace, "Deleting", "False")
+        await client.delete(PROVIDER, "vc1", namespace)
+        held = await provider_with(client, "vc1", namespace, "Deleting", "False")
         message = next(c for c in held["status"]["conditions"] if c["type"] == "Ready")["message"]
         assert "2 VSphereMachine(s)" in message and "by-fd, by-ref" in message and "other" not in message
         assert held["metadata"]["finalizers"] == [FIN] and held["status"]["failureDomains"]
 
-        await api.delete(VSPHERE_MACHINE, "by-ref", namespace)
-        await provider_with(api, "vc1", namespace, "Deleting", "False")
+        await client.delete(VSPHERE_MACHINE, "by-ref", namespace)
+        await provider_with(client, "vc1", namespace, "Deleting", "False")
 
         async def one_left() -> bool:
-            obj = await api.get(PROVIDER, "vc1", namespace)
+            obj = await client.get(PROVIDER, "vc1", namespace)
             return "1 VSphereMachine(s)" in next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")["message"]
 
-        await wait_for(one_left, what="message counts one machine")
-        await api.delete(VSPHERE_MACHINE, "by-fd", namespace)
+        await eventually(one_left, timeout=20.0, what="message counts one machine")
+        await client.delete(VSPHERE_MACHINE, "by-fd", namespace)
         # Released by the machine's delete event, well before the 60 s safety re-check.
-        await wait_for(lambda: gone(api, PROVIDER, "vc1", namespace), timeout=10.0, what="Provider removed")
+        await eventually(lambda: gone(client, PROVIDER, "vc1", namespace), timeout=10.0, what="Provider removed")
 
 
-async def test_unused_provider_goes_at_once(apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess,
+async def test_unused_provider_goes_at_once(apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess,
                                             backend: VSphereBackend) -> None:
-    await api.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
-    await api.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
     async with running_role(apiserver, [provider_reconciler.setup], backend):
-        await provider_with(api, "vc1", namespace, "Reconciled", "True")
-        await api.delete(PROVIDER, "vc1", namespace)
-        await wait_for(lambda: gone(api, PROVIDER, "vc1", namespace), timeout=10.0, what="Provider removed")
+        await provider_with(client, "vc1", namespace, "Reconciled", "True")
+        await client.delete(PROVIDER, "vc1", namespace)
+        await eventually(lambda: gone(client, PROVIDER, "vc1", namespace), timeout=10.0, what="Provider removed")

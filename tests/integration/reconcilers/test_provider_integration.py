@@ -2,23 +2,20 @@
 vSphere backend against vcsim (SOAP). Objects are created over HTTP; the reconciler's status
 is read back over HTTP.
 
-The harness (``running_role``, ``provider_body``, ``secret_body``, ``wait_for``) is imported by
+The harness (``running_role``, ``provider_body``, ``secret_body``, ``provider_with``) is imported by
 the VMImage and VSphereMachineTemplate integration tests.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
+from reconciler_harness import b64, eventually, new_client
 
 from banlieue.api.provider import PROVIDER_REACHABLE
 from banlieue.backends.vsphere.backend import VSphereBackend
@@ -26,25 +23,19 @@ from banlieue.reconcilers import provider as provider_reconciler
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import CONFIG_MAP, FIELD_MANAGER_PROVIDER_VSPHERE, PROVIDER, SECRET
 from banlieue.runtime.client import Client
-from banlieue.runtime.config import Timeouts, config_for_url
 from banlieue.runtime.controller import Controller
-from banlieue.runtime.kinds import EVENT, NAMESPACE
+from banlieue.runtime.kinds import EVENT
 from banlieue.runtime.manager import Manager
 from banlieue.runtime.metrics import RECONCILE_RESULTS
 from banlieue.testing.vcsim import VcsimProcess
 
-CRD_DIR = Path(__file__).resolve().parents[3] / "config" / "crd"
 Setup = Callable[[Manager, RoleContext], Controller]
-
-
-def new_client(apiserver: Any) -> Client:
-    return Client(config_for_url(apiserver.url), timeouts=Timeouts(connect=2.0, request=10.0, watch_margin=5.0))
 
 
 @contextlib.asynccontextmanager
 async def running_role(apiserver: Any, setups: Sequence[Setup], backend: VSphereBackend | None = None) -> AsyncIterator[RoleContext]:
     """A provider-role Manager with ``setups`` registered, running until the block exits."""
-    client = new_client(apiserver)
+    client = new_client(apiserver.url)
     mgr = Manager(
         client, metrics_bind_address="0", health_probe_bind_address="0", graceful_shutdown_timeout=5.0,
         handle_signals=False, cache_sync_timeout=20.0,
@@ -64,35 +55,10 @@ async def running_role(apiserver: Any, setups: Sequence[Setup], backend: VSphere
             await task
 
 
-@pytest.fixture
-async def api(apiserver: Any) -> AsyncIterator[Client]:
-    """A client of the double with the banlieue CRDs installed."""
-    apiserver.server.load_crd_dir(CRD_DIR)
-    client = new_client(apiserver)
-    yield client
-    await client.close()
-
-
-@pytest.fixture
-async def namespace(api: Client) -> str:
-    name = f"ns-{uuid.uuid4().hex[:8]}"
-    await api.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    return name
-
-
-@pytest.fixture
-async def backend() -> AsyncIterator[VSphereBackend]:
-    b = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=10.0, watch_max_wait=5.0, index_ttl=1.0)
-    try:
-        yield b
-    finally:
-        await b.close()
-
-
 def secret_body(name: str, namespace: str, **data: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
-        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+        "data": {k: b64(v) for k, v in data.items()},
     }
 
 
@@ -121,18 +87,6 @@ def provider_body(name: str, namespace: str, vc: VcsimProcess, *, ca: dict[str, 
     }
 
 
-async def wait_for(check: Callable[[], Awaitable[Any]], timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll ``check`` until it returns something truthy; AssertionError after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
-
-
 def reconciles(controller: str) -> float:
     """Finished reconciles of ``controller`` so far (controller_runtime_reconcile_total)."""
     return sum(
@@ -149,34 +103,34 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
 
 
-async def provider_with(api: Client, name: str, namespace: str, reason: str, status: str | None = None) -> dict[str, Any]:
+async def provider_with(client: Client, name: str, namespace: str, reason: str, status: str | None = None) -> dict[str, Any]:
     """The Provider once its Ready condition has ``reason`` (and ``status``)."""
 
     async def check() -> dict[str, Any] | None:
-        obj = await api.get(PROVIDER, name, namespace)
+        obj = await client.get(PROVIDER, name, namespace)
         ready = condition(obj, "Ready")
         ok = ready.get("reason") == reason and (status is None or ready.get("status") == status)
         return obj if ok else None
 
-    result: dict[str, Any] = await wait_for(check, what=f"Provider {namespace}/{name} Ready reason {reason}")
+    result: dict[str, Any] = await eventually(check, timeout=20.0, what=f"Provider {namespace}/{name} Ready reason {reason}")
     return result
 
 
 @pytest.mark.vcsim
-async def test_provider_reports_six_failure_domains(apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
+async def test_provider_reports_six_failure_domains(apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
     secret = secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password)
-    await api.create(SECRET, secret)
-    await api.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+    await client.create(SECRET, secret)
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
     start = reconciles("provider")
     async with running_role(apiserver, [provider_reconciler.setup], backend):
-        obj = await provider_with(api, "vc1", namespace, "Reconciled", "True")
+        obj = await provider_with(client, "vc1", namespace, "Reconciled", "True")
         # Another reconcile (Secret touched) that observes the same inventory writes nothing.
-        await wait_for(lambda: _more(start), what="the first reconcile counted")
+        await eventually(lambda: _more(start), timeout=20.0, what="the first reconcile counted")
         before = reconciles("provider")
         secret["metadata"]["annotations"] = {"touched": "1"}
-        await api.update(SECRET, secret)
-        await wait_for(lambda: _more(before), what="a second reconcile")
-        again = await api.get(PROVIDER, "vc1", namespace)
+        await client.update(SECRET, secret)
+        await eventually(lambda: _more(before), timeout=20.0, what="a second reconcile")
+        again = await client.get(PROVIDER, "vc1", namespace)
         assert again["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
     status = obj["status"]
     assert status["observedGeneration"] == obj["metadata"]["generation"]
@@ -194,112 +148,112 @@ async def test_provider_reports_six_failure_domains(apiserver: Any, api: Client,
     cap = attrs["capacity"]
     assert cap["cpuMHz"] > 0 and cap["memoryMiB"] > 0 and cap["storageGiB"] > 0
     assert isinstance(attrs.get("features"), list)
-    events = await api.list(EVENT, namespace)
+    events = await client.list(EVENT, namespace)
     assert any(e.get("reason") == "Reconciled" and (e.get("regarding") or e.get("involvedObject") or {}).get("name") == "vc1" for e in events.get("items", []))
 
 
 @pytest.mark.vcsim
-async def test_missing_secret_then_created_recovers(apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
-    await api.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+async def test_missing_secret_then_created_recovers(apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
     async with running_role(apiserver, [provider_reconciler.setup], backend):
-        obj = await provider_with(api, "vc1", namespace, "SecretMissing", "False")
+        obj = await provider_with(client, "vc1", namespace, "SecretMissing", "False")
         assert "vc1-creds" in condition(obj, "Ready")["message"]
         assert condition(obj, PROVIDER_REACHABLE)["reason"] == "SecretMissing"
-        await api.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
-        obj = await provider_with(api, "vc1", namespace, "Reconciled", "True")
+        await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+        obj = await provider_with(client, "vc1", namespace, "Reconciled", "True")
     assert len(obj["status"]["failureDomains"]) == 6
 
 
 @pytest.mark.vcsim
-async def test_secret_without_password_is_invalid(apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
-    await api.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username))
-    await api.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+async def test_secret_without_password_is_invalid(apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
     async with running_role(apiserver, [provider_reconciler.setup], backend):
-        obj = await provider_with(api, "vc1", namespace, "SecretInvalid", "False")
+        obj = await provider_with(client, "vc1", namespace, "SecretInvalid", "False")
     assert "password" in condition(obj, "Ready")["message"]
 
 
 @pytest.mark.vcsim
 async def test_wrong_password_is_secret_invalid_and_fixing_the_secret_recovers(
-    apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
 ) -> None:
-    await api.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password="hunter2-bad"))
-    await api.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password="hunter2-bad"))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
     async with running_role(apiserver, [provider_reconciler.setup], backend):
-        obj = await provider_with(api, "vc1", namespace, "SecretInvalid", "False")
+        obj = await provider_with(client, "vc1", namespace, "SecretInvalid", "False")
         message = condition(obj, "Ready")["message"]
         assert "refused the credentials" in message and "hunter2-bad" not in message
         assert "failureDomains" not in obj["status"]
-        await api.update(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
-        obj = await provider_with(api, "vc1", namespace, "Reconciled", "True")
+        await client.update(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+        obj = await provider_with(client, "vc1", namespace, "Reconciled", "True")
     assert len(obj["status"]["failureDomains"]) == 6
 
 
 @pytest.mark.vcsim
 async def test_wrong_ca_is_tls_verify_failed_and_fixing_the_configmap_recovers(
-    apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
 ) -> None:
     other = vcsim_factory(dc=1, cluster=1)  # a valid CA that did not sign vcsim's certificate
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "vc-ca", "namespace": namespace}, "data": {"ca.crt": other.ca_pem}}
-    await api.create(CONFIG_MAP, cm)
-    await api.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
-    await api.create(PROVIDER, provider_body("vc1", namespace, vcsim, ca={"configMapRef": {"name": "vc-ca"}}))
+    await client.create(CONFIG_MAP, cm)
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim, ca={"configMapRef": {"name": "vc-ca"}}))
     async with running_role(apiserver, [provider_reconciler.setup], backend):
-        obj = await provider_with(api, "vc1", namespace, "TLSVerifyFailed", "False")
+        obj = await provider_with(client, "vc1", namespace, "TLSVerifyFailed", "False")
         assert "caBundle" in condition(obj, "Ready")["message"]
         assert condition(obj, PROVIDER_REACHABLE)["reason"] == "TLSVerifyFailed"
-        await api.update(CONFIG_MAP, {**cm, "data": {"ca.crt": vcsim.ca_pem}})
-        await provider_with(api, "vc1", namespace, "Reconciled", "True")
+        await client.update(CONFIG_MAP, {**cm, "data": {"ca.crt": vcsim.ca_pem}})
+        await provider_with(client, "vc1", namespace, "Reconciled", "True")
 
 
 @pytest.mark.vcsim
 async def test_no_ca_bundle_is_tls_verify_failed_insecure_works(
-    apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
 ) -> None:
     for name in ("strict", "insecure"):
-        await api.create(SECRET, secret_body(f"{name}-creds", namespace, username=vcsim.username, password=vcsim.password))
-    await api.create(PROVIDER, provider_body("strict", namespace, vcsim, ca={}))
+        await client.create(SECRET, secret_body(f"{name}-creds", namespace, username=vcsim.username, password=vcsim.password))
+    await client.create(PROVIDER, provider_body("strict", namespace, vcsim, ca={}))
     insecure = provider_body("insecure", namespace, vcsim, ca={})
     insecure["spec"]["connection"]["insecureSkipTLSVerify"] = True
-    await api.create(PROVIDER, insecure)
+    await client.create(PROVIDER, insecure)
     async with running_role(apiserver, [provider_reconciler.setup], backend):
-        await provider_with(api, "strict", namespace, "TLSVerifyFailed", "False")
-        obj = await provider_with(api, "insecure", namespace, "Reconciled", "True")
+        await provider_with(client, "strict", namespace, "TLSVerifyFailed", "False")
+        obj = await provider_with(client, "insecure", namespace, "Reconciled", "True")
     assert len(obj["status"]["failureDomains"]) == 6
 
 
 @pytest.mark.vcsim
 async def test_vcenter_down_keeps_failure_domains_and_changes_conditions(
-    apiserver: Any, api: Client, namespace: str, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
+    apiserver: Any, client: Client, namespace: str, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
 ) -> None:
     vc = vcsim_factory()
     secret = secret_body("vc1-creds", namespace, username=vc.username, password=vc.password)
-    await api.create(SECRET, secret)
-    await api.create(PROVIDER, provider_body("vc1", namespace, vc))
+    await client.create(SECRET, secret)
+    await client.create(PROVIDER, provider_body("vc1", namespace, vc))
     async with running_role(apiserver, [provider_reconciler.setup], backend):
-        before = await provider_with(api, "vc1", namespace, "Reconciled", "True")
+        before = await provider_with(client, "vc1", namespace, "Reconciled", "True")
         vc.stop()
         # Touch the Secret: the Secret watch reconciles the Provider now (the refresh is 5 min).
         secret["metadata"]["annotations"] = {"touched": "1"}
-        await api.update(SECRET, secret)
-        after = await provider_with(api, "vc1", namespace, "ConnectFailed", "False")
+        await client.update(SECRET, secret)
+        after = await provider_with(client, "vc1", namespace, "ConnectFailed", "False")
     assert condition(after, PROVIDER_REACHABLE)["status"] == "False"
     assert after["status"]["failureDomains"] == before["status"]["failureDomains"]
 
 
 @pytest.mark.vcsim
-async def test_paused_and_unsupported_class(apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
-    await api.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
-    await api.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+async def test_paused_and_unsupported_class(apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
     other = provider_body("kv", namespace, vcsim)
     other["spec"]["providerClassRef"] = {"name": "kubevirt"}
-    await api.create(PROVIDER, other)
+    await client.create(PROVIDER, other)
     async with running_role(apiserver, [provider_reconciler.setup], backend):
-        before = await provider_with(api, "vc1", namespace, "Reconciled", "True")
-        obj = await provider_with(api, "kv", namespace, "UnsupportedProviderClass", "False")
+        before = await provider_with(client, "vc1", namespace, "Reconciled", "True")
+        obj = await provider_with(client, "kv", namespace, "UnsupportedProviderClass", "False")
         assert "kubevirt" in condition(obj, "Ready")["message"]
-        await api.patch(PROVIDER, "vc1", namespace, {"spec": {"paused": True}})
-        paused = await provider_with(api, "vc1", namespace, "Paused", "True")
+        await client.patch(PROVIDER, "vc1", namespace, {"spec": {"paused": True}})
+        paused = await provider_with(client, "vc1", namespace, "Paused", "True")
     assert condition(paused, PROVIDER_REACHABLE)["reason"] == "Paused"
     assert paused["status"]["failureDomains"] == before["status"]["failureDomains"]
     assert paused["status"]["observedGeneration"] == paused["metadata"]["generation"] > before["metadata"]["generation"]

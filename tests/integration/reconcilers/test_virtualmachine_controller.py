@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+import reconciler_harness
+from reconciler_harness import CRD_DIR, new_client
 
 from banlieue.reconcilers import virtualmachine, vspherecluster
 from banlieue.reconcilers.context import RoleContext
@@ -27,34 +27,18 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.runtime.client import Client
-from banlieue.runtime.config import Timeouts, config_for_url
 from banlieue.runtime.errors import Invalid, NotFound
 from banlieue.runtime.kinds import EVENT, NAMESPACE
 from banlieue.runtime.manager import Manager
 
-CRD_DIR = Path(__file__).resolve().parents[3] / "config" / "crd"
 FIN_VSM = "infrastructure.banlieue.io/vspheremachine"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
-def new_client(url: str) -> Client:
-    return Client(config_for_url(url), timeouts=Timeouts(connect=2.0, request=10.0, watch_margin=5.0))
-
-
 async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 10.0) -> Any:
-    """Poll ``check`` until it returns something truthy; AssertionError after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = await check()
-        except NotFound:
-            last = None
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s (last: {last!r})")
-        await asyncio.sleep(0.05)
+    """``reconciler_harness.eventually`` as these tests wait: ``timeout`` 10 s by default, a poll
+    every 50 ms, and NotFound (the object not created yet, or already gone) counts as "not yet"."""
+    return await reconciler_harness.eventually(check, timeout, interval=0.05, ignore=(NotFound,))
 
 
 @dataclass

@@ -7,16 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_provider_integration import (  # the shared harness (fixtures re-exported for pytest)
-    api,
-    backend,
+from reconciler_harness import eventually
+from test_provider_integration import (  # the shared harness
     condition,
-    namespace,
     provider_body,
     provider_with,
     running_role,
     secret_body,
-    wait_for,
 )
 
 from banlieue.backends.vsphere.backend import VSphereBackend
@@ -25,8 +22,6 @@ from banlieue.reconcilers import vmimage as vmimage_reconciler
 from banlieue.reconcilers.kinds import PROVIDER, SECRET, VM_IMAGE
 from banlieue.runtime.client import Client
 from banlieue.testing.vcsim import VcsimProcess
-
-__all__ = ["api", "backend", "namespace"]
 
 
 def image_body(name: str, ref: str = "ubuntu-22.04") -> dict[str, Any]:
@@ -37,37 +32,37 @@ def image_body(name: str, ref: str = "ubuntu-22.04") -> dict[str, Any]:
     }
 
 
-async def rows_of(api: Client, name: str, want: int) -> dict[str, Any] | None:
-    obj = await api.get(VM_IMAGE, name)
+async def rows_of(client: Client, name: str, want: int) -> dict[str, Any] | None:
+    obj = await client.get(VM_IMAGE, name)
     rows = (obj.get("status") or {}).get("perProvider") or []
     return obj if len(rows) == want and all(r.get("reason") != "LookupFailed" for r in rows) else None
 
 
 @pytest.mark.vcsim
 async def test_vmimage_rows_for_two_providers(
-    apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, vcsim_factory: Callable[..., VcsimProcess],
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, vcsim_factory: Callable[..., VcsimProcess],
     backend: VSphereBackend,
 ) -> None:
     bare = vcsim_factory(templates=["debian-12"])
     name = f"ubuntu-{namespace}"
     for prov, vc in (("with", vcsim), ("without", bare)):
-        await api.create(SECRET, secret_body(f"{prov}-creds", namespace, username=vc.username, password=vc.password))
-        await api.create(PROVIDER, provider_body(prov, namespace, vc))
-    await api.create(PROVIDER, provider_body("nosecret", namespace, vcsim))
-    await api.create(VM_IMAGE, image_body(name))
+        await client.create(SECRET, secret_body(f"{prov}-creds", namespace, username=vc.username, password=vc.password))
+        await client.create(PROVIDER, provider_body(prov, namespace, vc))
+    await client.create(PROVIDER, provider_body("nosecret", namespace, vcsim))
+    await client.create(VM_IMAGE, image_body(name))
     async with running_role(apiserver, [provider_reconciler.setup, vmimage_reconciler.setup], backend):
-        await provider_with(api, "with", namespace, "Reconciled", "True")
-        await provider_with(api, "without", namespace, "Reconciled", "True")
+        await provider_with(client, "with", namespace, "Reconciled", "True")
+        await provider_with(client, "without", namespace, "Reconciled", "True")
 
         async def settled() -> dict[str, Any] | None:
-            obj = await rows_of(api, name, 3)
+            obj = await rows_of(client, name, 3)
             if obj is None:
                 return None
             rows = {r["providerName"]: r for r in obj["status"]["perProvider"]}
             # the rows of the two reachable Providers are final once both datacenters were searched
             return obj if rows["with"]["ready"] and "DC1" in rows["without"].get("message", "") else None
 
-        obj = await wait_for(settled, what="VMImage rows for both Providers")
+        obj = await eventually(settled, timeout=20.0, what="VMImage rows for both Providers")
     rows = {r["providerName"]: r for r in obj["status"]["perProvider"]}
     assert all(r["providerNamespace"] == namespace for r in rows.values())
     assert rows["with"]["reason"] == "Reconciled"
@@ -84,53 +79,53 @@ async def test_vmimage_rows_for_two_providers(
 
 @pytest.mark.vcsim
 async def test_vmimage_follows_provider_changes(
-    apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
 ) -> None:
     name = f"ubuntu-{namespace}"
-    await api.create(VM_IMAGE, image_body(name))
+    await client.create(VM_IMAGE, image_body(name))
     async with running_role(apiserver, [provider_reconciler.setup, vmimage_reconciler.setup], backend):
 
         async def no_provider() -> bool:
-            ready = condition(await api.get(VM_IMAGE, name), "Ready")
+            ready = condition(await client.get(VM_IMAGE, name), "Ready")
             return (ready.get("status"), ready.get("reason")) == ("False", "NoMatchingProvider")
 
-        await wait_for(no_provider, what="VMImage without any Provider")
+        await eventually(no_provider, timeout=20.0, what="VMImage without any Provider")
         # A Provider appears: the Provider watch re-reconciles the image (no 5-minute wait).
-        await api.create(SECRET, secret_body("vc-creds", namespace, username=vcsim.username, password=vcsim.password))
-        await api.create(PROVIDER, provider_body("vc", namespace, vcsim))
+        await client.create(SECRET, secret_body("vc-creds", namespace, username=vcsim.username, password=vcsim.password))
+        await client.create(PROVIDER, provider_body("vc", namespace, vcsim))
 
         async def ready_here() -> dict[str, Any] | None:
-            obj = await api.get(VM_IMAGE, name)
+            obj = await client.get(VM_IMAGE, name)
             rows = [r for r in obj["status"].get("perProvider") or [] if r["providerNamespace"] == namespace]
             return obj if rows and rows[0]["ready"] and "," in rows[0].get("resolvedRef", "") else None
 
-        await wait_for(ready_here, what="VMImage ready on the new Provider")
-        await api.delete(PROVIDER, "vc", namespace)
+        await eventually(ready_here, timeout=20.0, what="VMImage ready on the new Provider")
+        await client.delete(PROVIDER, "vc", namespace)
 
         async def row_gone() -> bool:
-            obj = await api.get(VM_IMAGE, name)
+            obj = await client.get(VM_IMAGE, name)
             return not [r for r in obj["status"].get("perProvider") or [] if r["providerNamespace"] == namespace]
 
-        await wait_for(row_gone, what="row of the deleted Provider removed")
+        await eventually(row_gone, timeout=20.0, what="row of the deleted Provider removed")
 
 
 @pytest.mark.vcsim
 async def test_unparsable_ca_bundle_same_reason_and_message_on_provider_and_image(
-    apiserver: Any, api: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
 ) -> None:
     name = f"ubuntu-{namespace}"
-    await api.create(SECRET, secret_body("badca-creds", namespace, username=vcsim.username, password=vcsim.password))
-    await api.create(PROVIDER, provider_body("badca", namespace, vcsim, ca={"inline": "not a pem"}))
-    await api.create(VM_IMAGE, image_body(name))
+    await client.create(SECRET, secret_body("badca-creds", namespace, username=vcsim.username, password=vcsim.password))
+    await client.create(PROVIDER, provider_body("badca", namespace, vcsim, ca={"inline": "not a pem"}))
+    await client.create(VM_IMAGE, image_body(name))
     async with running_role(apiserver, [provider_reconciler.setup, vmimage_reconciler.setup], backend):
-        prov = await provider_with(api, "badca", namespace, "TLSVerifyFailed", "False")
+        prov = await provider_with(client, "badca", namespace, "TLSVerifyFailed", "False")
 
         async def row() -> dict[str, Any] | None:
-            obj = await api.get(VM_IMAGE, name)
+            obj = await client.get(VM_IMAGE, name)
             rows = [r for r in obj["status"].get("perProvider") or [] if r["providerNamespace"] == namespace]
             return rows[0] if rows and rows[0].get("reason") == "ConnectFailed" else None
 
-        got = await wait_for(row, what="VMImage row ConnectFailed")
+        got = await eventually(row, timeout=20.0, what="VMImage row ConnectFailed")
     message = condition(prov, "Ready")["message"]
     assert message.startswith("spec.connection.caBundle is not a valid PEM certificate bundle: ") and "(read from inline)" in message
     assert condition(prov, "ProviderReachable")["reason"] == "TLSVerifyFailed"

@@ -10,17 +10,12 @@ from typing import Any
 
 import pytest
 from pyVmomi import vim
-from test_vspheremachine_vcsim import (  # sibling module: shared fixtures and helpers
+from reconciler_harness import b64, eventually, vms_with_uid
+from test_vspheremachine_vcsim import (  # sibling module: shared helpers
     FIN,
-    b64,
-    client,
-    eventually,
     make_provider,
-    ns,
     ready_of,
     running,
-    si,
-    vms_with_uid,
     wait_reason,
 )
 
@@ -32,7 +27,6 @@ from banlieue.testing.vcsim import VcsimProcess
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from capi.crds import CAPI_CRDS
 
-__all__ = ["client", "ns", "si"]  # fixtures re-exported for pytest
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(90)]
 
 

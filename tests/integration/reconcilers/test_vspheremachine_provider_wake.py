@@ -10,84 +10,33 @@ couple of seconds; the machine's own polls are 10 s or more apart.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import ssl
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from pyVim.connect import Disconnect, SmartConnect
-from pyVmomi import vim
+from reconciler_harness import b64, eventually, new_client, vms_with_uid
 
 from banlieue.backends.vsphere.backend import VSphereBackend
-from banlieue.backends.vsphere.find import UID_KEY
 from banlieue.reconcilers import vspheremachine, vspheremachine_sources
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import FIELD_MANAGER_PROVIDER_VSPHERE, PROVIDER, SECRET, VSPHERE_MACHINE
 from banlieue.runtime.client import Client
-from banlieue.runtime.config import Timeouts, config_for_url
-from banlieue.runtime.kinds import NAMESPACE
 from banlieue.runtime.manager import Manager
 from banlieue.testing.vcsim import VcsimProcess
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(90)]
-REPO = Path(__file__).resolve().parents[3]
 NOTICE_WITHIN = 3.0
 """Seconds within which a power change made behind banlieue's back must reach the status (the
 watch waits at most ``watch_max_wait`` = 1 s per round; the old idle resync alone took up to 5 s
 to start a new Provider's watch, and 300 s here)."""
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not met within {timeout} s (last: {last!r})")
-
-
-@pytest.fixture
-async def client(apiserver: Any) -> AsyncIterator[Client]:
-    apiserver.server.load_crd_dir(REPO / "config" / "crd")
-    c = Client(config_for_url(apiserver.url), timeouts=Timeouts(connect=2.0, request=10.0, watch_margin=5.0))
-    yield c
-    await c.close()
-
-
-@pytest.fixture
-def si(vcsim: VcsimProcess) -> Iterator[Any]:
-    s = SmartConnect(host=vcsim.host, port=vcsim.port, user=vcsim.username, pwd=vcsim.password,
-                     sslContext=ssl.create_default_context(cafile=vcsim.ca_file))
-    yield s
-    Disconnect(s)
-
-
-def b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
-def vm_with_uid(si: Any, uid: str) -> Any:
-    content = si.RetrieveContent()
-    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
-    try:
-        found = [vm for vm in view.view if vm.config and any(o.key == UID_KEY and o.value == uid for o in vm.config.extraConfig)]
-    finally:
-        view.Destroy()
-    assert len(found) == 1, found
-    return found[0]
-
-
 @contextlib.asynccontextmanager
 async def provider_manager(apiserver: Any, ns: str) -> AsyncIterator[vspheremachine_sources.VMWatch]:
     """A provider-role Manager running the vspheremachine controller in ``ns``; yields its VMWatch."""
-    client = Client(config_for_url(apiserver.url), timeouts=Timeouts(connect=2.0, request=10.0, watch_margin=5.0))
+    client = new_client(apiserver.url)
     mgr = Manager(client, namespace=ns, metrics_bind_address="0", health_probe_bind_address="0",
                   graceful_shutdown_timeout=5.0, handle_signals=False)
     backend = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=30.0, watch_max_wait=1.0)
@@ -118,12 +67,10 @@ async def provider_manager(apiserver: Any, ns: str) -> AsyncIterator[vspheremach
 
 
 async def test_provider_created_after_start_is_watched_at_once(
-    apiserver: Any, client: Client, vcsim: VcsimProcess, si: Any, monkeypatch: pytest.MonkeyPatch
+    apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Only a Provider event can start the watch in time: the safety-net resync is 300 s.
     monkeypatch.setattr(vspheremachine_sources, "WATCH_RESYNC_SECONDS", 300.0)
-    ns = f"ns-{uuid.uuid4().hex[:8]}"
-    await client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     async with provider_manager(apiserver, ns) as watch:
         await asyncio.sleep(1.0)  # the controller runs and its watcher has evaluated (no Provider)
         assert watch.wakes == 0 and not watch.watched
@@ -138,27 +85,31 @@ async def test_provider_created_after_start_is_watched_at_once(
         await client.patch_status(PROVIDER, "vc1", ns, {"status": {"failureDomains": [
             {"name": "vc1-dc0-c0", "labels": {"dc": "DC0", "cluster": "DC0_C0"},
              "attributes": {"raw": {"datacenter": "DC0", "cluster": "DC0_C0"}}}]}})
-        await eventually(lambda: _async(watch.watched == {f"{ns}/vc1"}), 5.0, "a Provider event started its vCenter watch")
+        await eventually(lambda: _async(watch.watched == {f"{ns}/vc1"}), 5.0, "a Provider event started its vCenter watch",
+                         interval=0.05)
         assert watch.wakes > 0
 
         created = await client.create(VSPHERE_MACHINE, {
             "apiVersion": VSPHERE_MACHINE.api_version, "kind": "VSphereMachine", "metadata": {"name": "m1", "namespace": ns},
             "spec": {"providerRef": {"name": "vc1"}, "datacenter": "DC0", "cluster": "DC0_C0", "template": "ubuntu-22.04",
                      "numCPUs": 1, "memoryMiB": 512}})
-        await eventually(lambda: _power(client, ns, "PoweredOn"), 30.0, "m1 provisioned and PoweredOn")
-        vm = vm_with_uid(si, created["metadata"]["uid"])
+        await eventually(lambda: _power(client, ns, "PoweredOn"), 30.0, "m1 provisioned and PoweredOn", interval=0.05)
+        found = vms_with_uid(si, created["metadata"]["uid"])
+        assert len(found) == 1, found
+        vm = found[0]
 
         await asyncio.to_thread(_wait_task, vm.PowerOffVM_Task())  # behind banlieue's back
         assert vm.runtime.powerState == "poweredOff"
         started = time.monotonic()
         await eventually(lambda: asyncio.to_thread(lambda: vm.runtime.powerState == "poweredOn"), NOTICE_WITHIN,
-                         "the power-off noticed through the watch and the VM powered on again (spec powerState PoweredOn)")
+                         "the power-off noticed through the watch and the VM powered on again (spec powerState PoweredOn)",
+                         interval=0.05)
         assert time.monotonic() - started < NOTICE_WITHIN
 
         # Deleting the Provider stops its watch at once too (not at the 300 s resync).
         assert watch.watched == {f"{ns}/vc1"}
         await client.delete(PROVIDER, "vc1", ns)
-        await eventually(lambda: _async(not watch.watched), 5.0, "the deleted Provider's watch stopped")
+        await eventually(lambda: _async(not watch.watched), 5.0, "the deleted Provider's watch stopped", interval=0.05)
 
 
 def _wait_task(task: Any) -> None:

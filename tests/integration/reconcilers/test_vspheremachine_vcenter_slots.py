@@ -11,13 +11,11 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from reconciler_harness import eventually, new_client
 from test_vspheremachine_vcsim import (
     _powered_on,
-    client,
-    eventually,
     machine,
     make_provider,
-    ns,
     ready_of,
     wait_reason,
 )
@@ -27,17 +25,15 @@ from banlieue.reconcilers import vspheremachine
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import FIELD_MANAGER_PROVIDER_VSPHERE, VSPHERE_MACHINE
 from banlieue.runtime.client import Client
-from banlieue.runtime.config import Timeouts, config_for_url
 from banlieue.runtime.manager import Manager
 from banlieue.testing.vcsim import VcsimProcess
 
-__all__ = ["client", "ns"]  # fixtures re-exported for pytest
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(90)]
 
 
 @contextlib.asynccontextmanager
 async def two_workers(apiserver: Any, ns: str) -> AsyncIterator[None]:
-    c = Client(config_for_url(apiserver.url), timeouts=Timeouts(connect=2.0, request=10.0, watch_margin=5.0))
+    c = new_client(apiserver.url)
     mgr = Manager(c, namespace=ns, metrics_bind_address="0", health_probe_bind_address="0",
                   graceful_shutdown_timeout=5.0, handle_signals=False)
     backend = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=30.0, watch_max_wait=2.0)

@@ -4,87 +4,36 @@ vcsim (SOAP through pyvmomi), driven by creating objects over HTTP (SPEC §3, §
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import ssl
-import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 from pyVim.connect import Disconnect, SmartConnect
 from pyVmomi import vim
+from reconciler_harness import b64, eventually, new_client, vms_with_uid
 
 from banlieue.backends.vsphere import guestinfo
 from banlieue.backends.vsphere.backend import VSphereBackend
-from banlieue.backends.vsphere.find import UID_KEY
 from banlieue.reconcilers import vspheremachine
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import FIELD_MANAGER_PROVIDER_VSPHERE, PROVIDER, SECRET, VSPHERE_MACHINE
 from banlieue.runtime.client import Client
-from banlieue.runtime.config import Timeouts, config_for_url
 from banlieue.runtime.errors import NotFound
-from banlieue.runtime.kinds import NAMESPACE
 from banlieue.runtime.manager import Manager
 from banlieue.testing.vcsim import VcsimProcess
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(90)]
-REPO = Path(__file__).resolve().parents[3]
 FIN = "infrastructure.banlieue.io/vspheremachine"
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``check`` (async) until it returns a truthy value; AssertionError after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{what} not met within {timeout} s (last: {last!r})")
-
-
-@pytest.fixture
-async def client(apiserver: Any) -> AsyncIterator[Client]:
-    apiserver.server.load_crd_dir(REPO / "config" / "crd")
-    c = Client(config_for_url(apiserver.url), timeouts=Timeouts(connect=2.0, request=10.0, watch_margin=5.0))
-    yield c
-    await c.close()
-
-
-@pytest.fixture
-async def ns(client: Client) -> str:
-    name = f"ns-{uuid.uuid4().hex[:8]}"
-    await client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    return name
-
-
-@pytest.fixture
-def si(vcsim: VcsimProcess) -> Iterator[Any]:
-    s = SmartConnect(host=vcsim.host, port=vcsim.port, user=vcsim.username, pwd=vcsim.password,
-                     sslContext=ssl.create_default_context(cafile=vcsim.ca_file))
-    yield s
-    Disconnect(s)
-
-
-def vms_with_uid(si: Any, uid: str) -> list[Any]:
-    content = si.RetrieveContent()
-    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
-    try:
-        return [vm for vm in view.view if vm.config and any(o.key == UID_KEY and o.value == uid for o in vm.config.extraConfig)]
-    finally:
-        view.Destroy()
 
 
 class Running:
     """A provider-role Manager running the vspheremachine controller in ``ns``."""
 
     def __init__(self, apiserver: Any, ns: str, watch_filter: str | None = None, shutdown_timeout: float = 5.0) -> None:
-        self.client = Client(config_for_url(apiserver.url), timeouts=Timeouts(connect=2.0, request=10.0, watch_margin=5.0))
+        self.client = new_client(apiserver.url)
         self.mgr = Manager(self.client, namespace=ns, metrics_bind_address="0", health_probe_bind_address="0",
                            graceful_shutdown_timeout=shutdown_timeout, handle_signals=False)
         self.backend = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=30.0, watch_max_wait=2.0)
@@ -109,10 +58,6 @@ async def running(apiserver: Any, ns: str, watch_filter: str | None = None) -> A
         yield r
     finally:
         await r.stop()
-
-
-def b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
 
 
 async def make_provider(client: Client, ns: str, vc: VcsimProcess, name: str = "vc1",

@@ -13,19 +13,15 @@ from urllib.parse import parse_qs
 
 import pytest
 from pyVmomi import vim
+from reconciler_harness import eventually, vms_with_uid
 from test_vspheremachine_vcsim import (
     FIN,
     _gone,
     _powered_on,
-    client,
-    eventually,
     machine,
     make_provider,
-    ns,
     ready_of,
     running,
-    si,
-    vms_with_uid,
     wait_reason,
 )
 
@@ -39,7 +35,6 @@ from banlieue.runtime.client import Client
 from banlieue.runtime.kinds import EVENT
 from banlieue.testing.vcsim import VcsimProcess
 
-__all__ = ["client", "ns", "si"]  # fixtures re-exported for pytest
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(90)]
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_provider_integration import api, namespace, running_role, wait_for
+from reconciler_harness import eventually
+from test_provider_integration import running_role
 
 from banlieue.reconcilers import vspheremachinetemplate
 from banlieue.reconcilers.kinds import VM_IMAGE, VSPHERE_MACHINE_TEMPLATE
 from banlieue.runtime.client import Client
-
-__all__ = ["api", "namespace"]
 
 
 def template_body(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
@@ -22,40 +21,40 @@ def template_body(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
     }
 
 
-async def status_is(api: Client, name: str, namespace: str, want: dict[str, Any]) -> dict[str, Any]:
+async def status_is(client: Client, name: str, namespace: str, want: dict[str, Any]) -> dict[str, Any]:
     async def check() -> dict[str, Any] | None:
-        obj = await api.get(VSPHERE_MACHINE_TEMPLATE, name, namespace)
+        obj = await client.get(VSPHERE_MACHINE_TEMPLATE, name, namespace)
         return obj if obj.get("status") == want else None
 
-    result: dict[str, Any] = await wait_for(check, what=f"VSphereMachineTemplate status {want}")
+    result: dict[str, Any] = await eventually(check, timeout=20.0, what=f"VSphereMachineTemplate status {want}")
     return result
 
 
-async def test_capacity_and_node_info_follow_spec_and_vmimages(apiserver: Any, api: Client, namespace: str) -> None:
-    await api.create(VSPHERE_MACHINE_TEMPLATE, template_body("md", namespace))
-    await api.create(VSPHERE_MACHINE_TEMPLATE, template_body("other", namespace, template="rhel-9", numCPUs=8, memoryMiB=16384))
+async def test_capacity_and_node_info_follow_spec_and_vmimages(apiserver: Any, client: Client, namespace: str) -> None:
+    await client.create(VSPHERE_MACHINE_TEMPLATE, template_body("md", namespace))
+    await client.create(VSPHERE_MACHINE_TEMPLATE, template_body("other", namespace, template="rhel-9", numCPUs=8, memoryMiB=16384))
     async with running_role(apiserver, [vspheremachinetemplate.setup]):
-        await status_is(api, "md", namespace, {
+        await status_is(client, "md", namespace, {
             "capacity": {"cpu": 2, "memory": "4096Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"},
         })
-        await status_is(api, "other", namespace, {
+        await status_is(client, "other", namespace, {
             "capacity": {"cpu": 8, "memory": "16384Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"},
         })
         # A VMImage for the template says arm64: the VMImage watch updates only the templates using it.
-        await api.create(VM_IMAGE, {
+        await client.create(VM_IMAGE, {
             "apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "ubuntu-arm"},
             "spec": {"osFamily": "linux", "architecture": "arm64",
                      "sources": [{"providerClass": "vsphere", "kind": "Template", "ref": "ubuntu-22.04"}]},
         })
-        await status_is(api, "md", namespace, {
+        await status_is(client, "md", namespace, {
             "capacity": {"cpu": 2, "memory": "4096Mi"}, "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"},
         })
         # A spec change (new generation) is reflected.
-        await api.patch(VSPHERE_MACHINE_TEMPLATE, "md", namespace, {"spec": {"template": {"spec": {"numCPUs": 4}}}})
-        await status_is(api, "md", namespace, {
+        await client.patch(VSPHERE_MACHINE_TEMPLATE, "md", namespace, {"spec": {"template": {"spec": {"numCPUs": 4}}}})
+        await status_is(client, "md", namespace, {
             "capacity": {"cpu": 4, "memory": "4096Mi"}, "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"},
         })
-    other = await api.get(VSPHERE_MACHINE_TEMPLATE, "other", namespace)
+    other = await client.get(VSPHERE_MACHINE_TEMPLATE, "other", namespace)
     assert other["status"]["nodeInfo"]["architecture"] == "amd64"
     managers = {m["manager"] for m in other["metadata"].get("managedFields") or [] if m.get("subresource") == "status"}
     assert managers <= {"banlieue.io/provider-vsphere"} and managers

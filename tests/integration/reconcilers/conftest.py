@@ -1,0 +1,64 @@
+"""Fixtures shared by the reconciler integration tests: a Client of the API-server double with the
+banlieue CRDs installed, a fresh namespace per test, a pyVmomi session to vcsim and a
+VSphereBackend for the provider role.
+
+``apiserver`` and ``vcsim`` come from tests/conftest.py."""
+
+from __future__ import annotations
+
+import ssl
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from pyVim.connect import Disconnect, SmartConnect
+from reconciler_harness import CRD_DIR, new_client
+
+from banlieue.backends.vsphere.backend import VSphereBackend
+from banlieue.runtime.client import Client
+from banlieue.runtime.kinds import NAMESPACE
+from banlieue.testing.vcsim import VcsimProcess
+
+
+@pytest.fixture
+async def client(apiserver: Any) -> AsyncIterator[Client]:
+    """A client of the double with the banlieue CRDs (config/crd) installed; closed after the test."""
+    apiserver.server.load_crd_dir(CRD_DIR)
+    c = new_client(apiserver.url)
+    yield c
+    await c.close()
+
+
+@pytest.fixture
+async def namespace(client: Client) -> str:
+    """A new namespace ``ns-<8 hex>`` created over HTTP; its name."""
+    name = f"ns-{uuid.uuid4().hex[:8]}"
+    await client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    return name
+
+
+@pytest.fixture
+def ns(namespace: str) -> str:
+    """The same namespace as ``namespace``, under the short name the VSphereMachine tests use."""
+    return namespace
+
+
+@pytest.fixture
+def si(vcsim: VcsimProcess) -> Iterator[Any]:
+    """A pyVmomi ServiceInstance logged in to vcsim (TLS verified against its CA); logged out after."""
+    s = SmartConnect(host=vcsim.host, port=vcsim.port, user=vcsim.username, pwd=vcsim.password,
+                     sslContext=ssl.create_default_context(cafile=vcsim.ca_file))
+    yield s
+    Disconnect(s)
+
+
+@pytest.fixture
+async def backend() -> AsyncIterator[VSphereBackend]:
+    """A VSphereBackend (4 workers; task 60 s, request 10 s, watch round 5 s, inventory index
+    TTL 1 s) for ``running_role``; closed after the test."""
+    b = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=10.0, watch_max_wait=5.0, index_ttl=1.0)
+    try:
+        yield b
+    finally:
+        await b.close()
