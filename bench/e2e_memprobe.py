@@ -13,8 +13,12 @@ traced size (current and peak, MiB).
 ``$BENCH_MEMPROBE_MODE=heap``: no tracemalloc (the process runs at full speed); SIGUSR1 writes
 glibc's heap counters (``mallinfo2``: bytes in use and free in the main heap, bytes in mmap'd
 blocks), CPython's object allocator statistics (``sys._debugmallocstats``: arenas allocated vs
-bytes in live blocks, i.e. how much of the RSS is fragmentation) and the live objects tracked by
-the garbage collector by type (count, shallow KiB), top 40.
+bytes in live blocks, i.e. how much of the RSS is fragmentation), the garbage collector's counters
+and the live objects it tracks by type (count, shallow KiB), top 40; with
+``$BENCH_MEMPROBE_COLLECT`` set, then a full ``gc.collect()`` and the same figures after it (how
+much was garbage held only by reference cycles); with ``$BENCH_MEMPROBE_SAVEALL`` set, the
+collector keeps everything it finds in cycles from the start (memory grows: diagnosis only) and
+the report lists it by type and, for frames and coroutines, by function.
 
 tracemalloc slows the process down: figures from a probed run are not reported as timings.
 """
@@ -67,13 +71,7 @@ class _MallInfo2(ctypes.Structure):
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
-def _heap_report() -> str:
-    lines = [f"t={time.monotonic() - STARTED:.1f} s rss={_rss_mib():.1f} MiB"]
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = _MallInfo2
-    mi = libc.mallinfo2()
-    lines.append(f"glibc: main heap {mi.arena / 2**20:.1f} MiB (in use {mi.uordblks / 2**20:.1f}, free "
-                 f"{mi.fordblks / 2**20:.1f}), mmap'd blocks {mi.hblkhd / 2**20:.1f} MiB in {mi.hblks}")
+def _pymalloc_stats() -> list[str]:
     with tempfile.TemporaryFile() as tmp:  # _debugmallocstats writes to the C-level stderr
         saved = os.dup(2)
         try:
@@ -83,9 +81,36 @@ def _heap_report() -> str:
             os.dup2(saved, 2)
             os.close(saved)
         tmp.seek(0)
-        stats = tmp.read().decode(errors="replace").splitlines()
+        return tmp.read().decode(errors="replace").splitlines()
+
+
+def _garbage_report() -> list[str]:
+    """Types (and, for frames and coroutines, code names) of what the collector found in
+    reference cycles since start (``$BENCH_MEMPROBE_SAVEALL``: gc.DEBUG_SAVEALL keeps it)."""
+    gc.collect()
+    kinds: dict[str, int] = {}
+    for obj in gc.garbage:
+        name = type(obj).__qualname__
+        code = getattr(obj, "f_code", None) or getattr(obj, "cr_code", None)
+        if code is not None:
+            name += f" {code.co_qualname} ({Path(code.co_filename).name}:{code.co_firstlineno})"
+        kinds[name] = kinds.get(name, 0) + 1
+    lines = [f"-- in reference cycles since start: {len(gc.garbage)} objects (top 40 by count)"]
+    lines += [f"{count:10d} {name}" for name, count in sorted(kinds.items(), key=lambda kv: -kv[1])[:40]]
+    return lines
+
+
+def _heap_report() -> str:
+    lines = [f"t={time.monotonic() - STARTED:.1f} s rss={_rss_mib():.1f} MiB"]
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    mi = libc.mallinfo2()
+    lines.append(f"glibc: main heap {mi.arena / 2**20:.1f} MiB (in use {mi.uordblks / 2**20:.1f}, free "
+                 f"{mi.fordblks / 2**20:.1f}), mmap'd blocks {mi.hblkhd / 2**20:.1f} MiB in {mi.hblks}")
+    stats = _pymalloc_stats()
     lines.append("-- pymalloc (sys._debugmallocstats, summary)")
     lines += [line for line in stats if line.startswith(("#", "Total")) or " bytes in " in line][-16:]
+    lines.append(f"gc: counts {gc.get_count()}, per generation {gc.get_stats()}")
     sizes: dict[str, list[int]] = {}
     for obj in gc.get_objects():
         entry = sizes.setdefault(type(obj).__qualname__, [0, 0])
@@ -94,6 +119,14 @@ def _heap_report() -> str:
     lines.append("-- gc-tracked objects by type (count, shallow KiB)")
     for name, (count, size) in sorted(sizes.items(), key=lambda kv: -kv[1][1])[:40]:
         lines.append(f"{size / 1024:10.0f} KiB {count:8d} {name}")
+    del sizes
+    if gc.garbage:
+        lines += _garbage_report()
+    if os.environ.get("BENCH_MEMPROBE_COLLECT"):
+        # Garbage held only by reference cycles waits for a full collection: how much was there?
+        found = gc.collect()
+        lines.append(f"-- after gc.collect() ({found} unreachable objects freed): rss={_rss_mib():.1f} MiB")
+        lines += [line for line in _pymalloc_stats() if "allocated blocks" in line or "arenas allocated current" in line]
     return "\n".join(lines) + "\n"
 
 
@@ -114,6 +147,8 @@ def _watch_growth(directory: Path) -> None:
 
 def main() -> int:
     signal.signal(signal.SIGUSR1, _dump)
+    if os.environ.get("BENCH_MEMPROBE_SAVEALL"):
+        gc.set_debug(gc.DEBUG_SAVEALL)  # keep what cycles the collector finds, for _garbage_report
     if os.environ.get("BENCH_MEMPROBE_MODE") != "heap":
         tracemalloc.start(int(os.environ.get("BENCH_MEMPROBE_DEPTH", "1")))
     grow = os.environ.get("BENCH_MEMPROBE_GROW") if tracemalloc.is_tracing() else None

@@ -18,6 +18,7 @@ from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
 
 from banlieue.backends.base import NicStatus, PowerState, TemplateInfo, VMInfo
+from banlieue.backends.vsphere import deserializer
 from banlieue.backends.vsphere.inventory import InventoryIndex
 from banlieue.backends.vsphere.properties import (
     ObjectProps,
@@ -31,6 +32,9 @@ from banlieue.backends.vsphere.properties import (
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
 vim: Any = _vim
 vmodl: Any = _vmodl
+
+# Every SOAP response freed as soon as it is used, not at the next full garbage collection.
+deserializer.install()
 
 UID_KEY = "banlieue.uid"
 

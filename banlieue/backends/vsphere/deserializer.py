@@ -1,0 +1,43 @@
+"""pyVmomi's SOAP response deserializer without its reference cycle.
+
+``SoapResponseDeserializer.Deserialize`` keeps the expat parser in ``self.parser``, and the
+parser's handlers are bound methods of that deserializer: a cycle. The deserializer also holds
+the inner ``SoapDeserializer``, whose ``result`` is the whole response (every ``ObjectContent``,
+``DynamicProperty``, ``OptionValue``, device...). So each response outlived its use until the
+garbage collector's next collection of the generation the cycle had reached; a large response
+allocates enough objects while it is parsed to reach the oldest generation, which CPython
+collects rarely once the process holds many long-lived objects (the informer caches). With
+10,000 VirtualMachines, the VSphereMachine lookups' responses piled up to ~200 MiB before a full
+collection freed them, and the allocator kept that high-water mark as RSS (measured with
+``bench/e2e_memprobe.py``: gc.DEBUG_SAVEALL found every response of the run in such cycles).
+
+:func:`install` makes pyVmomi use a subclass that drops ``self.parser`` once the response is
+parsed (pyVmomi itself does so only for faults), so reference counting frees a response as
+soon as its caller lets go of the result. Nothing else changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyVmomi import SoapAdapter as _soap
+
+soap: Any = _soap  # pyVmomi's partial stubs: treat the module as Any
+
+
+class AcyclicResponseDeserializer(soap.SoapResponseDeserializer):  # type: ignore[misc]
+    """``SoapResponseDeserializer`` that forgets its parser after ``Deserialize`` (see module)."""
+
+    def Deserialize(self, response: Any, resultType: Any, nsMap: Any = None) -> Any:  # pyVmomi's method name
+        try:
+            return super().Deserialize(response, resultType, nsMap)
+        finally:
+            self.__dict__.pop("parser", None)
+
+
+def install() -> None:
+    """Make pyVmomi's SOAP stubs deserialize responses with :class:`AcyclicResponseDeserializer`
+    (``SoapStubAdapter.InvokeMethod`` looks the class up in its module at each call).
+    Idempotent."""
+    if soap.SoapResponseDeserializer is not AcyclicResponseDeserializer:
+        soap.SoapResponseDeserializer = AcyclicResponseDeserializer
