@@ -18,7 +18,8 @@ and the live objects it tracks by type (count, shallow KiB), top 40; with
 ``$BENCH_MEMPROBE_COLLECT`` set, then a full ``gc.collect()`` and the same figures after it (how
 much was garbage held only by reference cycles); with ``$BENCH_MEMPROBE_SAVEALL`` set, the
 collector keeps everything it finds in cycles from the start (memory grows: diagnosis only) and
-the report lists it by type and, for frames and coroutines, by function.
+the report lists it by type and, for frames and coroutines, by function;
+``$BENCH_MEMPROBE_REFERRERS=<type name>``: the chain of referrers keeping one such object alive.
 
 tracemalloc slows the process down: figures from a probed run are not reported as timings.
 """
@@ -100,6 +101,22 @@ def _garbage_report() -> list[str]:
     return lines
 
 
+def _referrer_chain(type_name: str, depth: int = 6) -> list[str]:
+    """What keeps one live object of type ``type_name`` alive: its referrers, their referrers...
+    (first referrer that is not a frame or this probe's own list at each step)."""
+    target = next((o for o in gc.get_objects() if type(o).__qualname__ == type_name), None)
+    lines = [f"-- referrer chain of one {type_name}" + ("" if target is not None else ": none alive")]
+    seen = {id(lines)}
+    while target is not None and depth > 0:
+        depth -= 1
+        seen.add(id(target))
+        referrers = [r for r in gc.get_referrers(target) if id(r) not in seen and type(r).__name__ != "frame"]
+        for r in referrers[:4]:
+            lines.append(f"    {'  ' * (6 - depth)}<- {type(r).__qualname__} {repr(r)[:160]}")
+        target = referrers[0] if referrers else None
+    return lines
+
+
 def _heap_report() -> str:
     lines = [f"t={time.monotonic() - STARTED:.1f} s rss={_rss_mib():.1f} MiB"]
     libc = ctypes.CDLL("libc.so.6")
@@ -120,6 +137,9 @@ def _heap_report() -> str:
     for name, (count, size) in sorted(sizes.items(), key=lambda kv: -kv[1][1])[:40]:
         lines.append(f"{size / 1024:10.0f} KiB {count:8d} {name}")
     del sizes
+    wanted = os.environ.get("BENCH_MEMPROBE_REFERRERS")
+    if wanted:
+        lines += _referrer_chain(wanted)
     if gc.garbage:
         lines += _garbage_report()
     if os.environ.get("BENCH_MEMPROBE_COLLECT"):
