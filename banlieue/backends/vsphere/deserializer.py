@@ -6,10 +6,12 @@ the inner ``SoapDeserializer``, whose ``result`` is the whole response (every ``
 ``DynamicProperty``, ``OptionValue``, device...). So each response outlived its use until the
 garbage collector's next collection of the generation the cycle had reached; a large response
 allocates enough objects while it is parsed to reach the oldest generation, which CPython
-collects rarely once the process holds many long-lived objects (the informer caches). With
-10,000 VirtualMachines, the VSphereMachine lookups' responses piled up to ~200 MiB before a full
-collection freed them, and the allocator kept that high-water mark as RSS (measured with
-``bench/e2e_memprobe.py``: gc.DEBUG_SAVEALL found every response of the run in such cycles).
+collects rarely once the process holds many long-lived objects (the informer caches), and the
+allocator keeps the high-water mark of what piled up as RSS. Measured with
+``bench/e2e_memprobe.py`` (gc.DEBUG_SAVEALL) on ``banlieue manager`` restarting onto 1,000 Ready
+VMs: 206,790 objects went through such cycles, nearly all pyVmomi response objects (every
+response of the run); with this module, 2,503 (import-time objects only), and RSS after
+settling 135 -> 128 MiB.
 
 :func:`install` makes pyVmomi use a subclass that drops ``self.parser`` once the response is
 parsed (pyVmomi itself does so only for faults), so reference counting frees a response as
