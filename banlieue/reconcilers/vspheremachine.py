@@ -86,8 +86,9 @@ MAX_STEPS = 8
 CAPI_NOT_SYNCED_REQUEUE = 2.0
 """Seconds to wait when a CAPI-path machine arrives before the CAPI caches are synced."""
 VCENTER_BUSY_REQUEUE = 1.0
-"""Seconds before retrying a reconcile deferred because its vCenter holds all its slots
-(``vcenter_slots``): requeue, never wait, so the worker serves other vCenters meanwhile."""
+"""Seconds before retrying a reconcile deferred because its vCenter holds all its slots, when
+no wake channel runs (``vcenter_slots``; the controller built by ``setup`` runs one, and then a
+deferred request waits in line instead)."""
 
 
 class VSphereMachineRetry(Exception):
@@ -98,8 +99,9 @@ class VSphereMachineReconciler:
     """Reconciles one VSphereMachine (see the module docstring). ``capi`` answers whether the
     CAPI Machine/Cluster caches can be read (None: CAPI is never consulted). ``slots`` caps
     the workers one vCenter may hold (default: ``cap_for_workers(ctx.max_concurrent_reconciles)``
-    per Connection ``endpoint``); a reconcile that finds its vCenter full returns
-    ``Result(requeue_after=VCENTER_BUSY_REQUEUE)`` before any backend call."""
+    per Connection ``endpoint``); a reconcile that finds its vCenter full returns before any
+    backend call: ``Result()`` in the vCenter's waiting list while the slots' wake channel runs,
+    else ``Result(requeue_after=VCENTER_BUSY_REQUEUE)``."""
 
     def __init__(self, ctx: RoleContext, backend: Backend, capi: CapiWatch | None = None,
                  writes: OwnWrites | None = None, slots: VCenterSlots | None = None) -> None:
@@ -253,6 +255,14 @@ class VSphereMachineReconciler:
         return written
 
     async def reconcile(self, request: Request) -> Result:
+        """Reconcile one VSphereMachine (module docstring); ends every reconcile with
+        ``slots.settle`` so a wake token this request did not use goes to the next waiter."""
+        try:
+            return await self._reconcile(request)
+        finally:
+            self.slots.settle(request)
+
+    async def _reconcile(self, request: Request) -> Result:
         cached = self.ctx.cache.get(VSPHERE_MACHINE, request.name, request.namespace)
         if cached is None:
             return Result()
@@ -295,7 +305,12 @@ class VSphereMachineReconciler:
                     snap, conn = self._connection(snap, plan)
                     if conn is not None:
                         if slot is None:
-                            if not self.slots.try_acquire(conn.endpoint):
+                            if not self.slots.try_acquire(conn.endpoint, request):
+                                if self.slots.waking:
+                                    # In line for the vCenter: the next release enqueues it.
+                                    log.debug("vcenter busy, waiting for a slot", machine=str(request),
+                                              endpoint=conn.endpoint, cap=self.slots.cap)
+                                    return Result()
                                 log.debug("vcenter busy, deferring", machine=str(request), endpoint=conn.endpoint,
                                           cap=self.slots.cap, requeue_after=VCENTER_BUSY_REQUEUE)
                                 return Result(requeue_after=VCENTER_BUSY_REQUEUE)
@@ -369,6 +384,7 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
         .watches(CONFIG_MAP, maps.config_map)
         .watches_channel(capi.requests())
         .watches_channel(vm_watch.requests())
+        .watches_channel(reconciler.slots.requests())
         .with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles)
         .complete(reconciler)
     )
