@@ -130,8 +130,10 @@ class ProviderReconciler:
             self.ctx.recorder.event(wire, event.type, event.reason, event.message)
 
     def users(self, provider: Provider) -> list[str]:
-        """Sorted names of the VSphereMachines (cache) that use ``provider``."""
-        machines = self.ctx.cache.list(VSPHERE_MACHINE, provider.metadata.namespace)
+        """Sorted names of the VSphereMachines (cache) that use ``provider``. Goes through the
+        namespace's machines one decoded object at a time (``Cache.iter_objects``): decoding
+        10,000 at once raised the manager's RSS by ~140 MiB."""
+        machines = self.ctx.cache.iter_objects(VSPHERE_MACHINE, provider.metadata.namespace)
         return sorted(str(m["metadata"]["name"]) for m in machines if machine_uses_provider(m, provider))
 
     async def reconcile_delete(self, raw: Object, provider: Provider) -> Result:

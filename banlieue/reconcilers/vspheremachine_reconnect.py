@@ -62,7 +62,8 @@ def machines_waiting_on(
         names.setdefault(namespace, set()).add(name)
     out: list[Request] = []
     for namespace, providers in names.items():
-        for raw in cache.list(VSPHERE_MACHINE, namespace):
+        # One decoded machine at a time (Cache.iter_objects): a namespace may hold 10,000.
+        for raw in cache.iter_objects(VSPHERE_MACHINE, namespace):
             meta = raw.get("metadata") or {}
             deleting = bool(meta.get("deletionTimestamp"))
             if not deleting and _ready_reason(raw) not in WAITING_REASONS:

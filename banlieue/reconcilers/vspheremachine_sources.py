@@ -122,7 +122,8 @@ class MapFuncs:
         """Provider -> machines in its namespace that name it or are not Ready (or deleting)."""
         meta = _meta(obj)
         out: list[Request] = []
-        for m in self.cache.list(VSPHERE_MACHINE, meta.get("namespace")):
+        # One decoded machine at a time (Cache.iter_objects): a namespace may hold 10,000.
+        for m in self.cache.iter_objects(VSPHERE_MACHINE, meta.get("namespace")):
             ref = ((m.get("spec") or {}).get("providerRef") or {}).get("name")
             conditions = VSphereMachineStatus.from_wire(m.get("status") or {}).conditions if m.get("status") else None
             if ref == meta.get("name") or not is_true(conditions, READY) or _meta(m).get("deletionTimestamp"):
@@ -163,7 +164,7 @@ class MapFuncs:
     def capi_cluster(self, obj: Object) -> list[Request]:
         """CAPI Cluster -> machines labelled with its name."""
         meta = _meta(obj)
-        return [_request(m) for m in self.cache.list(VSPHERE_MACHINE, meta.get("namespace"), {CAPI_LABEL_CLUSTER_NAME: str(meta.get("name"))})]
+        return [_request(m) for m in self.cache.iter_objects(VSPHERE_MACHINE, meta.get("namespace"), {CAPI_LABEL_CLUSTER_NAME: str(meta.get("name"))})]
 
     def vm_change(self, change: VMChange) -> list[Request]:
         """VMChange -> the machine carrying its UID, else the one with its instance UUID."""
@@ -372,7 +373,7 @@ class VMWatch:
                             yield request
                     continue
                 if isinstance(change, str):
-                    for raw in self.cache.list(VSPHERE_MACHINE, change.partition("/")[0]):
+                    for raw in self.cache.iter_objects(VSPHERE_MACHINE, change.partition("/")[0]):
                         yield _request(raw)
                     continue
                 if isinstance(change, VMChange):
