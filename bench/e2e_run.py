@@ -138,7 +138,7 @@ def throughput_and_steady(work: Path, n: int, entries: list[dict[str, Any]], ste
         assert env.manager is not None
         load0 = os.getloadavg()[0]
         with profiled({"manager": env.manager.pid, "api_double": env.api_pid}, profile):
-            run = asyncio.run(provision(env, n, "vm"))
+            run = asyncio.run(provision(env, n, "vm", timeout=max(600.0, n / 5.0)))
         w: Counter[str] = run["writes"]
         w["POST virtualmachines"] += n  # the user's creates (this script's), part of create -> Ready
         vm_writes = {k: v for k, v in w.items() if _per_kind(Counter({k: v}), "virtualmachines")
