@@ -8,12 +8,17 @@ is known to ``/metrics`` and to the dashboard/alert checks even before a cache i
 The role runner binds the controller role's VirtualMachine informer with :func:`bind_source`;
 until a bound source has synced the collector yields no samples (a half-listed cache would
 report false zeros). The phase is a pure function of the object, :func:`phase_of`.
+
+:func:`informer_source` remembers each object's phase by key and resourceVersion, so a scrape
+decodes only the VirtualMachines that changed since the previous one (decoding all 10,000 on
+every scrape cost ~1 s of CPU and raised the RSS by up to ~140 MiB at a time).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import REGISTRY
@@ -22,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from banlieue.api.infrastructure import VSphereMachineReason
 from banlieue.api.virtualmachine import VirtualMachineConditionType, VirtualMachineReason
+from banlieue.runtime.cache import SyncedStore
 
 METRIC_NAME = "banlieue_virtual_machines"
 
@@ -81,8 +87,67 @@ def phase_of(obj: Mapping[str, Any]) -> str:
     return PENDING
 
 
-Source = Callable[[], Iterable[Mapping[str, Any]] | None]
-"""Returns the VirtualMachines to count, or None while the source has not synced."""
+@dataclass(frozen=True)
+class PhaseCounts:
+    """Already counted phases (``phase -> number of VirtualMachines``), what a source returns
+    when it counted without handing out the objects (see :func:`informer_source`)."""
+
+    counts: Mapping[str, int]
+
+
+Source = Callable[[], Iterable[Mapping[str, Any]] | PhaseCounts | None]
+"""Returns the VirtualMachines to count (or their :class:`PhaseCounts`), or None while the
+source has not synced."""
+
+
+class _PhaseMemo:
+    """``key -> (resourceVersion, phase)`` of the objects of one informer store."""
+
+    def __init__(self, informer: SyncedStore) -> None:
+        self._informer = informer
+        self._lock = threading.Lock()  # two scrapes at once must not interleave their updates
+        self._memo: dict[str, tuple[str, str]] = {}
+
+    def __call__(self) -> PhaseCounts | None:
+        if not self._informer.has_synced():
+            return None
+        store = self._informer.store
+        counts = dict.fromkeys(PHASES, 0)
+        with self._lock:
+            memo: dict[str, tuple[str, str]] = {}
+            for key in store.list_keys():
+                rv = store.resource_version(key)
+                if rv is None:  # deleted since list_keys
+                    continue
+                known = self._memo.get(key)
+                # An object without a resourceVersion (never from an API server) is
+                # decoded on every scrape: an empty one would match any state.
+                if known is not None and rv and known[0] == rv:
+                    phase = known[1]
+                else:
+                    obj = store.get(key)
+                    if obj is None:
+                        continue
+                    # resourceVersion of the decoded object: the store may have moved on
+                    # between resource_version() and get().
+                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                    phase = phase_of(obj)
+                memo[key] = (rv, phase)
+                counts[phase] += 1
+            self._memo = memo  # keys no longer in the store are dropped
+        return PhaseCounts(counts)
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+
+def informer_source(informer: SyncedStore) -> Source:
+    """A :data:`Source` over an informer's store that decodes, per scrape, only the objects
+    whose resourceVersion changed since the previous scrape (kube-state-metrics derives its
+    gauges from the informer store the same way; the resourceVersion changes on every write,
+    Kubernetes API conventions). Memory: one ``(resourceVersion, phase)`` entry per object.
+    Returns None until the informer has synced."""
+    return _PhaseMemo(informer)
 
 
 class VirtualMachinePhaseCollector(Collector):
@@ -122,12 +187,16 @@ class VirtualMachinePhaseCollector(Collector):
         with self._lock:
             source = self._sources[-1] if self._sources else None
         objects = source() if source is not None else None
-        if objects is not None:
-            counts = dict.fromkeys(PHASES, 0)
+        if objects is None:
+            return [family]
+        counts = dict.fromkeys(PHASES, 0)
+        if isinstance(objects, PhaseCounts):
+            counts.update((phase, objects.counts.get(phase, 0)) for phase in PHASES)
+        else:
             for obj in objects:
                 counts[phase_of(obj)] += 1
-            for phase, count in counts.items():
-                family.add_metric([phase], count)
+        for phase, count in counts.items():
+            family.add_metric([phase], count)
         return [family]
 
 

@@ -16,7 +16,7 @@ of its Ready condition) — not for capacity-only status updates.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -41,7 +41,7 @@ from banlieue.runtime.reconcile import Request, Result, TerminalError
 log = structlog.get_logger("banlieue.reconcilers.vmimage")
 
 
-def _providers(objs: list[Object]) -> tuple[Provider, ...]:
+def _providers(objs: Iterable[Object]) -> tuple[Provider, ...]:
     out: list[Provider] = []
     for obj in objs:
         try:
@@ -96,7 +96,7 @@ class VMImageReconciler:
 
     async def gather(self, image: VMImage) -> Snapshot:
         """The Snapshot of ``image``: Providers from the cache, lookups from the backend."""
-        providers = _providers(self.ctx.cache.list(PROVIDER))
+        providers = _providers(self.ctx.cache.iter_objects(PROVIDER))
         by_key = {(p.metadata.namespace or "", p.metadata.name or ""): p for p in providers}
         wanted = targets(image, providers)
         tasks: dict[tuple[str, str], asyncio.Task[Lookup]] = {}

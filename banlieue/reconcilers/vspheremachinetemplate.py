@@ -19,6 +19,7 @@ InfraMachineTemplate. Rules (*decision* where the SPEC is silent):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import structlog
@@ -102,7 +103,7 @@ def template_index(obj: Object) -> list[str]:
     return [str(name)] if name else []
 
 
-def _images(objs: list[Object]) -> list[VMImage]:
+def _images(objs: Iterable[Object]) -> list[VMImage]:
     out: list[VMImage] = []
     for obj in objs:
         try:
@@ -127,7 +128,7 @@ class VSphereMachineTemplateReconciler:
             template = VSphereMachineTemplate.model_validate(raw)
         except ValidationError as err:
             raise TerminalError(f"VSphereMachineTemplate {request} does not match the schema: {err}") from err
-        images = tuple(_images(self.ctx.cache.list(VM_IMAGE)))
+        images = tuple(_images(self.ctx.cache.iter_objects(VM_IMAGE)))
         plan = decide(Snapshot(template, images))
         if plan.write_status:
             body = {
