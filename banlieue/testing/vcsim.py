@@ -9,6 +9,8 @@ Public API:
   ``ubuntu-22.04`` per datacenter, TLS with a generated CA (``ca_file``), user ``user``/``pass``.
 - fixture ``vcsim_factory`` (function scope): ``vcsim_factory(**opts) -> VcsimProcess``; every
   process it started is stopped at teardown.
+- fixture ``si`` (function scope): a pyVmomi ServiceInstance logged in to ``vcsim``, independent
+  of the code under test (to read what it did and to act behind its back); logged out after.
 
 Options (keyword -> ``bin/vcsim`` flag): ``dc``, ``cluster``, ``host`` (per cluster),
 ``standalone_host``, ``vm`` (per resource pool), ``pool``, ``pod``, ``pg``, ``ds``, ``autostart``,
@@ -18,7 +20,9 @@ Options (keyword -> ``bin/vcsim`` flag): ``dc``, ``cluster``, ``host`` (per clus
 ``delay`` (ms, every method), ``delay_jitter``, ``guest_ip`` (an IPv4 CIDR, e.g.
 ``GUEST_IP_RANGES[0]``: the simulator plays DHCP and VMware Tools, so a VM that powers on
 reports its static guestinfo address, else one leased from the range, as ``guest.ipAddress`` /
-``guest.net``; without it vcsim guests report no address; see ``hack/vcsim/guestnet.go``).
+``guest.net``; without it vcsim guests report no address; see ``hack/vcsim/guestnet.go``),
+``batch_collector`` (bool: ``WaitForUpdatesEx`` collects once per tick, ``hack/vcsim/collector.go``;
+the benchmarks use it), ``cpuprofile`` (a file for a Go CPU profile).
 
 The binary is ``$BANLIEUE_VCSIM`` or ``<repo>/bin/vcsim``; when missing (or older than
 any ``hack/vcsim/*.go``) it is built on demand if
@@ -31,6 +35,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -224,6 +229,19 @@ def vcsim() -> Iterator[VcsimProcess]:
     _skip_if_unavailable()
     with start_vcsim() as vc:
         yield vc
+
+
+@pytest.fixture
+def si(vcsim: VcsimProcess) -> Iterator[Any]:
+    """A pyVmomi ServiceInstance logged in to ``vcsim`` (TLS verified against its CA), independent
+    of the code under test; logged out after."""
+    from pyVim import connect as _connect
+
+    pyvim: Any = _connect  # pyVmomi's partial stubs: untyped calls
+    s = pyvim.SmartConnect(host=vcsim.host, port=vcsim.port, user=vcsim.username, pwd=vcsim.password,
+                     sslContext=ssl.create_default_context(cafile=vcsim.ca_file))
+    yield s
+    pyvim.Disconnect(s)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,16 +20,6 @@ from banlieue.testing.vcsim import VcsimProcess
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
 
-
-@pytest.fixture
-def si(vcsim: VcsimProcess) -> Iterator[Any]:
-    """An independent pyvmomi session to read what the adapter did (and act behind its back)."""
-    s = SmartConnect(
-        host=vcsim.host, port=vcsim.port, user=vcsim.username, pwd=vcsim.password,
-        sslContext=ssl.create_default_context(cafile=vcsim.ca_file),
-    )
-    yield s
-    Disconnect(s)
 
 
 def vms_with_uid(si: Any, uid: str) -> list[Any]:

@@ -5,13 +5,10 @@ VMs created while the watch starts, the resync and its bound, and the moref -> U
 from __future__ import annotations
 
 import asyncio
-import ssl
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pyVim.connect import Disconnect, SmartConnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
 from vcwatch import next_for as _next_for
@@ -21,7 +18,6 @@ from banlieue.backends.base import Connection, NotFound, VMChange, VMSpec
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.backends.vsphere.find import VMIndex
 from banlieue.backends.vsphere.watch import GIVE_UP_AFTER_CHECKS, RESYNC_AFTER_CHECKS, VMWatch
-from banlieue.testing.vcsim import VcsimProcess
 
 
 async def next_for(queue: asyncio.Queue[VMChange], uid: str, kind: str, timeout: float = 10) -> VMChange:
@@ -29,14 +25,6 @@ async def next_for(queue: asyncio.Queue[VMChange], uid: str, kind: str, timeout:
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
 
-
-@pytest.fixture
-def si(vcsim: VcsimProcess) -> Iterator[Any]:
-    """An independent pyvmomi session acting behind the adapter's back."""
-    s = SmartConnect(host=vcsim.host, port=vcsim.port, user=vcsim.username, pwd=vcsim.password,
-                     sslContext=ssl.create_default_context(cafile=vcsim.ca_file))
-    yield s
-    Disconnect(s)
 
 
 def vm_spec(cluster: str = "DC0_C0") -> VMSpec:

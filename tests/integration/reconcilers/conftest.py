@@ -6,19 +6,16 @@ VSphereBackend for the provider role.
 
 from __future__ import annotations
 
-import ssl
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from pyVim.connect import Disconnect, SmartConnect
 from reconciler_harness import CRD_DIR, new_client
 
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.runtime.client import Client
 from banlieue.runtime.kinds import NAMESPACE
-from banlieue.testing.vcsim import VcsimProcess
 
 
 @pytest.fixture
@@ -43,14 +40,6 @@ def ns(namespace: str) -> str:
     """The same namespace as ``namespace``, under the short name the VSphereMachine tests use."""
     return namespace
 
-
-@pytest.fixture
-def si(vcsim: VcsimProcess) -> Iterator[Any]:
-    """A pyVmomi ServiceInstance logged in to vcsim (TLS verified against its CA); logged out after."""
-    s = SmartConnect(host=vcsim.host, port=vcsim.port, user=vcsim.username, pwd=vcsim.password,
-                     sslContext=ssl.create_default_context(cafile=vcsim.ca_file))
-    yield s
-    Disconnect(s)
 
 
 @pytest.fixture
