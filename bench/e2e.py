@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -63,6 +64,9 @@ def main() -> int:
     p.add_argument("--isolation-vms", type=int, default=None, help="VMs per vCenter in vcenter_isolation")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
+    # SIGTERM (timeout, pkill) unwinds like Ctrl-C, so every process the run started (API double,
+    # vcsims, manager) is stopped by its context manager instead of outliving the script.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     import e2e_env
     e2e_env.MANAGER_ARGS.extend(args.manager_arg)
     e2e_env.MEMPROBE = args.memprobe
