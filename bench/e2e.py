@@ -61,6 +61,9 @@ def main() -> int:
                    help="guest IP stand-in: vcsim --guest-ip (default), a PropertyCollector client (event) or make dev's 0.5 s polling GuestNetwork (poll)")
     p.add_argument("--stock-collector", action="store_true",
                    help="run vcsim's own PropertyCollector (one full collection per changed object) instead of --batch-collector")
+    p.add_argument("--vcsim-hosts", type=int, default=None,
+                   help="hosts per cluster in each vcsim (default 4: 96 GiB per vCenter, enough for 1,000 bench VMs; "
+                        "10,000 VMs of 16 MiB need 8)")
     p.add_argument("--isolation-vms", type=int, default=None, help="VMs per vCenter in vcenter_isolation")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
@@ -71,6 +74,8 @@ def main() -> int:
     e2e_env.MANAGER_ARGS.extend(args.manager_arg)
     e2e_env.MEMPROBE = args.memprobe
     e2e_env.GUESTS = args.guests
+    if args.vcsim_hosts:
+        e2e_env.VCSIM_OPTS["host"] = args.vcsim_hosts
     if args.stock_collector:
         e2e_env.VCSIM_OPTS["batch_collector"] = False
     n = args.vms or (100 if args.quick else 1000)
