@@ -313,34 +313,29 @@ class VSphereBackend:
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
         fresh = self._fresh.pop(uid, None)
-        if fresh is not None and time.monotonic() - fresh[0] < FRESH_SECONDS:
-            # create_vm read this VM moments ago in this process (the usual create-then-power-on
-            # of one reconcile): no second read. A stale power state fails the call or its task
-            # (InvalidPowerState), and then the VM is read and the call made again, once.
+        # create_vm read this VM moments ago in this process (the usual create-then-power-on of
+        # one reconcile): no second read. A stale power state fails the call or its task
+        # (InvalidPowerState), and then the VM is read and the call made again, once.
+        use_fresh = fresh is not None and time.monotonic() - fresh[0] < FRESH_SECONDS
+        if fresh is not None and use_fresh:
             vm, before = fresh[1], fresh[2]
-            if before.power_state == state:
-                return before
-            try:
-                await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, vcenter, before.power_state)
-            except BackendError as exc:
-                if exc.reason != "InvalidPowerState" and not isinstance(exc, TaskFailed):
-                    raise
-                return await self.set_power_state(conn, uid, state, off_mode, soft_timeout)
-            if before.power_state == "PoweredOff" and state == "PoweredOn":
-                # Powering on changes nothing else VMInfo reports (a guest reports addresses
-                # later, through the change watch): the read-back would return this.
-                return replace(before, power_state="PoweredOn")
-            info = await run(lambda s: find.read_vm(s.content, vm, None))
-            if info is None:
-                raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
-            return info
-        found = await self._locate(conn, uid)
-        if found is None:
-            raise NotFound(f"no VM carries uid {uid}", reason="VMNotFound")
-        vm, before = found
+        else:
+            found = await self._locate(conn, uid)
+            if found is None:
+                raise NotFound(f"no VM carries uid {uid}", reason="VMNotFound")
+            vm, before = found
         if before.power_state == state:
             return before
-        await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, vcenter, before.power_state)
+        try:
+            await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, vcenter, before.power_state)
+        except BackendError as exc:
+            if not use_fresh or (exc.reason != "InvalidPowerState" and not isinstance(exc, TaskFailed)):
+                raise
+            return await self.set_power_state(conn, uid, state, off_mode, soft_timeout)
+        if use_fresh and before.power_state == "PoweredOff" and state == "PoweredOn":
+            # Powering on changes nothing else VMInfo reports (a guest reports addresses later,
+            # through the change watch): the read-back would return this.
+            return replace(before, power_state="PoweredOn")
         info = await run(lambda s: find.read_vm(s.content, vm, None))
         if info is None:
             raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
