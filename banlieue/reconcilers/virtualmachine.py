@@ -172,8 +172,8 @@ def _parse(model: Any, raw: Object | None) -> Any:
         return None
     try:
         return model.from_wire(raw)
-    except ValidationError:
-        log.warning("object does not parse, treated as absent", kind=raw.get("kind"), name=_get(raw, "metadata", "name"))
+    except ValidationError as err:
+        _log_invalid(raw, err)
         return None
 
 
