@@ -80,6 +80,15 @@ class Woken:
 A, B, C, D = (Request("ns", n) for n in "abcd")
 
 
+async def hold_a_then_wake_b(s: VCenterSlots, woken: Woken) -> None:
+    """A holds the only slot, B and C wait in that order; A's release wakes B (only)."""
+    assert s.try_acquire("vc", A)
+    for r in (B, C):
+        assert not s.try_acquire("vc", r)
+    s.release("vc")
+    assert await woken.drain() == [B]
+
+
 def test_without_the_wake_channel_a_refused_request_does_not_wait() -> None:
     s = VCenterSlots(1)
     assert not s.waking
@@ -110,11 +119,7 @@ async def test_an_unused_wake_token_passes_to_the_next_waiter() -> None:
     """A woken request whose reconcile never asks for a slot (object gone) must not strand the rest."""
     s = VCenterSlots(1)
     async with Woken(s) as woken:
-        assert s.try_acquire("vc", A)
-        for r in (B, C):
-            assert not s.try_acquire("vc", r)
-        s.release("vc")
-        assert await woken.drain() == [B]
+        await hold_a_then_wake_b(s, woken)
         s.settle(B)  # B's reconcile ended without trying
         assert await woken.drain() == [C]
         assert s.try_acquire("vc", C)
@@ -123,11 +128,7 @@ async def test_an_unused_wake_token_passes_to_the_next_waiter() -> None:
 async def test_a_woken_request_that_loses_the_race_stays_first_in_line() -> None:
     s = VCenterSlots(1)
     async with Woken(s) as woken:
-        assert s.try_acquire("vc", A)
-        for r in (B, C):
-            assert not s.try_acquire("vc", r)
-        s.release("vc")
-        assert await woken.drain() == [B]
+        await hold_a_then_wake_b(s, woken)
         assert s.try_acquire("vc", D)  # an event-driven reconcile takes the slot first
         assert not s.try_acquire("vc", B)
         s.settle(B)
