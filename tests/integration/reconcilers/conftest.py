@@ -1,12 +1,12 @@
 """Fixtures shared by the reconciler integration tests: a Client of the API-server double with the
-banlieue CRDs installed, a fresh namespace per test, a pyVmomi session to vcsim and a
-VSphereBackend for the provider role.
+banlieue CRDs installed, ``ns`` (the fresh per-test namespace under a short name), a pyVmomi
+session to vcsim and a VSphereBackend for the provider role.
 
-``apiserver`` and ``vcsim`` come from tests/conftest.py."""
+``apiserver`` and ``vcsim`` come from tests/conftest.py; ``namespace`` (created with this
+directory's ``client``) from tests/integration/conftest.py."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,7 +15,6 @@ from reconciler_harness import CRD_DIR, new_client
 
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.runtime.client import Client
-from banlieue.runtime.kinds import NAMESPACE
 
 
 @pytest.fixture
@@ -25,14 +24,6 @@ async def client(apiserver: Any) -> AsyncIterator[Client]:
     c = new_client(apiserver.url)
     yield c
     await c.close()
-
-
-@pytest.fixture
-async def namespace(client: Client) -> str:
-    """A new namespace ``ns-<8 hex>`` created over HTTP; its name."""
-    name = f"ns-{uuid.uuid4().hex[:8]}"
-    await client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    return name
 
 
 @pytest.fixture

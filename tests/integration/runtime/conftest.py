@@ -1,9 +1,9 @@
 """Fixtures for runtime integration tests: Clients against the API-server double over HTTP,
-a test CRD, a fresh namespace per test, and fault injection (``/debug/faults``)."""
+a test CRD, and fault injection (``/debug/faults``). The fresh per-test ``namespace`` comes from
+tests/integration/conftest.py and is created with this directory's ``client``."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,7 +12,7 @@ from runtime_helpers import WIDGET, WIDGET_CRD, Faults, eventually, new_client
 
 from banlieue.runtime.client import Client
 from banlieue.runtime.errors import AlreadyExists
-from banlieue.runtime.kinds import CRD, NAMESPACE, ResourceKind
+from banlieue.runtime.kinds import CRD, ResourceKind
 
 
 @pytest.fixture
@@ -28,13 +28,6 @@ async def other_client(apiserver: Any) -> AsyncIterator[Client]:
     c = new_client(apiserver)
     yield c
     await c.close()
-
-
-@pytest.fixture
-async def namespace(client: Client) -> str:
-    name = f"ns-{uuid.uuid4().hex[:8]}"
-    await client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    return name
 
 
 @pytest.fixture
