@@ -29,7 +29,8 @@ from banlieue.runtime.clock import FakeClock
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.kinds import LEASE
 from banlieue.runtime.manager import Manager
-from banlieue.runtime.reconcile import Request, Result
+from banlieue.runtime.reconcile import Request
+from banlieue.testing.recording import RecordingReconciler
 
 RENEW_DEADLINE = 10.0
 
@@ -45,15 +46,6 @@ class JumpingTime:
 
     def time(self) -> float:
         return time.time()
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[Request] = []
-
-    async def reconcile(self, request: Request) -> Result:
-        self.calls.append(request)
-        return Result()
 
 
 async def _until(condition: Any, timeout: float = 5.0) -> None:
@@ -82,7 +74,7 @@ async def manager(apiserver: Any, namespace: str) -> AsyncIterator[Manager]:
 async def test_stale_renewal_fences_reconciles_until_renewed(
     manager: Manager, client: Client, namespace: str, jumping_time: JumpingTime,
 ) -> None:
-    clock, recorder = FakeClock(), Recorder()
+    clock, recorder = FakeClock(), RecordingReconciler()
     controller = Controller("fence-test", recorder, clock=clock)  # need_leader_election=True
     manager.add(controller)
     elector = manager.elector

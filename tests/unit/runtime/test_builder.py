@@ -15,22 +15,14 @@ from banlieue.runtime.controller import Controller
 from banlieue.runtime.event import DeletedFinalStateUnknown
 from banlieue.runtime.kinds import SECRET, ResourceKind
 from banlieue.runtime.predicate import Funcs, GenerationChangedPredicate
-from banlieue.runtime.reconcile import Request, Result
+from banlieue.runtime.reconcile import Request
+from banlieue.testing.recording import RecordingReconciler
 
 from .fakes import FakeInformer, FakeManager, obj, until
 
 VM = ResourceKind("vm.banlieue.io", "v1alpha1", "VirtualMachine", "virtualmachines")
 VSM = ResourceKind("vm.banlieue.io", "v1alpha1", "VirtualMachineService", "virtualmachineservices")
 _names = itertools.count()
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[Request] = []
-
-    async def reconcile(self, request: Request) -> Result:
-        self.calls.append(request)
-        return Result()
 
 
 def owned_by(name: str, vm: str) -> dict[str, Any]:
@@ -56,7 +48,7 @@ async def stop(task: asyncio.Task[None]) -> None:
 
 async def test_builder_wires_informers_handlers_and_manager() -> None:
     mgr = FakeManager()
-    rec = Recorder()
+    rec = RecordingReconciler()
     name = f"virtualmachine-{next(_names)}"
     controller = (
         ControllerBuilder(mgr)
@@ -94,7 +86,7 @@ async def test_builder_wires_informers_handlers_and_manager() -> None:
 async def test_default_name_global_filter_and_sync_gate() -> None:
     mgr = FakeManager()
     mgr.informers[VM] = FakeInformer(synced=False)
-    rec = Recorder()
+    rec = RecordingReconciler()
     clock = FakeClock()
     controller = (
         ControllerBuilder(mgr)
@@ -119,7 +111,7 @@ async def test_default_name_global_filter_and_sync_gate() -> None:
 
 async def test_channel_sources_async_iterator_and_informer_like() -> None:
     mgr = FakeManager()
-    rec = Recorder()
+    rec = RecordingReconciler()
     events: asyncio.Queue[Any] = asyncio.Queue()
 
     async def property_collector() -> AsyncIterator[Any]:
@@ -154,7 +146,7 @@ async def test_channel_sources_async_iterator_and_informer_like() -> None:
 
 def test_builder_errors() -> None:
     with pytest.raises(ValueError, match="for_"):
-        ControllerBuilder(FakeManager()).named("x").complete(Recorder())
+        ControllerBuilder(FakeManager()).named("x").complete(RecordingReconciler())
     with pytest.raises(ValueError, match="once"):
         ControllerBuilder(FakeManager()).for_(VM).for_(VM)
 

@@ -13,22 +13,12 @@ import pytest
 
 from banlieue.runtime.clock import FakeClock
 from banlieue.runtime.controller import Controller
-from banlieue.runtime.reconcile import Request, Result
+from banlieue.runtime.reconcile import Request
+from banlieue.testing.recording import RecordingReconciler
 
 from .fakes import until
 
 _names = itertools.count()
-
-
-class Recorder:
-    """Records each reconciled request; always succeeds."""
-
-    def __init__(self) -> None:
-        self.calls: list[Request] = []
-
-    async def reconcile(self, request: Request) -> Result:
-        self.calls.append(request)
-        return Result()
 
 
 class Check:
@@ -48,8 +38,8 @@ def asked_at_least(check: Check, count: int) -> bool:
 
 
 @pytest.fixture
-async def started() -> AsyncIterator[tuple[Controller, Recorder, Check, FakeClock]]:
-    clock, recorder, check = FakeClock(), Recorder(), Check(valid=True)
+async def started() -> AsyncIterator[tuple[Controller, RecordingReconciler, Check, FakeClock]]:
+    clock, recorder, check = FakeClock(), RecordingReconciler(), Check(valid=True)
     controller = Controller(f"leader-check-{next(_names)}", recorder, max_concurrent_reconciles=2, clock=clock)
     controller.set_leader_check(check, retry_after=1.0)
     task = asyncio.create_task(controller.start())
@@ -61,7 +51,7 @@ async def started() -> AsyncIterator[tuple[Controller, Recorder, Check, FakeCloc
 
 
 async def test_requests_wait_while_the_lease_is_not_valid_and_run_once_it_is(
-    started: tuple[Controller, Recorder, Check, FakeClock],
+    started: tuple[Controller, RecordingReconciler, Check, FakeClock],
 ) -> None:
     controller, recorder, check, clock = started
     first = Request("ns", "before")
@@ -90,7 +80,7 @@ async def test_requests_wait_while_the_lease_is_not_valid_and_run_once_it_is(
 
 
 async def test_without_a_check_requests_run_at_once() -> None:
-    clock, recorder = FakeClock(), Recorder()
+    clock, recorder = FakeClock(), RecordingReconciler()
     controller = Controller(f"leader-check-{next(_names)}", recorder, clock=clock)
     task = asyncio.create_task(controller.start())
     try:
