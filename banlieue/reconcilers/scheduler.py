@@ -43,6 +43,20 @@ peers in the failure domain (spread over vCenters, then over domains, when capac
 when the reported capacity already includes the peers), then Provider name, then failure-domain
 name (deterministic).
 
+Peers: the other VMs of the namespace (never the VM itself). Rule 5 and the ranking read their
+sums (``PeerTotals``): per (Provider, failure domain) the memory and storage of the peers placed
+there but not provisioned yet, and the number of placed peers per Provider and per domain. The
+counts include provisioned peers: they are what spreads VMs when the reported capacity already
+includes the peers (above; docs/concepts.md: "fewest VMs on the Provider"). The VirtualMachine
+reconciler keeps these sums over every placed VM of the namespace from informer events
+(``banlieue.reconcilers.placement_totals``, kube-scheduler's cache with assumed placements) and
+passes them as ``SchedulingInput.totals``, so a placement costs O(failure domains), not O(peers);
+``peers`` then holds only what rule 6 reads (the VMs with anti-affinity terms, or every VM of
+the namespace when the VM has terms of its own). Without ``totals`` they are summed from
+``peers``. (Before the reconciler kept the sums, the counts of a VM without terms covered only
+the peers it gathered: pending, with terms, or assumed; a VM with terms counted every placed
+peer. Both now count every placed peer.)
+
 ``schedule`` never raises.
 """
 
@@ -133,7 +147,9 @@ class SchedulingDecision:
 class SchedulingInput:
     """Everything the scheduler reads. ``providers``: the Providers of the VM's namespace (all of
     them; peers may sit on ones the selector excludes). ``peers``: the other VMs' placements.
-    ``current``: (providerName, failureDomain) of ``status.scheduled``, or None."""
+    ``current``: (providerName, failureDomain) of ``status.scheduled``, or None. ``totals``: the
+    peers' sums for capacity and ranking when the caller keeps them (module docstring, "Peers");
+    None: ``PeerTotals.of`` sums ``peers``, which must then hold every peer that counts."""
 
     vm: VirtualMachine
     vm_class: VMClass
@@ -142,6 +158,7 @@ class SchedulingInput:
     peers: tuple[PeerPlacement, ...] = ()
     current: tuple[str, str] | None = None
     provider_classes: frozenset[str] = frozenset({"vsphere"})
+    totals: PeerTotals | None = None
 
 
 def _names(items: Iterable[str]) -> str:
@@ -234,6 +251,8 @@ class PeerTotals:
 
     @staticmethod
     def of(inp: SchedulingInput) -> PeerTotals:
+        """Sum ``inp.peers`` (the reference the incremental sums of ``placement_totals`` are
+        tested against)."""
         me = inp.vm.metadata.name
         pending: dict[tuple[str, str], tuple[int, int]] = {}
         on_provider: dict[str, int] = {}
@@ -249,15 +268,20 @@ class PeerTotals:
         return PeerTotals(pending, on_provider, in_domain)
 
 
+def peer_totals(inp: SchedulingInput) -> PeerTotals:
+    """``inp.totals`` when the caller keeps them, else ``PeerTotals.of(inp)``."""
+    return inp.totals if inp.totals is not None else PeerTotals.of(inp)
+
+
 def free_capacity(inp: SchedulingInput, cand: Candidate, totals: PeerTotals | None = None) -> Free:
     """The domain's reported free capacity minus what peers placed there but not provisioned yet
     will take (kube-scheduler's "assumed" pods: a burst of VMs must not all count the same free
-    memory before the Provider's next inventory). ``totals``: PeerTotals.of(inp), when the
+    memory before the Provider's next inventory). ``totals``: ``peer_totals(inp)``, when the
     caller has it."""
     cap = cand.domain.attributes.capacity if cand.domain.attributes else None
     if cap is None:
         return Free(None, None, None)
-    pending_mem, pending_storage = (totals or PeerTotals.of(inp)).pending.get(cand.key, (0, 0))
+    pending_mem, pending_storage = (totals or peer_totals(inp)).pending.get(cand.key, (0, 0))
     mem = None if cap.memory_mib is None else cap.memory_mib - pending_mem
     storage = None if cap.storage_gib is None else cap.storage_gib - pending_storage
     return Free(mem, storage, cap.cpu_mhz)
@@ -497,7 +521,7 @@ def schedule(inp: SchedulingInput) -> SchedulingDecision:
             f"checked: {_names(c.domain.name for c in offering)}"
         )
         return _fail(VirtualMachineReason.FIRMWARE_UNSUPPORTED, msg, problem)
-    totals = PeerTotals.of(inp)
+    totals = peer_totals(inp)
     free = {c.key: free_capacity(inp, c, totals) for c in firmware}
     fitting = [c for c in firmware if not capacity_shortfall(inp.vm_class, free[c.key])]
     if not fitting:

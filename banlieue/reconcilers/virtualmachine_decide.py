@@ -58,6 +58,7 @@ from banlieue.reconcilers.kinds import (
 )
 from banlieue.reconcilers.scheduler import (
     PeerPlacement,
+    PeerTotals,
     Placement,
     SchedulingDecision,
     SchedulingInput,
@@ -88,7 +89,9 @@ class Snapshot:
     """The VM, what it references (None when missing), every Provider of its namespace, the
     placements of the other VMs of the namespace, its VSphereMachine (None when absent), now.
     ``class_names`` / ``image_names``: the existing VMClass / VMImage names, gathered only when
-    the referenced one is missing (for the not-found message; empty otherwise)."""
+    the referenced one is missing (for the not-found message; empty otherwise). ``peer_totals``:
+    the peers' sums for capacity and ranking when the caller keeps them (``SchedulingInput.totals``;
+    ``peers`` then holds only the peers anti-affinity reads)."""
 
     vm: VirtualMachine
     vm_class: VMClass | None
@@ -99,6 +102,7 @@ class Snapshot:
     now: datetime
     class_names: tuple[str, ...] = ()
     image_names: tuple[str, ...] = ()
+    peer_totals: PeerTotals | None = None
 
 
 def not_found_message(kind: str, wanted: str, existing: Sequence[str]) -> str:
@@ -425,7 +429,7 @@ def decide(s: Snapshot) -> Plan:
     if s.vm_class is None or s.image is None:
         placing = d.unresolved()
     else:
-        decision = schedule(SchedulingInput(s.vm, s.vm_class, s.image, s.providers, s.peers, current))
+        decision = schedule(SchedulingInput(s.vm, s.vm_class, s.image, s.providers, s.peers, current, totals=s.peer_totals))
         placing = d.place(decision, current)
     apply_machine = d.apply(placing, current)
     blocked = placing.blocked
