@@ -11,8 +11,12 @@ Indexes on the VirtualMachine cache (``setup`` registers them): ``spec.classRef.
 ``unscheduled`` (value ``<namespace>``, VMs without a placement) and
 ``spec.placement.antiAffinity`` (value ``<namespace>``, VMs with anti-affinity terms: the only
 peers a VM without terms of its own must look at, so a reconcile does not read the whole
-namespace) and ``pending`` (value ``<namespace>``, VMs placed but not provisioned: their
-resources are not yet in the Providers' free capacity).
+namespace).
+
+What capacity and ranking read from the peers (pending memory and storage, peer counts per
+Provider and failure domain) is not gathered per placement: ``PlacementTotals`` keeps it from
+the VirtualMachine informer's events and this process's assumed placements (``setup`` registers
+it on the informer), so placing a VM costs O(failure domains), not O(VMs of the namespace).
 """
 
 from __future__ import annotations
@@ -42,7 +46,14 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.parsed import ParsedCache
-from banlieue.reconcilers.scheduler import PeerPlacement, SchedulingInput, class_storage_gib, current_problem
+from banlieue.reconcilers.placement_totals import PlacementTotals
+from banlieue.reconcilers.scheduler import (
+    PeerPlacement,
+    PeerTotals,
+    SchedulingInput,
+    class_storage_gib,
+    current_problem,
+)
 from banlieue.reconcilers.status_mirror import InfraMachineRead
 from banlieue.reconcilers.virtualmachine_decide import Plan, Snapshot, current_placement, decide
 from banlieue.runtime.builder import ControllerBuilder, ManagerLike
@@ -61,7 +72,6 @@ INDEX_IMAGE = "spec.imageRef.name"
 INDEX_PROVIDER = "status.scheduled.providerName"
 INDEX_UNSCHEDULED = "unscheduled"
 INDEX_ANTI_AFFINITY = "spec.placement.antiAffinity"
-INDEX_PENDING = "pending"
 
 
 def _get(obj: Object, *path: str) -> Any:
@@ -94,12 +104,6 @@ def index_provider(obj: Object) -> list[str]:
 def index_unscheduled(obj: Object) -> list[str]:
     """``<namespace>`` of a VirtualMachine without a placement."""
     return [] if _get(obj, "status", "scheduled", "providerName") else [str(obj["metadata"].get("namespace", ""))]
-
-
-def index_pending(obj: Object) -> list[str]:
-    """``<namespace>`` of a VirtualMachine placed but not provisioned yet."""
-    placed = _get(obj, "status", "scheduled", "providerName")
-    return [str(obj["metadata"].get("namespace", ""))] if placed and not _get(obj, "status", "initialization", "provisioned") else []
 
 
 def index_anti_affinity(obj: Object) -> list[str]:
@@ -184,14 +188,18 @@ def _names(objects: Iterable[Object]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class _PeerFields:
-    """What scheduling reads from a peer VirtualMachine (``_peer_fields``)."""
+    """What anti-affinity reads from a peer VirtualMachine (``_peer_fields``)."""
 
     labels: Mapping[str, str]
     where: tuple[Any, Any]
     """(status.scheduled.providerName, status.scheduled.failureDomain), unchecked."""
     terms: tuple[AntiAffinityTerm, ...]
-    provisioned: bool
-    class_name: str
+
+    def placement(self, name: str, where: tuple[Any, Any]) -> PeerPlacement | None:
+        """The peer as placed on ``where``; None when ``where`` is not a placement."""
+        if not (isinstance(where[0], str) and isinstance(where[1], str)):
+            return None
+        return PeerPlacement(name, dict(self.labels), where[0], where[1], self.terms)
 
 
 def _peer_fields(raw: Object) -> _PeerFields:
@@ -206,8 +214,6 @@ def _peer_fields(raw: Object) -> _PeerFields:
         labels=dict(raw["metadata"].get("labels") or {}),
         where=(scheduled.get("providerName"), scheduled.get("failureDomain")),
         terms=tuple(terms),
-        provisioned=bool(_get(raw, "status", "initialization", "provisioned")),
-        class_name=str(_get(raw, "spec", "classRef", "name") or ""),
     )
 
 
@@ -221,73 +227,53 @@ class VirtualMachineReconciler:
         self.vms = ReadYourWrites()
         self._parsed = ParsedCache(_log_invalid)
         self.machines = ReadYourWrites()
-        self.assumed: dict[str, tuple[str, str]] = {}
-        self._peer_memo: dict[str, tuple[str, _PeerFields]] = {}
-        self._peer_placements: dict[str, tuple[tuple[str, str, str, int, int], PeerPlacement]] = {}
-        """Per VM key: (resourceVersion, what placement needs from it), see ``_peers``."""
-        """Placements decided but maybe not yet visible in the cache (kube-scheduler's assume)."""
+        self.totals = PlacementTotals()
+        """Peer sums per namespace, fed by the VirtualMachine informer (``setup``) and by this
+        process's placements (``reconcile`` assumes them until the informer shows them)."""
+        self._peer_memo: dict[str, tuple[str, _PeerFields, PeerPlacement | None]] = {}
+        """Per VM key: (resourceVersion, what anti-affinity reads, the peer as placed), see ``_peers``."""
 
     def _peers(self, namespace: str, me: str, own_terms: bool) -> tuple[PeerPlacement, ...]:
-        """Placements of the namespace's other VMs that can matter to the scheduler: every VM
-        when this one has anti-affinity terms, else those with terms (symmetric anti-affinity);
-        plus the VMs placed but not provisioned yet (their resources are not in the Providers'
-        free capacity) and those placed by this process but not yet in the cache.
+        """Placements of the namespace's other VMs that anti-affinity (rule 6) reads: every VM
+        when this one has terms, else those with terms (symmetric anti-affinity); a placement
+        this process assumed counts instead of the cached one. Capacity and ranking read
+        ``self.totals`` instead, so a VM without terms in a namespace without terms walks nothing.
 
-        What placement needs from a peer is derived once per peer resourceVersion and reused:
-        in a burst every placement reads every pending peer, and decoding each of them again
-        for each placement made a burst of N VMs cost O(N^2) JSON decoding (the e2e bench's
-        top manager hot spot at 1,000 VMs)."""
+        What a peer contributes is derived once per peer resourceVersion and reused: a VM with
+        terms reads every VM of the namespace at each placement, and decoding each of them again
+        each time made a burst of N such VMs cost O(N^2) JSON decoding."""
         cache = self.ctx.cache
-        keys = dict.fromkeys(cache.index_keys(VIRTUAL_MACHINE, NAMESPACE_INDEX if own_terms else INDEX_ANTI_AFFINITY, namespace))
-        keys.update(dict.fromkeys(cache.index_keys(VIRTUAL_MACHINE, INDEX_PENDING, namespace)))
-        keys.update(dict.fromkeys(k for k in self.assumed if k.partition("/")[0] == namespace))
-        classes: dict[str, tuple[int, int]] = {}  # class name -> (memory MiB, storage GiB) of a pending peer
+        index = NAMESPACE_INDEX if own_terms else INDEX_ANTI_AFFINITY
         out: list[PeerPlacement] = []
-        for key in keys:
+        for key in cache.index_keys(VIRTUAL_MACHINE, index, namespace):
             name = key.partition("/")[2]
             if name == me:
                 continue
             rv = cache.resource_version(VIRTUAL_MACHINE, key)
             if rv is None:
-                continue  # not in the cache (yet, or any more)
+                continue  # gone since the index was read
             memo = self._peer_memo.get(key)
             if memo is not None and memo[0] == rv and not self.vms.has(key):
-                fields = memo[1]
+                fields, placed = memo[1], memo[2]
             else:
                 raw = self.vms.view(key, cache.get(VIRTUAL_MACHINE, name, namespace))
                 if raw is None:
                     continue
                 fields = _peer_fields(raw)
+                placed = fields.placement(name, fields.where)
                 if str(raw["metadata"].get("resourceVersion", "")) == rv:
-                    self._peer_memo[key] = (rv, fields)
-            where = fields.where
-            assumed = self.assumed.get(key)
-            if assumed is not None:
-                if assumed == where:
-                    del self.assumed[key]
-                where = assumed
-            if not (isinstance(where[0], str) and isinstance(where[1], str)):
-                continue
-            memory = storage = 0
-            if not fields.provisioned:
-                if fields.class_name not in classes:
-                    # What a pending peer of this class takes, once per class and placement (per
-                    # peer it was a third of the manager's CPU in a burst of 10,000 VMs).
-                    vm_class = self._parsed.parse(VMClass, cache.get(VM_CLASS, fields.class_name))
-                    classes[fields.class_name] = (
-                        (vm_class.spec.hardware.memory_mib, class_storage_gib(vm_class)) if vm_class is not None else (0, 0)
-                    )
-                memory, storage = classes[fields.class_name]
-            # One PeerPlacement per peer state, reused by every placement while it holds (building
-            # it, labels copied, for every peer of every placement was 38% of the manager's CPU
-            # in a burst of 10,000 VMs).
-            state = (rv, where[0], where[1], memory, storage)
-            made = self._peer_placements.get(key)
-            if made is None or made[0] != state:
-                made = (state, PeerPlacement(name, dict(fields.labels), where[0], where[1], fields.terms, memory, storage))
-                self._peer_placements[key] = made
-            out.append(made[1])
+                    self._peer_memo[key] = (rv, fields, placed)
+            assumed = self.totals.assumed(key)
+            if assumed is not None and (placed is None or (placed.provider_name, placed.failure_domain) != assumed):
+                placed = fields.placement(name, assumed)
+            if placed is not None:
+                out.append(placed)
         return tuple(out)
+
+    def _class_size(self, name: str) -> tuple[int, int]:
+        """(memory MiB, storage GiB) of a VM of class ``name``; (0, 0) when the class is unknown."""
+        vm_class = self._parsed.parse(VMClass, self.ctx.cache.get(VM_CLASS, name))
+        return (vm_class.spec.hardware.memory_mib, class_storage_gib(vm_class)) if vm_class is not None else (0, 0)
 
     def gather(self, request: Request) -> tuple[Snapshot, Object, Object | None] | None:
         """The snapshot, the VM as read, and the VSphereMachine as read; None when the VM is gone."""
@@ -296,9 +282,8 @@ class VirtualMachineReconciler:
         raw = self.vms.view(key, cache.get(VIRTUAL_MACHINE, request.name, request.namespace))
         vm: VirtualMachine | None = _parse(VirtualMachine, raw)
         if raw is None or vm is None or not self.selected(raw):
-            self.assumed.pop(key, None)
+            self.totals.drop_assumed(key)
             self._peer_memo.pop(key, None)
-            self._peer_placements.pop(key, None)
             return None
         machine_raw = self.machines.view(key, cache.get(VSPHERE_MACHINE, request.name, request.namespace))
         machine: VSphereMachine | None = _parse(VSphereMachine, machine_raw)
@@ -309,6 +294,7 @@ class VirtualMachineReconciler:
         vm_class: VMClass | None = parsed(VMClass, cache.get(VM_CLASS, vm.spec.class_ref.name))
         image: VMImage | None = parsed(VMImage, cache.get(VM_IMAGE, vm.spec.image_ref.name))
         peers: tuple[PeerPlacement, ...] = ()
+        totals: PeerTotals | None = None
         if vm_class is not None and image is not None:
             current = current_placement(vm, InfraMachineRead.from_machine(machine) if machine else None)
             # Peers only matter when placing (anti-affinity and capacity are not re-checked for
@@ -316,12 +302,13 @@ class VirtualMachineReconciler:
             if current is None or current_problem(SchedulingInput(vm, vm_class, image, providers, (), current)):
                 peers = self._peers(request.namespace, request.name,
                                     bool(vm.spec.placement and vm.spec.placement.anti_affinity))
+                totals = self.totals.peer_totals(request.namespace, key, self._class_size)
         # Existing names only for a not-found message (a typo hint): no list on the steady path.
         class_names = () if vm_class is not None else _names(cache.list(VM_CLASS))
         image_names = () if image is not None or vm_class is None else _names(cache.list(VM_IMAGE))
         snapshot = Snapshot(vm=vm, vm_class=vm_class, image=image, providers=providers, peers=peers,
                             machine=machine, now=self.ctx.now().astimezone(UTC),
-                            class_names=class_names, image_names=image_names)
+                            class_names=class_names, image_names=image_names, peer_totals=totals)
         return snapshot, raw, machine_raw
 
     async def reconcile(self, request: Request) -> Result:
@@ -332,7 +319,7 @@ class VirtualMachineReconciler:
         plan = decide(snapshot)
         key = f"{request.namespace}/{request.name}"
         if plan.placement is not None:
-            self.assumed[key] = plan.placement
+            self.totals.assume(key, plan.placement)
         try:
             await self.execute(key, raw, machine_raw, plan)
         except NotFound:
@@ -382,7 +369,7 @@ class VirtualMachineReconciler:
         if plan.remove_finalizer:
             await client.remove_finalizer(VIRTUAL_MACHINE, current, FINALIZER_VIRTUAL_MACHINE)
             self.vms.forget(key)
-            self.assumed.pop(key, None)
+            self.totals.drop_assumed(key)
         for event in plan.events:
             self.ctx.recorder.event(current, event.type, event.reason, event.message)
 
@@ -437,8 +424,7 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
     namespace refused for capacity or anti-affinity. Registers the indexes of the module docstring."""
     cache = ctx.cache
     for index, fn in ((INDEX_CLASS, index_class), (INDEX_IMAGE, index_image), (INDEX_PROVIDER, index_provider),
-                      (INDEX_UNSCHEDULED, index_unscheduled), (INDEX_ANTI_AFFINITY, index_anti_affinity),
-                      (INDEX_PENDING, index_pending)):
+                      (INDEX_UNSCHEDULED, index_unscheduled), (INDEX_ANTI_AFFINITY, index_anti_affinity)):
         cache.add_indexer(VIRTUAL_MACHINE, index, fn)
 
     scoped: Predicate = watch_filter_predicate(ctx.watch_filter or "")
@@ -464,6 +450,9 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
         return vms(refused, (ns, str(obj["metadata"]["name"])))
 
     reconciler = VirtualMachineReconciler(ctx)
+    # The informer calls handlers inline, so the sums include an event before any reconcile it
+    # enqueues runs; the initial list reaches them before the informer reports synced.
+    mgr.get_informer(VIRTUAL_MACHINE).add_event_handler(reconciler.totals)
     return (
         ControllerBuilder(mgr)
         .named("virtualmachine")

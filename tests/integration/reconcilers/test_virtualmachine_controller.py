@@ -490,6 +490,38 @@ async def test_burst_counts_pending_vms_against_free_capacity(apiserver: Any) ->
         assert "memory 4096 MiB needed, 0 free" in refused[0]["message"]
 
 
+async def test_a_deleted_pending_vm_frees_its_capacity_for_a_refused_one(apiserver: Any) -> None:
+    """The placement sums follow deletions: a VM refused for capacity is placed once a pending
+    peer holding the room is gone."""
+    async with running_controllers(apiserver) as env:
+        await env.provider("vc-a", [fd("vc-a-dc0-c0", "c0", mem=8192)])
+        await env.image_ready(["vc-a"])
+        for name in ("hold-0", "hold-1"):
+            await env.vm(name)
+            await eventually(lambda name=name: env.get_vsm(name))
+        await env.vm("late")
+        await eventually(lambda: _is(env, "late", "Scheduled", "False", "InsufficientCapacity"))
+        await env.client.delete(VIRTUAL_MACHINE, "hold-0", env.namespace)
+        await env.client.remove_finalizer(VSPHERE_MACHINE, await eventually(lambda: _deleting(env, "hold-0")), FIN_VSM)
+        vsm = await eventually(lambda: env.get_vsm("late"))
+        assert vsm["spec"]["failureDomain"] == "vc-a-dc0-c0"
+
+
+async def test_provisioned_vms_count_when_equal_capacity_is_spread(apiserver: Any) -> None:
+    """Capacity that already includes the provisioned VMs (vcsim never lowers it) ties, so the
+    peer counts spread the next VM: provisioned peers count too (scheduler docstring, "Peers")."""
+    async with running_controllers(apiserver) as env:
+        await env.provider("vc-a", [fd("vc-a-dc0-c0", "c0")])
+        await env.provider("vc-b", [fd("vc-b-dc0-c0", "c0")])
+        await env.image_ready(["vc-a", "vc-b"])
+        await env.vm("first")
+        assert (await eventually(lambda: env.get_vsm("first")))["spec"]["providerRef"] == {"name": "vc-a"}
+        await env.provision("first")
+        await eventually(lambda: _has(env, "first", "initialization", {"provisioned": True}))
+        await env.vm("second")
+        assert (await eventually(lambda: env.get_vsm("second")))["spec"]["providerRef"] == {"name": "vc-b"}
+
+
 async def test_a_same_named_machine_of_another_owner_is_left_alone(env: Env) -> None:
     foreign = await env.client.create(VSPHERE_MACHINE, {
         "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachine",

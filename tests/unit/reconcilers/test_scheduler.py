@@ -3,6 +3,7 @@ plus a hypothesis test that no input makes ``schedule`` raise."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,7 +15,7 @@ from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import AntiAffinityTerm, VirtualMachine, VirtualMachineReason
 from banlieue.api.vmclass import VMClass
 from banlieue.api.vmimage import VMImage
-from banlieue.reconcilers.scheduler import PeerPlacement, SchedulingInput, schedule
+from banlieue.reconcilers.scheduler import PeerPlacement, PeerTotals, SchedulingInput, schedule
 
 NS = "default"
 
@@ -305,3 +306,28 @@ def test_provider_being_deleted_takes_no_new_vm_but_keeps_its_own() -> None:
     assert only_gone.placement is None and only_gone.reason == VirtualMachineReason.NO_PROVIDER_MATCHED
     kept = schedule(inp(providers=[gone, other], img=img, current=("a", "a-d0")))
     assert kept.kept and kept.placement is not None and kept.placement.provider_name == "a"
+
+
+def test_precomputed_totals_replace_the_sum_over_peers() -> None:
+    """``SchedulingInput.totals`` (kept by the reconciler) is what capacity and ranking read; the
+    peers then only serve anti-affinity."""
+    peer = (PeerPlacement("p", {}, "a", "a-dc0-c1", pending_memory_mib=1800),)
+    summed = schedule(inp(providers=TWO, cls=vm_class(mem=500), peers=peer))
+    assert summed.placement is not None and summed.placement.failure_domain == "a-dc0-c0"
+    kept = PeerTotals(pending={("a", "a-dc0-c0"): (900, 0)}, on_provider={"a": 1}, in_domain={("a", "a-dc0-c0"): 1})
+    given_totals = schedule(replace(inp(providers=TWO, cls=vm_class(mem=500), peers=peer), totals=kept))
+    assert given_totals.placement is not None and given_totals.placement.failure_domain == "a-dc0-c1"
+    full = PeerTotals(pending={("a", "a-dc0-c0"): (1000, 0), ("a", "a-dc0-c1"): (2000, 0)}, on_provider={}, in_domain={})
+    refused = schedule(replace(inp(providers=TWO, cls=vm_class(mem=500)), totals=full))
+    assert refused.reason == VirtualMachineReason.INSUFFICIENT_CAPACITY
+
+
+@pytest.mark.parametrize(("counts", "expected"), [
+    pytest.param({"a": 2, "b": 1}, "b", id="fewest-peers-on-the-provider"),
+    pytest.param({"a": 1, "b": 2}, "a", id="other-provider-fuller"),
+])
+def test_equal_capacity_spreads_by_the_peer_counts_of_the_totals(counts: dict[str, int], expected: str) -> None:
+    providers = [provider("a", [fd("a-0", mem=8192)]), provider("b", [fd("b-0", mem=8192)])]
+    totals = PeerTotals(pending={}, on_provider=counts, in_domain={(p, f"{p}-0"): n for p, n in counts.items()})
+    decision = schedule(replace(inp(providers=providers), totals=totals))
+    assert decision.placement is not None and decision.placement.provider_name == expected

@@ -13,7 +13,6 @@ from banlieue.reconcilers.virtualmachine import (
     index_anti_affinity,
     index_class,
     index_image,
-    index_pending,
     index_provider,
     index_unscheduled,
 )
@@ -33,9 +32,6 @@ def test_indexes() -> None:
     assert index_anti_affinity(vm(placement={"antiAffinity": [{"topologyKey": "cluster"}]})) == ["ns"]
     assert index_anti_affinity(vm()) == []
     assert index_class({"metadata": {"name": "x"}}) == []
-    assert (index_pending(placed), index_pending(vm())) == (["ns"], [])
-    done = vm({"scheduled": {"providerName": "vc-a"}, "initialization": {"provisioned": True}})
-    assert index_pending(done) == []
 
 
 @pytest.mark.parametrize(("change", "matters"), [
