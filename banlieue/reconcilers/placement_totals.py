@@ -57,19 +57,22 @@ class Observed:
 
     @staticmethod
     def of(obj: Object) -> Observed:
-        meta = obj.get("metadata") or {}
-        status = obj.get("status")
-        status = status if isinstance(status, Mapping) else {}
-        scheduled = status.get("scheduled")
-        scheduled = scheduled if isinstance(scheduled, Mapping) else {}
-        provider, domain = scheduled.get("providerName"), scheduled.get("failureDomain")
+        """Read ``obj``; never raises (an informer handler that raised would miss the event)."""
+        provider, domain = _get(obj, "status", "scheduled", "providerName"), _get(obj, "status", "scheduled", "failureDomain")
         where = (sys.intern(provider), sys.intern(domain)) if isinstance(provider, str) and isinstance(domain, str) else None
-        init = status.get("initialization")
-        provisioned = isinstance(init, Mapping) and bool(init.get("provisioned"))
-        class_ref = (obj.get("spec") or {}).get("classRef")
-        class_name = class_ref.get("name") if isinstance(class_ref, Mapping) else None
-        pending = None if provisioned else sys.intern(class_name if isinstance(class_name, str) else "")
-        return Observed(str(meta.get("namespace") or ""), where, pending)
+        class_name = _get(obj, "spec", "classRef", "name")
+        pending = None if _get(obj, "status", "initialization", "provisioned") else sys.intern(
+            class_name if isinstance(class_name, str) else "")
+        return Observed(str(_get(obj, "metadata", "namespace") or ""), where, pending)
+
+
+def _get(obj: Object, *path: str) -> Any:
+    cur: Any = obj
+    for part in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(part)
+    return cur
 
 
 @dataclass(frozen=True, slots=True)

@@ -253,3 +253,13 @@ def test_namespaces_are_summed_apart() -> None:
     assert sums(totals) == ({A0: (4096, 20)}, {"vc-a": 1}, {A0: 1})
     assert normal(totals.peer_totals("other", "ns/a", size_of(SIZES))) == ({B0: (4096, 20)}, {"vc-b": 1}, {B0: 1})
     assert normal(totals.peer_totals("empty", "empty/x", size_of(SIZES))) == ({}, {}, {})
+
+
+def test_an_object_of_unexpected_shape_counts_as_unplaced_and_does_not_raise() -> None:
+    # A handler that raised would miss the event (the informer logs it and goes on).
+    totals = PlacementTotals()
+    totals.on_add({"metadata": {"name": "odd", "namespace": "ns"}, "spec": [], "status": "?"}, False)
+    totals.on_add({"metadata": {"name": "half", "namespace": "ns"}, "status": {"scheduled": {"providerName": "vc-a"}}}, False)
+    assert sums(totals) == ({}, {}, {})
+    totals.assume("ns/odd", A0)
+    assert sums(totals) == ({}, {"vc-a": 1}, {A0: 1})  # pending, of no known class
