@@ -53,9 +53,7 @@ reconciler keeps these sums over every placed VM of the namespace from informer 
 passes them as ``SchedulingInput.totals``, so a placement costs O(failure domains), not O(peers);
 ``peers`` then holds only what rule 6 reads (the VMs with anti-affinity terms, or every VM of
 the namespace when the VM has terms of its own). Without ``totals`` they are summed from
-``peers``. (Before the reconciler kept the sums, the counts of a VM without terms covered only
-the peers it gathered: pending, with terms, or assumed; a VM with terms counted every placed
-peer. Both now count every placed peer.)
+``peers``.
 
 ``schedule`` never raises.
 """
@@ -94,9 +92,10 @@ class PeerPlacement:
     failure_domain: str
     anti_affinity: tuple[AntiAffinityTerm, ...] = ()
     pending_memory_mib: int = 0
-    """Memory of a peer placed but not provisioned yet (not in the Provider's free capacity)."""
+    """Memory of a peer placed but not provisioned yet (not in the Provider's free capacity);
+    read only when ``SchedulingInput.totals`` is None."""
     pending_storage_gib: int = 0
-    """Storage of a peer placed but not provisioned yet."""
+    """Storage of a peer placed but not provisioned yet; as ``pending_memory_mib``."""
 
 
 @dataclass(frozen=True)
