@@ -15,7 +15,9 @@ settling 135 -> 128 MiB.
 
 :func:`install` makes pyVmomi use a subclass that drops ``self.parser`` once the response is
 parsed (pyVmomi itself does so only for faults), so reference counting frees a response as
-soon as its caller lets go of the result. Nothing else changes.
+soon as its caller lets go of the result. Nothing else changes, except for a stub marked with
+``LEAN_UPDATE_SETS`` (the change watch's own stub): its ``UpdateSet`` responses are read by
+``updateset.read_update_set`` instead (streamed, only what the watch uses; see that module).
 """
 
 from __future__ import annotations
@@ -23,14 +25,25 @@ from __future__ import annotations
 from typing import Any
 
 from pyVmomi import SoapAdapter as _soap
+from pyVmomi import vmodl as _vmodl
+
+from banlieue.backends.vsphere import updateset
 
 soap: Any = _soap  # pyVmomi's partial stubs: treat the module as Any
+UPDATE_SET: Any = _vmodl.query.PropertyCollector.UpdateSet
+LEAN_UPDATE_SETS = "banlieue_lean_update_sets"
+"""Stub attribute: set it to the extraConfig key to keep (``find.UID_KEY``) to have the stub's
+``UpdateSet`` responses read by ``updateset.read_update_set``."""
 
 
 class AcyclicResponseDeserializer(soap.SoapResponseDeserializer):  # type: ignore[misc]
     """``SoapResponseDeserializer`` that forgets its parser after ``Deserialize`` (see module)."""
 
     def Deserialize(self, response: Any, resultType: Any, nsMap: Any = None) -> Any:  # pyVmomi's method name
+        uid_key = getattr(self.stub, LEAN_UPDATE_SETS, None)
+        if uid_key and resultType is UPDATE_SET and hasattr(response, "read"):
+            return updateset.read_update_set(response.read, uid_key,
+                                             lambda body: self.Deserialize(body, resultType, nsMap))
         try:
             return super().Deserialize(response, resultType, nsMap)
         finally:

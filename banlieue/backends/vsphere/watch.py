@@ -46,6 +46,7 @@ from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
 
 from banlieue.backends.base import BackendError, VMChange
+from banlieue.backends.vsphere import deserializer
 from banlieue.backends.vsphere.faults import map_exception
 from banlieue.backends.vsphere.find import UID_KEY, VMIndex
 from banlieue.backends.vsphere.properties import PC, moid, vm_traversal
@@ -141,6 +142,9 @@ class VMWatch:
             poolSize=1,
         )
         s.endpoint.instrument(stub)
+        # The long poll's answers are read lean and streamed (deserializer/updateset modules):
+        # a first batch of every VM as pyVmomi objects was the manager's memory peak.
+        setattr(stub, deserializer.LEAN_UPDATE_SETS, UID_KEY)
         return stub
 
     def setup(self) -> None:
