@@ -55,3 +55,36 @@ async def test_pyvmomis_own_deserializer_leaves_each_response_in_a_cycle(
     gc.collect()
     assert "SoapResponseDeserializer" in _response_objects(saved_cycles)
     assert any(n.startswith("vmodl.") for n in _response_objects(saved_cycles))
+
+
+def test_concurrent_full_scans_are_one_scan(vcsim_factory: Any) -> None:
+    # After a restart every lookup misses the empty index at once; the callers that wait for a
+    # running scan use its result instead of each scanning every VM again (find.scan_uids).
+    import ssl
+    import threading
+
+    from pyVim.connect import Disconnect, SmartConnect
+
+    vc = vcsim_factory(method_delay={"RetrievePropertiesEx": 500})  # a scan takes >= 0.5 s
+    sis = [SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password,
+                        sslContext=ssl.create_default_context(cafile=vc.ca_file)) for _ in range(4)]
+    index = find.VMIndex()
+    start = threading.Barrier(len(sis))
+
+    def scan(si: Any) -> None:
+        si.content  # noqa: B018 - retrieve the ServiceContent before the race
+        start.wait()
+        find.scan_uids(si.content, index)
+
+    try:
+        threads = [threading.Thread(target=scan, args=(si,)) for si in sis]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert index.scans == 1
+        find.scan_uids(sis[0].content, index)  # a later caller (none running) scans again
+        assert index.scans == 2
+    finally:
+        for si in sis:
+            Disconnect(si)

@@ -78,6 +78,10 @@ class VMIndex:
         self._uid_by_moref: dict[str, str] = {}
         self._listeners: list[Callable[[], None]] = []
         self.authoritative = False
+        self.scan_lock = threading.Lock()
+        """Held by the full scan (``scan_uids``): one at a time per vCenter."""
+        self.scans = 0
+        """Full scans completed (``scan_uids`` skips its own when one ended while it waited)."""
 
     def get(self, uid: str) -> Any | None:
         with self._lock:
@@ -150,12 +154,22 @@ def scan_vms(content: Any, with_config: bool = True) -> list[ObjectProps]:
 
 
 def scan_uids(content: Any, index: VMIndex) -> None:
-    """Refresh ``index`` from a full scan (VMs without a UID are ignored)."""
-    for o in scan_vms(content):
-        if o.type == "VirtualMachine":
-            uid = extra_config(o).get(UID_KEY)
-            if uid:
-                index.put(uid, o.obj)
+    """Refresh ``index`` from a full scan (VMs without a UID are ignored).
+
+    Single-flight: a caller that waited for another's scan uses its result instead of scanning
+    again. After a restart every lookup misses the empty index at once; each running its own
+    scan of every VM's extraConfig (the pool's 8 workers per vCenter) multiplied the largest
+    responses of the start-up by 8."""
+    seen = index.scans
+    with index.scan_lock:
+        if index.scans != seen:
+            return  # a scan completed while this caller waited: the index is as fresh
+        for o in scan_vms(content):
+            if o.type == "VirtualMachine":
+                uid = extra_config(o).get(UID_KEY)
+                if uid:
+                    index.put(uid, o.obj)
+        index.scans += 1
 
 
 def read_vm(content: Any, vm: Any, idx: InventoryIndex | None) -> VMInfo | None:
