@@ -20,6 +20,10 @@ much was garbage held only by reference cycles); with ``$BENCH_MEMPROBE_SAVEALL`
 collector keeps everything it finds in cycles from the start (memory grows: diagnosis only) and
 the report lists it by type and, for frames and coroutines, by function;
 ``$BENCH_MEMPROBE_REFERRERS=<type name>``: the chain of referrers keeping one such object alive.
+``$BENCH_MEMPROBE_TIMELINE`` (heap mode): every 0.25 s, RSS and ``sys.getallocatedblocks()`` (live
+pymalloc blocks, cheap); at each new high-water mark of blocks (+5%) the innermost frames of every
+thread, so the report says *when* and *doing what* the object allocator reached its peak (pymalloc
+never returns an arena that still holds one live block, so the RSS keeps that peak's footprint).
 
 tracemalloc slows the process down: figures from a probed run are not reported as timings.
 """
@@ -150,9 +154,45 @@ def _heap_report() -> str:
     return "\n".join(lines) + "\n"
 
 
+_TIMELINE: list[str] = []
+
+
+def _stacks(depth: int = 6) -> str:
+    out = []
+    for ident, frame in sys._current_frames().items():
+        names = []
+        f: FrameType | None = frame
+        while f is not None and len(names) < depth:
+            names.append(f"{Path(f.f_code.co_filename).name}:{f.f_code.co_name}:{f.f_lineno}")
+            f = f.f_back
+        thread = next((t.name for t in threading.enumerate() if t.ident == ident), str(ident))
+        out.append(f"      [{thread}] " + " <- ".join(names))
+    return "\n".join(out)
+
+
+def _timeline() -> None:
+    high = 0
+    last_line = 0.0
+    while True:
+        time.sleep(0.25)
+        blocks = sys.getallocatedblocks()
+        now = time.monotonic() - STARTED
+        if blocks > high * 1.05:
+            high = blocks
+            _TIMELINE.append(f"{now:7.1f} s rss {_rss_mib():6.1f} MiB blocks {blocks:9d} (new high)\n{_stacks()}")
+        elif now - last_line >= 2.0:
+            _TIMELINE.append(f"{now:7.1f} s rss {_rss_mib():6.1f} MiB blocks {blocks:9d}")
+        else:
+            continue
+        last_line = now
+
+
 def _dump(signum: int, frame: FrameType | None) -> None:
     heap = os.environ.get("BENCH_MEMPROBE_MODE") == "heap"
-    Path(os.environ.get("BENCH_MEMPROBE_OUT", "memprobe.txt")).write_text(_heap_report() if heap else _report())
+    report = _heap_report() if heap else _report()
+    if _TIMELINE:
+        report += "-- timeline (pymalloc blocks; stacks at each new high)\n" + "\n".join(_TIMELINE) + "\n"
+    Path(os.environ.get("BENCH_MEMPROBE_OUT", "memprobe.txt")).write_text(report)
 
 
 def _watch_growth(directory: Path) -> None:
@@ -171,6 +211,8 @@ def main() -> int:
         gc.set_debug(gc.DEBUG_SAVEALL)  # keep what cycles the collector finds, for _garbage_report
     if os.environ.get("BENCH_MEMPROBE_MODE") != "heap":
         tracemalloc.start(int(os.environ.get("BENCH_MEMPROBE_DEPTH", "1")))
+    elif os.environ.get("BENCH_MEMPROBE_TIMELINE"):
+        threading.Thread(target=_timeline, daemon=True, name="memprobe-timeline").start()
     grow = os.environ.get("BENCH_MEMPROBE_GROW") if tracemalloc.is_tracing() else None
     if grow:
         threading.Thread(target=_watch_growth, args=(Path(grow),), daemon=True, name="memprobe").start()
