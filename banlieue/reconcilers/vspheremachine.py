@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from banlieue.api.infrastructure import VSphereMachine, VSphereMachineStatus
+from banlieue.api.provider import Provider
 from banlieue.backends.base import Backend, BackendError, Connection, VMSpec
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
@@ -36,10 +37,12 @@ from banlieue.reconcilers.kinds import (
     CONFIG_MAP,
     FINALIZER_VSPHERE_MACHINE,
     PROVIDER,
+    PROVIDER_CLASS_VSPHERE,
     SECRET,
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
+from banlieue.reconcilers.parsed import ParsedCache
 from banlieue.reconcilers.vcenter_slots import VCenterSlots, cap_for_workers
 from banlieue.reconcilers.vsphere_connection import ConnectionConfigError
 from banlieue.reconcilers.vspheremachine_decide import (
@@ -65,7 +68,6 @@ from banlieue.reconcilers.vspheremachine_sources import (
     CapiWatch,
     MapFuncs,
     VMWatch,
-    parse_provider,
     register_indexes,
 )
 from banlieue.reconcilers.vspheremachine_writes import OwnWrites, recordable
@@ -122,6 +124,8 @@ class VSphereMachineReconciler:
         # status says provisioned: a deferred progress status (ADR 0011) must not cost a second
         # converge (Snapshot.converged_spec).
         self._converged: dict[str, VMSpec] = {}
+        # Providers validated once per resourceVersion (every reconcile reads its namespace's).
+        self._parsed = ParsedCache()
 
     # --- gather -------------------------------------------------------------------------
     def _in_scope(self, raw: dict[str, Any]) -> bool:
@@ -144,7 +148,8 @@ class VSphereMachineReconciler:
             capi_machine = cache.get(CAPI_MACHINE, owner, ns) if owner else None
             cluster_name = (machine.metadata.labels or {}).get(CAPI_LABEL_CLUSTER_NAME) or ((capi_machine or {}).get("spec") or {}).get("clusterName")
             cluster = cache.get(CAPI_CLUSTER, str(cluster_name), ns) if cluster_name else None
-        providers = tuple(p for p in (parse_provider(raw) for raw in cache.list(PROVIDER, ns)) if p is not None)
+        providers = tuple(p for p in (self._parsed.parse(Provider, raw) for raw in cache.list(PROVIDER, ns))
+                          if p is not None and p.spec.provider_class_ref.name == PROVIDER_CLASS_VSPHERE)
         bootstrap = bootstrap_error = None
         ref = bootstrap_secret_ref(machine, capi_machine, capi)
         if ref is not None:
