@@ -53,6 +53,8 @@ def main() -> int:
                    help="comma list of object counts for memory/cold start (default 100,1000,10000)")
     p.add_argument("--profile", type=Path, default=None,
                    help="directory for py-spy collapsed stacks of the manager and the API double (throughput run)")
+    p.add_argument("--profile-gil", action="store_true",
+                   help="with --profile: sample only the thread holding the GIL (CPU, not wall time)")
     p.add_argument("--manager-arg", action="append", default=[],
                    help="extra banlieue manager flag (repeatable), e.g. --manager-arg=--max-concurrent-reconciles=32")
     p.add_argument("--memprobe", action="store_true",
@@ -72,6 +74,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     import e2e_env
     e2e_env.MANAGER_ARGS.extend(args.manager_arg)
+    e2e_run.PROFILE_GIL = args.profile_gil
     e2e_env.MEMPROBE = args.memprobe
     e2e_env.GUESTS = args.guests
     if args.vcsim_hosts:

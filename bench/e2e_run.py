@@ -100,17 +100,25 @@ def _per_kind(counter: Counter[str], resource: str) -> int:
     return sum(v for k, v in counter.items() if k.split(" ")[1].split("/")[0] == resource)
 
 
+PROFILE_GIL = False
+"""py-spy ``--gil`` (``bench/e2e.py --profile-gil``): only samples of the thread holding the GIL,
+i.e. where the CPU goes. Without it, threads blocked on a socket or waiting for the GIL are
+sampled too (wall time: with 16 vCenter worker threads the event loop waits for the GIL after
+every call that releases it, and that wait shows up as the call's own time)."""
+
+
 @contextlib.contextmanager
 def profiled(pids: dict[str, int], out: Path | None) -> Iterator[None]:
-    """``py-spy record --format raw`` (collapsed stacks, 100 Hz, --nonblocking) of each pid while
-    the block runs; files ``<out>/<name>.txt``. Nothing when ``out`` is None."""
+    """``py-spy record --format raw`` (collapsed stacks, 100 Hz, --nonblocking, ``--gil`` when
+    ``PROFILE_GIL``) of each pid while the block runs; files ``<out>/<name>.txt``. Nothing when
+    ``out`` is None."""
     if out is None:
         yield
         return
     out.mkdir(parents=True, exist_ok=True)
     spy = str(Path(sys.executable).parent / "py-spy")
     procs = [subprocess.Popen([spy, "record", "-p", str(pid), "-o", str(out / f"{name}.txt"), "--format", "raw",
-                               "-r", "100", "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               "-r", "100", "--nonblocking", *(["--gil"] if PROFILE_GIL else [])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for name, pid in pids.items()]
     try:
         yield
