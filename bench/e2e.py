@@ -82,6 +82,7 @@ def main() -> int:
     if args.stock_collector:
         e2e_env.VCSIM_OPTS["batch_collector"] = False
     n = args.vms or (100 if args.quick else 1000)
+    e2e_env.REQUEST_LOG_SIZE = max(e2e_env.REQUEST_LOG_SIZE, 40 * n)  # ~11 requests per VM, with room
     only = set(filter(None, args.only.split(",")))
     entries: list[dict[str, Any]] = json.loads(args.out.read_text()) if args.out.exists() else []
     work = Path(tempfile.mkdtemp(prefix="banlieue-e2e-"))

@@ -124,3 +124,19 @@ async def test_apiserver_factory_preloads_crds(apiserver_factory: Any, tmp_path:
     async with aiohttp.ClientSession() as s, s.get(handle.url + "/apis/example.com/v1") as r:
         assert r.status == 200
     assert handle.server.store.history_size == 5 and handle.kubeconfig_path.exists()
+
+
+def test_request_log_size_flag_bounds_the_log() -> None:
+    # ``python -m banlieue.testing.apiserver --request-log-size N`` keeps the last N requests
+    # (bench/e2e.py raises it for 10,000 VMs; the default 100,000 would drop the first writes).
+    import json
+    import urllib.request
+
+    from banlieue.testing.apiserver.fixture import start_subprocess
+
+    with start_subprocess(request_log_size=3) as proc:
+        for i in range(5):
+            urllib.request.urlopen(f"{proc.url}/api/v1/namespaces/default/configmaps?limit={i + 1}").read()
+        with urllib.request.urlopen(proc.url + "/debug/requests") as r:
+            items = json.load(r)["items"]
+    assert [i["query"] for i in items] == ["limit=3", "limit=4", "limit=5"]  # the oldest two dropped

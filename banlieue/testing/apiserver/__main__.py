@@ -17,7 +17,7 @@ from .server import ApiServer
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    server = ApiServer(bookmark_interval=args.bookmark_interval)
+    server = ApiServer(bookmark_interval=args.bookmark_interval, request_log_size=args.request_log_size)
     if args.crd_dir:
         server.load_crd_dir(args.crd_dir)
     url = await server.start(args.host, args.port)
@@ -32,6 +32,13 @@ async def _serve(args: argparse.Namespace) -> None:
         await server.stop()
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse flags and serve; returns the exit code."""
     p = argparse.ArgumentParser(prog="python -m banlieue.testing.apiserver", description=__doc__)
@@ -39,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     p.add_argument("--crd-dir", default=None, help="directory of CustomResourceDefinition YAML files to preload")
     p.add_argument("--bookmark-interval", type=float, default=60.0, help="seconds between watch bookmarks")
+    p.add_argument("--request-log-size", type=_positive, default=100_000,
+                   help="requests kept in the request log served at /debug/requests (default 100000)")
     args = p.parse_args(argv)
     # stdout carries only the URL line; logs go to stderr.
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))

@@ -124,13 +124,15 @@ class ApiServerProcess:
 
 @contextlib.contextmanager
 def start_subprocess(port: int | None = None, crd_dir: str | Path | None = None, *,
-                     bookmark_interval: float = 60.0, startup_timeout: float = 30.0) -> Iterator[ApiServerProcess]:
+                     bookmark_interval: float = 60.0, startup_timeout: float = 30.0,
+                     request_log_size: int = 100_000) -> Iterator[ApiServerProcess]:
     """Run the double in a child process; yields once it prints its URL; SIGTERM (then kill) on exit.
+    ``request_log_size``: requests its request log keeps (the oldest are dropped beyond).
 
     Raises RuntimeError when the process exits or stays silent past ``startup_timeout`` seconds.
     """
     cmd = [sys.executable, "-m", "banlieue.testing.apiserver", "--port", str(port or 0),
-           "--bookmark-interval", str(bookmark_interval)]
+           "--bookmark-interval", str(bookmark_interval), "--request-log-size", str(request_log_size)]
     if crd_dir is not None:
         cmd += ["--crd-dir", str(crd_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
