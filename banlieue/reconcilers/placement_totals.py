@@ -58,15 +58,16 @@ class Observed:
     @staticmethod
     def of(obj: Object) -> Observed:
         """Read ``obj``; never raises (an informer handler that raised would miss the event)."""
-        provider, domain = _get(obj, "status", "scheduled", "providerName"), _get(obj, "status", "scheduled", "failureDomain")
+        provider, domain = nested(obj, "status", "scheduled", "providerName"), nested(obj, "status", "scheduled", "failureDomain")
         where = (sys.intern(provider), sys.intern(domain)) if isinstance(provider, str) and isinstance(domain, str) else None
-        class_name = _get(obj, "spec", "classRef", "name")
-        pending = None if _get(obj, "status", "initialization", "provisioned") else sys.intern(
+        class_name = nested(obj, "spec", "classRef", "name")
+        pending = None if nested(obj, "status", "initialization", "provisioned") else sys.intern(
             class_name if isinstance(class_name, str) else "")
-        return Observed(str(_get(obj, "metadata", "namespace") or ""), where, pending)
+        return Observed(str(nested(obj, "metadata", "namespace") or ""), where, pending)
 
 
-def _get(obj: Object, *path: str) -> Any:
+def nested(obj: Object, *path: str) -> Any:
+    """``obj[path[0]][path[1]]...``, or None where a level is missing or not a mapping."""
     cur: Any = obj
     for part in path:
         if not isinstance(cur, Mapping):

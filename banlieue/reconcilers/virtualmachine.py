@@ -46,7 +46,7 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.parsed import ParsedCache
-from banlieue.reconcilers.placement_totals import PlacementTotals
+from banlieue.reconcilers.placement_totals import PlacementTotals, nested
 from banlieue.reconcilers.scheduler import (
     PeerPlacement,
     PeerTotals,
@@ -74,41 +74,32 @@ INDEX_UNSCHEDULED = "unscheduled"
 INDEX_ANTI_AFFINITY = "spec.placement.antiAffinity"
 
 
-def _get(obj: Object, *path: str) -> Any:
-    cur: Any = obj
-    for part in path:
-        if not isinstance(cur, Mapping):
-            return None
-        cur = cur.get(part)
-    return cur
-
-
 def index_class(obj: Object) -> list[str]:
     """``spec.classRef.name`` of a VirtualMachine."""
-    name = _get(obj, "spec", "classRef", "name")
+    name = nested(obj, "spec", "classRef", "name")
     return [name] if isinstance(name, str) else []
 
 
 def index_image(obj: Object) -> list[str]:
     """``spec.imageRef.name`` of a VirtualMachine."""
-    name = _get(obj, "spec", "imageRef", "name")
+    name = nested(obj, "spec", "imageRef", "name")
     return [name] if isinstance(name, str) else []
 
 
 def index_provider(obj: Object) -> list[str]:
     """``<namespace>/<status.scheduled.providerName>`` (Providers are namespaced)."""
-    name = _get(obj, "status", "scheduled", "providerName")
+    name = nested(obj, "status", "scheduled", "providerName")
     return [f"{obj['metadata'].get('namespace', '')}/{name}"] if isinstance(name, str) else []
 
 
 def index_unscheduled(obj: Object) -> list[str]:
     """``<namespace>`` of a VirtualMachine without a placement."""
-    return [] if _get(obj, "status", "scheduled", "providerName") else [str(obj["metadata"].get("namespace", ""))]
+    return [] if nested(obj, "status", "scheduled", "providerName") else [str(obj["metadata"].get("namespace", ""))]
 
 
 def index_anti_affinity(obj: Object) -> list[str]:
     """``<namespace>`` of a VirtualMachine with anti-affinity terms."""
-    return [str(obj["metadata"].get("namespace", ""))] if _get(obj, "spec", "placement", "antiAffinity") else []
+    return [str(obj["metadata"].get("namespace", ""))] if nested(obj, "spec", "placement", "antiAffinity") else []
 
 
 @dataclass
@@ -168,7 +159,7 @@ class ReadYourWrites:
 
 
 def _log_invalid(raw: Mapping[str, Any], err: ValidationError) -> None:
-    log.warning("object does not parse, treated as absent", kind=raw.get("kind"), name=_get(raw, "metadata", "name"))
+    log.warning("object does not parse, treated as absent", kind=raw.get("kind"), name=nested(raw, "metadata", "name"))
 
 
 def _parse(model: Any, raw: Object | None) -> Any:
@@ -183,7 +174,7 @@ def _parse(model: Any, raw: Object | None) -> Any:
 
 def _names(objects: Iterable[Object]) -> tuple[str, ...]:
     """The sorted metadata.name of cluster-scoped objects (VMClass, VMImage)."""
-    return tuple(sorted({str(name) for o in objects if (name := _get(o, "metadata", "name"))}))
+    return tuple(sorted({str(name) for o in objects if (name := nested(o, "metadata", "name"))}))
 
 
 @dataclass(frozen=True)
@@ -203,9 +194,9 @@ class _PeerFields:
 
 
 def _peer_fields(raw: Object) -> _PeerFields:
-    scheduled = _get(raw, "status", "scheduled") or {}
+    scheduled = nested(raw, "status", "scheduled") or {}
     terms: list[AntiAffinityTerm] = []
-    for term in _get(raw, "spec", "placement", "antiAffinity") or ():
+    for term in nested(raw, "spec", "placement", "antiAffinity") or ():
         try:
             terms.append(AntiAffinityTerm.from_wire(term))
         except ValidationError:
@@ -390,10 +381,10 @@ def _vm_update_matters(old: Object, new: Object) -> bool:
 def _placement_freed(old: Object, new: Object) -> bool:
     # A new placement only consumes capacity and topology; a moved or cleared one, or relabelled
     # peer, may let a VM refused for capacity or anti-affinity fit.
-    before = _get(old, "status", "scheduled")
+    before = nested(old, "status", "scheduled")
     return bool(
-        (before and before != _get(new, "status", "scheduled"))
-        or _get(old, "metadata", "labels") != _get(new, "metadata", "labels")
+        (before and before != nested(new, "status", "scheduled"))
+        or nested(old, "metadata", "labels") != nested(new, "metadata", "labels")
     )
 
 
@@ -402,7 +393,7 @@ RETRY_ON_PEER_CHANGE = frozenset({VirtualMachineReason.ANTI_AFFINITY_UNSATISFIED
 
 
 def _refused_for_peers(obj: Object) -> bool:
-    for cond in _get(obj, "status", "conditions") or ():
+    for cond in nested(obj, "status", "conditions") or ():
         if isinstance(cond, Mapping) and cond.get("type") == "Scheduled":
             return cond.get("status") == "False" and cond.get("reason") in RETRY_ON_PEER_CHANGE
     return False
