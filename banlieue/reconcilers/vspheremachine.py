@@ -233,7 +233,13 @@ class VSphereMachineReconciler:
         desired = status.to_wire()
         current = VSphereMachineStatus.from_wire(raw.get("status") or {}).to_wire()
         meta = raw["metadata"]
-        if desired == current or self._written_status.get(meta["uid"]) == desired:
+        if desired == current:
+            # The object shows it: the memo has done its job. Dropped, so it costs nothing per
+            # machine once provisioned (10,000 status copies otherwise) and cannot hide a later
+            # change made by someone else.
+            self._written_status.pop(meta["uid"], None)
+            return raw
+        if self._written_status.get(meta["uid"]) == desired:
             return raw
         body = {
             "apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind,
@@ -287,6 +293,8 @@ class VSphereMachineReconciler:
         except ValidationError as err:
             log.warning("malformed VSphereMachine", machine=str(request), error=str(err))
             return Result()
+        if machine.spec.provider_id and self._written_provider_id.get(machine.metadata.uid or "") == machine.spec.provider_id:
+            del self._written_provider_id[machine.metadata.uid or ""]  # stored now: memo done (as in _write_status)
         snap = self._gather(machine)
         if snap is None:
             return Result(requeue_after=CAPI_NOT_SYNCED_REQUEUE)

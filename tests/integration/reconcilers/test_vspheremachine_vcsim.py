@@ -40,7 +40,7 @@ class Running:
         ctx = RoleContext(client=self.client, cache=self.mgr.cache, recorder=self.mgr.get_event_recorder(FIELD_MANAGER_PROVIDER_VSPHERE),
                           field_manager=FIELD_MANAGER_PROVIDER_VSPHERE, backend=self.backend, namespace=ns,
                           watch_filter=watch_filter, vsphere_task_timeout=60.0)
-        vspheremachine.setup(self.mgr, ctx)
+        self.controller = vspheremachine.setup(self.mgr, ctx)
         self.task = asyncio.create_task(self.mgr.start())
 
     async def stop(self) -> None:
