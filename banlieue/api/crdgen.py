@@ -129,6 +129,8 @@ def openapi_schema(info: KindInfo) -> dict[str, Any]:
     required = [r for r in raw.get("required", []) if r in ("spec", "status")]
     if required:
         schema["required"] = required
+    if info.root_rules:
+        schema["x-kubernetes-validations"] = [dict(r) for r in info.root_rules]
     ordered: dict[str, Any] = _ordered(schema)
     return ordered
 

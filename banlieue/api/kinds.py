@@ -43,6 +43,8 @@ class KindInfo:
     ``model`` is the pydantic class of the object and ``list_model`` of its List. ``namespaced``
     is False for cluster-scoped kinds. ``status_subresource`` says whether ``/status`` exists.
     ``contract_versions`` is non-empty for CAPI infrastructure kinds (CRD label value).
+    ``root_rules`` are CEL rules on the whole object (``x-kubernetes-validations`` at the schema's
+    root, where kube-apiserver lets a rule read ``self.metadata.name``).
     """
 
     group: str
@@ -58,6 +60,7 @@ class KindInfo:
     list_model: type[ApiModel]
     printer_columns: tuple[PrinterColumn, ...] = field(default=())
     contract_versions: tuple[str, ...] = field(default=())
+    root_rules: tuple[dict[str, str], ...] = field(default=())
 
     @property
     def api_version(self) -> str:
@@ -74,6 +77,15 @@ class KindInfo:
         """Kind of the List (``<Kind>List``)."""
         return f"{self.kind}List"
 
+
+VM_NAME_MAX = 63
+VM_NAME_RULE = {
+    "rule": f"self.metadata.name.size() <= {VM_NAME_MAX}",
+    "message": f"a VirtualMachine name must be at most {VM_NAME_MAX} characters: it is the value of its "
+               "VSphereMachine's banlieue.io/owned-by label (label values are at most 63 characters)",
+}
+"""VirtualMachine names longer than a label value could never be realised (the VSphereMachine
+apply was refused, 422, on every retry): rejected when the object is created instead."""
 
 _CORE_CATEGORIES = ("banlieue",)
 _INFRA_CATEGORIES = ("banlieue", "cluster-api")
@@ -121,6 +133,7 @@ _KINDS: tuple[KindInfo, ...] = (
             PrinterColumn("IP", ".status.addresses[0].address"),
             READY_COLUMN, REASON_COLUMN, AGE_COLUMN,
         ),
+        root_rules=(VM_NAME_RULE,),
     ),
     KindInfo(
         infrastructure.GROUP, infrastructure.VERSION, "VSphereMachine", "vspheremachines", "vspheremachine",

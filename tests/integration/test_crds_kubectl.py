@@ -163,3 +163,18 @@ async def test_printer_columns_read_status_through_the_status_subresource(apiser
     assert cells["POWER"] == "PoweredOn"
     assert cells["IP"] == "10.0.0.7"
     assert cells["READY"] == "True"
+
+
+async def test_virtualmachine_names_longer_than_a_label_value_are_rejected(apiserver: Any) -> None:
+    # The name becomes the VSphereMachine's banlieue.io/owned-by label value (at most 63
+    # characters): a longer name could never be realised, so the CRD's root rule refuses it.
+    await install(apiserver)
+    path = apiserver.url.rstrip("/") + "/apis/banlieue.io/v1alpha1/namespaces/default/virtualmachines"
+    async with aiohttp.ClientSession() as session:
+        for name, expected in (("a" * 63, 201), ("a" * 64, 422), ("b" * 63 + "." + "c" * 60, 422)):
+            body = {**VM, "metadata": {**VM["metadata"], "name": name}}
+            async with session.post(path, json=body) as resp:
+                status = await resp.json()
+            assert resp.status == expected, status
+            if expected == 422:
+                assert status["reason"] == "Invalid" and "at most 63 characters" in status["message"], status
