@@ -1,8 +1,8 @@
 """The ``banlieue`` console script: one executable, several roles (SPEC §4-§5).
 
 Exit codes: 0 success; 1 the process could not start or failed (:class:`StartupError`, one line
-on stderr); 2 invalid usage (bad flag or ``BANLIEUE_*`` value, one line on stderr, as argparse
-does); 130 interrupted before the runtime installed its own signal handling.
+on stderr); 2 invalid usage (bad flag or ``BANLIEUE_*`` value, including a ``--kubeconfig`` or
+``KUBECONFIG`` that names no existing file; one line on stderr, as argparse does); 130 interrupted before the runtime installed its own signal handling.
 """
 
 from __future__ import annotations

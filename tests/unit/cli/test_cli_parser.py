@@ -92,6 +92,19 @@ def test_kubeconfig_falls_back_to_kubeconfig_env_then_in_cluster(isolated: dict[
     assert role(["manager"], in_cluster, isolated).options.kubeconfig is None
 
 
+def test_kubeconfig_env_lists_several_files_flag_names_one(isolated: dict[str, Path], tmp_path: Path) -> None:
+    """README (Configuration): KUBECONFIG may list several files, as kubectl allows (merged by
+    kubernetes_asyncio's KubeConfigMerger); missing entries are skipped; a usage error (exit 2)
+    only when none exists. ``--kubeconfig`` names one file."""
+    a = tmp_path / "a"
+    a.write_text("clusters: []\n")
+    assert role(["manager"], {"KUBECONFIG": f"/x/gone:{a}"}, isolated).options.kubeconfig == str(a)
+    with pytest.raises(UsageError, match=r"^KUBECONFIG must name an existing kubeconfig file \(got /x/a:/x/b\)$"):
+        role(["manager"], {"KUBECONFIG": "/x/a:/x/b"}, isolated)
+    with pytest.raises(UsageError, match=r"^--kubeconfig must be an existing kubeconfig file"):
+        role(["manager", "--kubeconfig", f"{a}:{a}"], {}, isolated)
+
+
 def test_leader_election_namespace_defaults_to_pod_namespace(tmp_path: Path) -> None:
     sa_file = tmp_path / "namespace"
     sa_file.write_text("banlieue-system")
