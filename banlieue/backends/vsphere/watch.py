@@ -1,7 +1,7 @@
 """Change notifications from one vCenter: a PropertyCollector long poll (``WaitForUpdatesEx``).
 
 One dedicated collector with one filter (every VM, found by the inventory traversal) per watch.
-The long poll runs on its own thread and its own SOAP stub (sharing the session cookie), with a
+The long poll runs on its own (daemon) thread and its own SOAP stub (sharing the session cookie), with a
 socket timeout above ``max_wait_seconds``, so it never occupies a worker of the vCenter's pool and
 the pool's request timeout stays short. Steady state costs one outstanding request per vCenter,
 renewed every ``max_wait_seconds`` (default 600 s: 6 requests per hour per vCenter) and
@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from typing import Any
 
 import structlog
@@ -307,6 +307,41 @@ def _destroy(collector: Any) -> None:
         collector.DestroyPropertyCollector()
 
 
+class DaemonExecutor(Executor):
+    """Runs each submitted call on a new daemon thread named ``name``.
+
+    The long poll blocks in a socket read for up to ``max_wait_seconds`` (600 s). A
+    ``ThreadPoolExecutor``'s threads are joined when the interpreter exits, so a poll that the
+    shutdown's ``CancelWaitForUpdates`` could not end (the session already gone, the vCenter
+    unreachable) kept a stopped manager alive until the poll returned. A daemon thread does not
+    hold the exit; what it was doing is abandoned with the process, which is all a long poll is.
+    One thread per poll: polls are sequential and at most one per batch of changes.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._shutdown = False
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        if self._shutdown:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        future: Future[Any] = Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # handed to the awaiting side, as ThreadPoolExecutor does
+                future.set_exception(exc)
+
+        threading.Thread(target=run, name=self.name, daemon=True).start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._shutdown = True
+
+
 async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float) -> AsyncIterator[VMChange]:
     """Yield VMChange for banlieue-managed VMs until the consumer stops (see module docstring).
 
@@ -317,7 +352,7 @@ async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float) -
     removal is reported even if the collector never saw it.
     """
     w = VMWatch(session, max_wait_seconds, index)
-    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"vsphere-watch-{session.endpoint.label}")
+    thread = DaemonExecutor(f"vsphere-watch-{session.endpoint.label}")
     loop = asyncio.get_running_loop()
     indexed = asyncio.Event()  # the index learned a new moref: maybe one to check
 
