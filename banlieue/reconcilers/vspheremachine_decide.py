@@ -93,6 +93,12 @@ from banlieue.reconcilers.vspheremachine_placement import (
 )
 from banlieue.reconcilers.vspheremachine_progress import progress_write_wait
 
+REPLACE_HINT = ("to get a new VM, delete this VSphereMachine if a banlieue VirtualMachine owns it (the "
+                "VirtualMachine creates a new one), or its Machine under Cluster API (its MachineSet or "
+                "control plane creates a new one)")
+"""What a VMNotFound message tells the user. It is mirrored onto the owning VirtualMachine, where
+"delete this object" read as "delete the VirtualMachine", which only removes it."""
+
 R = VSphereMachineReason
 """Ready reasons (SPEC §3 plus the ones documented in the module docstring)."""
 
@@ -396,14 +402,14 @@ def _decide(snap: Snapshot) -> Plan:
     status_now = m.status or VSphereMachineStatus()
     if vm is None:
         if status_now.instance_uuid and not (failure and failure.step == "create"):
-            st.ready(False, R.VM_NOT_FOUND, f"VM {status_now.instance_uuid} ({status_now.vm_ref}) is no longer in vCenter: delete this object to replace it")
+            st.ready(False, R.VM_NOT_FOUND, f"VM {status_now.instance_uuid} ({status_now.vm_ref}) is no longer in vCenter: {REPLACE_HINT}")
             return _with_events(snap, Plan(status=st.status))
         if failure is not None and failure.step == "create":
             reason = _failure_reason(failure)
             if reason == R.VM_NOT_FOUND:
                 # create_vm returned this UID's VM before and it is gone: never clone it again,
                 # even when the status this reconcile started from has no instanceUUID yet.
-                st.ready(False, R.VM_NOT_FOUND, f"{failure.message}: delete this object to replace it")
+                st.ready(False, R.VM_NOT_FOUND, f"{failure.message}: {REPLACE_HINT}")
                 return _with_events(snap, Plan(status=st.status))
             st.ready(False, reason, failure.message)
             retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)

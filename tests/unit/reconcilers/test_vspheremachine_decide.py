@@ -370,7 +370,7 @@ def test_vm_not_found_from_create_is_vm_not_found(status: dict[str, Any]) -> Non
     assert ready(plan) == ("False", "VMNotFound")
     assert plan.action is None and not plan.retry and plan.requeue_after is None
     cond = get_condition(plan.status.conditions if plan.status else None, READY)
-    assert cond is not None and "removed from vCenter" in cond.message and "delete this object" in cond.message
+    assert cond is not None and "removed from vCenter" in cond.message and "delete this VSphereMachine" in cond.message
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "VMNotFound")]
 
 
