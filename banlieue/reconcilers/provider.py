@@ -44,6 +44,7 @@ from banlieue.reconcilers.provider_deletion import (
     decide_deletion,
     machine_uses_provider,
 )
+from banlieue.reconcilers.provider_reachability import ReachabilityNotifier, reachability_requests
 from banlieue.reconcilers.vsphere_connection import (
     ConnectionConfigError,
     referenced_config_maps,
@@ -188,7 +189,8 @@ class ProviderReconciler:
 def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     """Register the ``provider`` controller: for Provider (generation changes), watches Secret
     and ConfigMap -> the Providers that reference them (indexes ``providerSecrets``,
-    ``providerConfigMaps``), VSphereMachine -> the deleting Providers it uses."""
+    ``providerConfigMaps``), VSphereMachine -> the deleting Providers it uses, and the backend's
+    reachability transitions -> the Providers on that vCenter (``provider_reachability``)."""
     ctx.cache.add_indexer(PROVIDER, SECRETS_INDEX, secrets_index)
     ctx.cache.add_indexer(PROVIDER, CONFIG_MAPS_INDEX, config_maps_index)
 
@@ -218,13 +220,16 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
 
     secret_map = by_index(SECRETS_INDEX)
     config_map_map = by_index(CONFIG_MAPS_INDEX)
-    return (
+    builder = (
         ControllerBuilder(mgr)
         .named("provider")
         .for_(PROVIDER, predicates=[GenerationChangedPredicate()])
         .watches(SECRET, secret_map, predicates=[ResourceVersionChangedPredicate()])
         .watches(CONFIG_MAP, config_map_map, predicates=[ResourceVersionChangedPredicate()])
         .watches(VSPHERE_MACHINE, machine_map)
-        .with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles)
-        .complete(ProviderReconciler(ctx))
     )
+    if isinstance(ctx.backend, ReachabilityNotifier):
+        # A vCenter that stops or starts answering: re-check its Providers now, not at the next
+        # refresh (provider_reachability).
+        builder = builder.watches_channel(reachability_requests(ctx.backend, ctx.cache))
+    return builder.with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles).complete(ProviderReconciler(ctx))

@@ -381,6 +381,12 @@ class VSphereBackend:
         from a pool thread, it must not block. Returns the remover. See ``session``."""
         return self.sessions.add_reconnect_listener(callback)
 
+    def add_unreachable_listener(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """``callback(label)`` when a vCenter that answered stops answering (a round trip
+        refused, reset or timed out); called from a pool or watch thread, it must not block.
+        Returns the remover. See ``session``."""
+        return self.sessions.add_unreachable_listener(callback)
+
     async def watch(self, conn: Connection) -> AsyncIterator[VMChange]:
         sess = await self.sessions.session(conn)
         async for change in watch_vms(sess, self._vm_index(conn), self.watch_max_wait):

@@ -17,7 +17,10 @@ Reachability: an endpoint is *down* after a round trip that got no answer (outco
 refused, reset, timed out) and *back* at the next one that got an answer (``success``, or a
 ``fault``: vCenter answered, e.g. NotAuthenticated after its restart). ``SessionPool``'s
 reconnect listeners hear ``back`` (the endpoint label, from the thread that saw it), at most
-once per ``RECONNECT_NOTIFY_SECONDS`` per endpoint (a flapping vCenter stays down until then).
+once per ``RECONNECT_NOTIFY_SECONDS`` per endpoint (a flapping vCenter stays down until then);
+its unreachable listeners hear the transition to *down* (the first unanswered round trip after
+answered ones), so a Provider's reachability is re-checked when it changes instead of at the
+next periodic refresh.
 """
 
 from __future__ import annotations
@@ -93,7 +96,8 @@ def ssl_context(conn: Connection) -> ssl.SSLContext:
 class Endpoint:
     """One vCenter: its thread pool and request accounting."""
 
-    def __init__(self, label: str, max_workers: int, on_back: Callable[[str], None] | None = None) -> None:
+    def __init__(self, label: str, max_workers: int, on_back: Callable[[str], None] | None = None,
+                 on_down: Callable[[str], None] | None = None) -> None:
         self.label = label
         self.pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"vsphere-{label}")
         self.max_workers = max_workers
@@ -103,15 +107,17 @@ class Endpoint:
         self.down = False
         """True after a round trip that got no answer, until one gets an answer (module docstring)."""
         self._on_back = on_back
+        self._on_down = on_down
         self._notified_at = float("-inf")
 
     def record(self, method: str, outcome: str, seconds: float) -> None:
         """Count one round trip (``outcome``: success, fault or error) and track reachability."""
-        back = False
+        back = down = False
         with self._lock:
             self.soap_requests += 1
             self.soap_by_method[method] = self.soap_by_method.get(method, 0) + 1
             if outcome == "error":
+                down = not self.down
                 self.down = True
             elif self.down and time.monotonic() - self._notified_at >= RECONNECT_NOTIFY_SECONDS:
                 self.down = False
@@ -122,6 +128,9 @@ class Endpoint:
         if back and self._on_back is not None:
             log.info("vcenter reachable again", vcenter=self.label)
             self._on_back(self.label)
+        if down and self._on_down is not None:
+            log.info("vcenter not answering", vcenter=self.label, method=method)
+            self._on_down(self.label)
 
     def instrument(self, stub: Any) -> None:
         """Wrap ``stub.InvokeMethod`` so every SOAP round trip is counted and timed."""
@@ -240,6 +249,7 @@ class SessionPool:
         self.sessions: dict[tuple[str, str, str], Session] = {}
         self._login_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
         self._listeners: list[Callable[[str], None]] = []
+        self._down_listeners: list[Callable[[str], None]] = []
 
     @staticmethod
     def label_of(conn: Connection) -> str:
@@ -251,7 +261,7 @@ class SessionPool:
         label = self.label_of(conn)
         ep = self.endpoints.get(label)
         if ep is None:
-            ep = self.endpoints[label] = Endpoint(label, self.max_workers, on_back=self._back)
+            ep = self.endpoints[label] = Endpoint(label, self.max_workers, on_back=self._back, on_down=self._down)
         return ep
 
     def add_reconnect_listener(self, callback: Callable[[str], None]) -> Callable[[], None]:
@@ -260,12 +270,25 @@ class SessionPool:
         self._listeners.append(callback)
         return lambda: self._listeners.remove(callback) if callback in self._listeners else None
 
+    def add_unreachable_listener(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(label)`` when an endpoint that answered stops answering (module
+        docstring), from whichever thread saw it: it must not block. Returns the remover."""
+        self._down_listeners.append(callback)
+        return lambda: self._down_listeners.remove(callback) if callback in self._down_listeners else None
+
     def _back(self, label: str) -> None:
-        for callback in list(self._listeners):
+        self._notify(self._listeners, label, "reconnect")
+
+    def _down(self, label: str) -> None:
+        self._notify(self._down_listeners, label, "unreachable")
+
+    @staticmethod
+    def _notify(listeners: list[Callable[[str], None]], label: str, what: str) -> None:
+        for callback in list(listeners):
             try:
                 callback(label)
             except Exception:  # a listener's bug must not fail the SOAP call that noticed
-                log.exception("reconnect listener failed", vcenter=label)
+                log.exception(f"{what} listener failed", vcenter=label)
 
     async def session(self, conn: Connection) -> Session:
         """The logged-in session for ``conn`` (logging in on first use, in the endpoint's pool)."""

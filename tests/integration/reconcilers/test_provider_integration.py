@@ -257,3 +257,36 @@ async def test_paused_and_unsupported_class(apiserver: Any, client: Client, name
     assert condition(paused, PROVIDER_REACHABLE)["reason"] == "Paused"
     assert paused["status"]["failureDomains"] == before["status"]["failureDomains"]
     assert paused["status"]["observedGeneration"] == paused["metadata"]["generation"] > before["metadata"]["generation"]
+
+
+@pytest.mark.vcsim
+async def test_vcenter_that_stops_answering_is_reported_without_waiting_for_the_refresh(
+    apiserver: Any, client: Client, namespace: str, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
+) -> None:
+    # The provider role's change watch polls the vCenter; when a round trip goes unanswered the
+    # backend tells the Provider controller (provider_reachability), which re-checks at once
+    # instead of at the next 5-minute refresh. Nothing else touches the Provider here.
+    from banlieue.backends.base import Connection
+
+    vc = vcsim_factory()
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vc.username, password=vc.password))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vc))
+    conn = Connection(provider=f"{namespace}/vc1", endpoint=vc.endpoint, username=vc.username, password=vc.password,
+                      ca_bundle=vc.ca_pem)
+
+    async def watch() -> None:  # what the VSphereMachine controller's vCenter watch does
+        async for _ in backend.watch(conn):
+            pass
+
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        await provider_with(client, "vc1", namespace, "Reconciled", "True")
+        watcher = asyncio.create_task(watch())
+        try:
+            await asyncio.sleep(1.0)  # the watch is polling
+            vc.stop()
+            after = await provider_with(client, "vc1", namespace, "ConnectFailed", "False")
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+    assert condition(after, PROVIDER_REACHABLE)["status"] == "False"

@@ -48,3 +48,36 @@ def test_pool_listeners_hear_their_endpoint_and_a_failing_listener_is_contained(
     remove()
     pool._back("vc:443")
     assert heard == ["vc:443"]
+
+
+def test_down_is_reported_once_per_outage() -> None:
+    downs: list[str] = []
+    ep = Endpoint("vc:443", 1, on_down=downs.append)
+    try:
+        ep.record("CurrentTime", "success", 0.01)
+        ep.record("Login", "fault", 0.01)  # an answer: never down
+        assert downs == []
+        ep.record("WaitForUpdatesEx", "error", 0.01)
+        ep.record("CurrentTime", "error", 0.01)  # still the same outage
+        assert downs == ["vc:443"] and ep.down
+        ep.record("CurrentTime", "success", 0.01)  # back
+        ep.record("CurrentTime", "error", 0.01)  # a new outage
+        assert downs == ["vc:443", "vc:443"]
+    finally:
+        ep.pool.shutdown()
+
+
+def test_pool_unreachable_listeners_hear_their_endpoint_and_can_be_removed() -> None:
+    pool = SessionPool(max_workers=1)
+    heard: list[str] = []
+
+    def broken(label: str) -> None:
+        raise RuntimeError("listener bug")
+
+    pool.add_unreachable_listener(broken)
+    remove = pool.add_unreachable_listener(heard.append)
+    pool._down("vc:443")
+    assert heard == ["vc:443"]
+    remove()
+    pool._down("vc:443")
+    assert heard == ["vc:443"]
