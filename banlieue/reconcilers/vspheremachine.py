@@ -77,7 +77,7 @@ from banlieue.runtime.errors import NotFound
 from banlieue.runtime.log import get_logger
 from banlieue.runtime.manager import Manager
 from banlieue.runtime.predicate import watch_filter_predicate
-from banlieue.runtime.reconcile import Request, Result
+from banlieue.runtime.reconcile import Request, Result, RetryError
 
 __all__ = ["INDEX_BOOTSTRAP_SECRET", "INDEX_INSTANCE_UUID", "INDEX_UID", "VSphereMachineReconciler", "VSphereMachineRetry", "setup"]
 
@@ -93,8 +93,9 @@ no wake channel runs (``vcenter_slots``; the controller built by ``setup`` runs 
 deferred request waits in line instead)."""
 
 
-class VSphereMachineRetry(Exception):
-    """Raised after the status is written when the plan asks for a retry with backoff."""
+class VSphereMachineRetry(RetryError):
+    """Raised after the status is written when the plan asks for a retry with backoff (logged
+    without a traceback: the condition already says what failed)."""
 
 
 class VSphereMachineReconciler:

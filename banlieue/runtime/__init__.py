@@ -30,7 +30,7 @@ from banlieue.runtime.leaderelection import LeaderElector
 from banlieue.runtime.manager import Manager
 from banlieue.runtime.queue import WorkQueue
 from banlieue.runtime.rate_limiting_queue import RateLimitingQueue
-from banlieue.runtime.reconcile import Reconciler, Request, Result, TerminalError
+from banlieue.runtime.reconcile import Reconciler, Request, Result, RetryError, TerminalError
 from banlieue.runtime.recorder import EventRecorder
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "ResourceEventHandler",
     "ResourceKind",
     "Result",
+    "RetryError",
     "ServerError",
     "TerminalError",
     "TooManyRequests",

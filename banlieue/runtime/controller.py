@@ -36,7 +36,7 @@ from banlieue.runtime.log import get_logger
 from banlieue.runtime.queue import QueueShutDown
 from banlieue.runtime.rate_limiters import RateLimiter, default_controller_rate_limiter
 from banlieue.runtime.rate_limiting_queue import RateLimitingQueue
-from banlieue.runtime.reconcile import Reconciler, Request, Result, is_terminal
+from banlieue.runtime.reconcile import Reconciler, Request, Result, RetryError, is_terminal
 
 CACHE_SYNC_TIMEOUT = 120.0
 """Seconds a controller waits for its sources to sync before ``start()`` fails (cr 2 min)."""
@@ -292,7 +292,7 @@ class Controller:
                     queue.add_rate_limited(request)
                 self._errors.inc()
                 self._total["error"].inc()
-                self._log.error("Reconciler error", error=str(exc), exc_info=exc)
+                self._log.error("Reconciler error", error=str(exc), exc_info=None if isinstance(exc, RetryError) else exc)
                 return
             self._time.observe(self._clock.now() - started)
             if result.requeue_after is not None and result.requeue_after > 0:

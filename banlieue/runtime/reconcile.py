@@ -1,11 +1,12 @@
 """Reconcile types: controller-runtime ``pkg/reconcile`` (Request, Result, Reconciler,
-TerminalError).
+TerminalError), plus ``RetryError``.
 
 How the controller treats what a reconciler returns or raises (``cr:pkg/internal/controller``):
 
 | reconcile outcome                          | queue action                        | result label   |
 |--------------------------------------------|-------------------------------------|----------------|
 | raises an exception (not terminal)         | add_rate_limited                    | error          |
+| raises ``RetryError`` (expected; no trace) | add_rate_limited                    | error          |
 | raises ``TerminalError`` (or one in chain) | nothing: no requeue, no forget      | error          |
 | ``Result(requeue_after=s)``, s > 0         | forget, then add_after(s)           | requeue_after  |
 | ``Result(requeue=True)``                   | add_rate_limited                    | requeue        |
@@ -64,6 +65,13 @@ class TerminalError(Exception):
     requeue: the controller counts it in ``reconcile_errors_total`` and
     ``terminal_reconcile_errors_total`` and does not call ``forget``, so the backoff state stays.
     """
+
+
+class RetryError(Exception):
+    """A reconcile error raised on purpose to be retried with back-off, whose cause the
+    reconciler has already reported on the object (a condition with a reason and message): the
+    controller logs "Reconciler error" with its message but without a traceback (in Go a returned
+    error carries no stack; a Python traceback here would only show the ``raise``)."""
 
 
 def is_terminal(exc: BaseException) -> bool:

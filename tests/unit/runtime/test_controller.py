@@ -431,3 +431,40 @@ async def test_func_adapter_and_request_keys(run: Any) -> None:
     await until(lambda: len(seen) == 2)
     assert seen == [Request("ns", "a"), Request("", "cluster-scoped")]
     assert [str(r) for r in seen] == ["ns/a", "cluster-scoped"]
+
+
+async def test_a_retry_error_is_logged_without_a_traceback_and_retried(run: Any) -> None:
+    # RetryError: raised on purpose, its cause already on the object's conditions; the log line
+    # keeps the message but not the traceback; an unexpected exception keeps its traceback.
+    from banlieue.runtime import RetryError
+
+    name, clock = unique("retry-log"), FakeClock()
+
+    class Failing:
+        attempts = 0
+
+        async def reconcile(self, request: Request) -> Result:
+            self.attempts += 1
+            if self.attempts == 1:
+                raise RetryError("vCenter vc1 not answering")
+            if self.attempts == 2:
+                raise KeyError("bug")
+            return Result()
+
+    cap = LogCapture()
+    structlog.configure(processors=[structlog.contextvars.merge_contextvars, cap])
+    try:
+        c = Controller(name, Failing(), clock=clock)
+        run(c)
+        c.queue.add(REQ)
+        await until(lambda: total(name, "error") == 1)
+        await clock.advance(0.005)
+        await until(lambda: total(name, "error") == 2)
+        await clock.advance(0.01)
+        await until(lambda: total(name, "success") == 1)
+    finally:
+        structlog.reset_defaults()
+    errors = [e for e in cap.entries if e["event"] == "Reconciler error"]
+    assert [e["error"] for e in errors] == ["vCenter vc1 not answering", "'bug'"]
+    assert errors[0].get("exc_info") is None
+    assert isinstance(errors[1].get("exc_info"), KeyError)
