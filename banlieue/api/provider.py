@@ -13,6 +13,7 @@ from banlieue.api.meta import (
     KubeObject,
     ListMeta,
     LocalObjectReference,
+    Time,
     list_map,
 )
 
@@ -168,7 +169,8 @@ class ProviderSpec(ApiModel):
 
 
 class FailureDomainCapacity(ApiModel):
-    """Free capacity of a failure domain."""
+    """Free capacity of a failure domain, as the Provider reconciler last wrote it (refreshed
+    every 300 s; a figure that moved by less than 1% keeps its written value)."""
 
     cpu_mhz: int | None = Field(default=None, ge=0, alias="cpuMHz")
     """Free CPU, MHz."""
@@ -176,6 +178,12 @@ class FailureDomainCapacity(ApiModel):
     """Free memory, MiB."""
     storage_gib: int | None = Field(default=None, ge=0, alias="storageGiB")
     """Free storage, GiB."""
+    update_time: Time | None = None
+    """When the inventory walk these figures come from started (RFC 3339, second precision).
+    Changes only when the figures are written: a refresh that keeps them keeps it. The scheduler
+    counts a VM provisioned at or after this time against the domain, as the figures may not
+    include it yet (docs/concepts.md "Capacity"). Absent: every provisioned VM placed there
+    counts."""
 
 
 class FailureDomainRaw(ApiModel):

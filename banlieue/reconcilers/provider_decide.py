@@ -28,6 +28,9 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
 - Capacity jitter (*decision*): a new capacity number that differs from the current one by
   less than ``CAPACITY_TOLERANCE`` (relative) keeps the current number, so the 5-minute refresh
   writes only when capacity really moved (writes that change nothing are skipped).
+  ``capacity.updateTime`` is the snapshot's ``now`` (taken before the inventory walk) when the
+  figures are written, and kept while they are kept; a domain without one gets one (a single
+  write after an upgrade). The scheduler counts VMs provisioned at or after it against the domain.
 - Requeue (*decision*): success and config errors after ``REFRESH_SECONDS`` (capacity and
   inventory changes are not notified; Secret/ConfigMap changes are watched); connect/inventory
   errors through the rate limiter (client-go exponential back-off); paused and unsupported: none.
@@ -107,7 +110,9 @@ class Failure:
 class Snapshot:
     """The Provider and what was observed. ``inventory`` is set after a successful walk,
     ``failure`` otherwise (both None when nothing was attempted: paused or unsupported class).
-    ``api_version`` is the vCenter's API version when login worked. ``now``: condition times."""
+    ``api_version`` is the vCenter's API version when login worked. ``now``: condition times, and
+    ``capacity.updateTime`` of figures written from ``inventory`` (taken before the walk, so a VM
+    provisioned before it is in the figures)."""
 
     provider: Provider
     now: datetime
@@ -176,9 +181,18 @@ def _stable_capacity(old: FailureDomainCapacity | None, new: FailureDomainCapaci
     return FailureDomainCapacity.model_validate(parts)
 
 
-def failure_domains_of(provider: Provider, inventory: Inventory) -> list[ProviderFailureDomain]:
+def _stamped(old: FailureDomainCapacity | None, new: FailureDomainCapacity, now: datetime) -> FailureDomainCapacity:
+    """``new`` with ``updateTime``: the old one when the figures are the old ones, else ``now``."""
+    figures = ("cpu_mhz", "memory_mib", "storage_gib")
+    if old is not None and old.update_time is not None and all(getattr(old, f) == getattr(new, f) for f in figures):
+        return new.model_copy(update={"update_time": old.update_time})
+    return new.model_copy(update={"update_time": now})
+
+
+def failure_domains_of(provider: Provider, inventory: Inventory, now: datetime) -> list[ProviderFailureDomain]:
     """SPEC §2 failure domains of an inventory, sorted by name, with capacity kept stable
-    against the current status (``CAPACITY_TOLERANCE``). Negative numbers become 0."""
+    against the current status (``CAPACITY_TOLERANCE``) and stamped with ``now`` when its
+    figures change (``updateTime``; ``now`` is when the walk started). Negative numbers become 0."""
     by_pair: dict[tuple[str, str], FailureDomainInfo] = {}
     for info in inventory.failure_domains:
         # Two clusters of one name in different host folders of a datacenter cannot be told
@@ -195,8 +209,8 @@ def failure_domains_of(provider: Provider, inventory: Inventory) -> list[Provide
             storage_gib=max(0, info.capacity.storage_gib),
         )
         old = current.get(name)
-        if old is not None and old.attributes is not None:
-            capacity = _stable_capacity(old.attributes.capacity, capacity)
+        old_capacity = old.attributes.capacity if old is not None and old.attributes is not None else None
+        capacity = _stamped(old_capacity, _stable_capacity(old_capacity, capacity), now)
         out.append(
             ProviderFailureDomain(
                 name=name,
@@ -313,7 +327,7 @@ def decide(snap: Snapshot) -> Plan:
             return _plan(snap, status, requeue_after=REFRESH_SECONDS)
         return _plan(snap, status, requeue=True)
 
-    domains = failure_domains_of(p, snap.inventory)
+    domains = failure_domains_of(p, snap.inventory, snap.now)
     version = snap.api_version or snap.inventory.api_version
     reach_msg = f"connected to {p.spec.connection.endpoint} (vSphere API {version})"
     if not domains:

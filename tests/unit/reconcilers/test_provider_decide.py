@@ -88,7 +88,7 @@ def test_success_failure_domains_names_labels_attributes() -> None:
         "availableStorageClasses": ["fast"],
         "availableNetworkClasses": ["lan"],
         "features": ["efi"],
-        "capacity": {"cpuMHz": 1000, "memoryMiB": 2048, "storageGiB": 100},
+        "capacity": {"cpuMHz": 1000, "memoryMiB": 2048, "storageGiB": 100, "updateTime": "2026-01-01T00:00:00Z"},
         "raw": {"datacenter": "DC0", "cluster": "C0"},
     }
     assert cond(plan.status, READY)[:2] == (ConditionStatus.TRUE, R.RECONCILED)
@@ -118,6 +118,30 @@ def test_capacity_change_of_one_percent_or_more_is_written() -> None:
     by_name = {f.name: f for f in plan.status.failure_domains or []}
     cap = by_name["vc1-dc1-c0"].attributes.capacity  # type: ignore[union-attr]
     assert cap is not None and cap.cpu_mhz == 500
+
+
+def capacity_times(plan: Any) -> dict[str, datetime | None]:
+    return {f.name: f.attributes.capacity.update_time for f in plan.status.failure_domains or []}
+
+
+def test_capacity_update_time_moves_only_with_the_figures_written() -> None:
+    # The scheduler counts VMs provisioned at or after updateTime against the domain: it must
+    # say when the written figures were measured, and a kept figure keeps its time.
+    jitter = Inventory((fd("DC1", "C0", mem=2050), fd("DC0", "C1", mem=1024), fd("DC0", "C0")), "8.0")
+    plan = decide(Snapshot(reconciled(), LATER, inventory=jitter, api_version="8.0"))
+    assert capacity_times(plan) == {"vc1-dc0-c0": NOW, "vc1-dc0-c1": LATER, "vc1-dc1-c0": NOW}
+
+
+def test_a_capacity_without_update_time_gets_one_in_a_single_write() -> None:
+    # Written by a version without updateTime: stamped once, then steady (zero writes).
+    old = reconciled().status.to_wire()  # type: ignore[union-attr]
+    for f in old["failureDomains"]:
+        del f["attributes"]["capacity"]["updateTime"]
+    plan = decide(Snapshot(provider(status=old), LATER, inventory=INVENTORY, api_version="8.0"))
+    assert plan.write_status and set(capacity_times(plan).values()) == {LATER}
+    again = decide(Snapshot(provider(status=plan.status.to_wire()), LATER + timedelta(minutes=5),
+                            inventory=INVENTORY, api_version="8.0"))
+    assert not again.write_status
 
 
 def test_cluster_removed_from_inventory_disappears() -> None:
