@@ -19,9 +19,13 @@ Filters, in order (a candidate is one failure domain of one Provider of the VM's
 4. Firmware: the class firmware is one of the domain's features when the domain reports any
    firmware feature (``bios``/``efi``/``efi-secure``, as the vSphere inventory detects them); a
    domain reporting none is not filtered on firmware -> ``FirmwareUnsupported``.
-5. Capacity (free, as the Provider reports it, minus what peers placed on the domain but not
-   provisioned yet will take): memoryMiB >= class memory, storageGiB >= sum of the class disks. CPU MHz is not a filter: vSphere overcommits vCPUs and reserves no MHz by
-   default, so a vCPU count has no MHz cost to compare. An unreported dimension is not filtered
+5. Capacity (free, as the Provider reports it, minus what the peers placed on the domain that the
+   report may not include yet will take: those not provisioned yet, and those provisioned at or
+   after the domain's ``capacity.updateTime`` — all provisioned ones when it has none; the
+   report is refreshed every 300 s, so a VM counts until a report taken after it was
+   provisioned is written): memoryMiB >= class memory, storageGiB >= sum of the class disks.
+   CPU MHz is not a filter: vSphere overcommits vCPUs and reserves no MHz by default, so a vCPU
+   count has no MHz cost to compare. An unreported dimension is not filtered
    -> ``InsufficientCapacity``.
 6. Required anti-affinity (Kubernetes ``requiredDuringSchedulingIgnoredDuringExecution``): a
    term excludes a domain when a peer VM of the namespace (never the VM itself) selected by its
@@ -45,8 +49,8 @@ name (deterministic).
 
 Peers: the other VMs of the namespace (never the VM itself). Rule 5 and the ranking read their
 sums (``PeerTotals``): per (Provider, failure domain) the memory and storage of the peers placed
-there but not provisioned yet, and the number of placed peers per Provider and per domain. The
-counts include provisioned peers: they are what spreads VMs when the reported capacity already
+there that the domain's reported capacity may not include yet (rule 5), and the number of
+placed peers per Provider and per domain. The counts include provisioned peers: they are what spreads VMs when the reported capacity already
 includes the peers (above; docs/concepts.md: "fewest VMs on the Provider"). The VirtualMachine
 reconciler keeps these sums over every placed VM of the namespace from informer events
 (``banlieue.reconcilers.placement_totals``, kube-scheduler's cache with assumed placements) and
@@ -62,6 +66,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from banlieue.api.meta import LabelSelector
 from banlieue.api.provider import Provider, ProviderFailureDomain
@@ -92,10 +97,11 @@ class PeerPlacement:
     failure_domain: str
     anti_affinity: tuple[AntiAffinityTerm, ...] = ()
     pending_memory_mib: int = 0
-    """Memory of a peer placed but not provisioned yet (not in the Provider's free capacity);
-    read only when ``SchedulingInput.totals`` is None."""
+    """Memory of a peer the domain's reported free capacity may not include yet (rule 5: not
+    provisioned, or provisioned at or after the report); read only when
+    ``SchedulingInput.totals`` is None."""
     pending_storage_gib: int = 0
-    """Storage of a peer placed but not provisioned yet; as ``pending_memory_mib``."""
+    """Storage of such a peer; as ``pending_memory_mib``."""
 
 
 @dataclass(frozen=True)
@@ -240,7 +246,8 @@ class Free:
 @dataclass(frozen=True)
 class PeerTotals:
     """The peers (the VM itself excluded) summed per Provider and failure domain, in one pass:
-    ``pending``: (provider, domain) -> (memory MiB, storage GiB) placed but not provisioned;
+    ``pending``: (provider, domain) -> (memory MiB, storage GiB) of the peers placed there that
+    its reported capacity may not include yet (rule 5);
     ``on_provider`` / ``in_domain``: peer counts. Without it every candidate would walk every
     peer, O(peers x candidates) per placement and quadratic over a burst (docs/performance.md)."""
 
@@ -267,16 +274,28 @@ class PeerTotals:
         return PeerTotals(pending, on_provider, in_domain)
 
 
+def capacity_report_times(providers: Iterable[Provider]) -> dict[tuple[str, str], datetime]:
+    """(provider, failure domain) -> ``attributes.capacity.updateTime``, for the domains that
+    report one (rule 5: the peers provisioned at or after it still count as pending)."""
+    out: dict[tuple[str, str], datetime] = {}
+    for p in providers:
+        for d in _domains(p):
+            cap = d.attributes.capacity if d.attributes else None
+            if cap is not None and cap.update_time is not None:
+                out[(p.metadata.name or "", d.name)] = cap.update_time
+    return out
+
+
 def peer_totals(inp: SchedulingInput) -> PeerTotals:
     """``inp.totals`` when the caller keeps them, else ``PeerTotals.of(inp)``."""
     return inp.totals if inp.totals is not None else PeerTotals.of(inp)
 
 
 def free_capacity(inp: SchedulingInput, cand: Candidate, totals: PeerTotals | None = None) -> Free:
-    """The domain's reported free capacity minus what peers placed there but not provisioned yet
-    will take (kube-scheduler's "assumed" pods: a burst of VMs must not all count the same free
-    memory before the Provider's next inventory). ``totals``: ``peer_totals(inp)``, when the
-    caller has it."""
+    """The domain's reported free capacity minus what the peers placed there that the report may
+    not include yet will take (rule 5; kube-scheduler's "assumed" pods, kept until the node's
+    state confirms them: a burst of VMs must not all count the same free memory before the
+    Provider's next inventory). ``totals``: ``peer_totals(inp)``, when the caller has it."""
     cap = cand.domain.attributes.capacity if cand.domain.attributes else None
     if cap is None:
         return Free(None, None, None)

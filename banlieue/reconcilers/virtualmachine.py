@@ -16,7 +16,9 @@ namespace).
 What capacity and ranking read from the peers (pending memory and storage, peer counts per
 Provider and failure domain) is not gathered per placement: ``PlacementTotals`` keeps it from
 the VirtualMachine informer's events and this process's assumed placements (``setup`` registers
-it on the informer), so placing a VM costs O(failure domains), not O(VMs of the namespace).
+it on the informer), so placing a VM costs O(failure domains), not O(VMs of the namespace); the
+Providers' per-domain ``capacity.updateTime`` is passed at each read, so a provisioned VM counts
+until its domain's capacity was reported after it (scheduler rule 5).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from banlieue.reconcilers.scheduler import (
     PeerPlacement,
     PeerTotals,
     SchedulingInput,
+    capacity_report_times,
     class_storage_gib,
     current_problem,
 )
@@ -293,7 +296,8 @@ class VirtualMachineReconciler:
             if current is None or current_problem(SchedulingInput(vm, vm_class, image, providers, (), current)):
                 peers = self._peers(request.namespace, request.name,
                                     bool(vm.spec.placement and vm.spec.placement.anti_affinity))
-                totals = self.totals.peer_totals(request.namespace, key, self._class_size)
+                totals = self.totals.peer_totals(request.namespace, key, self._class_size,
+                                                 capacity_report_times(providers))
         # Existing names only for a not-found message (a typo hint): no list on the steady path.
         class_names = () if vm_class is not None else _names(cache.list(VM_CLASS))
         image_names = () if image is not None or vm_class is None else _names(cache.list(VM_IMAGE))

@@ -9,6 +9,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -505,6 +506,67 @@ async def test_a_deleted_pending_vm_frees_its_capacity_for_a_refused_one(apiserv
         await env.client.remove_finalizer(VSPHERE_MACHINE, await eventually(lambda: _deleting(env, "hold-0")), FIN_VSM)
         vsm = await eventually(lambda: env.get_vsm("late"))
         assert vsm["spec"]["failureDomain"] == "vc-a-dc0-c0"
+
+
+async def test_provisioned_vms_count_until_the_provider_reports_capacity_after_them(apiserver: Any) -> None:
+    """A VM provisioned since the Provider's last capacity report (``capacity.updateTime``) is
+    not in its figures yet (refreshed every 300 s; never on vcsim): it keeps counting against
+    the domain, so a domain with room for 3 takes exactly 3 of 5, before and after they are
+    provisioned, and again once a newer report (lower figures) is written."""
+    reported = datetime.now(UTC) - timedelta(hours=1)
+
+    def domain(mem: int, at: datetime) -> list[dict[str, Any]]:
+        d = fd("vc-a-dc0-c0", "c0", mem=mem)
+        d["attributes"]["capacity"]["updateTime"] = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return [d]
+
+    async with running_controllers(apiserver) as env:
+        await env.provider("vc-a", domain(3 * 4096, reported))
+        await env.image_ready(["vc-a"])
+        names = [f"fill-{i}" for i in range(5)]
+        for name in names:
+            await env.vm(name)
+
+        async def decided() -> dict[str, str] | None:
+            conds = {n: await env.condition(n, "Scheduled") for n in names}
+            if not all(c.get("status") in ("True", "False") for c in conds.values()):
+                return None
+            return {n: c["reason"] for n, c in conds.items()}
+
+        async def placed() -> list[str]:
+            reasons = await eventually(decided)
+            assert set(reasons.values()) <= {"Scheduled", "InsufficientCapacity"}, reasons
+            return sorted(n for n, r in reasons.items() if r == "Scheduled")
+
+        first = await placed()
+        assert len(first) == 3
+        for name in first:
+            await eventually(lambda name=name: env.get_vsm(name))
+            await env.provision(name)
+        for name in first:
+            await eventually(lambda name=name: _is(env, name, "InfrastructureReady", "True"))
+        # A Provider status write re-enqueues the refused VMs: the same figures, reported (as
+        # before) before the 3 were provisioned, leave no room.
+        await env.provider_status("vc-a", domain(3 * 4096, reported - timedelta(minutes=5)))
+        await asyncio.sleep(1.0)
+        assert await placed() == first
+        refused = await env.condition(next(n for n in names if n not in first), "Scheduled")
+        assert "memory 4096 MiB needed, 0 free" in refused["message"]
+
+        # A report taken after they were provisioned includes them: 0 free, still 3.
+        after = datetime.now(UTC) + timedelta(seconds=2)
+        await env.provider_status("vc-a", domain(0, after))
+        await asyncio.sleep(1.0)
+        assert await placed() == first
+        # Room for one more in a later report: exactly one more is placed.
+        await env.provider_status("vc-a", domain(4096, after + timedelta(seconds=1)))
+        await eventually(lambda: _at_least(placed, 4))
+        await asyncio.sleep(1.0)
+        assert len(await placed()) == 4
+
+
+async def _at_least(placed: Callable[[], Awaitable[list[str]]], n: int) -> bool:
+    return len(await placed()) >= n
 
 
 async def test_provisioned_vms_count_when_equal_capacity_is_spread(apiserver: Any) -> None:

@@ -3,6 +3,7 @@ replace: ``PeerTotals.of`` over every placed peer of the namespace, the VM itsel
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -23,13 +24,30 @@ def size_of(sizes: dict[str, tuple[int, int]]) -> Any:
     return lambda name: sizes.get(name, (0, 0))
 
 
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def at(minutes: int) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def ready(when: datetime, status: str = "True") -> dict[str, Any]:
+    """An InfrastructureReady condition that moved to ``status`` at ``when``."""
+    return {"type": "InfrastructureReady", "status": status, "reason": "Ready", "message": "",
+            "lastTransitionTime": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
 def vm(name: str, ns: str = "ns", where: tuple[str, str] | None = None, cls: str = "small",
-       provisioned: bool = False, rv: int = 1) -> dict[str, Any]:
+       provisioned: bool | datetime = False, rv: int = 1) -> dict[str, Any]:
+    """``provisioned``: a time -> provisioned with InfrastructureReady True since then; True ->
+    provisioned with no InfrastructureReady condition (no known time)."""
     status: dict[str, Any] = {}
     if where is not None:
         status["scheduled"] = {"providerName": where[0], "failureDomain": where[1]}
-    if provisioned:
+    if provisioned is not False:
         status["initialization"] = {"provisioned": True}
+    if isinstance(provisioned, datetime):
+        status["conditions"] = [ready(provisioned)]
     return {"metadata": {"name": name, "namespace": ns, "resourceVersion": str(rv)},
             "spec": {"classRef": {"name": cls}, "imageRef": {"name": "ubuntu"}}, "status": status}
 
@@ -42,9 +60,12 @@ def normal(t: PeerTotals) -> tuple[dict[Any, Any], dict[Any, Any], dict[Any, Any
 
 
 def walk(cache: dict[str, dict[str, Any]], assumed: dict[str, tuple[str, str]], ns: str, me: str,
-         sizes: dict[str, tuple[int, int]]) -> PeerTotals:
-    """The old per-placement walk: a PeerPlacement for every placed VM of ``ns`` (the assumed
-    placement winning), pending resources for the unprovisioned ones, summed by PeerTotals.of."""
+         sizes: dict[str, tuple[int, int]], reported: dict[tuple[str, str], datetime] | None = None) -> PeerTotals:
+    """The per-placement walk: a PeerPlacement for every placed VM of ``ns`` (the assumed
+    placement winning), pending resources for those its domain's capacity report may not
+    include (not provisioned, provisioned at an unknown time, or provisioned at or after the
+    domain's report time in ``reported``), summed by PeerTotals.of."""
+    reported = reported or {}
     peers = []
     for key, obj in cache.items():
         if obj["metadata"]["namespace"] != ns:
@@ -54,6 +75,12 @@ def walk(cache: dict[str, dict[str, Any]], assumed: dict[str, tuple[str, str]], 
         if not (isinstance(where[0], str) and isinstance(where[1], str)):
             continue
         pending = not (obj["status"].get("initialization") or {}).get("provisioned")
+        conds = [c for c in obj["status"].get("conditions") or () if c["status"] == "True"]
+        if not pending and conds:
+            when = datetime.fromisoformat(conds[0]["lastTransitionTime"])
+            pending = where not in reported or when >= reported[where]
+        elif not pending:
+            pending = True  # provisioned at an unknown time: always counts
         mem, storage = sizes.get(obj["spec"]["classRef"]["name"], (0, 0)) if pending else (0, 0)
         peers.append(PeerPlacement(obj["metadata"]["name"], {}, where[0], where[1], (), mem, storage))
     me_vm = VirtualMachine.from_wire({"metadata": {"name": me, "namespace": ns},
@@ -67,7 +94,8 @@ def walk(cache: dict[str, dict[str, Any]], assumed: dict[str, tuple[str, str]], 
 
 NAMES = [f"{ns}/vm-{i}" for ns in ("ns", "other") for i in range(2)]
 WHERE = st.sampled_from([None, ("vc-a", "c0"), ("vc-a", "c1"), ("vc-b", "c0")])
-PUT = st.tuples(st.just("put"), st.sampled_from(NAMES), WHERE, st.sampled_from(["small", "large", "gone"]), st.booleans())
+PROVISIONED = st.one_of(st.just(False), st.just(True), st.integers(0, 4).map(at))
+PUT = st.tuples(st.just("put"), st.sampled_from(NAMES), WHERE, st.sampled_from(["small", "large", "gone"]), PROVISIONED)
 OPS = st.one_of(
     PUT, PUT,
     st.tuples(st.just("delete"), st.sampled_from(NAMES), st.booleans()),
@@ -76,6 +104,7 @@ OPS = st.one_of(
     st.tuples(st.just("assume"), st.sampled_from(NAMES), WHERE.filter(lambda w: w is not None)),
     st.tuples(st.just("drop_assumed"), st.sampled_from(NAMES)),
     st.tuples(st.just("resize"), st.sampled_from(["small", "large"]), st.integers(0, 50000), st.integers(0, 500)),
+    st.tuples(st.just("report"), WHERE.filter(lambda w: w is not None), st.one_of(st.none(), st.integers(0, 4).map(at))),
 )
 
 
@@ -86,6 +115,7 @@ def test_sums_equal_the_walk_after_any_events(ops: list[tuple[Any, ...]], me: st
     cache: dict[str, dict[str, Any]] = {}  # what the informer's store holds
     assumed: dict[str, tuple[str, str]] = {}  # placements this process decided, not yet shown
     sizes = dict(SIZES)
+    reported: dict[tuple[str, str], datetime] = {}  # capacity.updateTime per domain
     rv = 0
     for op in ops:
         rv += 1
@@ -131,12 +161,19 @@ def test_sums_equal_the_walk_after_any_events(ops: list[tuple[Any, ...]], me: st
         elif op[0] == "drop_assumed":
             assumed.pop(op[1], None)
             totals.drop_assumed(op[1])
+        elif op[0] == "report":
+            _, where, when = op
+            if when is None:
+                reported.pop(where, None)
+            else:
+                reported[where] = when
         else:
             _, cls, mem, storage = op
             sizes[cls] = (mem, storage)
         for ns in ("ns", "other"):
-            got = totals.peer_totals(ns, me, size_of(sizes))
-            assert normal(got) == normal(walk(cache, assumed, ns, me.partition("/")[2] if me.partition("/")[0] == ns else "", sizes))
+            got = totals.peer_totals(ns, me, size_of(sizes), reported)
+            mine = me.partition("/")[2] if me.partition("/")[0] == ns else ""
+            assert normal(got) == normal(walk(cache, assumed, ns, mine, sizes, reported))
         for key in cache:
             assert totals.assumed(key) == assumed.get(key)
 
@@ -170,12 +207,43 @@ def test_delete_and_tombstone_subtract() -> None:
     assert sums(totals) == ({}, {}, {})
 
 
-def test_provisioned_stops_counting_as_pending_but_still_counts_as_a_peer() -> None:
+def test_provisioned_counts_until_a_later_capacity_report_and_still_counts_as_a_peer() -> None:
     totals = PlacementTotals()
     pending = vm("a", where=A0)
     totals.on_add(pending, False)
-    totals.on_update(pending, vm("a", where=A0, provisioned=True, rv=2))
-    assert sums(totals) == ({}, {"vc-a": 1}, {A0: 1})
+    totals.on_update(pending, vm("a", where=A0, provisioned=at(10), rv=2))
+
+    def read(reported: dict[tuple[str, str], datetime]) -> Any:
+        return normal(totals.peer_totals("ns", "ns/me", size_of(SIZES), reported))
+
+    assert read({}) == ({A0: (4096, 20)}, {"vc-a": 1}, {A0: 1}), "no report time: counts"
+    assert read({A0: at(9)}) == ({A0: (4096, 20)}, {"vc-a": 1}, {A0: 1}), "report before: counts"
+    assert read({A0: at(10)}) == ({A0: (4096, 20)}, {"vc-a": 1}, {A0: 1}), "same second: counts"
+    assert read({A0: at(11)}) == ({}, {"vc-a": 1}, {A0: 1}), "report after: in the figures"
+    assert read({A1: at(11)}) == ({A0: (4096, 20)}, {"vc-a": 1}, {A0: 1}), "another domain's report"
+
+
+@pytest.mark.parametrize(
+    "conditions",
+    [[], [ready(at(10), "False")], [{"type": "InfrastructureReady", "status": "True", "lastTransitionTime": "soon"}]],
+    ids=["no-condition", "infrastructure-not-ready", "unparsable-time"],
+)
+def test_provisioned_at_no_known_time_counts_as_pending(conditions: list[dict[str, Any]]) -> None:
+    totals = PlacementTotals()
+    obj = vm("a", where=A0, provisioned=True)
+    obj["status"]["conditions"] = conditions
+    totals.on_add(obj, False)
+    assert normal(totals.peer_totals("ns", "ns/me", size_of(SIZES), {A0: at(60)})) == ({A0: (4096, 20)}, {"vc-a": 1}, {A0: 1})
+
+
+def test_reading_many_provisioned_vms_counts_those_after_the_report() -> None:
+    totals = PlacementTotals()
+    for i in range(100):
+        totals.on_add(vm(f"v{i}", where=A0, provisioned=at(i)), False)
+    got = totals.peer_totals("ns", "ns/v50", size_of(SIZES), {A0: at(40)})
+    assert got.pending[A0] == (59 * 4096, 59 * 20)  # minutes 40..99, v50 itself left out
+    totals.on_delete(vm("v99", where=A0, provisioned=at(99)))
+    assert totals.peer_totals("ns", "ns/me", size_of(SIZES), {A0: at(99)}).pending.get(A0, (0, 0)) == (0, 0)
 
 
 def test_class_change_and_move_carry_the_contribution() -> None:

@@ -15,7 +15,14 @@ from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import AntiAffinityTerm, VirtualMachine, VirtualMachineReason
 from banlieue.api.vmclass import VMClass
 from banlieue.api.vmimage import VMImage
-from banlieue.reconcilers.scheduler import PeerPlacement, PeerTotals, SchedulingInput, schedule
+from banlieue.reconcilers.placement_totals import PlacementTotals
+from banlieue.reconcilers.scheduler import (
+    PeerPlacement,
+    PeerTotals,
+    SchedulingInput,
+    capacity_report_times,
+    schedule,
+)
 
 NS = "default"
 
@@ -331,3 +338,30 @@ def test_equal_capacity_spreads_by_the_peer_counts_of_the_totals(counts: dict[st
     totals = PeerTotals(pending={}, on_provider=counts, in_domain={(p, f"{p}-0"): n for p, n in counts.items()})
     decision = schedule(replace(inp(providers=providers), totals=totals))
     assert decision.placement is not None and decision.placement.provider_name == expected
+
+
+@pytest.mark.parametrize(
+    ("update_time", "reason"),
+    [(None, VirtualMachineReason.INSUFFICIENT_CAPACITY),
+     ("2026-01-01T00:09:00Z", VirtualMachineReason.INSUFFICIENT_CAPACITY),
+     ("2026-01-01T00:10:00Z", VirtualMachineReason.INSUFFICIENT_CAPACITY),
+     ("2026-01-01T00:11:00Z", None)],
+    ids=["no-report-time", "report-before-provisioned", "report-same-second", "report-after-provisioned"],
+)
+def test_provisioned_peers_count_until_a_capacity_report_taken_after_them(update_time: str | None, reason: str | None) -> None:
+    """Rule 5: two peers provisioned at 00:10 fill a 8192 MiB domain until its capacity is
+    reported after 00:10 (the figures then include them)."""
+    domain = fd("a-d0", mem=8192)
+    if update_time is not None:
+        domain["attributes"]["capacity"]["updateTime"] = update_time
+    providers = [provider("a", [domain])]
+    totals = PlacementTotals()
+    for name in ("p0", "p1"):
+        totals.on_add({"metadata": {"name": name, "namespace": NS}, "spec": {"classRef": {"name": "c"}},
+                       "status": {"scheduled": {"providerName": "a", "failureDomain": "a-d0"},
+                                  "initialization": {"provisioned": True},
+                                  "conditions": [{"type": "InfrastructureReady", "status": "True",
+                                                  "lastTransitionTime": "2026-01-01T00:10:00Z"}]}}, False)
+    kept = totals.peer_totals(NS, f"{NS}/vm-1", lambda _: (4096, 20), capacity_report_times(providers))
+    decision = schedule(replace(inp(providers=providers, cls=vm_class(mem=4096)), totals=kept))
+    assert decision.reason == reason, decision.message
