@@ -123,11 +123,14 @@ async def serve_watch(
             await resp.write(_line("ERROR", error.status()))
             return resp
         enc = req.transform or (lambda o: o)
-        for kind, obj in initial:
-            await resp.write(_line(kind, enc(obj)))
-        if req.send_initial_events and req.allow_bookmarks:
-            await resp.write(_line("BOOKMARK", _bookmark(req.rt, snapshot_rv, initial_end=True)))
-        await _pump(resp, req, watcher, store, faults, bookmark_interval, enc)
+        try:
+            for kind, obj in initial:
+                await resp.write(_line(kind, enc(obj)))
+            if req.send_initial_events and req.allow_bookmarks:
+                await resp.write(_line("BOOKMARK", _bookmark(req.rt, snapshot_rv, initial_end=True)))
+            await _pump(resp, req, watcher, store, faults, bookmark_interval, enc)
+        except ConnectionResetError:
+            pass  # the client went away mid-stream: the watch simply ends (no error to report)
         return resp
     finally:
         store.unsubscribe(watcher)
