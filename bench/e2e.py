@@ -49,38 +49,12 @@ sys.path.insert(0, str(HERE.parent))
 
 import e2e_run  # noqa: E402
 
+from banlieue.testing.argtypes import at_least_one, integer, positive_seconds  # noqa: E402
+
 RESULTS = HERE / "results" / "e2e.json"
 PROG = "bench/e2e.py"
 GROUPS = ("throughput", "steady", "memory", "isolation")
-
-# Flag validators: argparse prints "argument --flag: <message>" for ArgumentTypeError (for any
-# other exception it prints "invalid <function name> value"), so every failure raises it.
-
-
-def _int(text: str, what: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
-
-
-def at_least_one(text: str) -> int:
-    """An integer >= 1 (a count of VMs or hosts)."""
-    value = _int(text, "an integer >= 1")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    """A finite number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
-    return value
+# Flag validators: banlieue.testing.argtypes, plus the two below (messages name the problem).
 
 
 def scale_list(text: str) -> list[int]:
@@ -93,7 +67,7 @@ def scale_list(text: str) -> list[int]:
             "must be a comma list of object counts, e.g. 100,1000; got an empty value")
     scales = []
     for item in items:
-        value = _int(item, "a comma list of integers (object counts)")
+        value = integer(item, "a comma list of integers (object counts)")
         if value < 2 or value % 2:
             raise argparse.ArgumentTypeError(
                 f"each scale must be an even number >= 2 (split between two vCenters), got {value}")

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import structlog
 
+from banlieue.testing.argtypes import at_least_one, port_number, positive_seconds
+
 from .server import ApiServer
 
 PROG = "python -m banlieue.testing.apiserver"
@@ -56,43 +58,6 @@ async def _serve(args: argparse.Namespace) -> None:
         await server.stop()
 
 
-# Flag validators: argparse prints "argument --flag: <message>" for ArgumentTypeError (its own
-# "invalid <function name> value" only for other exceptions, so every failure here raises it).
-
-
-def port_number(text: str) -> int:
-    """A TCP port, 0-65535 (0 = pick a free one)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {value}")
-    return value
-
-
-def positive_count(text: str) -> int:
-    """An integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    """A number of seconds > 0 (0 would send bookmarks in a busy loop)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
-    return value
-
-
 def existing_directory(text: str) -> Path:
     """A path naming an existing directory."""
     path = Path(text).expanduser()
@@ -110,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="directory of CustomResourceDefinition YAML files to preload")
     p.add_argument("--bookmark-interval", type=positive_seconds, default=60.0,
                    help="seconds between watch bookmarks, > 0 (default 60)")
-    p.add_argument("--request-log-size", type=positive_count, default=100_000,
+    p.add_argument("--request-log-size", type=at_least_one, default=100_000,
                    help="requests kept in the request log served at /debug/requests (default 100000)")
     args = p.parse_args(argv)
     # stdout carries only the URL line; logs go to stderr.
