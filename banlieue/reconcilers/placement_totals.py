@@ -60,7 +60,7 @@ from typing import Any
 from banlieue.api.virtualmachine import VirtualMachineConditionType
 from banlieue.reconcilers.scheduler import PeerTotals
 from banlieue.runtime.cache import meta_namespace_key
-from banlieue.runtime.event import DeletedFinalStateUnknown, Object
+from banlieue.runtime.event import DeletedFinalStateUnknown, Object, nested
 
 Where = tuple[str, str]
 """(provider name, failure domain name)."""
@@ -115,16 +115,6 @@ def _seconds(value: Any) -> float | None:
     except ValueError:
         return None
     return t.timestamp() if t.tzinfo is not None else None
-
-
-def nested(obj: Object, *path: str) -> Any:
-    """``obj[path[0]][path[1]]...``, or None where a level is missing or not a mapping."""
-    cur: Any = obj
-    for part in path:
-        if not isinstance(cur, Mapping):
-            return None
-        cur = cur.get(part)
-    return cur
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,10 +254,6 @@ class PlacementTotals:
     def assumed(self, key: str) -> Where | None:
         """The assumed placement of ``key`` not yet shown by the informer, or None."""
         return self._assumed.get(key)
-
-    def contribution(self, key: str) -> Contribution | None:
-        """What ``key`` counts for now (None: not counted)."""
-        return self._contribution(key)
 
     def peer_totals(self, namespace: str, exclude: str, class_size: ClassSize,
                     reported: ReportTimes | None = None) -> PeerTotals:

@@ -48,7 +48,7 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.parsed import ParsedCache
-from banlieue.reconcilers.placement_totals import PlacementTotals, nested
+from banlieue.reconcilers.placement_totals import PlacementTotals
 from banlieue.reconcilers.scheduler import (
     PeerPlacement,
     PeerTotals,
@@ -63,7 +63,7 @@ from banlieue.runtime.builder import ControllerBuilder, ManagerLike
 from banlieue.runtime.cache import NAMESPACE_INDEX
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import Invalid, NotFound
-from banlieue.runtime.event import Object
+from banlieue.runtime.event import Object, nested
 from banlieue.runtime.log import get_logger
 from banlieue.runtime.predicate import Funcs, Predicate, and_, watch_filter_predicate
 from banlieue.runtime.reconcile import Request, Result

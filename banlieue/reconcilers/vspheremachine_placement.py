@@ -21,6 +21,7 @@ from banlieue.api.infrastructure import BOOTSTRAP_DATA_DEFAULT_KEY, VSphereMachi
 from banlieue.api.infrastructure import VSphereMachineReason as Reason
 from banlieue.api.provider import Provider, ProviderFailureDomain
 from banlieue.backends.base import DiskSpec, NicSpec, VMSpec
+from banlieue.runtime.event import nested
 
 CAPI_GROUP = "cluster.x-k8s.io"
 BOOTSTRAP_FORMAT_KEY = "format"
@@ -71,38 +72,29 @@ def is_capi_path(machine: VSphereMachine, cluster_label: str) -> bool:
     return bool((machine.metadata.labels or {}).get(cluster_label)) and not owned_by_other_controller(machine)
 
 
-def _dig(obj: Mapping[str, Any] | None, *path: str) -> Any:
-    cur: Any = obj
-    for key in path:
-        if not isinstance(cur, Mapping):
-            return None
-        cur = cur.get(key)
-    return cur
-
-
 def capi_failure_domain(capi_machine: Mapping[str, Any] | None) -> str | None:
     """``Machine.spec.failureDomain`` (CAPI v1beta2), None when unset."""
-    value = _dig(capi_machine, "spec", "failureDomain")
+    value = nested(capi_machine, "spec", "failureDomain")
     return str(value) if value else None
 
 
 def capi_bootstrap_secret(capi_machine: Mapping[str, Any] | None) -> str | None:
     """``Machine.spec.bootstrap.dataSecretName`` (CAPI bootstrap contract), None until set."""
-    value = _dig(capi_machine, "spec", "bootstrap", "dataSecretName")
+    value = nested(capi_machine, "spec", "bootstrap", "dataSecretName")
     return str(value) if value else None
 
 
 def cluster_infrastructure_provisioned(cluster: Mapping[str, Any] | None) -> bool:
     """``Cluster.status.initialization.infrastructureProvisioned`` (CAPI v1beta2)."""
-    return _dig(cluster, "status", "initialization", "infrastructureProvisioned") is True
+    return nested(cluster, "status", "initialization", "infrastructureProvisioned") is True
 
 
 def cluster_paused(cluster: Mapping[str, Any] | None, paused_annotation: str) -> bool:
     """``Cluster.spec.paused`` or the ``cluster.x-k8s.io/paused`` annotation on the Cluster."""
     if cluster is None:
         return False
-    annotations = _dig(cluster, "metadata", "annotations") or {}
-    return _dig(cluster, "spec", "paused") is True or paused_annotation in annotations
+    annotations = nested(cluster, "metadata", "annotations") or {}
+    return nested(cluster, "spec", "paused") is True or paused_annotation in annotations
 
 
 def bootstrap_secret_ref(machine: VSphereMachine, capi_machine: Mapping[str, Any] | None, capi: bool) -> tuple[str, str] | None:
@@ -126,7 +118,7 @@ class BootstrapData:
 def read_bootstrap(secret: Mapping[str, Any], key: str) -> BootstrapData:
     """Bootstrap data from a Secret's ``data`` (base64) or ``stringData``. Raises PlacementError
     (``WaitingForBootstrapData``) when the key is missing or not base64."""
-    name = _dig(secret, "metadata", "name") or "?"
+    name = nested(secret, "metadata", "name") or "?"
     raw = (secret.get("data") or {}).get(key)
     fmt_raw = (secret.get("data") or {}).get(BOOTSTRAP_FORMAT_KEY)
     try:

@@ -15,6 +15,17 @@ Object = Mapping[str, Any]
 """A Kubernetes object as decoded JSON. Objects handed out by the cache are read-only."""
 
 
+def nested(obj: Object | None, *path: str) -> Any:
+    """``obj[path[0]][path[1]]...``, or None where a level is missing or not a mapping
+    (``unstructured.NestedFieldNoCopy`` without the found flag)."""
+    cur: Any = obj
+    for part in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
 @dataclass(frozen=True, slots=True)
 class DeletedFinalStateUnknown:
     """Tombstone: ``key`` ("ns/name" or "name") vanished while the watch was down.
