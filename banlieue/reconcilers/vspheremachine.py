@@ -26,7 +26,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from banlieue.api.infrastructure import VSphereMachine, VSphereMachineStatus
-from banlieue.api.provider import Provider
 from banlieue.backends.base import Backend, BackendError, Connection, VMSpec
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
@@ -37,7 +36,6 @@ from banlieue.reconcilers.kinds import (
     CONFIG_MAP,
     FINALIZER_VSPHERE_MACHINE,
     PROVIDER,
-    PROVIDER_CLASS_VSPHERE,
     SECRET,
     VSPHERE_MACHINE,
 )
@@ -68,6 +66,7 @@ from banlieue.reconcilers.vspheremachine_sources import (
     CapiWatch,
     MapFuncs,
     VMWatch,
+    parse_provider,
     register_indexes,
 )
 from banlieue.reconcilers.vspheremachine_writes import OwnWrites, recordable
@@ -149,8 +148,7 @@ class VSphereMachineReconciler:
             capi_machine = cache.get(CAPI_MACHINE, owner, ns) if owner else None
             cluster_name = (machine.metadata.labels or {}).get(CAPI_LABEL_CLUSTER_NAME) or ((capi_machine or {}).get("spec") or {}).get("clusterName")
             cluster = cache.get(CAPI_CLUSTER, str(cluster_name), ns) if cluster_name else None
-        providers = tuple(p for p in (self._parsed.parse(Provider, raw) for raw in cache.list(PROVIDER, ns))
-                          if p is not None and p.spec.provider_class_ref.name == PROVIDER_CLASS_VSPHERE)
+        providers = tuple(p for p in (parse_provider(raw, self._parsed) for raw in cache.list(PROVIDER, ns)) if p is not None)
         bootstrap = bootstrap_error = None
         ref = bootstrap_secret_ref(machine, capi_machine, capi)
         if ref is not None:

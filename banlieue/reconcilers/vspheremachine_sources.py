@@ -38,6 +38,7 @@ from banlieue.reconcilers.kinds import (
     PROVIDER_CLASS_VSPHERE,
     VSPHERE_MACHINE,
 )
+from banlieue.reconcilers.parsed import ParsedCache
 from banlieue.reconcilers.vsphere_connection import (
     ConnectionConfigError,
     connection_for,
@@ -103,13 +104,17 @@ def _request(obj: Object) -> Request:
     return Request(str(meta.get("namespace") or ""), str(meta["name"]))
 
 
-def parse_provider(obj: Object) -> Provider | None:
-    """A vSphere Provider model, None for another provider class or a malformed object."""
-    try:
-        provider = Provider.from_wire(dict(obj))
-    except ValidationError:
-        return None
-    return provider if provider.spec.provider_class_ref.name == PROVIDER_CLASS_VSPHERE else None
+def parse_provider(obj: Object, parsed: ParsedCache | None = None) -> Provider | None:
+    """A vSphere Provider model, None for another provider class or a malformed object.
+    ``parsed``: reuse the model while the object's resourceVersion holds (a reconciler's memo)."""
+    if parsed is not None:
+        provider = parsed.parse(Provider, obj)
+    else:
+        try:
+            provider = Provider.from_wire(dict(obj))
+        except ValidationError:
+            return None
+    return provider if provider is not None and provider.spec.provider_class_ref.name == PROVIDER_CLASS_VSPHERE else None
 
 
 class MapFuncs:
