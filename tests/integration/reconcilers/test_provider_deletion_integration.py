@@ -17,8 +17,8 @@ from test_provider_integration import (  # the shared harness
 )
 
 from banlieue.backends.vsphere.backend import VSphereBackend
-from banlieue.reconcilers import provider as provider_reconciler
 from banlieue.reconcilers.kinds import PROVIDER, SECRET, VSPHERE_MACHINE
+from banlieue.reconcilers.provider import controller as provider_reconciler
 from banlieue.runtime.client import Client
 from banlieue.runtime.errors import NotFound
 from banlieue.testing.vcsim import VcsimProcess

@@ -19,9 +19,9 @@ from reconciler_harness import b64, eventually, new_client
 
 from banlieue.api.provider import PROVIDER_REACHABLE
 from banlieue.backends.vsphere.backend import VSphereBackend
-from banlieue.reconcilers import provider as provider_reconciler
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import CONFIG_MAP, FIELD_MANAGER_PROVIDER_VSPHERE, PROVIDER, SECRET
+from banlieue.reconcilers.provider import controller as provider_reconciler
 from banlieue.runtime.client import Client
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.kinds import EVENT
@@ -264,7 +264,7 @@ async def test_vcenter_that_stops_answering_is_reported_without_waiting_for_the_
     apiserver: Any, client: Client, namespace: str, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
 ) -> None:
     # The provider role's change watch polls the vCenter; when a round trip goes unanswered the
-    # backend tells the Provider controller (provider_reachability), which re-checks at once
+    # backend tells the Provider controller (provider.reachability), which re-checks at once
     # instead of at the next 5-minute refresh. Nothing else touches the Provider here.
     from banlieue.backends.base import Connection
 

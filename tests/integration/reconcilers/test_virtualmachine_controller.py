@@ -17,7 +17,6 @@ import pytest
 import reconciler_harness
 from reconciler_harness import CRD_DIR, new_client
 
-from banlieue.reconcilers import virtualmachine, vspherecluster
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
     FIELD_MANAGER_CONTROLLER,
@@ -27,6 +26,8 @@ from banlieue.reconcilers.kinds import (
     VM_IMAGE,
     VSPHERE_MACHINE,
 )
+from banlieue.reconcilers.virtualmachine import controller as virtualmachine
+from banlieue.reconcilers.vspherecluster import controller as vspherecluster
 from banlieue.runtime.client import Client
 from banlieue.runtime.errors import Invalid, NotFound
 from banlieue.runtime.kinds import EVENT, NAMESPACE

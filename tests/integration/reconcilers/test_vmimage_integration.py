@@ -17,9 +17,9 @@ from test_provider_integration import (  # the shared harness
 )
 
 from banlieue.backends.vsphere.backend import VSphereBackend
-from banlieue.reconcilers import provider as provider_reconciler
-from banlieue.reconcilers import vmimage as vmimage_reconciler
 from banlieue.reconcilers.kinds import PROVIDER, SECRET, VM_IMAGE
+from banlieue.reconcilers.provider import controller as provider_reconciler
+from banlieue.reconcilers.vmimage import controller as vmimage_reconciler
 from banlieue.runtime.client import Client
 from banlieue.testing.vcsim import VcsimProcess
 

@@ -19,9 +19,10 @@ import pytest
 from reconciler_harness import b64, eventually, new_client, vms_with_uid
 
 from banlieue.backends.vsphere.backend import VSphereBackend
-from banlieue.reconcilers import vspheremachine, vspheremachine_sources
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import FIELD_MANAGER_PROVIDER_VSPHERE, PROVIDER, SECRET, VSPHERE_MACHINE
+from banlieue.reconcilers.vspheremachine import controller as vspheremachine
+from banlieue.reconcilers.vspheremachine import sources as vspheremachine_sources
 from banlieue.runtime.client import Client
 from banlieue.runtime.manager import Manager
 from banlieue.testing.vcsim import VcsimProcess

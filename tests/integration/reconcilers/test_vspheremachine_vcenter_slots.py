@@ -1,4 +1,4 @@
-"""Per-vCenter worker cap in the VSphereMachine controller (vcenter_slots): with two workers
+"""Per-vCenter worker cap in the VSphereMachine controller (vspheremachine.vcenter_slots): with two workers
 (cap 1 per vCenter), a machine on a slow vCenter A holds A's only slot during its clone, a second
 machine on A is deferred (requeued, not waiting), and a machine on vCenter B is provisioned on
 the free worker meanwhile. Real Manager, API-server double over HTTP, two vcsims over SOAP."""
@@ -21,9 +21,9 @@ from test_vspheremachine_vcsim import (
 )
 
 from banlieue.backends.vsphere.backend import VSphereBackend
-from banlieue.reconcilers import vspheremachine
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import FIELD_MANAGER_PROVIDER_VSPHERE, VSPHERE_MACHINE
+from banlieue.reconcilers.vspheremachine import controller as vspheremachine
 from banlieue.runtime.client import Client
 from banlieue.runtime.manager import Manager
 from banlieue.testing.vcsim import VcsimProcess

@@ -17,9 +17,9 @@ from reconciler_harness import b64, eventually, new_client, vms_with_uid
 
 from banlieue.backends.vsphere import guestinfo
 from banlieue.backends.vsphere.backend import VSphereBackend
-from banlieue.reconcilers import vspheremachine
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import FIELD_MANAGER_PROVIDER_VSPHERE, PROVIDER, SECRET, VSPHERE_MACHINE
+from banlieue.reconcilers.vspheremachine import controller as vspheremachine
 from banlieue.runtime.client import Client
 from banlieue.runtime.errors import NotFound
 from banlieue.runtime.manager import Manager

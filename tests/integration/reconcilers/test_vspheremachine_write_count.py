@@ -30,7 +30,7 @@ from banlieue.reconcilers.kinds import (
     FIELD_MANAGER_PROVIDER_VSPHERE,
     VSPHERE_MACHINE,
 )
-from banlieue.reconcilers.vspheremachine_progress import PROGRESS_WRITE_INTERVAL_SECONDS
+from banlieue.reconcilers.vspheremachine.progress import PROGRESS_WRITE_INTERVAL_SECONDS
 from banlieue.runtime.client import Client
 from banlieue.runtime.kinds import EVENT
 from banlieue.testing.vcsim import VcsimProcess

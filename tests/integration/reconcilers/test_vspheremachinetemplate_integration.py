@@ -8,8 +8,8 @@ from typing import Any
 from reconciler_harness import eventually
 from test_provider_integration import running_role
 
-from banlieue.reconcilers import vspheremachinetemplate
 from banlieue.reconcilers.kinds import VM_IMAGE, VSPHERE_MACHINE_TEMPLATE
+from banlieue.reconcilers.vspheremachinetemplate import controller as vspheremachinetemplate
 from banlieue.runtime.client import Client
 
 

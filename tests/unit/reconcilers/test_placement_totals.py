@@ -1,4 +1,4 @@
-"""Incremental placement sums (banlieue.reconcilers.placement_totals) against the walk they
+"""Incremental placement sums (banlieue.reconcilers.virtualmachine.placement_totals) against the walk they
 replace: ``PeerTotals.of`` over every placed peer of the namespace, the VM itself excluded."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from banlieue.api.virtualmachine import VirtualMachine
 from banlieue.api.vmclass import VMClass
 from banlieue.api.vmimage import VMImage
-from banlieue.reconcilers.placement_totals import PlacementTotals
-from banlieue.reconcilers.scheduler import PeerPlacement, PeerTotals, SchedulingInput
+from banlieue.reconcilers.virtualmachine.placement_totals import PlacementTotals
+from banlieue.reconcilers.virtualmachine.scheduler import PeerPlacement, PeerTotals, SchedulingInput
 from banlieue.runtime.event import DeletedFinalStateUnknown
 
 SIZES = {"small": (4096, 20), "large": (16384, 100)}

@@ -1,4 +1,4 @@
-"""Provider decide: every rule of banlieue.reconcilers.provider_decide, plus never-raise."""
+"""Provider decide: every rule of banlieue.reconcilers.provider.decide, plus never-raise."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from banlieue.backends.base import (
     TLSVerifyFailed,
     Transient,
 )
-from banlieue.reconcilers.provider_decide import (
+from banlieue.reconcilers.provider.decide import (
     REFRESH_SECONDS,
     UNSUPPORTED_PROVIDER_CLASS,
     Failure,

@@ -1,6 +1,6 @@
 """Deletion without leaking VMs: the Provider's finalizer held while VSphereMachines use it
-(``provider_deletion``), the last known Connection store (``last_connection``), and the
-VSphereMachine delete branches that use it (``vspheremachine_decide``). Table tests, one row per
+(``provider.deletion``), the last known Connection store (``last_connection``), and the
+VSphereMachine delete branches that use it (``vspheremachine.decide``). Table tests, one row per
 rule, and hypothesis: no input makes the new decide raise."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from banlieue.api.provider import Provider
 from banlieue.backends.base import Connection, VMInfo
 from banlieue.reconcilers.kinds import FINALIZER_PROVIDER
 from banlieue.reconcilers.last_connection import LastKnownConnections
-from banlieue.reconcilers.provider_deletion import (
+from banlieue.reconcilers.provider.deletion import (
     USERS_IN_MESSAGE,
     decide_deletion,
     machine_uses_provider,
 )
-from banlieue.reconcilers.vspheremachine_decide import Snapshot, decide, recorded_provider
-from banlieue.reconcilers.vspheremachine_placement import PlacementError, resolve_placement
+from banlieue.reconcilers.vspheremachine.decide import Snapshot, decide, recorded_provider
+from banlieue.reconcilers.vspheremachine.placement import PlacementError, resolve_placement
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 UID = "11111111-2222-3333-4444-555555555555"

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from banlieue.reconcilers.provider import config_maps_index, secrets_index
-from banlieue.reconcilers.vmimage import ProviderLookupChanged
+from banlieue.reconcilers.provider.controller import config_maps_index, secrets_index
+from banlieue.reconcilers.vmimage.controller import ProviderLookupChanged
 
 
 def provider(ca: dict[str, Any] | None = None, status: dict[str, Any] | None = None, generation: int = 1) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Table tests of the VirtualMachine scheduler (banlieue.reconcilers.scheduler), one row per rule,
+"""Table tests of the VirtualMachine scheduler (banlieue.reconcilers.virtualmachine.scheduler), one row per rule,
 plus a hypothesis test that no input makes ``schedule`` raise."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import AntiAffinityTerm, VirtualMachine, VirtualMachineReason
 from banlieue.api.vmclass import VMClass
 from banlieue.api.vmimage import VMImage
-from banlieue.reconcilers.placement_totals import PlacementTotals
-from banlieue.reconcilers.scheduler import (
+from banlieue.reconcilers.virtualmachine.placement_totals import PlacementTotals
+from banlieue.reconcilers.virtualmachine.scheduler import (
     PeerPlacement,
     PeerTotals,
     SchedulingInput,

@@ -1,4 +1,4 @@
-"""SPEC §2 failure-domain name slug and label-value sanitising (banlieue.reconcilers.slug)."""
+"""SPEC §2 failure-domain name slug and label-value sanitising (banlieue.reconcilers.provider.slug)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from banlieue.reconcilers.slug import is_slug, label_value, slug, unique_slugs
+from banlieue.reconcilers.provider.slug import is_slug, label_value, slug, unique_slugs
 
 RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

@@ -8,7 +8,7 @@ import pytest
 
 from banlieue.api.meta import ConditionStatus, MachineAddressType
 from banlieue.api.virtualmachine import PowerState
-from banlieue.reconcilers.status_mirror import InfraMachineRead
+from banlieue.reconcilers.virtualmachine.status_mirror import InfraMachineRead
 
 BASE: dict[str, Any] = {
     "apiVersion": "infrastructure.banlieue.io/v1alpha1",

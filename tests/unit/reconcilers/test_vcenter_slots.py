@@ -1,4 +1,4 @@
-"""Per-vCenter worker cap (banlieue.reconcilers.vcenter_slots): take/release/cap (never waits), the waiting list and its wake channel."""
+"""Per-vCenter worker cap (banlieue.reconcilers.vspheremachine.vcenter_slots): take/release/cap (never waits), the waiting list and its wake channel."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from banlieue.reconcilers.vcenter_slots import VCenterSlots, cap_for_workers
+from banlieue.reconcilers.vspheremachine.vcenter_slots import VCenterSlots, cap_for_workers
 from banlieue.runtime import Request
 
 

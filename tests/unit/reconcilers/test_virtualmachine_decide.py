@@ -1,4 +1,4 @@
-"""Table tests of the VirtualMachine ``decide`` (banlieue.reconcilers.virtualmachine_decide), one
+"""Table tests of the VirtualMachine ``decide`` (banlieue.reconcilers.virtualmachine.decide), one
 row per rule, and a hypothesis test that no snapshot makes it raise."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from banlieue.api.conditions import get_condition
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import VirtualMachine, VirtualMachineStatus
-from banlieue.reconcilers.virtualmachine_decide import (
+from banlieue.reconcilers.virtualmachine.decide import (
     MAX_LISTED_NAMES,
     NOT_SCHEDULED_INFRA_MESSAGE,
     Plan,
@@ -23,7 +23,7 @@ from banlieue.reconcilers.virtualmachine_decide import (
     decide,
     not_found_message,
 )
-from banlieue.reconcilers.virtualmachine_machine_decide import desired_machine, machine_differs, owns
+from banlieue.reconcilers.virtualmachine.machine_decide import desired_machine, machine_differs, owns
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 NS = "default"
@@ -236,7 +236,7 @@ def test_second_decide_on_its_own_result_changes_nothing() -> None:
 
 
 def _placement(plan: Plan) -> Any:
-    from banlieue.reconcilers.scheduler import Placement
+    from banlieue.reconcilers.virtualmachine.scheduler import Placement
 
     assert plan.placement is not None
     return Placement(plan.placement[0], "vsphere", plan.placement[1], "ubuntu-tpl")

@@ -1,4 +1,4 @@
-"""The VirtualMachine controller's cache indexes and event filter (banlieue.reconcilers.virtualmachine)."""
+"""The VirtualMachine controller's cache indexes and event filter (banlieue.reconcilers.virtualmachine.controller)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from banlieue.reconcilers.virtualmachine import (
+from banlieue.reconcilers.virtualmachine.controller import (
     _placement_freed,
     _refused_for_peers,
     _vm_update_matters,

@@ -1,4 +1,4 @@
-"""VMImage decide: every rule of banlieue.reconcilers.vmimage_decide, plus never-raise."""
+"""VMImage decide: every rule of banlieue.reconcilers.vmimage.decide, plus never-raise."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from banlieue.api.meta import ConditionStatus
 from banlieue.api.provider import Provider
 from banlieue.api.vmimage import ImageReason, VMImage
 from banlieue.backends.base import TemplateInfo
-from banlieue.reconcilers.vmimage_decide import (
+from banlieue.reconcilers.vmimage.decide import (
     NO_MATCHING_PROVIDER,
     REFRESH_SECONDS,
     Lookup,

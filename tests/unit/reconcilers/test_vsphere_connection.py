@@ -1,4 +1,4 @@
-"""vsphere_connection: Provider + Secret + CA bundle -> backend Connection (SPEC §2 reasons)."""
+"""connection: Provider + Secret + CA bundle -> backend Connection (SPEC §2 reasons)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import pytest
 
 from banlieue.api.provider import Provider
 from banlieue.api.vmimage import ImageReason
-from banlieue.reconcilers.provider_decide import Failure, reason_of
-from banlieue.reconcilers.provider_decide import _failure_message as provider_message
-from banlieue.reconcilers.vmimage_decide import Lookup, Target, row_for
-from banlieue.reconcilers.vsphere_connection import (
+from banlieue.reconcilers.connection import (
     ConnectionConfigError,
     connection_from_objects,
     referenced_config_maps,
     referenced_secrets,
 )
+from banlieue.reconcilers.provider.decide import Failure, reason_of
+from banlieue.reconcilers.provider.decide import _failure_message as provider_message
+from banlieue.reconcilers.vmimage.decide import Lookup, Target, row_for
 
 # A real self-signed CA certificate (P-256, CN=banlieue-test-ca): the CA bundle is parsed.
 PEM = """-----BEGIN CERTIFICATE-----

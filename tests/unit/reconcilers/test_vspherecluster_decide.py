@@ -14,7 +14,7 @@ from test_scheduler import fd, provider
 from banlieue.api.conditions import get_condition
 from banlieue.api.infrastructure import VSphereCluster, VSphereClusterStatus
 from banlieue.api.provider import Provider
-from banlieue.reconcilers.vspherecluster import Snapshot, decide
+from banlieue.reconcilers.vspherecluster.controller import Snapshot, decide
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

@@ -15,7 +15,7 @@ from banlieue.api.conditions import PAUSED, READY, get_condition
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.provider import Provider
 from banlieue.backends.base import VMInfo
-from banlieue.reconcilers.vspheremachine_decide import (
+from banlieue.reconcilers.vspheremachine.decide import (
     STEADY_RESYNC_SECONDS,
     Failure,
     Plan,
@@ -23,7 +23,7 @@ from banlieue.reconcilers.vspheremachine_decide import (
     decide,
     machine_addresses,
 )
-from banlieue.reconcilers.vspheremachine_placement import BootstrapData, read_bootstrap
+from banlieue.reconcilers.vspheremachine.placement import BootstrapData, read_bootstrap
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 FIN = "infrastructure.banlieue.io/vspheremachine"

@@ -6,7 +6,7 @@ from typing import Any
 
 from banlieue.backends.base import VMChange
 from banlieue.reconcilers.kinds import PROVIDER, VSPHERE_MACHINE
-from banlieue.reconcilers.vspheremachine_sources import MapFuncs, register_indexes
+from banlieue.reconcilers.vspheremachine.sources import MapFuncs, register_indexes
 from banlieue.runtime.cache import Cache, Indexer
 from banlieue.runtime.kinds import ResourceKind
 from banlieue.runtime.reconcile import Request
@@ -93,7 +93,7 @@ def test_vm_change_maps_by_uid_then_instance_uuid() -> None:
 def test_vcenter_back_enqueues_machines_waiting_on_a_connection_error() -> None:
     from banlieue.backends.base import Connection
     from banlieue.backends.vsphere import VSphereBackend
-    from banlieue.reconcilers.vspheremachine_reconnect import ReconnectNotifier, machines_waiting_on
+    from banlieue.reconcilers.vspheremachine.reconnect import ReconnectNotifier, machines_waiting_on
 
     def status(reason: str) -> dict[str, Any]:
         return {"conditions": [{"type": "Ready", "status": "False", "reason": reason, "message": "",

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from banlieue.reconcilers.vspheremachine_decide import Event
-from banlieue.reconcilers.vspheremachine_writes import OwnWrites, recordable
+from banlieue.reconcilers.vspheremachine.decide import Event
+from banlieue.reconcilers.vspheremachine.writes import OwnWrites, recordable
 
 
 def obj(rv: str, uid: str = "u1", **meta: Any) -> dict[str, Any]:

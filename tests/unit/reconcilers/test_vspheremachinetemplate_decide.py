@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from banlieue.api.infrastructure import VSphereMachineTemplate
 from banlieue.api.vmimage import VMImage
-from banlieue.reconcilers.vspheremachinetemplate import Snapshot, decide, template_index
+from banlieue.reconcilers.vspheremachinetemplate.controller import Snapshot, decide, template_index
 
 
 def vsmt(status: dict[str, Any] | None = None, **spec: Any) -> VSphereMachineTemplate:

@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol, runtime_checkable
 
 from banlieue.backends.base import BackendError, Connection
+from banlieue.reconcilers.connection import ConnectionConfigError, connection_for
 from banlieue.reconcilers.kinds import PROVIDER
-from banlieue.reconcilers.vsphere_connection import ConnectionConfigError, connection_for
-from banlieue.reconcilers.vspheremachine_sources import parse_provider
+from banlieue.reconcilers.vspheremachine.sources import parse_provider
 from banlieue.runtime.cache import Cache
 from banlieue.runtime.reconcile import Request
 

@@ -1,7 +1,7 @@
-"""Provider reconciler (provider-vsphere role): gather -> ``provider_decide.decide`` -> execute.
+"""Provider reconciler (provider-vsphere role): gather -> ``provider.decide.decide`` -> execute.
 
 Gather: the Provider from the cache; for a vsphere, unpaused Provider its ``Connection`` from
-the credentials Secret and CA bundle (``vsphere_connection.connection_for``, cache reads), then
+the credentials Secret and CA bundle (``connection.connection_for``, cache reads), then
 ``backend.check_connection`` and ``backend.inventory``; each failure is recorded with its stage
 (config / connect / inventory) and the backend's reason, and decide maps it to the SPEC §2
 reason. Execute: server-side apply of the full status on ``/status`` (field manager of the role,
@@ -12,9 +12,9 @@ indexes ``providerSecrets`` / ``providerConfigMaps`` (values ``<namespace>/<name
 a Secret or rotating a CA recovers without a restart (SPEC §4 "Secrets -> Providers that use
 them"). The Provider itself is watched for generation changes only, so the controller's own
 status writes do not trigger a new inventory walk; the periodic refresh is
-``provider_decide.REFRESH_SECONDS`` (capacity changes are not notified by vCenter).
+``provider.decide.REFRESH_SECONDS`` (capacity changes are not notified by vCenter).
 
-Deletion (``provider_deletion``): a vSphere Provider gets the finalizer ``banlieue.io/provider``
+Deletion (``provider.deletion``): a vSphere Provider gets the finalizer ``banlieue.io/provider``
 first; a deleting one keeps it while VSphereMachines of its namespace use it (``Ready`` False
 ``Deleting``) and drops it when none does. VSphereMachine events map to the deleting Providers
 they use, so the last machine going away releases the Provider at once. Every Connection built
@@ -28,6 +28,11 @@ from pydantic import ValidationError
 
 from banlieue.api.provider import Provider
 from banlieue.backends.base import BackendError
+from banlieue.reconcilers.connection import (
+    ConnectionConfigError,
+    referenced_config_maps,
+    referenced_secrets,
+)
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
     CONFIG_MAP,
@@ -38,18 +43,13 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
-from banlieue.reconcilers.provider_decide import Failure, Plan, Snapshot, capabilities_of, decide, taxonomy
-from banlieue.reconcilers.provider_deletion import (
+from banlieue.reconcilers.provider.decide import Failure, Plan, Snapshot, capabilities_of, decide, taxonomy
+from banlieue.reconcilers.provider.deletion import (
     DeletionPlan,
     decide_deletion,
     machine_uses_provider,
 )
-from banlieue.reconcilers.provider_reachability import ReachabilityNotifier, reachability_requests
-from banlieue.reconcilers.vsphere_connection import (
-    ConnectionConfigError,
-    referenced_config_maps,
-    referenced_secrets,
-)
+from banlieue.reconcilers.provider.reachability import ReachabilityNotifier, reachability_requests
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import NotFound
@@ -59,7 +59,7 @@ from banlieue.runtime.manager import Manager
 from banlieue.runtime.predicate import GenerationChangedPredicate, ResourceVersionChangedPredicate
 from banlieue.runtime.reconcile import Request, Result, TerminalError
 
-log = structlog.get_logger("banlieue.reconcilers.provider")
+log = structlog.get_logger("banlieue.reconcilers.provider.controller")
 
 SECRETS_INDEX = "providerSecrets"
 """Provider index: ``<namespace>/<name>`` of every Secret it reads (credentials, CA secretRef)."""
@@ -190,7 +190,7 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     """Register the ``provider`` controller: for Provider (generation changes), watches Secret
     and ConfigMap -> the Providers that reference them (indexes ``providerSecrets``,
     ``providerConfigMaps``), VSphereMachine -> the deleting Providers it uses, and the backend's
-    reachability transitions -> the Providers on that vCenter (``provider_reachability``)."""
+    reachability transitions -> the Providers on that vCenter (``provider.reachability``)."""
     ctx.cache.add_indexer(PROVIDER, SECRETS_INDEX, secrets_index)
     ctx.cache.add_indexer(PROVIDER, CONFIG_MAPS_INDEX, config_maps_index)
 
@@ -230,6 +230,6 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     )
     if isinstance(ctx.backend, ReachabilityNotifier):
         # A vCenter that stops or starts answering: re-check its Providers now, not at the next
-        # refresh (provider_reachability).
+        # refresh (provider.reachability).
         builder = builder.watches_channel(reachability_requests(ctx.backend, ctx.cache))
     return builder.with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles).complete(ProviderReconciler(ctx))

@@ -53,7 +53,7 @@ there that the domain's reported capacity may not include yet (rule 5), and the 
 placed peers per Provider and per domain. The counts include provisioned peers: they are what spreads VMs when the reported capacity already
 includes the peers (above; docs/concepts.md: "fewest VMs on the Provider"). The VirtualMachine
 reconciler keeps these sums over every placed VM of the namespace from informer events
-(``banlieue.reconcilers.placement_totals``, kube-scheduler's cache with assumed placements) and
+(``banlieue.reconcilers.virtualmachine.placement_totals``, kube-scheduler's cache with assumed placements) and
 passes them as ``SchedulingInput.totals``, so a placement costs O(failure domains), not O(peers);
 ``peers`` then holds only what rule 6 reads (the VMs with anti-affinity terms, or every VM of
 the namespace when the VM has terms of its own). Without ``totals`` they are summed from
@@ -257,7 +257,7 @@ class PeerTotals:
 
     @staticmethod
     def of(inp: SchedulingInput) -> PeerTotals:
-        """Sum ``inp.peers`` (the reference the incremental sums of ``placement_totals`` are
+        """Sum ``inp.peers`` (the reference the incremental sums of ``virtualmachine.placement_totals`` are
         tested against)."""
         me = inp.vm.metadata.name
         pending: dict[tuple[str, str], tuple[int, int]] = {}

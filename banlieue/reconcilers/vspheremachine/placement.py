@@ -1,6 +1,6 @@
 """Pure helpers of the VSphereMachine reconciler: which path, which Provider, where, what to build.
 
-Everything here is a pure function of API objects (models or wire dicts); ``vspheremachine_decide``
+Everything here is a pure function of API objects (models or wire dicts); ``vspheremachine.decide``
 calls them and turns a ``PlacementError`` into a ``Ready`` condition. SPEC §3: with
 ``spec.failureDomain`` (or the CAPI ``Machine.spec.failureDomain``) the Provider, datacenter and
 cluster come from the Provider whose ``status.failureDomains[].name`` matches (its

@@ -1,12 +1,12 @@
-"""VMImage reconciler (provider-vsphere role): gather -> ``vmimage_decide.decide`` -> execute.
+"""VMImage reconciler (provider-vsphere role): gather -> ``vmimage.decide.decide`` -> execute.
 
 Gather: the VMImage and every Provider from the cache; for each target Provider
-(``vmimage_decide.targets``) build its Connection (cache reads) and call
+(``vmimage.decide.targets``) build its Connection (cache reads) and call
 ``backend.find_template`` once per known datacenter; Providers are looked up concurrently
 (one task each in a TaskGroup; calls to one vCenter never wait for another). Paused Providers
 are still looked up: a read changes nothing on the vCenter. Execute: server-side apply of the
 full status when it changed; an Event on Ready transitions; requeue after
-``vmimage_decide.REFRESH_SECONDS`` (templates appear without notification).
+``vmimage.decide.REFRESH_SECONDS`` (templates appear without notification).
 
 Watches: Provider -> every VMImage, for Provider creation/deletion and for updates that change
 what a lookup depends on (generation, the set of datacenters in its failure domains, the status
@@ -25,11 +25,11 @@ from pydantic import ValidationError
 from banlieue.api.provider import Provider
 from banlieue.api.vmimage import VMImage
 from banlieue.backends.base import BackendError, TemplateInfo
+from banlieue.reconcilers.connection import ConnectionConfigError, connection_for
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import CONFIG_MAP, PROVIDER, SECRET, VM_IMAGE
-from banlieue.reconcilers.provider_decide import taxonomy
-from banlieue.reconcilers.vmimage_decide import Lookup, Plan, Snapshot, Target, decide, targets
-from banlieue.reconcilers.vsphere_connection import ConnectionConfigError, connection_for
+from banlieue.reconcilers.provider.decide import taxonomy
+from banlieue.reconcilers.vmimage.decide import Lookup, Plan, Snapshot, Target, decide, targets
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import NotFound
@@ -38,7 +38,7 @@ from banlieue.runtime.manager import Manager
 from banlieue.runtime.predicate import GenerationChangedPredicate, Predicate
 from banlieue.runtime.reconcile import Request, Result, TerminalError
 
-log = structlog.get_logger("banlieue.reconcilers.vmimage")
+log = structlog.get_logger("banlieue.reconcilers.vmimage.controller")
 
 
 def _providers(objs: Iterable[Object]) -> tuple[Provider, ...]:

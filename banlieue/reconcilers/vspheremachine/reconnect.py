@@ -16,8 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from banlieue.api.infrastructure import VSphereMachineReason
 from banlieue.backends.base import BackendError, Connection
+from banlieue.reconcilers.connection import ConnectionConfigError
 from banlieue.reconcilers.kinds import LABEL_PROVIDER, VSPHERE_MACHINE
-from banlieue.reconcilers.vsphere_connection import ConnectionConfigError
 from banlieue.runtime.cache import Cache
 from banlieue.runtime.reconcile import Request
 

@@ -21,7 +21,7 @@ stays True (a running machine stays Ready while paused), any other becomes False
 
 Deletion: ``Ready`` False ``Deleting``; destroy (power-off per ``powerOffMode``) then drop the
 finalizer; a VM already gone is success. The Provider's finalizer keeps it while machines use it
-(``provider_deletion``), but its credentials Secret has none (a namespace deletion removes it at
+(``provider.deletion``), but its credentials Secret has none (a namespace deletion removes it at
 once): when the Secret is missing or invalid, or the Provider object is gone (its finalizer
 removed by hand; the machine's Provider is ``spec.providerRef`` or the ``banlieue.io/provider``
 label), the last Connection this process built for that Provider
@@ -42,7 +42,7 @@ Other rules: ``providerID = vsphere://<BIOS UUID>`` is written before
 off as asked is Ready. ``status.addresses`` holds one ``InternalIP`` per IP from VMware Tools
 (link-local IPv6 left out; no ``Hostname`` entry). A status change that only moves ``Ready`` False
 between progress reasons is deferred while our last status write is younger than
-``vspheremachine_progress.PROGRESS_WRITE_INTERVAL_SECONDS`` (ADR 0011): the plan then writes no
+``vspheremachine.progress.PROGRESS_WRITE_INTERVAL_SECONDS`` (ADR 0011): the plan then writes no
 status and requeues for the rest of the interval. ``Snapshot.converged_spec`` (this process's
 memory of the spec it last converged the VM to) spares a second converge while such a deferred
 status has not recorded ``provisioned`` yet. Bootstrap data in the ``ignition`` format is
@@ -80,7 +80,7 @@ from banlieue.reconcilers.kinds import (
     FINALIZER_VSPHERE_MACHINE,
     LABEL_PROVIDER,
 )
-from banlieue.reconcilers.vspheremachine_placement import (
+from banlieue.reconcilers.vspheremachine.placement import (
     BootstrapData,
     PlacementError,
     build_vm_spec,
@@ -91,7 +91,7 @@ from banlieue.reconcilers.vspheremachine_placement import (
     is_capi_path,
     resolve_placement,
 )
-from banlieue.reconcilers.vspheremachine_progress import progress_write_wait
+from banlieue.reconcilers.vspheremachine.progress import progress_write_wait
 
 REPLACE_HINT = ("to get a new VM, delete this VSphereMachine if a banlieue VirtualMachine owns it (the "
                 "VirtualMachine creates a new one), or its Machine under Cluster API (its MachineSet or "
@@ -302,7 +302,7 @@ def decide(snap: Snapshot) -> Plan:
 
 
 def _coalesce(snap: Snapshot, plan: Plan) -> Plan:
-    """Defer a progress-only status change (``vspheremachine_progress``, ADR 0011): no status,
+    """Defer a progress-only status change (``vspheremachine.progress``, ADR 0011): no status,
     no Ready-transition Event, requeue when the interval is over. Plans that act, write first
     (``Cloning`` before a clone, ``Deleting`` before a destroy), retry or drop the finalizer are
     never deferred."""

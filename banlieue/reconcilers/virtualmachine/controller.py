@@ -1,4 +1,4 @@
-"""VirtualMachine reconciler wiring: gather -> ``virtualmachine_decide.decide`` -> execute (SPEC §4).
+"""VirtualMachine reconciler wiring: gather -> ``virtualmachine.decide.decide`` -> execute (SPEC §4).
 
 Writes per VM are few by construction (finalizer, one VSphereMachine apply that also carries the
 provider's finalizer so the provider sends no finalizer patch of its own (ADR 0011), one status
@@ -48,8 +48,9 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.parsed import ParsedCache
-from banlieue.reconcilers.placement_totals import PlacementTotals
-from banlieue.reconcilers.scheduler import (
+from banlieue.reconcilers.virtualmachine.decide import Plan, Snapshot, current_placement, decide
+from banlieue.reconcilers.virtualmachine.placement_totals import PlacementTotals
+from banlieue.reconcilers.virtualmachine.scheduler import (
     PeerPlacement,
     PeerTotals,
     SchedulingInput,
@@ -57,8 +58,7 @@ from banlieue.reconcilers.scheduler import (
     class_storage_gib,
     current_problem,
 )
-from banlieue.reconcilers.status_mirror import InfraMachineRead
-from banlieue.reconcilers.virtualmachine_decide import Plan, Snapshot, current_placement, decide
+from banlieue.reconcilers.virtualmachine.status_mirror import InfraMachineRead
 from banlieue.runtime.builder import ControllerBuilder, ManagerLike
 from banlieue.runtime.cache import NAMESPACE_INDEX
 from banlieue.runtime.controller import Controller
@@ -212,7 +212,7 @@ def _peer_fields(raw: Object) -> _PeerFields:
 
 
 class VirtualMachineReconciler:
-    """Reconciles one VirtualMachine: see ``virtualmachine_decide`` for the rules."""
+    """Reconciles one VirtualMachine: see ``virtualmachine.decide`` for the rules."""
 
     def __init__(self, ctx: RoleContext) -> None:
         self.ctx = ctx

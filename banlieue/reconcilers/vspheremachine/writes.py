@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from banlieue.reconcilers.vspheremachine_decide import Event
+from banlieue.reconcilers.vspheremachine.decide import Event
 from banlieue.runtime.event import Object
 from banlieue.runtime.predicate import Predicate
 

@@ -1,5 +1,5 @@
 """The VSphereMachine a VirtualMachine owns: its desired body, whether the live one differs,
-and whether a live one belongs to the VM at all (split from ``virtualmachine_decide``).
+and whether a live one belongs to the VM at all (split from ``virtualmachine.decide``).
 
 The VSphereMachine has the VM's name and namespace, a controller ownerReference to the VM
 (``blockOwnerDeletion``), the VM's labels plus ``banlieue.io/owned-by`` and
@@ -12,7 +12,7 @@ no finalizer patch of its own (it still adds it when missing: CAPI-created machi
 removed by hand). ``metadata.finalizers`` is a set for server-side apply, so the controller's
 field manager owns that one value and nothing else; the provider's merge patch removing it after
 the VM is destroyed is an ordinary update (no conflict). The controller never applies to a
-machine that is being deleted (``virtualmachine_decide``), and the API server refuses a new
+machine that is being deleted (``virtualmachine.decide``), and the API server refuses a new
 finalizer on an object with a deletionTimestamp anyway. ``machine_differs`` ignores finalizers:
 a missing one is the provider's to restore, never a reason for the controller to write.
 """
@@ -26,7 +26,7 @@ from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.virtualmachine import VirtualMachine
 from banlieue.api.vmclass import IPAMSource, VMClass
 from banlieue.reconcilers.kinds import FINALIZER_VSPHERE_MACHINE, LABEL_OWNED_BY, LABEL_PROVIDER
-from banlieue.reconcilers.scheduler import Placement
+from banlieue.reconcilers.virtualmachine.scheduler import Placement
 
 MANAGED_SPEC_KEYS = (
     "providerRef", "failureDomain", "template", "numCPUs", "memoryMiB", "disks", "network", "firmware",

@@ -19,7 +19,7 @@ resources may not be in the Provider's reported free capacity yet, per VMClass n
 
 T is the ``lastTransitionTime`` of the VM's ``InfrastructureReady`` condition while that
 condition is True: the VirtualMachine reconciler sets it True in the same status write that first
-mirrors ``initialization.provisioned`` (banlieue.reconcilers.virtualmachine_decide ``_mirror``,
+mirrors ``initialization.provisioned`` (banlieue.reconcilers.virtualmachine.decide ``_mirror``,
 held while the VSphereMachine is in a provisioning step), so T is never earlier than the VM's
 resources were taken on vSphere. T and ``updateTime`` come from the clocks of the controller and
 provider roles: skew between them shifts the comparison by as much. A later False -> True flip
@@ -58,7 +58,7 @@ from datetime import datetime
 from typing import Any
 
 from banlieue.api.virtualmachine import VirtualMachineConditionType
-from banlieue.reconcilers.scheduler import PeerTotals
+from banlieue.reconcilers.virtualmachine.scheduler import PeerTotals
 from banlieue.runtime.cache import meta_namespace_key
 from banlieue.runtime.event import DeletedFinalStateUnknown, Object, nested
 

@@ -8,7 +8,7 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
   *decision*: their status is the last observed one (Unknown when never observed), so pausing
   a Provider never looks like an outage to the VirtualMachine scheduler (no migrations because
   of a pause); the message says the status is frozen. No periodic requeue.
-- Connection config errors (from ``vsphere_connection``): ``SecretMissing`` / ``SecretInvalid``;
+- Connection config errors (from ``connection``): ``SecretMissing`` / ``SecretInvalid``;
   a CA bundle that is not valid PEM: ``TLSVerifyFailed`` (nothing is sent to vCenter).
 - Backend errors while connecting: ``TLSVerifyFailed`` -> ``TLSVerifyFailed``; ``AuthFailed``
   -> *decision* ``SecretInvalid`` (the vCenter refused the credentials held in the Secret: the
@@ -70,7 +70,7 @@ from banlieue.backends.base import (
     Transient,
 )
 from banlieue.reconcilers.kinds import PROVIDER_CLASS_VSPHERE
-from banlieue.reconcilers.slug import label_value, unique_slugs
+from banlieue.reconcilers.provider.slug import label_value, unique_slugs
 
 R = ProviderConditionReason
 UNSUPPORTED_PROVIDER_CLASS = R.UNSUPPORTED_PROVIDER_CLASS

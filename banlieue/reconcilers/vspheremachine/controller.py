@@ -1,5 +1,5 @@
 """VSphereMachine controller of the ``provider vsphere`` role (SPEC §3, §4; field manager
-``banlieue.io/provider-vsphere``): gather -> ``vspheremachine_decide.decide`` -> execute.
+``banlieue.io/provider-vsphere``): gather -> ``vspheremachine.decide.decide`` -> execute.
 
 One reconcile walks the machine as far as it can: decide, do the one thing the plan asks (add
 the finalizer, connect and look the VM up, clone/converge, power, destroy), feed the outcome
@@ -9,13 +9,13 @@ of that field alone, 1), final status (1); plus the finalizer (1) only when the 
 without it (the VirtualMachine controller's apply carries it, ADR 0011; CAPI-created machines do
 not), and ``WaitingForIPAddress`` (1) only when the IP comes more than
 ``PROGRESS_WRITE_INTERVAL_SECONDS`` after the clone started (progress-only status changes are
-coalesced, ``vspheremachine_progress``). Status is written only when it differs from the stored
+coalesced, ``vspheremachine.progress``). Status is written only when it differs from the stored
 one (both normalised through the model). Backend errors never escape as exceptions except when the plan asks for a retry
 with backoff (``VSphereMachineRetry``, after the status has been written).
 
 Public API: ``setup(mgr, ctx) -> Controller`` (name ``vspheremachine``); indexes
 ``INDEX_UID``, ``INDEX_INSTANCE_UUID``, ``INDEX_BOOTSTRAP_SECRET`` on VSphereMachine
-(``vspheremachine_sources``). Reasons: see ``vspheremachine_decide``.
+(``vspheremachine.sources``). Reasons: see ``vspheremachine.decide``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from banlieue.api.infrastructure import VSphereMachine, VSphereMachineStatus
 from banlieue.backends.base import Backend, BackendError, Connection, VMSpec
+from banlieue.reconcilers.connection import ConnectionConfigError
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
     CAPI_CLUSTER,
@@ -41,9 +42,7 @@ from banlieue.reconcilers.kinds import (
 )
 from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
 from banlieue.reconcilers.parsed import ParsedCache
-from banlieue.reconcilers.vcenter_slots import VCenterSlots, cap_for_workers
-from banlieue.reconcilers.vsphere_connection import ConnectionConfigError
-from banlieue.reconcilers.vspheremachine_decide import (
+from banlieue.reconcilers.vspheremachine.decide import (
     Action,
     Event,
     Failure,
@@ -52,14 +51,14 @@ from banlieue.reconcilers.vspheremachine_decide import (
     decide,
     ready_reason,
 )
-from banlieue.reconcilers.vspheremachine_placement import (
+from banlieue.reconcilers.vspheremachine.placement import (
     PlacementError,
     bootstrap_secret_ref,
     capi_machine_owner,
     is_capi_path,
     read_bootstrap,
 )
-from banlieue.reconcilers.vspheremachine_sources import (
+from banlieue.reconcilers.vspheremachine.sources import (
     INDEX_BOOTSTRAP_SECRET,
     INDEX_INSTANCE_UUID,
     INDEX_UID,
@@ -69,7 +68,8 @@ from banlieue.reconcilers.vspheremachine_sources import (
     parse_provider,
     register_indexes,
 )
-from banlieue.reconcilers.vspheremachine_writes import OwnWrites, recordable
+from banlieue.reconcilers.vspheremachine.vcenter_slots import VCenterSlots, cap_for_workers
+from banlieue.reconcilers.vspheremachine.writes import OwnWrites, recordable
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import NotFound
@@ -80,7 +80,7 @@ from banlieue.runtime.reconcile import Request, Result, RetryError
 
 __all__ = ["INDEX_BOOTSTRAP_SECRET", "INDEX_INSTANCE_UUID", "INDEX_UID", "VSphereMachineReconciler", "VSphereMachineRetry", "setup"]
 
-log = get_logger("banlieue.reconcilers.vspheremachine")
+log = get_logger("banlieue.reconcilers.vspheremachine.controller")
 
 MAX_STEPS = 8
 """Decide/act rounds per reconcile (finalizer, connect, converge, power and the final status)."""
@@ -88,7 +88,7 @@ CAPI_NOT_SYNCED_REQUEUE = 2.0
 """Seconds to wait when a CAPI-path machine arrives before the CAPI caches are synced."""
 VCENTER_BUSY_REQUEUE = 1.0
 """Seconds before retrying a reconcile deferred because its vCenter holds all its slots, when
-no wake channel runs (``vcenter_slots``; the controller built by ``setup`` runs one, and then a
+no wake channel runs (``vspheremachine.vcenter_slots``; the controller built by ``setup`` runs one, and then a
 deferred request waits in line instead)."""
 
 
@@ -389,7 +389,7 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
         ControllerBuilder(mgr)
         .named("vspheremachine")
         # Our own status writes do not re-enqueue (backoff applies to failures); see
-        # vspheremachine_writes. First, so it sees every update.
+        # vspheremachine.writes. First, so it sees every update.
         .for_(VSPHERE_MACHINE, predicates=[writes.predicate(), watch_filter_predicate(ctx.watch_filter or "")])
         .watches(PROVIDER, maps.provider)
         .watches(SECRET, maps.secret)

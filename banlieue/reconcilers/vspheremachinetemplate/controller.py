@@ -35,7 +35,7 @@ from banlieue.api.infrastructure import (
 from banlieue.api.vmimage import VMImage
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import PROVIDER_CLASS_VSPHERE, VM_IMAGE, VSPHERE_MACHINE_TEMPLATE
-from banlieue.reconcilers.vmimage_decide import source_ref
+from banlieue.reconcilers.vmimage.decide import source_ref
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import NotFound
@@ -44,7 +44,7 @@ from banlieue.runtime.manager import Manager
 from banlieue.runtime.predicate import GenerationChangedPredicate, Predicate, and_, watch_filter_predicate
 from banlieue.runtime.reconcile import Request, Result, TerminalError
 
-log = structlog.get_logger("banlieue.reconcilers.vspheremachinetemplate")
+log = structlog.get_logger("banlieue.reconcilers.vspheremachinetemplate.controller")
 
 TEMPLATE_INDEX = "vsphereTemplate"
 """VSphereMachineTemplate index: ``spec.template.spec.template`` (the vSphere template name)."""

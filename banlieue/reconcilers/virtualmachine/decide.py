@@ -1,6 +1,6 @@
 """VirtualMachine: the pure ``decide(snapshot) -> Plan`` (SPEC §2 VirtualMachine, §4).
 
-Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmachine`` executes):
+Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmachine.controller`` executes):
 
 1. ``spec.paused``: ``Paused`` True, nothing else (CAPI v1beta2 Paused condition; as in CAPI,
    paused wins over deletion; the finalizer is not added and status.observedGeneration does not
@@ -10,7 +10,7 @@ Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmach
 3. Add the finalizer; resolve VMClass and VMImage (missing -> ``Scheduled`` False
    ``ClassNotFound``/``ImageNotFound``, the message listing up to ``MAX_LISTED_NAMES`` existing
    names, the closest ones first, to help with typos).
-4. Schedule (``banlieue.reconcilers.scheduler``), keeping the current placement while valid.
+4. Schedule (``banlieue.reconcilers.virtualmachine.scheduler``), keeping the current placement while valid.
 5. Drift (current placement invalid): ``automatic`` (or ``manual`` with annotation
    ``banlieue.io/migrate: "true"``) deletes the VSphereMachine, waits until it is gone, then
    places again (``Migrating`` True ``ProviderChanged``/``FailureDomainChanged`` until the new
@@ -56,7 +56,8 @@ from banlieue.reconcilers.kinds import (
     FINALIZER_VIRTUAL_MACHINE,
     PROVIDER_CLASS_VSPHERE,
 )
-from banlieue.reconcilers.scheduler import (
+from banlieue.reconcilers.virtualmachine.machine_decide import desired_machine, machine_differs, owns
+from banlieue.reconcilers.virtualmachine.scheduler import (
     PeerPlacement,
     PeerTotals,
     Placement,
@@ -65,8 +66,7 @@ from banlieue.reconcilers.scheduler import (
     image_template,
     schedule,
 )
-from banlieue.reconcilers.status_mirror import InfraMachineRead
-from banlieue.reconcilers.virtualmachine_machine_decide import desired_machine, machine_differs, owns
+from banlieue.reconcilers.virtualmachine.status_mirror import InfraMachineRead
 
 Reason = VirtualMachineReason
 """Condition reasons (SPEC §4's and banlieue's own; docs/operations.md lists them for operators)."""

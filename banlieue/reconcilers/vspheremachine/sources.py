@@ -14,7 +14,7 @@ and the vCenter property-collector watch (SPEC §4 "Secondary watches map back t
   removal without UID, by ``status.instanceUUID`` (index ``INDEX_INSTANCE_UUID``). Provider
   add/update/delete events wake it at once to start or stop watches (``ProviderWake``);
   ``WATCH_RESYNC_SECONDS`` remains as a safety net. When the backend reports a vCenter that
-  answers again, the machines waiting on it are enqueued (``vspheremachine_reconnect``).
+  answers again, the machines waiting on it are enqueued (``vspheremachine.reconnect``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,12 @@ from banlieue.api.conditions import READY, is_true
 from banlieue.api.infrastructure import VSphereMachineStatus
 from banlieue.api.provider import Provider
 from banlieue.backends.base import Backend, BackendError, Connection, VMChange
+from banlieue.reconcilers.connection import (
+    ConnectionConfigError,
+    connection_for,
+    referenced_config_maps,
+    referenced_secrets,
+)
 from banlieue.reconcilers.kinds import (
     CAPI_CLUSTER,
     CAPI_LABEL_CLUSTER_NAME,
@@ -39,13 +45,7 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.parsed import ParsedCache
-from banlieue.reconcilers.vsphere_connection import (
-    ConnectionConfigError,
-    connection_for,
-    referenced_config_maps,
-    referenced_secrets,
-)
-from banlieue.reconcilers.vspheremachine_reconnect import ReconnectNotifier, machines_waiting_on
+from banlieue.reconcilers.vspheremachine.reconnect import ReconnectNotifier, machines_waiting_on
 from banlieue.runtime.cache import Cache
 from banlieue.runtime.client import Client
 from banlieue.runtime.event import DeletedFinalStateUnknown, Object
@@ -55,7 +55,7 @@ from banlieue.runtime.log import get_logger
 from banlieue.runtime.manager import Manager
 from banlieue.runtime.reconcile import Request
 
-log = get_logger("banlieue.reconcilers.vspheremachine")
+log = get_logger("banlieue.reconcilers.vspheremachine.controller")
 
 INDEX_UID = "vspheremachine.uid"
 """VSphereMachine index: ``metadata.uid`` (VMChange.uid -> machine)."""
