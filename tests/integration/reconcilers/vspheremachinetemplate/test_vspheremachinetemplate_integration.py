@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from provider_role import running_role
 from reconciler_harness import eventually
-from test_provider_integration import running_role
 
 from banlieue.reconcilers.kinds import VM_IMAGE, VSPHERE_MACHINE_TEMPLATE
 from banlieue.reconcilers.vspheremachinetemplate import controller as vspheremachinetemplate

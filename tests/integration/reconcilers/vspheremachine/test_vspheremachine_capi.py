@@ -24,7 +24,7 @@ from banlieue.runtime.client import Client
 from banlieue.runtime.errors import NotFound
 from banlieue.testing.vcsim import VcsimProcess
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from capi.crds import CAPI_CRDS
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(90)]

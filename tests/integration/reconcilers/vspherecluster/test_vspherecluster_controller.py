@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from test_virtualmachine_controller import Env, eventually, fd, running_controllers
+from controller_role import Env, eventually, fd, running_controllers
 
 from banlieue.reconcilers.kinds import CAPI_CLUSTER, VSPHERE_CLUSTER
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from capi.crds import CLUSTER_CRD
 
 

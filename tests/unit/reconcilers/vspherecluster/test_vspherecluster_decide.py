@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_scheduler import fd, provider
+from reconciler_objects import fd, provider
 
 from banlieue.api.conditions import get_condition
 from banlieue.api.infrastructure import VSphereCluster, VSphereClusterStatus

@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from reconciler_harness import eventually
-from test_provider_integration import (  # the shared harness
+from provider_role import (
     provider_body,
     provider_with,
     running_role,
     secret_body,
 )
+from reconciler_harness import eventually
 
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.reconcilers.kinds import PROVIDER, SECRET, VSPHERE_MACHINE

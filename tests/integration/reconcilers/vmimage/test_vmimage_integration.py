@@ -7,14 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from reconciler_harness import eventually
-from test_provider_integration import (  # the shared harness
+from provider_role import (
     condition,
     provider_body,
     provider_with,
     running_role,
     secret_body,
 )
+from reconciler_harness import eventually
 
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.reconcilers.kinds import PROVIDER, SECRET, VM_IMAGE
