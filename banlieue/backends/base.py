@@ -320,6 +320,13 @@ class Backend(Protocol):
         """Log in (or reuse the session); return the vCenter's API version (e.g. ``"6.5"``)."""
         ...
 
+    def spec_error(self, spec: VMSpec) -> str | None:
+        """Why no vCenter could take ``spec`` (a hard limit of the hypervisor, e.g. the 64 KiB
+        of a vSphere guestinfo value), as an actionable message; None when it fits. Pure and
+        cheap, no call: the VSphereMachine reconciler checks it before cloning or reconfiguring
+        (``create_vm`` would raise InvalidSpec for the same spec)."""
+        ...
+
     async def inventory(self, conn: Connection, capabilities: Capabilities) -> Inventory:
         """One failure domain per (datacenter, ClusterComputeResource) with free capacity,
         the storage/network classes verified there and detected features."""

@@ -164,7 +164,7 @@ class VSphereMachineReconciler:
             machine=machine, now=self.ctx.now(), capi_machine=capi_machine, cluster=cluster, providers=providers,
             bootstrap=bootstrap, bootstrap_error=bootstrap_error, clone_grace_seconds=self.ctx.vsphere_task_timeout,
             known_connections=last_known(cache).known(ns) if machine.metadata.deletion_timestamp is not None else frozenset(),
-            converged_spec=self._converged_spec(machine),
+            converged_spec=self._converged_spec(machine), spec_error=self.backend.spec_error,
         )
 
     def _converged_spec(self, machine: VSphereMachine) -> VMSpec | None:

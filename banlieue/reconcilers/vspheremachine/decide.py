@@ -47,15 +47,15 @@ status and requeues for the rest of the interval. ``Snapshot.converged_spec`` (t
 memory of the spec it last converged the VM to) spares a second converge while such a deferred
 status has not recorded ``provisioned`` yet. Bootstrap data in the ``ignition`` format is
 ``InvalidSpec`` (the backend delivers cloud-init guestinfo only), and so is user data or
-metadata whose base64 exceeds a guestinfo value's 64 KiB (``guestinfo.size_error``), before any
-vCenter call. Hardware drift (CPU, memory,
+metadata whose base64 exceeds a guestinfo value's 64 KiB (the backend's ``spec_error``, given as
+``Snapshot.spec_error``), before any vCenter call. Hardware drift (CPU, memory,
 cores, disk count or growth) is re-converged; NIC and guestinfo changes apply until provisioned.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
@@ -73,7 +73,6 @@ from banlieue.api.virtualmachine import PowerState
 from banlieue.backends.base import AuthFailed, InvalidSpec, TLSVerifyFailed, Transient, VMInfo, VMSpec
 from banlieue.backends.base import PowerOffMode as OffMode
 from banlieue.backends.base import PowerState as PowerStateName
-from banlieue.backends.vsphere import guestinfo
 from banlieue.reconcilers.kinds import (
     CAPI_ANNOTATION_PAUSED,
     CAPI_LABEL_CLUSTER_NAME,
@@ -143,7 +142,9 @@ class Snapshot:
     ``known_connections``: names of the namespace's Providers this process has a last known good
     Connection for (used only to delete); ``converged_spec``: the spec this process last
     converged the VM to (``create`` succeeded), kept in memory until a stored status says
-    ``provisioned`` (None after a restart: the VM is converged again, which is idempotent)."""
+    ``provisioned`` (None after a restart: the VM is converged again, which is idempotent);
+    ``spec_error``: the backend's ``Backend.spec_error`` (a message when no vCenter could take
+    the built spec; None: no limit is checked)."""
 
     machine: VSphereMachine
     now: datetime
@@ -162,6 +163,7 @@ class Snapshot:
     powered: bool = False
     known_connections: frozenset[str] = frozenset()
     converged_spec: VMSpec | None = None
+    spec_error: Callable[[VMSpec], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -380,7 +382,7 @@ def _decide(snap: Snapshot) -> Plan:
     except PlacementError as err:
         st.ready(False, err.reason, err.message)
         return _with_events(snap, Plan(status=st.status))
-    too_big = guestinfo.size_error(vm_spec.uid, vm_spec.hostname or vm_spec.name, list(vm_spec.nics), vm_spec.user_data)
+    too_big = snap.spec_error(vm_spec) if snap.spec_error is not None else None
     if too_big is not None:
         # Before any vCenter call: nothing is cloned, an existing VM is not reconfigured.
         st.ready(False, R.INVALID_SPEC, too_big)

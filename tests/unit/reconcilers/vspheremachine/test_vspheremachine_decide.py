@@ -15,6 +15,7 @@ from banlieue.api.conditions import PAUSED, READY, get_condition
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.provider import Provider
 from banlieue.backends.base import VMInfo
+from banlieue.backends.vsphere import guestinfo
 from banlieue.reconcilers.vspheremachine.decide import (
     STEADY_RESYNC_SECONDS,
     Failure,
@@ -331,7 +332,8 @@ BIG_NICS = {"network": {"devices": [{"name": f"eth{i}", "portGroup": "VM Network
 def test_guestinfo_size_limit(m: VSphereMachine, data: bytes, vm_found: bool, want: tuple[str, str]) -> None:
     boot = BootstrapData(data, "cloud-config")
     for looked_up in (False, True):
-        plan = decide(snap(m, bootstrap=boot, providers=PROV, looked_up=looked_up, vm=vm() if vm_found and looked_up else None))
+        plan = decide(snap(m, bootstrap=boot, providers=PROV, looked_up=looked_up, vm=vm() if vm_found and looked_up else None,
+                           spec_error=guestinfo.spec_error))
         if want[1] == "Cloning" and not looked_up:
             assert plan.connect, "under the limit the machine goes on to vCenter"
             continue
@@ -356,6 +358,23 @@ def test_backend_guestinfo_refuses_oversized_values() -> None:
     assert len(ok[guestinfo.USERDATA]) == 65536
     with pytest.raises(InvalidSpec, match="70000 bytes"):
         guestinfo.guestinfo(UID, "m1", [(nic, "00:50:56:00:00:01")], b"y" * 70000)
+
+
+
+async def test_vsphere_backend_spec_error_is_the_guestinfo_size_limit() -> None:
+    """The check decide is given in production (``Backend.spec_error`` of the VSphereBackend)."""
+    from banlieue.backends.base import NicSpec, VMSpec
+    from banlieue.backends.vsphere.backend import VSphereBackend
+
+    nic = NicSpec(name="eth0", network="VM Network")
+    spec = VMSpec(uid=UID, name="m1", datacenter="DC0", cluster="C0", template="t", num_cpus=1, memory_mib=512, nics=(nic,))
+    backend = VSphereBackend(max_workers=1)
+    try:
+        assert backend.spec_error(replace(spec, user_data=b"x" * MAX_RAW)) is None
+        assert backend.spec_error(replace(spec, user_data=b"y" * 70000)) == guestinfo.size_error(UID, "m1", [nic], b"y" * 70000)
+        assert "70000 bytes" in (backend.spec_error(replace(spec, user_data=b"y" * 70000)) or "")
+    finally:
+        await backend.close()
 
 
 @pytest.mark.parametrize("status", [
