@@ -306,6 +306,17 @@ class VMChange:
     kind: Literal["modified", "removed"]
 
 
+def taxonomy(err: BackendError) -> str:
+    """The taxonomy name of a backend error (``AuthFailed``, ``TLSVerifyFailed``, ``Transient``,
+    ``NotFound``, ``InvalidSpec``, ``TaskFailed``) from its class, else its ``reason``: the
+    vSphere backend gives some errors a more specific ``reason`` (a Transient with reason
+    ``ConnectFailed``), and the mapping to SPEC reasons goes by the class."""
+    for cls in (AuthFailed, TLSVerifyFailed, Transient, NotFound, InvalidSpec, TaskFailed):
+        if isinstance(err, cls):
+            return cls.__name__
+    return err.reason
+
+
 # --- protocol -----------------------------------------------------------------------------------
 
 

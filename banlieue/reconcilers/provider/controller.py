@@ -27,7 +27,7 @@ import structlog
 from pydantic import ValidationError
 
 from banlieue.api.provider import Provider
-from banlieue.backends.base import BackendError
+from banlieue.backends.base import BackendError, taxonomy
 from banlieue.reconcilers.connection import (
     ConnectionConfigError,
     referenced_config_maps,
@@ -43,7 +43,7 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
-from banlieue.reconcilers.provider.decide import Failure, Plan, Snapshot, capabilities_of, decide, taxonomy
+from banlieue.reconcilers.provider.decide import Failure, Plan, Snapshot, capabilities_of, decide
 from banlieue.reconcilers.provider.deletion import (
     DeletionPlan,
     decide_deletion,

@@ -57,15 +57,11 @@ from banlieue.api.provider import (
 )
 from banlieue.backends.base import (
     AuthFailed,
-    BackendError,
     Capabilities,
     FailureDomainInfo,
-    InvalidSpec,
     Inventory,
     NetworkClass,
-    NotFound,
     StorageClass,
-    TaskFailed,
     TLSVerifyFailed,
     Transient,
 )
@@ -82,17 +78,6 @@ MAX_MESSAGE = 1024
 """Backend messages are cut to this many characters in conditions."""
 
 Stage = Literal["config", "connect", "inventory"]
-
-
-def taxonomy(err: BackendError) -> str:
-    """The taxonomy name of a backend error (``AuthFailed``, ``TLSVerifyFailed``, ``Transient``,
-    ``NotFound``, ``InvalidSpec``, ``TaskFailed``) from its class, else its ``reason``: the
-    vSphere backend gives some errors a more specific ``reason`` (a Transient with reason
-    ``ConnectFailed``), and the mapping to SPEC reasons goes by the class."""
-    for cls in (AuthFailed, TLSVerifyFailed, Transient, NotFound, InvalidSpec, TaskFailed):
-        if isinstance(err, cls):
-            return cls.__name__
-    return err.reason
 
 
 @dataclass(frozen=True)

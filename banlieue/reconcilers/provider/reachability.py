@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 from banlieue.backends.base import BackendError, Connection
 from banlieue.reconcilers.connection import ConnectionConfigError, connection_for
 from banlieue.reconcilers.kinds import PROVIDER
-from banlieue.reconcilers.vspheremachine.sources import parse_provider
+from banlieue.reconcilers.parsed import parse_provider
 from banlieue.runtime.cache import Cache
 from banlieue.runtime.reconcile import Request
 

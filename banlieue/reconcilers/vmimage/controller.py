@@ -24,11 +24,10 @@ from pydantic import ValidationError
 
 from banlieue.api.provider import Provider
 from banlieue.api.vmimage import VMImage
-from banlieue.backends.base import BackendError, TemplateInfo
+from banlieue.backends.base import BackendError, TemplateInfo, taxonomy
 from banlieue.reconcilers.connection import ConnectionConfigError, connection_for
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import CONFIG_MAP, PROVIDER, SECRET, VM_IMAGE
-from banlieue.reconcilers.provider.decide import taxonomy
 from banlieue.reconcilers.vmimage.decide import Lookup, Plan, Snapshot, Target, decide, targets
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller

@@ -50,7 +50,7 @@ REFRESH_SECONDS = 300.0
 """Periodic re-lookup of templates (seconds)."""
 NO_MATCHING_PROVIDER = VMImageConditionReason.NO_MATCHING_PROVIDER
 CONNECT_REASONS = frozenset({AuthFailed.__name__, TLSVerifyFailed.__name__, Transient.__name__})
-"""Backend error taxonomy names (``provider.decide.taxonomy``) reported as ``ConnectFailed``."""
+"""Backend error taxonomy names (``backends.base.taxonomy``) reported as ``ConnectFailed``."""
 MAX_MESSAGE = 1024
 
 

@@ -50,7 +50,7 @@ from banlieue.reconcilers.kinds import (
     PROVIDER_CLASS_VSPHERE,
     VSPHERE_CLUSTER,
 )
-from banlieue.reconcilers.virtualmachine.controller import ReadYourWrites
+from banlieue.reconcilers.read_your_writes import ReadYourWrites
 from banlieue.runtime.builder import ControllerBuilder, ManagerLike
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import ApiError, NotFound

@@ -41,7 +41,7 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
-from banlieue.reconcilers.parsed import ParsedCache
+from banlieue.reconcilers.parsed import ParsedCache, parse_provider
 from banlieue.reconcilers.vspheremachine.decide import (
     Action,
     Event,
@@ -65,7 +65,6 @@ from banlieue.reconcilers.vspheremachine.sources import (
     CapiWatch,
     MapFuncs,
     VMWatch,
-    parse_provider,
     register_indexes,
 )
 from banlieue.reconcilers.vspheremachine.vcenter_slots import VCenterSlots, cap_for_workers

@@ -24,11 +24,8 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
-from pydantic import ValidationError
-
 from banlieue.api.conditions import READY, is_true
 from banlieue.api.infrastructure import VSphereMachineStatus
-from banlieue.api.provider import Provider
 from banlieue.backends.base import Backend, BackendError, Connection, VMChange
 from banlieue.reconcilers.connection import (
     ConnectionConfigError,
@@ -41,10 +38,9 @@ from banlieue.reconcilers.kinds import (
     CAPI_LABEL_CLUSTER_NAME,
     CAPI_MACHINE,
     PROVIDER,
-    PROVIDER_CLASS_VSPHERE,
     VSPHERE_MACHINE,
 )
-from banlieue.reconcilers.parsed import ParsedCache
+from banlieue.reconcilers.parsed import parse_provider
 from banlieue.reconcilers.vspheremachine.reconnect import ReconnectNotifier, machines_waiting_on
 from banlieue.runtime.cache import Cache
 from banlieue.runtime.client import Client
@@ -102,19 +98,6 @@ def register_indexes(cache: Cache) -> None:
 def _request(obj: Object) -> Request:
     meta = _meta(obj)
     return Request(str(meta.get("namespace") or ""), str(meta["name"]))
-
-
-def parse_provider(obj: Object, parsed: ParsedCache | None = None) -> Provider | None:
-    """A vSphere Provider model, None for another provider class or a malformed object.
-    ``parsed``: reuse the model while the object's resourceVersion holds (a reconciler's memo)."""
-    if parsed is not None:
-        provider = parsed.parse(Provider, obj)
-    else:
-        try:
-            provider = Provider.from_wire(dict(obj))
-        except ValidationError:
-            return None
-    return provider if provider is not None and provider.spec.provider_class_ref.name == PROVIDER_CLASS_VSPHERE else None
 
 
 class MapFuncs:

@@ -21,6 +21,7 @@ from banlieue.backends.base import (
     TaskFailed,
     TLSVerifyFailed,
     Transient,
+    taxonomy,
 )
 from banlieue.reconcilers.provider.decide import (
     REFRESH_SECONDS,
@@ -30,7 +31,6 @@ from banlieue.reconcilers.provider.decide import (
     capabilities_of,
     decide,
     reason_of,
-    taxonomy,
 )
 
 R = ProviderConditionReason

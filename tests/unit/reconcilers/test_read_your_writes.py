@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from banlieue.reconcilers.virtualmachine.controller import ReadYourWrites
+from banlieue.reconcilers.read_your_writes import ReadYourWrites
 
 
 def obj(rv: str, **extra: Any) -> dict[str, Any]:
