@@ -26,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/ioutil"
 	"log"
 	"math/big"
 	"net"
@@ -44,6 +43,7 @@ import (
 	"github.com/vmware/govmomi/find"
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/simulator"
+	_ "github.com/vmware/govmomi/vapi/simulator" // the vAPI REST endpoints (/rest, /api): sessions, tags, content libraries
 	"github.com/vmware/govmomi/vim25"
 	"github.com/vmware/govmomi/vim25/types"
 )
@@ -100,7 +100,7 @@ func parseDelays(s string) (map[string]int, error) {
 }
 
 func writePEM(path, kind string, der []byte) error {
-	return ioutil.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600)
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600)
 }
 
 // makeTLS generates a self-signed ECDSA P-256 CA and a server certificate for 127.0.0.1 and
@@ -239,7 +239,7 @@ func customize(ctx context.Context, c *vim25.Client, templates, datastores, port
 			return err
 		}
 		for _, name := range datastores {
-			dir, err := ioutil.TempDir("", "banlieue-vcsim-"+dcName+"-")
+			dir, err := os.MkdirTemp("", "banlieue-vcsim-"+dcName+"-")
 			if err != nil {
 				return err
 			}
@@ -411,6 +411,10 @@ func main() {
 		log.Fatalf("create model: %v", err)
 	}
 	defer m.Remove()
+	// vcenter.go: before the inventory is customized or served.
+	m.Map().Handler = vcRequests
+	vcObjects{}.fixExisting(m.Map())
+	m.Map().AddHandler(vcObjects{})
 
 	inv := &info{
 		Username: *username, Password: *password, TLS: *useTLS, Insecure: !*useTLS,
@@ -424,7 +428,7 @@ func main() {
 	if *useTLS {
 		dir := *tlsDir
 		if dir == "" {
-			dir, err = ioutil.TempDir("", "banlieue-vcsim-tls-")
+			dir, err = os.MkdirTemp("", "banlieue-vcsim-tls-")
 			if err != nil {
 				log.Fatal(err)
 			}
@@ -437,6 +441,7 @@ func main() {
 		m.Service.TLS = cfg
 		inv.CAFile = caFile
 	}
+	m.Service.RegisterEndpoints = true // vapi/simulator (imported above) serves /rest and /api
 	srv := m.Service.NewServer()
 	defer srv.Close()
 
@@ -456,11 +461,11 @@ func main() {
 	}()
 
 	if *batch {
-		installBatchCollector()
+		installBatchCollector(m.Map())
 	}
 	if guests != nil {
 		// After customize: the model's own VMs are not guests banlieue asked for.
-		simulator.Map.AddHandler(guests)
+		m.Map().AddHandler(guests)
 		inv.GuestIP = *guestIP
 	}
 	m.DelayConfig.Delay = *delay
@@ -475,7 +480,7 @@ func main() {
 	if *infoFile != "" {
 		data, _ := json.MarshalIndent(inv, "", "  ")
 		tmp := *infoFile + ".tmp"
-		if err := ioutil.WriteFile(tmp, data, 0o600); err != nil {
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
 			log.Fatal(err)
 		}
 		// Rename makes the file appear complete: readers poll for its existence.
@@ -489,7 +494,7 @@ func main() {
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	if *stdinEOF {
 		go func() {
-			_, _ = io.Copy(ioutil.Discard, os.Stdin)
+			_, _ = io.Copy(io.Discard, os.Stdin)
 			sig <- syscall.SIGTERM
 		}()
 	}
