@@ -50,7 +50,7 @@ check-generated: venv
 	bash hack/check-generated.sh
 
 # The README's test command: everything CI runs.
-test: deps venv bin/vcsim lint check-generated
+test: deps venv bin/vcsim bin/govc lint check-generated
 	$(VENV)/bin/pytest -q -p no:cacheprovider $(ARGS)
 
 unit: venv

@@ -12,6 +12,8 @@ Public API:
 - fixture ``si`` (function scope): a pyVmomi ServiceInstance logged in to ``vcsim``, independent
   of the code under test (to read what it did and to act behind its back); logged out after.
 - ``wait_task(task) -> result``: wait for a pyVmomi task (vcsim's run asynchronously).
+- ``govc_binary() -> Path``: ``bin/govc`` (built on demand like ``bin/vcsim``);
+  ``VcsimProcess.govc_env`` the ``GOVC_*`` variables that point it at a simulator.
 
 Options (keyword -> ``bin/vcsim`` flag): ``dc``, ``cluster``, ``host`` (per cluster),
 ``standalone_host``, ``vm`` (per resource pool), ``pool``, ``pod``, ``pg``, ``ds``, ``autostart``,
@@ -62,26 +64,23 @@ class VcsimUnavailable(RuntimeError):
     """bin/vcsim is missing and cannot be built here (no ``go``, or the build failed)."""
 
 
-def vcsim_binary() -> Path:
-    """Return the vcsim binary, building it (``make vcsim``'s command) when missing or older
-    than any of ``hack/vcsim/*.go``, ``go.mod``, ``go.sum``.
+def _go_binary(name: str, package: str, sources: list[Path]) -> Path:
+    """``<repo>/bin/<name>``, built from ``package`` (relative to the hack/vcsim module) when
+    missing or older than any of ``sources`` and ``go`` is on PATH; as the Makefile builds it.
 
     Raises VcsimUnavailable when it is missing and cannot be built.
     """
-    env_path = os.environ.get("BANLIEUE_VCSIM")
-    if env_path:
-        return Path(env_path)
-    binary = REPO_ROOT / "bin" / "vcsim"
-    sources = [*VCSIM_MODULE.glob("*.go"), VCSIM_MODULE / "go.mod", VCSIM_MODULE / "go.sum"]
+    binary = REPO_ROOT / "bin" / name
+    sources = [*sources, VCSIM_MODULE / "go.mod", VCSIM_MODULE / "go.sum"]
     go = shutil.which("go")
     if binary.exists() and (go is None or all(binary.stat().st_mtime >= s.stat().st_mtime for s in sources)):
         return binary
     if go is None:
-        raise VcsimUnavailable("bin/vcsim is missing and cannot be built (no go on PATH: run `make vcsim`)")
+        raise VcsimUnavailable(f"bin/{name} is missing and cannot be built (no go on PATH: run `make {name}`)")
     # Module mode with the default (shared) GOCACHE and GOMODCACHE, as the Makefile builds it.
     env = dict(os.environ, GOTOOLCHAIN="local", GO111MODULE="on", GOFLAGS="-mod=readonly -buildvcs=false")
     proc = subprocess.run(
-        [go, "build", "-o", str(binary), "."],
+        [go, "build", "-o", str(binary), package],
         cwd=VCSIM_MODULE,
         env=env,
         capture_output=True,
@@ -90,8 +89,23 @@ def vcsim_binary() -> Path:
         check=False,
     )
     if proc.returncode != 0:
-        raise VcsimUnavailable(f"building bin/vcsim failed: {proc.stderr[-2000:]}")
+        raise VcsimUnavailable(f"building bin/{name} failed: {proc.stderr[-2000:]}")
     return binary
+
+
+def vcsim_binary() -> Path:
+    """``$BANLIEUE_VCSIM`` or ``<repo>/bin/vcsim`` (built when missing or older than any of
+    ``hack/vcsim/*.go``, ``go.mod``, ``go.sum``). Raises VcsimUnavailable."""
+    env_path = os.environ.get("BANLIEUE_VCSIM")
+    if env_path:
+        return Path(env_path)
+    return _go_binary("vcsim", ".", list(VCSIM_MODULE.glob("*.go")))
+
+
+def govc_binary() -> Path:
+    """``<repo>/bin/govc`` (``make govc``: govmomi's CLI from the same module), built when missing
+    or stale. Raises VcsimUnavailable."""
+    return _go_binary("govc", "./govc", list((VCSIM_MODULE / "govc").glob("*.go")))
 
 
 def wait_task(task: Any, timeout: float = 60.0) -> Any:
@@ -185,6 +199,15 @@ class VcsimProcess:
     def ca_pem(self) -> str:
         """The CA bundle as PEM text (what a Provider's ``caBundle.inline`` holds)."""
         return Path(self.ca_file).read_text() if self.ca_file else ""
+
+    @property
+    def govc_env(self) -> dict[str, str]:
+        """``GOVC_*`` environment for ``bin/govc`` against this simulator (no session file kept)."""
+        env = {"GOVC_URL": self.url, "GOVC_USERNAME": self.username, "GOVC_PASSWORD": self.password,
+               "GOVC_PERSIST_SESSION": "false"}
+        if self.ca_file:
+            env["GOVC_TLS_CA_CERTS"] = self.ca_file
+        return env
 
     def stop(self) -> None:
         """Terminate (then kill after 5 s) and remove the work directory. Idempotent."""
