@@ -20,7 +20,10 @@ Options (keyword -> ``bin/vcsim`` flag): ``dc``, ``cluster``, ``host`` (per clus
 ``templates`` (list of names), ``datastores`` / ``portgroups`` (lists of extra names),
 ``datastore_clusters`` (``{"gold": "ds1+ds2"}``: StoragePods made of existing datastores),
 ``username``, ``password``, ``tls`` (bool), ``method_delay`` (``{"CloneVM_Task": 5000}``, ms),
-``delay`` (ms, every method), ``delay_jitter``, ``guest_ip`` (an IPv4 CIDR, e.g.
+``delay`` (ms, every method), ``delay_jitter``, ``task_delay`` (``{"CloneVm": 3000}``, ms, by vcsim's
+task name: the task runs that much later, after the call returned it), ``fault``
+(``["CloneVM_Task:InsufficientResourcesFault:1"]``: the call answers that fault, at most N times;
+``hack/vcsim/faults.go``), ``guest_ip`` (an IPv4 CIDR, e.g.
 ``GUEST_IP_RANGES[0]``: the simulator plays DHCP and VMware Tools, so a VM that powers on
 reports its static guestinfo address, else one leased from the range, as ``guest.ipAddress`` /
 ``guest.net``; without it vcsim guests report no address; see ``hack/vcsim/guestnet.go``),
