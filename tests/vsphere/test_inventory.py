@@ -101,8 +101,13 @@ async def test_datastore_cluster_pool_and_folder_placement(
     try:
         vm = vim.VirtualMachine(result.vm.moref, si._stub)
         assert vm.resourcePool.name == "DC0_C1_RP1"
+        # The chosen cluster: the pool's owner, and the host the VM runs on (vcsim itself keeps a
+        # clone on the template's host, here the standalone DC0_H0; hack/vcsim/vcenter.go places
+        # it in the pool's cluster as DRS would).
+        assert vm.resourcePool.owner.name == "DC0_C1" and vm.runtime.host.parent.name == "DC0_C1"
         assert vm.parent.name == "prod" and vm.parent.parent.name == "team-a"
         assert [ds.name for ds in vm.datastore] == ["fast-ds"]
+        assert vm.config.files.vmPathName.startswith("[fast-ds] placed/")
     finally:
         Disconnect(si)
     assert result.vm.nics[0].network == "pg-web"

@@ -10,6 +10,7 @@ the product where the product uses it, and what CAPV needs from it.
   there for tags), tags, and Content Library items.
 - guest.net follows a clone's NICs after the clone replaced them (CAPV's clone spec does), with
   their own MACs, and an address per MAC once the guest is up.
+- A second VM of the same name in a folder is refused (DuplicateName), as vCenter does.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import pytest
 from pyVim.connect import Disconnect, SmartConnect
 from pyVmomi import vim
 
-from banlieue.backends.base import Connection, NicSpec, VMSpec
+from banlieue.backends.base import Connection, NicSpec, TaskFailed, VMSpec
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.testing.vcsim import GUEST_IP_RANGES, VcsimProcess, wait_task
 
@@ -248,3 +249,22 @@ def test_guest_net_follows_nics_a_clone_replaced(
         time.sleep(0.05)
     [entry] = vm.guest.net
     assert entry.macAddress == nic.macAddress and list(entry.ipAddress) == [vm.guest.ipAddress]
+
+
+async def test_a_second_vm_of_the_same_name_in_a_folder_is_refused(
+    backend: VSphereBackend, conn: Connection, si: Any
+) -> None:
+    # vCenter refuses a duplicate name in a folder (DuplicateName; vcsim 0.24 made a second VM):
+    # two objects whose names collide get one VM, and the other an error naming the fault.
+    first = await backend.create_vm(conn, vm_spec("twin"))
+    with pytest.raises(TaskFailed) as err:
+        await backend.create_vm(conn, vm_spec("twin"))
+    # vcsim's task error carries the fault's Go type as its message (vCenter: "The name 'twin'
+    # already exists."); the product names the clone.
+    assert str(err.value).startswith("clone 'ubuntu-22.04' to 'twin': ") and "DuplicateName" in str(err.value)
+    content = si.RetrieveContent()
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+    try:
+        assert [vm._moId for vm in view.view if vm.name == "twin"] == [first.vm.moref]
+    finally:
+        view.Destroy()
