@@ -4,9 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 ARGS ?=
-GOENV := GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(CURDIR)/.cache/go-build GOFLAGS=-mod=mod
+# Go wrappers under hack/ are modules with a committed go.sum, built with the Go on PATH and the
+# default (shared) GOCACHE / GOMODCACHE, so every worktree and CI run on a machine share builds.
+GO := GOTOOLCHAIN=local GO111MODULE=on GOFLAGS='-mod=readonly -buildvcs=false' go
+VCSIM_MOD := hack/vcsim/go.mod hack/vcsim/go.sum
 
-.PHONY: dev test lint check-generated unit vcsim deps venv clean generate release image e2e-kind
+.PHONY: dev test lint check-generated unit vcsim govc deps venv clean generate release image e2e-kind
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -19,11 +22,20 @@ venv: $(VENV)/.installed
 deps:
 	bash hack/install-deps.sh
 
-bin/vcsim: $(wildcard hack/vcsim/*.go)
-	@mkdir -p bin .cache
-	$(GOENV) go build -o bin/vcsim ./hack/vcsim
+# govmomi's vCenter simulator (github.com/vmware/govmomi/simulator, pinned in hack/vcsim/go.mod)
+# with banlieue's inventory, TLS and guest additions (hack/vcsim/README.md).
+bin/vcsim: $(wildcard hack/vcsim/*.go) $(VCSIM_MOD)
+	@mkdir -p bin
+	cd hack/vcsim && $(GO) build -o $(CURDIR)/bin/vcsim .
+
+# govmomi's CLI from the same module, to look into a simulator (docs/operations.md).
+bin/govc: $(wildcard hack/vcsim/govc/*.go) $(VCSIM_MOD)
+	@mkdir -p bin
+	cd hack/vcsim && $(GO) build -o $(CURDIR)/bin/govc ./govc
 
 vcsim: deps bin/vcsim
+
+govc: deps bin/govc
 
 lint: venv
 	$(VENV)/bin/ruff check banlieue tests bench hack
@@ -38,7 +50,7 @@ check-generated: venv
 	bash hack/check-generated.sh
 
 # The README's test command: everything CI runs.
-test: deps venv bin/vcsim lint check-generated
+test: deps venv bin/vcsim bin/govc lint check-generated
 	$(VENV)/bin/pytest -q -p no:cacheprovider $(ARGS)
 
 unit: venv

@@ -101,6 +101,8 @@ class DevOptions:
         api_port: 127.0.0.1 port of the API-server double; 0 picks a free port.
         vcsim_port: 127.0.0.1 port of vcsim; 0 picks a free port.
         options: options for the embedded manager (``kubeconfig`` is ``None``: dev writes its own).
+        vcsim_args: flags passed to every simulator after dev's own (``--vcsim-arg``, repeatable;
+            a later flag wins in Go's flag package, so these can override dev's defaults).
     """
 
     exit_when_ready: bool
@@ -108,6 +110,7 @@ class DevOptions:
     api_port: int
     vcsim_port: int
     options: Options
+    vcsim_args: tuple[str, ...] = ()
 
 
 # --- value parsers: str -> value, raising ValueError("must be ...") -------------------------
@@ -165,6 +168,17 @@ def parse_positive_int(value: str) -> int:
     if number < 1:
         raise ValueError("must be >= 1")
     return number
+
+
+def parse_vcsim_arg(value: str) -> str:
+    """One ``--vcsim-arg``: a flag of ``bin/vcsim`` (``-name`` or ``-name=value``, one or two dashes).
+
+    Raises UsageError (``--vcsim-arg: ...``) for anything else: a bare word would end the
+    simulator's flag parsing and be ignored silently.
+    """
+    if not re.fullmatch(r"--?[A-Za-z][-A-Za-z0-9_]*(=.*)?", value, re.DOTALL):
+        raise UsageError(f"--vcsim-arg: {value!r} must be a simulator flag, e.g. -method-delay=CloneVM_Task=5000")
+    return value
 
 
 def parse_port(value: str) -> int:

@@ -7,7 +7,8 @@ Stages, one progress line each (``[1/7] starting API server double ... ok (0.4 s
    template ``ubuntu-22.04``, TLS with a generated CA), state and log in ``vcsim-<provider>/``;
    each plays DHCP and VMware Tools (``--guest-ip``, ``hack/vcsim/guestnet.go``: a guest that
    powers on reports its static address, else one leased from ``GUEST_IP_RANGES``, one
-   documentation range per simulator; vcsim guests report none on their own);
+   documentation range per simulator; vcsim guests report none on their own), then every
+   ``--vcsim-arg`` (e.g. ``-method-delay=CloneVM_Task=5000``);
 3. ``<state-dir>/kubeconfig`` and the CRDs (every ``config/crd/*.yaml`` through ``kubectl apply``;
    the ``Kustomization`` is not a CRD and is skipped);
 4. ``banlieue manager --leader-elect`` with that kubeconfig, log ``manager.log``, metrics and
@@ -334,7 +335,8 @@ class DevEnv:
             port = self.args.vcsim_port + index if self.args.vcsim_port else 0
             info = workdir / "info.json"
             argv = [str(binary), f"--listen=127.0.0.1:{port}", f"--info-file={info}", *VCSIM_FLAGS,
-                    "--tls=true", f"--tls-dir={workdir / 'tls'}", f"--guest-ip={GUEST_IP_RANGES[index % len(GUEST_IP_RANGES)]}"]
+                    "--tls=true", f"--tls-dir={workdir / 'tls'}", f"--guest-ip={GUEST_IP_RANGES[index % len(GUEST_IP_RANGES)]}",
+                    *self.args.vcsim_args]
             pending[provider] = (self.children.start(f"vcsim {provider}", argv, workdir / "vcsim.log", cwd=workdir), info)
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while pending:

@@ -7,7 +7,7 @@ Subcommands::
     banlieue manager            [role flags] [--vsphere-task-timeout S]   # both roles
     banlieue crdgen --out DIR
     banlieue crddoc [--out FILE]
-    banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--vcsim-port N] ...
+    banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--vcsim-port N] [--vcsim-arg=-FLAG=V]... ...
     banlieue --version
 
 Every flag value arrives as a string and is validated by :mod:`banlieue.options`, so a bad flag
@@ -41,6 +41,7 @@ from banlieue.options import (
     parse_port,
     parse_positive_int,
     parse_seconds,
+    parse_vcsim_arg,
     resolve,
 )
 
@@ -180,6 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = sub.add_parser("dev", help="API-server double + vSphere simulator + manager, on 127.0.0.1")
     _add_flags(dev, DEV_FLAGS + DEV_MANAGER_FLAGS)
+    # Repeatable and passed through verbatim, so no BANLIEUE_* fallback (one value per flag).
+    dev.add_argument("--vcsim-arg", action="append", default=[], metavar="-FLAG=VALUE", dest="vcsim_args",
+                     help="pass a flag to every simulator (bin/vcsim -h lists them); repeatable; write it "
+                          "with '=' as the value starts with a dash: --vcsim-arg=-method-delay=CloneVM_Task=5000")
     return parser
 
 
@@ -215,6 +220,7 @@ def parse_command(
             api_port=values["api_port"],
             vcsim_port=values["vcsim_port"],
             options=manager,
+            vcsim_args=tuple(parse_vcsim_arg(a) for a in args.vcsim_args),
         ))
     role: Role
     if args.command == "controller":

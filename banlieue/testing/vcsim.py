@@ -11,22 +11,29 @@ Public API:
   process it started is stopped at teardown.
 - fixture ``si`` (function scope): a pyVmomi ServiceInstance logged in to ``vcsim``, independent
   of the code under test (to read what it did and to act behind its back); logged out after.
+- ``wait_task(task) -> result``: wait for a pyVmomi task (vcsim's run asynchronously).
+- ``govc_binary() -> Path``: ``bin/govc`` (built on demand like ``bin/vcsim``);
+  ``VcsimProcess.govc_env`` the ``GOVC_*`` variables that point it at a simulator.
 
 Options (keyword -> ``bin/vcsim`` flag): ``dc``, ``cluster``, ``host`` (per cluster),
 ``standalone_host``, ``vm`` (per resource pool), ``pool``, ``pod``, ``pg``, ``ds``, ``autostart``,
 ``templates`` (list of names), ``datastores`` / ``portgroups`` (lists of extra names),
 ``datastore_clusters`` (``{"gold": "ds1+ds2"}``: StoragePods made of existing datastores),
 ``username``, ``password``, ``tls`` (bool), ``method_delay`` (``{"CloneVM_Task": 5000}``, ms),
-``delay`` (ms, every method), ``delay_jitter``, ``guest_ip`` (an IPv4 CIDR, e.g.
+``delay`` (ms, every method), ``delay_jitter``, ``task_delay`` (``{"CloneVm": 3000}``, ms, by vcsim's
+task name: the task runs that much later, after the call returned it), ``fault``
+(``["CloneVM_Task:InsufficientResourcesFault:1"]``: the call answers that fault, at most N times;
+``hack/vcsim/faults.go``), ``guest_ip`` (an IPv4 CIDR, e.g.
 ``GUEST_IP_RANGES[0]``: the simulator plays DHCP and VMware Tools, so a VM that powers on
 reports its static guestinfo address, else one leased from the range, as ``guest.ipAddress`` /
 ``guest.net``; without it vcsim guests report no address; see ``hack/vcsim/guestnet.go``),
 ``batch_collector`` (bool: ``WaitForUpdatesEx`` collects once per tick, ``hack/vcsim/collector.go``;
 the benchmarks use it), ``cpuprofile`` (a file for a Go CPU profile).
 
-The binary is ``$BANLIEUE_VCSIM`` or ``<repo>/bin/vcsim``; when missing (or older than
-any ``hack/vcsim/*.go``) it is built on demand if
-``go`` and the Debian govmomi sources are present, else the requesting test is skipped.
+The binary is ``$BANLIEUE_VCSIM`` or ``<repo>/bin/vcsim``; when missing (or older than any
+``hack/vcsim/*.go``, ``go.mod`` or ``go.sum``) it is built on demand if ``go`` is on PATH (the
+module's dependencies come from the module cache or the Go module proxy), else the requesting
+test is skipped.
 """
 
 from __future__ import annotations
@@ -52,45 +59,77 @@ from banlieue.testing.guestnet import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GOPATH = "/usr/share/gocode"
+VCSIM_MODULE = REPO_ROOT / "hack" / "vcsim"
+"""The Go module ``bin/vcsim`` is built from (govmomi's simulator, pinned in its go.mod)."""
 
 
 class VcsimUnavailable(RuntimeError):
-    """bin/vcsim is missing and cannot be built here (no ``go`` or no govmomi sources)."""
+    """bin/vcsim is missing and cannot be built here (no ``go``, or the build failed)."""
 
 
-def vcsim_binary() -> Path:
-    """Return the vcsim binary, building it (about 15 s) when missing.
+def _go_binary(name: str, package: str, sources: list[Path]) -> Path:
+    """``<repo>/bin/<name>``, built from ``package`` (relative to the hack/vcsim module) when
+    missing or older than any of ``sources`` and ``go`` is on PATH; as the Makefile builds it.
 
     Raises VcsimUnavailable when it is missing and cannot be built.
     """
-    env_path = os.environ.get("BANLIEUE_VCSIM")
-    if env_path:
-        return Path(env_path)
-    binary = REPO_ROOT / "bin" / "vcsim"
-    sources = list((REPO_ROOT / "hack" / "vcsim").glob("*.go"))
+    binary = REPO_ROOT / "bin" / name
+    sources = [*sources, VCSIM_MODULE / "go.mod", VCSIM_MODULE / "go.sum"]
     go = shutil.which("go")
     if binary.exists() and (go is None or all(binary.stat().st_mtime >= s.stat().st_mtime for s in sources)):
         return binary
-    if go is None or not Path(GOPATH, "src/github.com/vmware/govmomi/simulator").is_dir():
-        raise VcsimUnavailable(
-            "bin/vcsim is missing and cannot be built (needs golang-go and "
-            "golang-github-vmware-govmomi-dev: run `make vcsim`)"
-        )
-    env = dict(os.environ, GO111MODULE="off", GOPATH=GOPATH, GOCACHE=str(REPO_ROOT / ".cache/go-build"))
-    env.pop("GOFLAGS", None)
+    if go is None:
+        raise VcsimUnavailable(f"bin/{name} is missing and cannot be built (no go on PATH: run `make {name}`)")
+    # Module mode with the default (shared) GOCACHE and GOMODCACHE, as the Makefile builds it.
+    env = dict(os.environ, GOTOOLCHAIN="local", GO111MODULE="on", GOFLAGS="-mod=readonly -buildvcs=false")
     proc = subprocess.run(
-        [go, "build", "-o", str(binary), "./hack/vcsim"],
-        cwd=REPO_ROOT,
+        [go, "build", "-o", str(binary), package],
+        cwd=VCSIM_MODULE,
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
         check=False,
     )
     if proc.returncode != 0:
-        raise VcsimUnavailable(f"building bin/vcsim failed: {proc.stderr[-2000:]}")
+        raise VcsimUnavailable(f"building bin/{name} failed: {proc.stderr[-2000:]}")
     return binary
+
+
+def vcsim_binary() -> Path:
+    """``$BANLIEUE_VCSIM`` or ``<repo>/bin/vcsim`` (built when missing or older than any of
+    ``hack/vcsim/*.go``, ``go.mod``, ``go.sum``). Raises VcsimUnavailable."""
+    env_path = os.environ.get("BANLIEUE_VCSIM")
+    if env_path:
+        return Path(env_path)
+    return _go_binary("vcsim", ".", list(VCSIM_MODULE.glob("*.go")))
+
+
+def govc_binary() -> Path:
+    """``<repo>/bin/govc`` (``make govc``: govmomi's CLI from the same module), built when missing
+    or stale. Raises VcsimUnavailable."""
+    return _go_binary("govc", "./govc", list((VCSIM_MODULE / "govc").glob("*.go")))
+
+
+def wait_task(task: Any, timeout: float = 60.0) -> Any:
+    """Wait for a pyVmomi ``vim.Task``; return ``info.result``; raise its fault on error.
+
+    Not pyVim's ``WaitForTask``: vcsim runs tasks asynchronously and names them after its own
+    functions (``info.name`` "CloneVm", not vCenter's "CloneVM_Task"), which pyVim's progress
+    report fails on while a task is running. Raises TimeoutError after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        info = task.info
+        if info.state == "success":
+            return info.result
+        if info.state == "error":
+            raise info.error
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"task {task._moId} still {info.state} after {timeout:.0f} s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
 
 
 def _flags(opts: dict[str, Any]) -> list[str]:
@@ -163,6 +202,15 @@ class VcsimProcess:
     def ca_pem(self) -> str:
         """The CA bundle as PEM text (what a Provider's ``caBundle.inline`` holds)."""
         return Path(self.ca_file).read_text() if self.ca_file else ""
+
+    @property
+    def govc_env(self) -> dict[str, str]:
+        """``GOVC_*`` environment for ``bin/govc`` against this simulator (no session file kept)."""
+        env = {"GOVC_URL": self.url, "GOVC_USERNAME": self.username, "GOVC_PASSWORD": self.password,
+               "GOVC_PERSIST_SESSION": "false"}
+        if self.ca_file:
+            env["GOVC_TLS_CA_CERTS"] = self.ca_file
+        return env
 
     def stop(self) -> None:
         """Terminate (then kill after 5 s) and remove the work directory. Idempotent."""

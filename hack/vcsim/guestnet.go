@@ -2,8 +2,13 @@ package main
 
 // --guest-ip: DHCP and VMware Tools for the simulator, whose guests never report an address.
 //
-// A real guest reports its addresses through VMware Tools some moments after it powers on; vcsim
-// 0.24 reports none unless a client sets the SET.guest.ipAddress extraConfig alias. With
+// A real guest reports its addresses through VMware Tools some moments after it powers on. vcsim
+// (0.24, and still 0.56) reports none for a plain VM: 0.56 keeps guest.net in step with the VM's
+// NICs (one entry per NIC, with that NIC's MAC, also after a clone replaced them) but fills in
+// addresses only from a customization spec (CustomizeVM / a clone's Customization with fixed
+// IPs or CloudinitPrep metadata), the SET.guest.ipAddress extraConfig alias, or a container
+// backing (RUN.container, needs docker). banlieue, like CAPV, gives the guest its network
+// through guestinfo.metadata, which vcsim does not read. With
 // --guest-ip=CIDR, a registry handler (simulator.RegisterObject: it sees every property change)
 // notices each VM that powers on without an address and, once the power-on has released the VM's
 // lock, reports for every NIC (guest.net, matched by MAC) the static addresses the cloud-init
@@ -30,7 +35,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 )
 
-// guestNetwork is the --guest-ip handler; register it with simulator.Map.AddHandler.
+// guestNetwork is the --guest-ip handler; register it with the model's Registry.AddHandler.
 type guestNetwork struct {
 	base   uint32 // first address of the range (IPv4, host order)
 	size   uint32 // addresses in the range
@@ -64,22 +69,22 @@ func (g *guestNetwork) Reference() types.ManagedObjectReference {
 }
 
 // PutObject: nothing to do when an object is created.
-func (g *guestNetwork) PutObject(mo.Reference) {}
+func (g *guestNetwork) PutObject(*simulator.Context, mo.Reference) {}
 
 // RemoveObject: leases stay (moref values are never reused by the simulator).
-func (g *guestNetwork) RemoveObject(types.ManagedObjectReference) {}
+func (g *guestNetwork) RemoveObject(*simulator.Context, types.ManagedObjectReference) {}
 
 // UpdateObject sees every property change; a VM's runtime.powerState becoming poweredOn
 // schedules the report. It runs while the power-on task holds the VM's lock, so the report runs
 // on its own goroutine and takes the lock when the task has released it.
-func (g *guestNetwork) UpdateObject(obj mo.Reference, changes []types.PropertyChange) {
+func (g *guestNetwork) UpdateObject(ctx *simulator.Context, obj mo.Reference, changes []types.PropertyChange) {
 	ref := obj.Reference()
 	if ref.Type != "VirtualMachine" {
 		return
 	}
 	for _, c := range changes {
 		if c.Name == "runtime.powerState" && fmt.Sprint(c.Val) == string(types.VirtualMachinePowerStatePoweredOn) {
-			go g.report(ref)
+			go g.report(ctx, ref)
 			return
 		}
 	}
@@ -106,12 +111,16 @@ func (g *guestNetwork) lease(vm string, nic int) string {
 }
 
 // report gives a powered-on VM without an address its addresses (see the file comment).
-func (g *guestNetwork) report(ref types.ManagedObjectReference) {
-	vm, ok := simulator.Map.Get(ref).(*simulator.VirtualMachine)
+// parent is the power-on's context; the report locks under a copy of its own, because vcsim's
+// object locks are re-entrant per context (a shared one would not wait for the task's lock).
+func (g *guestNetwork) report(parent *simulator.Context, ref types.ManagedObjectReference) {
+	own := *parent
+	ctx := &own
+	vm, ok := ctx.Map.Get(ref).(*simulator.VirtualMachine)
 	if !ok {
 		return // destroyed meanwhile
 	}
-	simulator.Map.WithLock(vm, func() {
+	ctx.WithLock(vm, func() {
 		if vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn || vm.Guest == nil || vm.Guest.IpAddress != "" {
 			return
 		}
@@ -140,7 +149,7 @@ func (g *guestNetwork) report(ref types.ManagedObjectReference) {
 		if primary == "" {
 			return
 		}
-		simulator.Map.Update(vm, []types.PropertyChange{
+		ctx.Update(vm, []types.PropertyChange{
 			{Name: "guest.ipAddress", Val: primary},
 			{Name: "summary.guest.ipAddress", Val: primary},
 			{Name: "guest.net", Val: vm.Guest.Net},

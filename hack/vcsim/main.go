@@ -1,16 +1,20 @@
-// Command vcsim runs the govmomi (0.24) vCenter simulator with the inventory banlieue's tests need.
+// Command vcsim runs govmomi's vCenter simulator (github.com/vmware/govmomi/simulator, pinned in
+// go.mod) with the inventory banlieue's tests need.
 //
-// Debian ships the simulator package but not the vcsim command, so this small main builds the
-// model (datacenters x clusters x hosts, VMs per resource pool, standalone hosts), turns some VMs
-// into named templates, adds datastores and distributed port groups with given names, sets the
-// login, optionally serves TLS with a freshly generated CA + server certificate (the simulator's
-// built-in certificate is too weak for current OpenSSL defaults), applies method delays,
-// optionally plays DHCP and VMware Tools for powered-on guests (--guest-ip, guestnet.go), then
-// prints its SDK URL on stdout and writes a JSON info file. It runs until SIGTERM or SIGINT.
+// The govmomi module carries the simulator package but not the vcsim command, so this small main
+// builds the model (datacenters x clusters x hosts, VMs per resource pool, standalone hosts),
+// turns some VMs into named templates, adds datastores and distributed port groups with given
+// names, sets the login, optionally serves TLS with a freshly generated CA + server certificate
+// (the simulator's built-in certificate is too weak for current OpenSSL defaults), serves the
+// vAPI REST endpoints, makes vcsim behave like vCenter where clients see the difference
+// (vcenter.go), applies method and task delays and injected faults (faults.go), optionally plays
+// DHCP and VMware Tools for powered-on guests (--guest-ip, guestnet.go), then prints its SDK URL
+// on stdout and writes a JSON info file. It runs until SIGTERM or SIGINT. README.md says why each
+// part is here.
 //
-// Build (GOPATH mode, standard library + govmomi only):
+// Build (module mode, the default GOCACHE and GOMODCACHE): make vcsim, i.e. in this directory
 //
-//	GO111MODULE=off GOPATH=/usr/share/gocode go build -o bin/vcsim ./hack/vcsim
+//	GOTOOLCHAIN=local GOFLAGS=-mod=readonly go build -o ../../bin/vcsim .
 package main
 
 import (
@@ -26,7 +30,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/ioutil"
 	"log"
 	"math/big"
 	"net"
@@ -44,6 +47,7 @@ import (
 	"github.com/vmware/govmomi/find"
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/simulator"
+	_ "github.com/vmware/govmomi/vapi/simulator" // the vAPI REST endpoints (/rest, /api): sessions, tags, content libraries
 	"github.com/vmware/govmomi/vim25"
 	"github.com/vmware/govmomi/vim25/types"
 )
@@ -82,17 +86,17 @@ func splitList(s string) []string {
 	return out
 }
 
-// parseDelays reads "Method=ms,Method2=ms" into the simulator's MethodDelay map.
-func parseDelays(s string) (map[string]int, error) {
+// parseDelays reads "Method=ms,Method2=ms" (flag name for errors) into a DelayConfig.MethodDelay map.
+func parseDelays(flagName, s string) (map[string]int, error) {
 	out := map[string]int{}
 	for _, p := range splitList(s) {
 		kv := strings.SplitN(p, "=", 2)
 		if len(kv) != 2 {
-			return nil, fmt.Errorf("--method-delay: %q is not Method=milliseconds", p)
+			return nil, fmt.Errorf("--%s: %q is not Name=milliseconds", flagName, p)
 		}
 		ms, err := strconv.Atoi(kv[1])
 		if err != nil {
-			return nil, fmt.Errorf("--method-delay: %q: %v", p, err)
+			return nil, fmt.Errorf("--%s: %q: %v", flagName, p, err)
 		}
 		out[kv[0]] = ms
 	}
@@ -100,7 +104,7 @@ func parseDelays(s string) (map[string]int, error) {
 }
 
 func writePEM(path, kind string, der []byte) error {
-	return ioutil.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600)
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600)
 }
 
 // makeTLS generates a self-signed ECDSA P-256 CA and a server certificate for 127.0.0.1 and
@@ -239,7 +243,7 @@ func customize(ctx context.Context, c *vim25.Client, templates, datastores, port
 			return err
 		}
 		for _, name := range datastores {
-			dir, err := ioutil.TempDir("", "banlieue-vcsim-"+dcName+"-")
+			dir, err := os.MkdirTemp("", "banlieue-vcsim-"+dcName+"-")
 			if err != nil {
 				return err
 			}
@@ -356,6 +360,8 @@ func main() {
 	tlsDir := flag.String("tls-dir", "", "directory for ca.pem, server.pem, server-key.pem (default: a temp dir)")
 	methodDelay := flag.String("method-delay", "", "per-method delay, e.g. CloneVM_Task=5000,PowerOnVM_Task=100 (ms)")
 	delay := flag.Int("delay", 0, "global delay before every SOAP method (ms)")
+	taskDelay := flag.String("task-delay", "", "per-task delay after the call returned the running task, by vcsim's task name (govc tasks), e.g. CloneVm=3000,PowerOn=100 (ms; faults.go)")
+	fault := flag.String("fault", "", "answer a SOAP method with a fault, at most Count times (0: always), e.g. CloneVM_Task:InsufficientResourcesFault:2 (faults.go)")
 	jitter := flag.Float64("delay-jitter", 0, "delay jitter as coefficient of variation")
 	infoFile := flag.String("info-file", "", "write connection details and inventory as JSON here")
 	stdinEOF := flag.Bool("exit-on-stdin-eof", false, "exit when stdin closes (the parent died): no leaked simulators")
@@ -379,7 +385,15 @@ func main() {
 		}()
 	}
 
-	delays, err := parseDelays(*methodDelay)
+	delays, err := parseDelays("method-delay", *methodDelay)
+	if err != nil {
+		log.Fatal(err)
+	}
+	taskDelays, err := parseDelays("task-delay", *taskDelay)
+	if err != nil {
+		log.Fatal(err)
+	}
+	faultRules, err := parseFaults(*fault)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -411,6 +425,10 @@ func main() {
 		log.Fatalf("create model: %v", err)
 	}
 	defer m.Remove()
+	// vcenter.go: before the inventory is customized or served.
+	m.Map().Handler = vcRequests
+	vcObjects{}.fixExisting(m.Map())
+	m.Map().AddHandler(vcObjects{})
 
 	inv := &info{
 		Username: *username, Password: *password, TLS: *useTLS, Insecure: !*useTLS,
@@ -424,7 +442,7 @@ func main() {
 	if *useTLS {
 		dir := *tlsDir
 		if dir == "" {
-			dir, err = ioutil.TempDir("", "banlieue-vcsim-tls-")
+			dir, err = os.MkdirTemp("", "banlieue-vcsim-tls-")
 			if err != nil {
 				log.Fatal(err)
 			}
@@ -437,6 +455,7 @@ func main() {
 		m.Service.TLS = cfg
 		inv.CAFile = caFile
 	}
+	m.Service.RegisterEndpoints = true // vapi/simulator (imported above) serves /rest and /api
 	srv := m.Service.NewServer()
 	defer srv.Close()
 
@@ -456,16 +475,20 @@ func main() {
 	}()
 
 	if *batch {
-		installBatchCollector()
+		installBatchCollector(m.Map())
 	}
 	if guests != nil {
 		// After customize: the model's own VMs are not guests banlieue asked for.
-		simulator.Map.AddHandler(guests)
+		m.Map().AddHandler(guests)
 		inv.GuestIP = *guestIP
 	}
 	m.DelayConfig.Delay = *delay
 	m.DelayConfig.DelayJitter = *jitter
 	m.DelayConfig.MethodDelay = delays
+	simulator.TaskDelay.MethodDelay = taskDelays
+	for _, rule := range faultRules {
+		m.Service.AddFaultRule(rule)
+	}
 
 	u := *srv.URL
 	u.User = nil
@@ -475,7 +498,7 @@ func main() {
 	if *infoFile != "" {
 		data, _ := json.MarshalIndent(inv, "", "  ")
 		tmp := *infoFile + ".tmp"
-		if err := ioutil.WriteFile(tmp, data, 0o600); err != nil {
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
 			log.Fatal(err)
 		}
 		// Rename makes the file appear complete: readers poll for its existence.
@@ -489,7 +512,7 @@ func main() {
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	if *stdinEOF {
 		go func() {
-			_, _ = io.Copy(ioutil.Discard, os.Stdin)
+			_, _ = io.Copy(io.Discard, os.Stdin)
 			sig <- syscall.SIGTERM
 		}()
 	}

@@ -242,7 +242,7 @@ class CapiEnv:
             "apiVersion": VSPHERE_MACHINE.api_version, "kind": "VSphereMachineTemplate", "metadata": {"name": name, "namespace": self.namespace},
             "spec": {"template": {"metadata": {"labels": {"pool": "control-plane"}}, "spec": {
                 "template": "ubuntu-22.04", "numCPUs": 1, "memoryMiB": 512,
-                "disks": [{"name": "os", "sizeGiB": 1, "storageClass": "standard"}],
+                "disks": [{"name": "os", "sizeGiB": 10, "storageClass": "standard"}],  # the template's size (vcsim 0.56)
                 "network": {"devices": [{"name": "eth0", "networkClass": "default", "dhcp4": True}]},
                 "powerOffMode": "hard"}}},
         })

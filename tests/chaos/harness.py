@@ -148,11 +148,12 @@ class ChaosEnv:
     # -- objects -------------------------------------------------------------------------------
 
     def add_shared_objects(self) -> None:
-        """The VMClass ``tiny`` (1 vCPU, 64 MiB, one 1 GiB disk) and the VMImage ``ubuntu-22.04``."""
+        """The VMClass ``tiny`` (1 vCPU, 64 MiB, one 10 GiB disk: the template's size in vcsim 0.56, so never a
+        grow nor a shrink) and the VMImage ``ubuntu-22.04``."""
         self.create(f"{CORE}/vmclasses", {
             "apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": CLASS},
             "spec": {"hardware": {"cpus": 1, "memoryMiB": 64,
-                                  "disks": [{"name": "os", "sizeGiB": 1, "storageClass": "standard"}]},
+                                  "disks": [{"name": "os", "sizeGiB": 10, "storageClass": "standard"}]},
                      "network": {"interfaces": [{"name": "eth0", "networkClass": "default"}]}}})
         self.create(f"{CORE}/vmimages", {
             "apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": IMAGE},

@@ -48,7 +48,7 @@ VM = {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata"
       "spec": {"classRef": {"name": "tiny"}, "imageRef": {"name": "ubuntu-22.04"}}}
 VMCLASS = {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "c"},
            "spec": {"hardware": {"cpus": 1, "memoryMiB": 64,
-                                 "disks": [{"name": "os", "sizeGiB": 1, "storageClass": "standard"}]},
+                                 "disks": [{"name": "os", "sizeGiB": 10, "storageClass": "standard"}]},
                     "network": {"interfaces": [{"name": "eth0", "networkClass": "default"}]}}}
 PROVIDER = {"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "p", "namespace": NS},
             "spec": {"providerClassRef": {"name": "vsphere"},

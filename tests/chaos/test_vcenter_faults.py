@@ -1,10 +1,11 @@
-"""vCenter faults (issue 10, second bullet), against vcsim 0.24.
+"""vCenter faults (issue 10, second bullet), against vcsim (govmomi 0.56, ``hack/vcsim``).
 
 - session invalidated mid-run: a second session ends banlieue's sessions
   (``SessionManager.TerminateSession``) every 0.5 s while VMs are provisioned and deleted;
-- clone failing, then succeeding: vcsim cannot fail a clone task on demand, so the template is
-  renamed away once the VMImage has resolved it (the clones fail: the template is gone) and
-  renamed back later (the clones succeed);
+- clone failing, then succeeding: the template is renamed away once the VMImage has resolved it
+  (the clones fail: the template is gone) and renamed back later (the clones succeed).
+  vcsim's own fault injection (``bin/vcsim --fault``) refuses calls rather than failing tasks, and
+  cannot be switched on and off while it runs; ``tests/vsphere/test_vcsim_faults.py`` uses it;
 - vcsim killed and restarted on the same port: vcsim forgets its inventory on restart, so the
   VMs are created during the outage (plain http: hack/vcsim makes a new CA at every start);
 - a method delay longer than the task timeout: ``CloneVM_Task`` takes 4 s in vcsim,

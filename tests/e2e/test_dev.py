@@ -51,7 +51,8 @@ def test_dev_exit_when_ready(tmp_path: Path) -> None:
     # the children run elsewhere, so every path handed to them must be absolute.
     state = tmp_path / "state"
     proc = run_dev(Path("state"), "--exit-when-ready", "--metrics-bind-address", "127.0.0.1:0",
-                   "--health-probe-bind-address", "127.0.0.1:0", cwd=tmp_path)
+                   "--health-probe-bind-address", "127.0.0.1:0", "--vcsim-arg=-datastores=dev-extra-ds",
+                   "--vcsim-arg=--method-delay=CloneVM_Task=50", cwd=tmp_path)
     out = proc.stdout
     assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{proc.stderr}\nmanager.log:\n{(state / 'manager.log').read_text()[-3000:]}"
     for stage in range(1, 8):
@@ -69,6 +70,8 @@ def test_dev_exit_when_ready(tmp_path: Path) -> None:
     # Everything it started is gone: both simulators (pids in their info files) and the API double.
     infos = [json.loads(p.read_text()) for p in state.glob("vcsim-*/info.json")]
     assert len(infos) == 2
+    # --vcsim-arg reached both simulators.
+    assert all("dev-extra-ds" in i["datastores"]["DC0"] for i in infos), infos
     assert not [i["pid"] for i in infos if process_alive(int(i["pid"]))]
     api_url = re.search(r"^\[1/7\] .* ok \(.*\): (http://127\.0\.0\.1:\d+)$", out, re.M)
     assert api_url is not None

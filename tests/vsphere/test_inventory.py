@@ -56,11 +56,14 @@ async def test_inventory_is_a_few_soap_requests(backend: VSphereBackend, conn: C
     assert backend.soap_requests(conn) - before == 1
 
 
-async def test_find_template_by_name_and_datacenter(backend: VSphereBackend, conn: Connection) -> None:
+async def test_find_template_by_name_and_datacenter(backend: VSphereBackend, conn: Connection, si: object) -> None:
     t = await backend.find_template(conn, "DC1", "ubuntu-22.04")
     assert t is not None
     assert t.datacenter == "DC1"
-    assert t.disk_gib == 1
+    # The OS disk as vCenter reports it (read independently; vcsim 0.56's default disk is 10 GiB).
+    tpl = vim.VirtualMachine(t.moref, si._stub)  # type: ignore[attr-defined]
+    disks = [d for d in tpl.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk)]
+    assert t.disk_gib == disks[0].capacityInKB // (1024 * 1024) == 10
     assert t.has_snapshot is False
     assert await backend.find_template(conn, "DC0", "no-such-template") is None
 
@@ -98,8 +101,13 @@ async def test_datastore_cluster_pool_and_folder_placement(
     try:
         vm = vim.VirtualMachine(result.vm.moref, si._stub)
         assert vm.resourcePool.name == "DC0_C1_RP1"
+        # The chosen cluster: the pool's owner, and the host the VM runs on (vcsim itself keeps a
+        # clone on the template's host, here the standalone DC0_H0; hack/vcsim/vcenter.go places
+        # it in the pool's cluster as DRS would).
+        assert vm.resourcePool.owner.name == "DC0_C1" and vm.runtime.host.parent.name == "DC0_C1"
         assert vm.parent.name == "prod" and vm.parent.parent.name == "team-a"
         assert [ds.name for ds in vm.datastore] == ["fast-ds"]
+        assert vm.config.files.vmPathName.startswith("[fast-ds] placed/")
     finally:
         Disconnect(si)
     assert result.vm.nics[0].network == "pg-web"

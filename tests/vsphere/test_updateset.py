@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 from pyVim.connect import Disconnect, SmartConnect
-from pyVim.task import WaitForTask
 from pyVmomi import SoapAdapter, vim, vmodl
 
 from banlieue.backends.vsphere import deserializer, updateset
 from banlieue.backends.vsphere.find import UID_KEY
 from banlieue.backends.vsphere.properties import PC, vm_traversal
 from banlieue.backends.vsphere.watch import WATCH_PATHS
-from banlieue.testing.vcsim import VcsimProcess
+from banlieue.testing.vcsim import VcsimProcess, wait_task
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(120)]
 
@@ -83,7 +82,7 @@ def test_lean_reader_reports_what_pyvmomi_reports(private_vcsim: VcsimProcess, s
     plain_vms = [vm for vm in vms if not vm.config.template]
     for vm in plain_vms[:3]:  # some VMs carry a banlieue UID (among other extraConfig), the rest none
         uids[vm._moId] = str(uuid.uuid4())
-        WaitForTask(vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(extraConfig=[
+        wait_task(vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(extraConfig=[
             vim.option.OptionValue(key="guestinfo.userdata", value="I2Nsb3VkLWNvbmZpZwo="),
             vim.option.OptionValue(key=UID_KEY, value=uids[vm._moId])])))
     plain = _collector(si, _stub(private_vcsim, si, lean=False))
@@ -97,9 +96,9 @@ def test_lean_reader_reports_what_pyvmomi_reports(private_vcsim: VcsimProcess, s
     assert _seen(got) == _seen(expected)
     assert {ref: s[1] for ref, s in _seen(got).items() if s[1]} == uids
     # Then a change: one VM powered on is one "modify".
-    WaitForTask(plain_vms[0].PowerOnVM_Task())
+    wait_task(plain_vms[0].PowerOnVM_Task())
     later = lean.WaitForUpdatesEx(got.version, PC.WaitOptions(maxWaitSeconds=5))
-    assert later is not None and later.version  # (vcsim 0.24 answers version "-" every time)
+    assert later is not None and later.version  # (vcsim answers version "-" every time)
     assert [(ref, s[0]) for ref, s in _seen(later).items()] == [(plain_vms[0]._moId, "modify")]
     # Nothing changes: the long poll times out, an empty response, None as pyVmomi returns.
     assert lean.WaitForUpdatesEx(later.version, PC.WaitOptions(maxWaitSeconds=1)) is None

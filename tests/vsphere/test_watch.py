@@ -9,13 +9,12 @@ from typing import Any
 
 import pytest
 from pyVim.connect import Disconnect, SmartConnect
-from pyVim.task import WaitForTask
 from pyVmomi import vim
 from vcwatch import next_for, watching
 
 from banlieue.backends.base import Connection, VMSpec
 from banlieue.backends.vsphere.backend import VSphereBackend
-from banlieue.testing.vcsim import VcsimProcess
+from banlieue.testing.vcsim import VcsimProcess, wait_task
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
 
@@ -25,7 +24,7 @@ def behind_the_back(vc: VcsimProcess, moref: str, action: str) -> None:
                       sslContext=ssl.create_default_context(cafile=vc.ca_file))
     try:
         vm: Any = vim.VirtualMachine(moref, si._stub)
-        WaitForTask(vm.PowerOffVM_Task() if action == "off" else vm.Destroy_Task())
+        wait_task(vm.PowerOffVM_Task() if action == "off" else vm.Destroy_Task())
     finally:
         Disconnect(si)
 

@@ -9,7 +9,6 @@ import uuid
 from typing import Any
 
 import pytest
-from pyVim.task import WaitForTask
 from pyVmomi import vim
 from vcwatch import next_for as _next_for
 from vcwatch import watching
@@ -18,6 +17,7 @@ from banlieue.backends.base import Connection, NotFound, VMChange, VMSpec
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.backends.vsphere.find import VMIndex
 from banlieue.backends.vsphere.watch import GIVE_UP_AFTER_CHECKS, RESYNC_AFTER_CHECKS, VMWatch
+from banlieue.testing.vcsim import wait_task
 
 
 async def next_for(queue: asyncio.Queue[VMChange], uid: str, kind: str, timeout: float = 10) -> VMChange:
@@ -43,7 +43,7 @@ async def poll_until(w: VMWatch, uid: str, kind: str, timeout: float = 20) -> VM
 
 
 def destroy(si: Any, moref: str) -> None:
-    WaitForTask(vim.VirtualMachine(moref, si._stub).Destroy_Task())
+    wait_task(vim.VirtualMachine(moref, si._stub).Destroy_Task())
 
 
 def exists(si: Any, moref: str) -> bool:
@@ -164,7 +164,7 @@ async def test_a_vm_reported_without_its_uid_is_attributed_through_the_index(
     source = vim.VirtualMachine(created.vm.moref, si._stub)
     task = source.CloneVM_Task(folder=source.parent, name=f"bare-{spec.uid[:8]}",
                                spec=vim.vm.CloneSpec(location=vim.vm.RelocateSpec(pool=source.resourcePool)))
-    await asyncio.to_thread(WaitForTask, task)
+    await asyncio.to_thread(wait_task, task)
     bare = task.info.result._moId
     await backend.destroy_vm(conn, spec.uid)
     sess = await backend.sessions.session(conn)

@@ -204,14 +204,7 @@ class VSphereBackend:
         linked = mode == "linkedClone"
 
         try:
-            try:
-                await self._converge(run, vm, spec, idx, linked, vcenter, conn)
-            except TaskFailed as exc:
-                # A reconfigure raced with another change of the VM (on vcsim 0.24: a concurrent
-                # clone of the same template briefly blanks disk file names): converging is
-                # idempotent, so re-read and apply what still differs, once.
-                log.warning("vsphere reconfigure failed; re-reading and retrying once", vcenter=vcenter, error=str(exc))
-                await self._converge(run, vm, spec, idx, linked, vcenter, conn)
+            await self._converge(run, vm, spec, idx, linked, vcenter, conn)
         except NotFound as exc:
             # ManagedObjectNotFound (reason "NotFound", not a named inventory object): the VM
             # itself went while it was configured.

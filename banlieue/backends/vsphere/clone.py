@@ -2,8 +2,9 @@
 current devices so that applying them twice changes nothing the second time.
 
 - The clone carries the object's UID in ``config.extraConfig`` (``banlieue.uid``) at clone time,
-  so a crash right after the clone still finds the VM (vcsim 0.24 applies it; it ignores the
-  clone's CPU/memory, hence the separate reconfigure).
+  so a crash right after the clone still finds the VM. Hardware (CPU, memory, disks, NICs) is
+  converged by a reconfigure after the clone, from the clone's own devices, so that creating and
+  converging an existing VM are the same code (``hardware_spec``).
 - Linked clones need a snapshot on the template; vCenter cannot snapshot a template, so without
   one the clone falls back to a full clone and says why (CAPV does the same).
 - Disks: the first spec disk is the template's OS disk, grown to ``size_gib`` (never shrunk:

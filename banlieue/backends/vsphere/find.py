@@ -2,10 +2,11 @@
 
 The UID lives in the VM's extraConfig under ``banlieue.uid``. Not ``guestinfo.*``: the guest
 can rewrite guestinfo keys (``vmware-rpctool info-set``), and the identity of a VM must not be
-writable from inside it. vSphere accepts any dotted key of letters/digits; vcsim 0.24 does not
-support ``config.extraConfig["key"]`` property paths, so the scan reads ``config.extraConfig``
-of every VM in one PropertyCollector call and the result is cached (UID -> moref) so that
-later lookups read one VM only.
+writable from inside it. vSphere accepts any dotted key of letters/digits. Finding a UID means
+reading every VM's key, so the scan reads ``config.extraConfig`` of every VM in one
+PropertyCollector call (``config.extraConfig["key"]`` paths would not save the per-VM read, and
+vcsim 0.24, the simulator until issue 18, did not support them) and the result is cached
+(UID -> moref) so that later lookups read one VM only.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ class VMIndex:
     arrive as "leave"), and a miss needs no full scan.
 
     The index also answers moref -> UID (``uid_of``), for a VM the change watch saw without its
-    UID (vcsim 0.24 lists a VM before its config is set and never reports later extraConfig
-    changes), and calls the ``subscribe`` callbacks when a UID gets a new moref (a clone), so
+    UID (a collector may list a VM before its config is set: vcsim puts a clone in its inventory
+    before configuring it), and calls the ``subscribe`` callbacks when a UID gets a new moref (a clone), so
     the change watch can make sure every VM banlieue manages is watched from its creation on.
     """
 

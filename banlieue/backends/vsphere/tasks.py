@@ -1,7 +1,7 @@
 """Waiting for vSphere tasks without holding a thread: poll ``info`` with back-off from asyncio.
 
 Each poll is one RetrievePropertiesEx on the task (state, error, result); the first poll is
-immediate (vcsim finishes tasks before the call returns), then 0.1 s doubling to 2 s.
+immediate (short tasks are often done by then), then 0.1 s doubling to 2 s.
 A task that has not finished within ``timeout`` seconds (``--vsphere-task-timeout``, default
 600 s) raises TaskFailed(reason="TaskTimeout"); the task itself keeps running in vCenter.
 """

@@ -14,12 +14,11 @@ removals. After a re-login the collector is recreated and the first batch (every
 
 VMs the collector never reported. A PropertyCollector reports differences between the versions
 it hands out: an object that exists in none of them is never reported, neither as "enter" nor as
-"leave" (vSphere Web Services API, ``WaitForUpdatesEx``). vcsim 0.24 computes those versions
-lazily: it re-runs the filter's traversal on its 250 ms tick while a long poll is outstanding,
-so a VM cloned and destroyed within one tick is invisible; and its first ``WaitForUpdatesEx``
-collects the inventory *before* it subscribes to changes, so a VM created in between is in
-neither the first batch nor the change queue (it enters at the next traversal, triggered by any
-other change). Real vCenter has the same gap at version granularity. So the watch does not rely
+"leave" (vSphere Web Services API, ``WaitForUpdatesEx``). vcsim computes those versions
+lazily: it re-runs the filter's traversal on its tick (20 ms in govmomi 0.56) while a long poll
+is outstanding, so a VM cloned and destroyed within one tick is invisible (0.24 also collected
+the first batch before subscribing to changes, losing a VM created in between; 0.56 subscribes
+first). Real vCenter has the same gap at version granularity. So the watch does not rely
 on the collector for the VMs banlieue knows (the shared ``VMIndex``: clones, scans): an indexed
 VM the collector has not reported ``PENDING_CHECK_SECONDS`` (1 s) after the index learned it is
 read directly (one ``RetrievePropertiesEx`` for all such VMs); a missing one yields "removed".

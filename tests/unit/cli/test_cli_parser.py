@@ -128,13 +128,15 @@ def test_dev_defaults_and_flags() -> None:
     assert isinstance(command, DevCommand)
     dev = command.dev
     assert (dev.exit_when_ready, dev.state_dir, dev.api_port, dev.vcsim_port) == (False, Path(".banlieue"), 0, 0)
+    assert dev.vcsim_args == ()
     assert dev.options.log_format == "console"
     assert dev.options.metrics_bind_address == "127.0.0.1:8080"
     assert dev.options.kubeconfig is None and dev.options.leader_elect is False
 
     command = parse_command(
         ["dev", "--exit-when-ready", "--state-dir", "/tmp/st", "--api-port", "6443", "--vcsim-port=8989",
-         "--metrics-bind-address", "127.0.0.1:0", "--log-format", "json"],
+         "--metrics-bind-address", "127.0.0.1:0", "--log-format", "json",
+         "--vcsim-arg=-method-delay=CloneVM_Task=5000,PowerOnVM_Task=10", "--vcsim-arg=--autostart"],
         {"BANLIEUE_MAX_CONCURRENT_RECONCILES": "3"},
     )
     assert isinstance(command, DevCommand)
@@ -142,6 +144,8 @@ def test_dev_defaults_and_flags() -> None:
     assert (dev.exit_when_ready, dev.state_dir, dev.api_port, dev.vcsim_port) == (True, Path("/tmp/st"), 6443, 8989)
     assert (dev.options.metrics_bind_address, dev.options.log_format) == ("127.0.0.1:0", "json")
     assert dev.options.max_concurrent_reconciles == 3
+    # Passed through in order (bin/vcsim's own flag parser checks them).
+    assert dev.vcsim_args == ("-method-delay=CloneVM_Task=5000,PowerOnVM_Task=10", "--autostart")
 
 
 @pytest.mark.parametrize(
@@ -157,9 +161,10 @@ def test_dev_defaults_and_flags() -> None:
         (["manager", "--watch-filter", "a b"], {}, "--watch-filter must be a valid label value"),
         (["dev", "--api-port", "70000"], {}, "--api-port must be a port number"),
         (["dev", "--state-dir", ""], {}, "--state-dir must be a directory path (got '')"),
+        (["dev", "--vcsim-arg=method-delay=5"], {}, "--vcsim-arg: 'method-delay=5' must be a simulator flag"),
     ],
     ids=["no-command", "no-backend", "unknown-backend", "zero-workers", "bad-env-bool", "bad-log-format",
-         "missing-kubeconfig", "bad-watch-filter", "bad-port", "empty-state-dir"],
+         "missing-kubeconfig", "bad-watch-filter", "bad-port", "empty-state-dir", "vcsim-arg-not-a-flag"],
 )
 def test_usage_errors(argv: list[str], env: dict[str, str], message: str, isolated: dict[str, Path]) -> None:
     with pytest.raises(UsageError) as err:
