@@ -30,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from banlieue.cmd.dev import find_kubectl
+
 from .harness import REPO, condition, http, requirements_skip, wait_for
 
 VM_API = "/apis/banlieue.io/v1alpha1/namespaces/default/virtualmachines"
@@ -119,6 +121,19 @@ def test_dev_restarts_a_killed_manager_and_simulator(tmp_path: Path) -> None:
 
         samples = vms()
         assert len(samples) == 4 and all(ready(vm) for vm in samples.values())
+        # What a user looks at first: the table's Ready reason, the events sorted by time, and
+        # the vSphere metrics labelled by Provider.
+        kubectl = [find_kubectl(), "--kubeconfig", str(state / "kubeconfig")]
+        table = subprocess.run([*kubectl, "get", "bvm"], capture_output=True, text=True, timeout=30, check=True).stdout
+        assert table.split()[:10] == ["NAME", "CLASS", "IMAGE", "PROVIDER", "FAILUREDOMAIN", "POWER", "IP", "READY",
+                                      "REASON", "AGE"], table
+        events = subprocess.run([*kubectl, "get", "events", "--sort-by=.lastTimestamp"],
+                                capture_output=True, text=True, timeout=30, check=True).stdout
+        assert sum(" Provisioned " in line for line in events.splitlines()) == 4, events
+        metrics_url = next(line for line in dev.lines if line.startswith("Manager log:")).split("metrics: ")[1].split()[0]
+        status, text = http("GET", metrics_url)
+        assert status == 200 and 'banlieue_vsphere_sessions{provider="default/vcenter-a"} 1.0' in text
+        assert "vcenter=" not in text
 
         # --- the manager -------------------------------------------------------------------
         managers = [pid for pid, cmd in children_of(dev.proc.pid).items() if " manager " in cmd]
