@@ -29,7 +29,7 @@ IDENTITY_PREFIX = "banlieue."
 """extraConfig keys banlieue sets on the VMs it clones (backends/vsphere/find.py: ``banlieue.uid``...)."""
 VM_PROPERTIES = (
     "name", "config.template", "config.instanceUuid", "config.extraConfig", "config.hardware.device",
-    "runtime.powerState", "runtime.host", "datastore", "guest.ipAddress",
+    "runtime.powerState", "runtime.host", "resourcePool", "datastore", "guest.ipAddress",
 )
 
 
@@ -86,15 +86,17 @@ def _path_up(obj: Any, kind: str) -> Any:
 def describe_vm(props: dict[str, Any]) -> dict[str, Any]:
     """One VM's record from its retrieved properties (:data:`VM_PROPERTIES`).
 
-    Keys: ``name``, ``powerState``, ``datacenter``, ``cluster`` (None on a standalone host),
-    ``host``, ``datastores`` (names), ``ip`` (guest.ipAddress or None), ``instanceUuid``,
+    Keys: ``name``, ``powerState``, ``datacenter``, ``cluster`` (the owner of the VM's resource
+    pool, where banlieue placed it; None for a standalone host's pool), ``host`` (``runtime.host``:
+    in the simulator a clone stays on its template's host, a standalone one, since vcsim picks no
+    host in the cluster as DRS would), ``datastores`` (names), ``ip`` (guest.ipAddress or None), ``instanceUuid``,
     ``disks`` (``key``, ``label``, ``capacityGiB``, ``file``), ``nics`` (``key``, ``label``,
     ``mac``, ``network``), ``identity`` (the ``banlieue.*`` extraConfig keys and values).
     """
     from pyVmomi import vim
 
     host = props.get("runtime.host")
-    compute = getattr(host, "parent", None)
+    compute = getattr(props.get("resourcePool"), "owner", None)
     disks, nics = [], []
     for device in props.get("config.hardware.device") or []:
         label = getattr(getattr(device, "deviceInfo", None), "label", "")
@@ -112,7 +114,7 @@ def describe_vm(props: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": props.get("name"),
         "powerState": str(props.get("runtime.powerState") or ""),
-        "datacenter": getattr(_path_up(host, "Datacenter"), "name", None),
+        "datacenter": getattr(_path_up(compute or host, "Datacenter"), "name", None),
         "cluster": compute.name if isinstance(compute, vim.ClusterComputeResource) else None,
         "host": getattr(host, "name", None),
         "datastores": [ds.name for ds in props.get("datastore") or []],
@@ -161,9 +163,9 @@ def render(vcenter: str, url: str, vms: list[dict[str, Any]], out: IO[str]) -> N
     owned = sum(1 for vm in vms if vm["identity"])
     out.write(f"{vcenter} ({url}): {len(vms)} VMs, {owned} cloned by banlieue\n")
     for vm in vms:
-        where = "/".join(str(x) for x in (vm["datacenter"], vm["cluster"] or "(standalone)", vm["host"]))
-        out.write(f"  {vm['name']}  {vm['powerState']}  {where}  datastores={','.join(vm['datastores'])}"
-                  f"  ip={vm['ip'] or '-'}\n")
+        where = "/".join(str(x) for x in (vm["datacenter"], vm["cluster"] or "(standalone)"))
+        out.write(f"  {vm['name']}  {vm['powerState']}  {where}  host={vm['host']}  "
+                  f"datastores={','.join(vm['datastores'])}  ip={vm['ip'] or '-'}\n")
         out.write(f"    instanceUuid {vm['instanceUuid']}\n")
         for disk in vm["disks"]:
             out.write(f"    disk {disk['key']} {disk['label']!r} {disk['capacityGiB']:g} GiB {disk['file']}\n")

@@ -190,6 +190,9 @@ def test_dev_restarts_a_killed_manager_and_simulator(tmp_path: Path) -> None:
         assert vm["disks"] and all(d["capacityGiB"] > 0 and d["file"] for d in vm["disks"])
         assert vm["nics"] and all(n["mac"] for n in vm["nics"])
         assert vm["datacenter"] and vm["host"] and vm["datastores"]
+        # The cluster banlieue placed it in (its resource pool's owner): the failure domain's.
+        fd = vms()[victim]["status"]["scheduled"]["failureDomain"]
+        assert vm["cluster"] and fd.endswith(vm["cluster"].lower().replace("_", "-")), (vm["cluster"], fd)
         # The other sample VMs on that simulator are gone (not re-created behind the user's back).
         assert not [r for r in records if r["name"] in set(on_it) - {victim}]
         bad = subprocess.run([sys.executable, "-m", "banlieue.cli", "dev", "vms", "--state-dir", str(state),

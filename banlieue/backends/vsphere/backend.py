@@ -311,7 +311,6 @@ class VSphereBackend:
         soft_timeout: float = 300.0,
     ) -> VMInfo:
         run = self._runner(conn)
-        vcenter = self.sessions.endpoint_for(conn).label
         fresh = self._fresh.pop(uid, None)
         # create_vm read this VM moments ago in this process (the usual create-then-power-on of
         # one reconcile): no second read. A stale power state fails the call or its task
