@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from banlieue.cmd.parser import CrdgenCommand, DevCommand, RoleCommand, parse_command
+from banlieue.cmd.parser import CrdgenCommand, DevCommand, DevVmsCommand, RoleCommand, parse_command
 from banlieue.options import Options, UsageError
 
 
@@ -142,6 +142,16 @@ def test_dev_defaults_and_flags() -> None:
     assert (dev.exit_when_ready, dev.state_dir, dev.api_port, dev.vcsim_port) == (True, Path("/tmp/st"), 6443, 8989)
     assert (dev.options.metrics_bind_address, dev.options.log_format) == ("127.0.0.1:0", "json")
     assert dev.options.max_concurrent_reconciles == 3
+
+
+def test_dev_vms_state_dir_from_its_flag_then_dev_s_then_the_environment() -> None:
+    assert parse_command(["dev", "vms"], {}) == DevVmsCommand(Path(".banlieue"))
+    assert parse_command(["dev", "vms", "--vcenter", "vcenter-a", "-o", "json", "--state-dir", "/s"], {}) == \
+        DevVmsCommand(Path("/s"), "vcenter-a", "json")
+    assert parse_command(["dev", "--state-dir", "/d", "vms"], {}) == DevVmsCommand(Path("/d"))
+    assert parse_command(["dev", "vms"], {"BANLIEUE_STATE_DIR": "/e"}) == DevVmsCommand(Path("/e"))
+    with pytest.raises(UsageError, match="invalid choice: 'yaml'"):
+        parse_command(["dev", "vms", "-o", "yaml"], {})
 
 
 @pytest.mark.parametrize(
