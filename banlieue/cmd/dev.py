@@ -13,14 +13,22 @@ Stages, one progress line each (``[1/7] starting API server double ... ok (0.4 s
 4. ``banlieue manager --leader-elect`` with that kubeconfig, log ``manager.log``, metrics and
    probes on 127.0.0.1 (the configured port when free, else a free one), until ``/readyz`` is 200;
 5. ``config/samples/*.yaml`` through ``kubectl apply -f -``, each Provider's endpoint and CA
-   rewritten (in memory) to its vcsim's URL and CA certificate;
+   rewritten (in memory) to its vcsim's URL and CA certificate; in dependency order, the
+   VirtualMachines last, once every Provider and VMImage is Ready (no transient failure);
 6. wait (at most ``READY_TIMEOUT`` seconds) until every sample VirtualMachine is Ready, printing
    the phases as they change;
 7. ``kubectl get bvm,vsm,bprov``.
 
 Then it prints how to use kubectl against it and runs until Ctrl-C/SIGTERM (``--exit-when-ready``:
-exits 0 at once). A failing stage raises StartupError naming the stage, the reason and the log;
-every child is stopped on exit (manager first, so it releases its Leases; SIGTERM, then SIGKILL).
+exits 0 at once), supervising its children (docs/dev.md): a manager that dies is started again
+with the same flags (its log kept as ``manager.log.1``, up to ``LOGS_KEPT``); a simulator that
+dies is started again on its port with the same inventory (the VMs cloned into it are gone; its
+new CA is written to the Provider's ``caBundle``); the API-server double held its objects in
+memory, so its death ends dev; so does a child that crash-loops (``RESTART_LIMIT``). Children's
+``TMPDIR`` is ``<state-dir>/tmp``, removed at exit, so nothing is left in /tmp.
+
+A failing stage raises StartupError naming the stage, the reason and the log; every child is
+stopped on exit (manager first, so it releases its Leases; SIGTERM, then SIGKILL).
 Children run in their own session (a terminal's Ctrl-C reaches only this process, which stops
 them in order) and get SIGTERM should this process die (Linux ``PR_SET_PDEATHSIG``).
 """
@@ -115,7 +123,6 @@ class Child:
     log: Path
     argv: list[str]
     cwd: Path | None = None
-    env: dict[str, str] | None = None
     restartable: bool = False
     started: float = field(default_factory=time.monotonic)
     exits: list[float] = field(default_factory=list)
@@ -144,7 +151,7 @@ class Children:
         ``log`` (a previous run's) is kept as ``log.1`` (:func:`rotate_log`)."""
         log.parent.mkdir(parents=True, exist_ok=True)
         rotate_log(log)
-        child = Child(name, self._popen(argv, log, stdout_pipe, cwd), log, list(argv), cwd, self.env, restartable)
+        child = Child(name, self._popen(argv, log, stdout_pipe, cwd), log, list(argv), cwd, restartable)
         self.started.append(child)
         return child
 
@@ -167,7 +174,7 @@ class Children:
         return [c for c in self.started if c.process.poll() is not None]
 
     def restart(self, child: Child) -> Path | None:
-        """Start ``child.argv`` again (same cwd, env and log path; the old log moves to ``.1``).
+        """Start ``child.argv`` again (same cwd, environment and log path; the old log moves to ``.1``).
         Returns where the old log went. Raises StartupError when the child has died more than
         RESTART_LIMIT times within RESTART_WINDOW seconds."""
         now = time.monotonic()
@@ -314,7 +321,7 @@ def sample_documents(directory: Path) -> list[dict[str, Any]]:
 
 def is_provider(doc: dict[str, Any]) -> bool:
     """True for a ``banlieue.io`` Provider document."""
-    return doc.get("kind") == "Provider" and str(doc.get("apiVersion", "")).startswith("banlieue.io/")
+    return is_banlieue(doc, "Provider")
 
 
 APPLY_ORDER = ("Namespace", "Secret", "ConfigMap", "Provider", "VMClass", "VMImage")
