@@ -45,7 +45,7 @@ VM_REASON_COLUMN = PrinterColumn(
     "Reason", '.status.conditions[?(@.type=="Ready")].reason', description="Ready condition reason"
 )
 """A VirtualMachine's Ready reason in the default table (``kubectl get bvm``): what it waits for or
-why it failed (``WaitingForIPAddress``, ``InsufficientCapacity``, ``VMNotFound``...)."""
+why it failed (``NotScheduled``, ``WaitingForInfrastructure``, ``VMNotFound``...; ``Ready``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ def test_virtualmachine_table_shows_the_ready_reason_by_default() -> None:
     cols = columns("banlieue.io_virtualmachines.yaml")
     vm = {"status": {"conditions": [
         {"type": "Scheduled", "status": "True", "reason": "Scheduled"},
-        {"type": "Ready", "status": "False", "reason": "WaitingForIPAddress"}]}}
-    assert evaluate_jsonpath(cols["Reason"]["jsonPath"], vm) == ["WaitingForIPAddress"]
+        {"type": "Ready", "status": "False", "reason": "WaitingForInfrastructure"}]}}
+    assert evaluate_jsonpath(cols["Reason"]["jsonPath"], vm) == ["WaitingForInfrastructure"]
     assert evaluate_jsonpath(cols["Ready"]["jsonPath"], vm) == ["False"]
     assert cols["Reason"].get("priority", 0) == 0 and cols["Ready"].get("priority", 0) == 0
