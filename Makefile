@@ -14,7 +14,8 @@ VCSIM_MOD := hack/vcsim/go.mod hack/vcsim/go.sum
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev]'
+	@# setuptools announces every editable install with a 10-line warning; nothing to act on.
+	PYTHONWARNINGS='ignore:Editable installation' $(PIP) install -q -e '.[dev]'
 	@touch $@
 
 venv: $(VENV)/.installed

@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
     ``argv`` defaults to ``sys.argv[1:]`` and ``env`` to ``os.environ`` (tests pass their own).
     """
-    from banlieue.cmd.parser import CrddocCommand, CrdgenCommand, DevCommand, parse_command
+    from banlieue.cmd.parser import CrddocCommand, CrdgenCommand, DevCommand, DevVmsCommand, parse_command
 
     try:
         command = parse_command(sys.argv[1:] if argv is None else argv, env_from_os() if env is None else env)
@@ -40,6 +40,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             from banlieue.cmd import crddoc
 
             return crddoc.run(command.out)
+        if isinstance(command, DevVmsCommand):
+            from banlieue.cmd import devvms
+
+            return devvms.main(command.state_dir, command.vcenter, command.output)
         from banlieue.runtime.log import configure_logging
 
         if isinstance(command, DevCommand):

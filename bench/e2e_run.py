@@ -199,14 +199,15 @@ def _wait_providers(env: Env, timeout: float = 60.0) -> None:
 
 
 def _event_reasons(env: Env, since: float) -> dict[str, int]:
-    """Events (events.k8s.io/v1) last seen at or after ``since`` (epoch s), counted by
+    """Events (read as events.k8s.io/v1) last seen at or after ``since`` (epoch s), counted by
     ``kind reason`` of the object they regard (their series count included)."""
     from datetime import datetime
 
     _, body = http("GET", env.url + f"/apis/events.k8s.io/v1/namespaces/{NS}/events", timeout=120)
     out: Counter[str] = Counter()
     for ev in (body or {}).get("items") or []:
-        last = (ev.get("series") or {}).get("lastObservedTime") or ev.get("eventTime") or ""
+        last = (ev.get("deprecatedLastTimestamp") or (ev.get("series") or {}).get("lastObservedTime")
+                or ev.get("eventTime") or "")
         try:
             at = datetime.fromisoformat(str(last).replace("Z", "+00:00")).timestamp()
         except ValueError:

@@ -34,6 +34,18 @@ REASON_COLUMN = PrinterColumn(
     "Reason", '.status.conditions[?(@.type=="Ready")].reason', description="Ready condition reason", priority=1
 )
 AGE_COLUMN = PrinterColumn("Age", ".metadata.creationTimestamp", "date")
+CLUSTER_COLUMN = PrinterColumn(
+    "Cluster", ".metadata.labels['cluster.x-k8s.io/cluster-name']", description="CAPI Cluster (its label)"
+)
+"""CAPI sets the label on the infrastructure objects of a Cluster. In client-go JSONPath a quoted
+key is taken as written: dots escaped with a backslash (``\\.``) belong only to the dotted form
+(``.metadata.labels.cluster\\.x-k8s\\.io/cluster-name``); inside quotes the backslashes became
+part of the key, which no object has, so the column was always empty."""
+VM_REASON_COLUMN = PrinterColumn(
+    "Reason", '.status.conditions[?(@.type=="Ready")].reason', description="Ready condition reason"
+)
+"""A VirtualMachine's Ready reason in the default table (``kubectl get bvm``): what it waits for or
+why it failed (``NotScheduled``, ``WaitingForInfrastructure``, ``VMNotFound``...; ``Ready``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +143,7 @@ _KINDS: tuple[KindInfo, ...] = (
             PrinterColumn("FailureDomain", ".status.scheduled.failureDomain"),
             PrinterColumn("Power", ".status.observedPowerState"),
             PrinterColumn("IP", ".status.addresses[0].address"),
-            READY_COLUMN, REASON_COLUMN, AGE_COLUMN,
+            READY_COLUMN, VM_REASON_COLUMN, AGE_COLUMN,
         ),
         root_rules=(VM_NAME_RULE,),
     ),
@@ -139,7 +151,7 @@ _KINDS: tuple[KindInfo, ...] = (
         infrastructure.GROUP, infrastructure.VERSION, "VSphereMachine", "vspheremachines", "vspheremachine",
         ("vsm",), True, _INFRA_CATEGORIES, True, infrastructure.VSphereMachine, infrastructure.VSphereMachineList,
         (
-            PrinterColumn("Cluster", ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']"),
+            CLUSTER_COLUMN,
             PrinterColumn("FailureDomain", ".spec.failureDomain"),
             PrinterColumn("ProviderID", ".spec.providerID"),
             PrinterColumn("Power", ".status.powerState"),
@@ -164,7 +176,7 @@ _KINDS: tuple[KindInfo, ...] = (
         infrastructure.GROUP, infrastructure.VERSION, "VSphereCluster", "vsphereclusters", "vspherecluster",
         ("vsc",), True, _INFRA_CATEGORIES, True, infrastructure.VSphereCluster, infrastructure.VSphereClusterList,
         (
-            PrinterColumn("Cluster", ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']"),
+            CLUSTER_COLUMN,
             PrinterColumn("Endpoint", ".spec.controlPlaneEndpoint.host"),
             PrinterColumn("Provisioned", ".status.initialization.provisioned", "boolean"),
             READY_COLUMN, REASON_COLUMN, AGE_COLUMN,

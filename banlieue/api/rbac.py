@@ -10,7 +10,7 @@ the infrastructure kinds (CAPI contract "All resources: API group": a provider o
 Decisions: every grant is used by a code path of the role (audited against the API server's request
 log by tests/chaos/test_security.py) or carries its reason next to it. The roles write with merge
 patches and server-side apply only, so no ``update`` except the ``finalizers`` subresource below
-and the Lease. Events go to events.k8s.io/v1 only (banlieue.runtime.recorder), no core/v1 Events.
+and the Lease. Events are core/v1 only (banlieue.runtime.recorder says why), no events.k8s.io.
 The controller role reads no Secret: user data is passed to the VSphereMachine by
 reference and read by the provider. Lease rights: ``create`` cannot be narrowed by name (RBAC
 has no name at create time), ``get``/``update`` are narrowed to the role's own Lease
@@ -41,7 +41,6 @@ CAPI_FULL = ("create", "delete", "get", "list", "patch", "update", "watch")
 CAPI_STATUS = ("get", "patch", "update")
 CORE = ""
 COORD = "coordination.k8s.io"
-EVENTS = "events.k8s.io"
 CAPI = "cluster.x-k8s.io"
 B = core.GROUP
 INFRA = infrastructure.GROUP
@@ -84,8 +83,8 @@ class Role:
         """The role's rules plus events and its own leader-election Lease."""
         return (
             *self.rules,
-            # Recorder: create, and patch of a repeated Event's series count (events.k8s.io/v1).
-            Rule((EVENTS,), ("events",), ("create", "patch")),
+            # Recorder: create, and patch of a repeated Event's count and lastTimestamp (core/v1).
+            Rule((CORE,), ("events",), ("create", "patch")),
             Rule((COORD,), ("leases",), ("create",)),
             Rule((COORD,), ("leases",), ("get", "update"), (self.lease,)),
         )

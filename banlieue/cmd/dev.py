@@ -14,14 +14,22 @@ Stages, one progress line each (``[1/7] starting API server double ... ok (0.4 s
 4. ``banlieue manager --leader-elect`` with that kubeconfig, log ``manager.log``, metrics and
    probes on 127.0.0.1 (the configured port when free, else a free one), until ``/readyz`` is 200;
 5. ``config/samples/*.yaml`` through ``kubectl apply -f -``, each Provider's endpoint and CA
-   rewritten (in memory) to its vcsim's URL and CA certificate;
+   rewritten (in memory) to its vcsim's URL and CA certificate; in dependency order, the
+   VirtualMachines last, once every Provider and VMImage is Ready (no transient failure);
 6. wait (at most ``READY_TIMEOUT`` seconds) until every sample VirtualMachine is Ready, printing
    the phases as they change;
 7. ``kubectl get bvm,vsm,bprov``.
 
 Then it prints how to use kubectl against it and runs until Ctrl-C/SIGTERM (``--exit-when-ready``:
-exits 0 at once). A failing stage raises StartupError naming the stage, the reason and the log;
-every child is stopped on exit (manager first, so it releases its Leases; SIGTERM, then SIGKILL).
+exits 0 at once), supervising its children (docs/dev.md): a manager that dies is started again
+with the same flags (its log kept as ``manager.log.1``, up to ``LOGS_KEPT``); a simulator that
+dies is started again on its port with the same inventory (the VMs cloned into it are gone; its
+new CA is written to the Provider's ``caBundle``); the API-server double held its objects in
+memory, so its death ends dev; so does a child that crash-loops (``RESTART_LIMIT``). Children's
+``TMPDIR`` is ``<state-dir>/tmp``, removed at exit, so nothing is left in /tmp.
+
+A failing stage raises StartupError naming the stage, the reason and the log; every child is
+stopped on exit (manager first, so it releases its Leases; SIGTERM, then SIGKILL).
 Children run in their own session (a terminal's Ctrl-C reaches only this process, which stops
 them in order) and get SIGTERM should this process die (Linux ``PR_SET_PDEATHSIG``).
 """
@@ -75,13 +83,50 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+LOGS_KEPT = 5
+"""How many earlier logs of a child are kept (``manager.log.1`` is the newest, ``.5`` the oldest)."""
+RESTART_LIMIT = 5
+"""A child that exits more than this many times within RESTART_WINDOW seconds is not restarted
+again: dev stops (a crash loop would otherwise scroll the cause away)."""
+RESTART_WINDOW = 120.0
+
+
+def rotate_log(log: Path, kept: int = LOGS_KEPT) -> Path | None:
+    """Move ``log`` to ``log.1`` (``log.1`` to ``log.2`` ... dropping ``log.<kept>``); returns the
+    path the old log now has, or None when there was no log (or it was empty)."""
+    if not log.is_file() or log.stat().st_size == 0:
+        return None
+    for n in range(kept - 1, 0, -1):
+        older = log.with_name(f"{log.name}.{n}")
+        if older.exists():
+            older.replace(log.with_name(f"{log.name}.{n + 1}"))
+    first = log.with_name(f"{log.name}.1")
+    log.replace(first)
+    return first
+
+
+def describe_exit(code: int) -> str:
+    """``exited with code 3`` or ``was killed by SIGKILL`` for a Popen return code."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
 @dataclass
 class Child:
-    """A started child process, its log file and (for the API double) its stdout pipe."""
+    """A started child process: how to start it again, its log and (for the API double) its
+    stdout pipe. ``restartable`` children are restarted by :meth:`Children.restart` when they die
+    once dev is ready; the others end dev. ``exits`` holds the monotonic times of its deaths."""
 
     name: str
     process: subprocess.Popen[bytes]
     log: Path
+    argv: list[str]
+    cwd: Path | None = None
+    restartable: bool = False
+    started: float = field(default_factory=time.monotonic)
+    exits: list[float] = field(default_factory=list)
 
     def tail(self, lines: int = 15) -> str:
         """The last ``lines`` lines of the log, for error messages."""
@@ -94,29 +139,54 @@ class Child:
 
 @dataclass
 class Children:
-    """Every child started so far; :meth:`stop_all` stops them in reverse order."""
+    """Every child started so far; :meth:`stop_all` stops them in reverse order. Every child gets
+    ``env`` (dev sets ``TMPDIR`` to a directory of the state dir: a killed simulator leaves its
+    temporary datastore directories there, not in /tmp)."""
 
     started: list[Child] = field(default_factory=list)
+    env: dict[str, str] | None = None
 
     def start(self, name: str, argv: list[str], log: Path, *, stdout_pipe: bool = False,
-              cwd: Path | None = None) -> Child:
-        """Start ``argv`` with stderr (and stdout unless piped) appended to ``log``."""
+              cwd: Path | None = None, restartable: bool = False) -> Child:
+        """Start ``argv`` with stderr (and stdout unless piped) written to ``log``; an earlier
+        ``log`` (a previous run's) is kept as ``log.1`` (:func:`rotate_log`)."""
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("wb") as sink:
-            process = subprocess.Popen(
-                argv, stdout=subprocess.PIPE if stdout_pipe else sink, stderr=sink, stdin=subprocess.DEVNULL,
-                cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent,
-            )
-        child = Child(name, process, log)
+        rotate_log(log)
+        child = Child(name, self._popen(argv, log, stdout_pipe, cwd), log, list(argv), cwd, restartable)
         self.started.append(child)
         return child
+
+    def _popen(self, argv: list[str], log: Path, stdout_pipe: bool, cwd: Path | None) -> subprocess.Popen[bytes]:
+        with log.open("wb") as sink:
+            return subprocess.Popen(
+                argv, stdout=subprocess.PIPE if stdout_pipe else sink, stderr=sink, stdin=subprocess.DEVNULL,
+                cwd=cwd, env=self.env, start_new_session=True, preexec_fn=_die_with_parent,
+            )
 
     def check(self) -> None:
         """Raise StartupError when a child has exited."""
         for child in self.started:
             code = child.process.poll()
             if code is not None:
-                raise StartupError(f"{child.name} exited with code {code} (log {child.log}): {child.tail(5)}")
+                raise StartupError(f"{child.name} {describe_exit(code)} (log {child.log}): {child.tail(5)}")
+
+    def exited(self) -> list[Child]:
+        """The children that have exited, restartable or not (they stay in :attr:`started`)."""
+        return [c for c in self.started if c.process.poll() is not None]
+
+    def restart(self, child: Child) -> Path | None:
+        """Start ``child.argv`` again (same cwd, environment and log path; the old log moves to ``.1``).
+        Returns where the old log went. Raises StartupError when the child has died more than
+        RESTART_LIMIT times within RESTART_WINDOW seconds."""
+        now = time.monotonic()
+        child.exits = [t for t in child.exits if now - t < RESTART_WINDOW] + [now]
+        if len(child.exits) > RESTART_LIMIT:
+            raise StartupError(f"{child.name} exited {len(child.exits)} times within {RESTART_WINDOW:g} s; "
+                               f"not restarting it (log {child.log}): {child.tail(5)}")
+        kept = rotate_log(child.log)
+        child.process = self._popen(child.argv, child.log, False, child.cwd)
+        child.started = now
+        return kept
 
     def stop_all(self) -> None:
         """SIGTERM each child (newest first), wait up to STOP_TIMEOUT s, then SIGKILL."""
@@ -252,7 +322,26 @@ def sample_documents(directory: Path) -> list[dict[str, Any]]:
 
 def is_provider(doc: dict[str, Any]) -> bool:
     """True for a ``banlieue.io`` Provider document."""
-    return doc.get("kind") == "Provider" and str(doc.get("apiVersion", "")).startswith("banlieue.io/")
+    return is_banlieue(doc, "Provider")
+
+
+APPLY_ORDER = ("Namespace", "Secret", "ConfigMap", "Provider", "VMClass", "VMImage")
+"""Kinds applied first, in this order (what the others refer to); VirtualMachines last."""
+WAITED = {"Provider": ("providers", True), "VMImage": ("vmimages", False)}
+"""The kinds stage 5 waits for (Ready) before it applies the VirtualMachines: (plural, namespaced)."""
+
+
+def is_banlieue(doc: dict[str, Any], kind: str) -> bool:
+    """True for a ``banlieue.io`` document of ``kind``."""
+    return doc.get("kind") == kind and str(doc.get("apiVersion", "")).startswith("banlieue.io/")
+
+
+def apply_rank(doc: dict[str, Any]) -> int:
+    """Sort key of a sample document: :data:`APPLY_ORDER`, then the rest, VirtualMachines last."""
+    kind = str(doc.get("kind", ""))
+    if kind in APPLY_ORDER:
+        return APPLY_ORDER.index(kind)
+    return len(APPLY_ORDER) + (1 if is_banlieue(doc, "VirtualMachine") else 0)
 
 
 def point_providers_at(docs: list[dict[str, Any]], endpoints: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
@@ -286,6 +375,7 @@ class DevEnv:
     api_url: str = ""
     kubeconfig: Path = Path()
     vcsims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    vcsim_children: dict[str, Child] = field(default_factory=dict)
     metrics_url: str = ""
     probes_url: str = ""
     vm_names: list[str] = field(default_factory=list)
@@ -325,6 +415,12 @@ class DevEnv:
             raise StartupError(f"unexpected first line {line!r} (log {child.log})")
         self.api_url = line
 
+    def vcsim_argv(self, binary: Path, workdir: Path, port: int, index: int) -> list[str]:
+        """The simulator command line of the ``index``-th Provider (``port`` 0: a free one)."""
+        return [str(binary), f"--listen=127.0.0.1:{port}", f"--info-file={workdir / 'info.json'}", *VCSIM_FLAGS,
+                "--tls=true", f"--tls-dir={workdir / 'tls'}", f"--guest-ip={GUEST_IP_RANGES[index % len(GUEST_IP_RANGES)]}",
+                *self.args.vcsim_args]
+
     def start_vcsims(self, providers: list[str]) -> None:
         binary = find_vcsim()
         pending: dict[str, tuple[Child, Path]] = {}
@@ -333,21 +429,91 @@ class DevEnv:
             shutil.rmtree(workdir, ignore_errors=True)
             workdir.mkdir(parents=True)
             port = self.args.vcsim_port + index if self.args.vcsim_port else 0
-            info = workdir / "info.json"
-            argv = [str(binary), f"--listen=127.0.0.1:{port}", f"--info-file={info}", *VCSIM_FLAGS,
-                    "--tls=true", f"--tls-dir={workdir / 'tls'}", f"--guest-ip={GUEST_IP_RANGES[index % len(GUEST_IP_RANGES)]}",
-                    *self.args.vcsim_args]
-            pending[provider] = (self.children.start(f"vcsim {provider}", argv, workdir / "vcsim.log", cwd=workdir), info)
+            argv = self.vcsim_argv(binary, workdir, port, index)
+            child = self.children.start(f"vcsim {provider}", argv, workdir / "vcsim.log", cwd=workdir, restartable=True)
+            pending[provider] = (child, workdir / "info.json")
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while pending:
             for provider, (child, info) in list(pending.items()):
                 with contextlib.suppress(OSError, ValueError):
                     self.vcsims[provider] = json.loads(info.read_text(encoding="utf-8"))
                     del pending[provider]
+                    # A restart listens on the same port: the Provider's endpoint stays right.
+                    index = providers.index(provider)
+                    child.argv = self.vcsim_argv(binary, info.parent, int(self.vcsims[provider]["port"]), index)
+                    self.vcsim_children[provider] = child
                     continue
                 if child.process.poll() is not None or time.monotonic() > deadline:
                     raise StartupError(f"{child.name} did not start (log {child.log}): {child.tail(5)}")
             time.sleep(0.05)
+
+    # --- supervision (once ready) -----------------------------------------------------------
+
+    def supervise(self) -> None:
+        """Restart every child that has died: the manager (its log kept as ``manager.log.1``)
+        and the simulators (same port, same inventory, a fresh CA written to the Provider).
+
+        Raises StartupError when the API server double died (its objects were in memory: there
+        is nothing to restart it with) or a child crash-loops (:meth:`Children.restart`).
+        """
+        for child in self.children.exited():
+            code = child.process.returncode
+            uptime = time.monotonic() - child.started
+            if not child.restartable:
+                raise StartupError(f"{child.name} {describe_exit(code)} (log {child.log}): {child.tail(5)}; "
+                                   "its objects were in memory, so dev stops")
+            provider = next((p for p, c in self.vcsim_children.items() if c is child), None)
+            if provider is None:
+                self._restart_manager(child, f"{child.name} {describe_exit(code)} after {uptime:.0f} s")
+            else:
+                self._restart_vcsim(provider, child, f"{child.name} {describe_exit(code)} after {uptime:.0f} s")
+
+    def _say(self, text: str) -> None:
+        self.progress.out.write(text + "\n")
+        self.progress.out.flush()
+
+    def _restart_manager(self, child: Child, what: str) -> None:
+        kept = self.children.restart(child)
+        self._say(f"{what}; restarting it" + (f" (its log so far: {kept})" if kept else ""))
+        started = time.monotonic()
+        deadline = started + STARTUP_TIMEOUT
+        while http_get(self.probes_url + "/readyz", timeout=2.0)[0] != 200:
+            if child.process.poll() is not None:
+                return  # the next supervise() call restarts it again (or gives up)
+            if time.monotonic() > deadline:
+                raise StartupError(f"restarted {child.name}: /readyz not ready within {STARTUP_TIMEOUT:g} s (log {child.log})")
+            time.sleep(0.2)
+        self._say(f"{child.name} is ready again ({time.monotonic() - started:.1f} s); it takes over its Leases "
+                  "once the dead process's expire (about 15 s)")
+
+    def _restart_vcsim(self, provider: str, child: Child, what: str) -> None:
+        old = self.vcsims[provider]
+        old_ca = Path(old["ca_file"]).read_text(encoding="utf-8")  # the restart overwrites the file
+        info = self.state / f"vcsim-{provider}" / "info.json"
+        info.unlink(missing_ok=True)
+        kept = self.children.restart(child)
+        self._say(f"{what}; restarting it on {old['url']} with the same inventory"
+                  + (f" (its log so far: {kept})" if kept else "")
+                  + ". VMs cloned into it are gone: banlieue reports them VMNotFound (see docs/dev.md)")
+        started = time.monotonic()
+        deadline = started + STARTUP_TIMEOUT
+        while not info.is_file():
+            if child.process.poll() is not None:
+                return
+            if time.monotonic() > deadline:
+                raise StartupError(f"restarted {child.name} did not start within {STARTUP_TIMEOUT:g} s (log {child.log})")
+            time.sleep(0.05)
+        new = json.loads(info.read_text(encoding="utf-8"))
+        self.vcsims[provider] = new
+        note = ""
+        ca_pem = Path(new["ca_file"]).read_text(encoding="utf-8")
+        if ca_pem != old_ca:
+            # The simulator made a new CA: trust it as the Provider's caBundle, as an operator
+            # would after a vCenter's certificate changes.
+            patch = {"spec": {"connection": {"caBundle": {"inline": ca_pem}}}}
+            self.run_kubectl("patch", "provider.banlieue.io", provider, "--type=merge", "-p", json.dumps(patch))
+            note = f"; its new CA is now Provider {provider}'s caBundle"
+        self._say(f"{child.name} is serving again on {new['url']} ({time.monotonic() - started:.1f} s){note}")
 
     def install_crds(self) -> int:
         self.kubeconfig = write_kubeconfig(self.state / "kubeconfig", self.api_url)
@@ -380,7 +546,7 @@ class DevEnv:
         ]
         if options.watch_filter:
             argv += ["--watch-filter", options.watch_filter]
-        child = self.children.start("banlieue manager", argv, self.state / "manager.log")
+        child = self.children.start("banlieue manager", argv, self.state / "manager.log", restartable=True)
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while http_get(self.probes_url + "/readyz", timeout=2.0)[0] != 200:
             self.children.check()
@@ -389,15 +555,40 @@ class DevEnv:
             time.sleep(0.2)
 
     def apply_samples(self) -> int:
+        """Apply the samples in two steps so that start-up shows no transient failure: first
+        everything but the VirtualMachines (Secrets, Providers, classes, images, in dependency
+        order: :data:`APPLY_ORDER`), then, once every Provider and VMImage is Ready, the
+        VirtualMachines (applied together, a VM could be scheduled before its class exists or
+        its image is resolved: ``VMClass "small" not found``, phase ``Failed`` for a moment)."""
         docs = sample_documents(config_dir("samples"))
         endpoints = {name: (vc["url"], Path(vc["ca_file"]).read_text(encoding="utf-8")) for name, vc in self.vcsims.items()}
-        docs = point_providers_at(docs, endpoints)
-        self.vm_names = sorted(
-            str(d["metadata"]["name"]) for d in docs
-            if d.get("kind") == "VirtualMachine" and str(d.get("apiVersion", "")).startswith("banlieue.io/")
-        )
-        self.run_kubectl("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(docs, sort_keys=False))
+        docs = sorted(point_providers_at(docs, endpoints), key=apply_rank)
+        vms = [d for d in docs if is_banlieue(d, "VirtualMachine")]
+        self.vm_names = sorted(str(d["metadata"]["name"]) for d in vms)
+        first = [d for d in docs if not is_banlieue(d, "VirtualMachine")]
+        self.run_kubectl("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(first, sort_keys=False))
+        waited = [self._path(d) for d in first if any(is_banlieue(d, kind) for kind in WAITED)]
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not_ready := ["/".join(path.rsplit("/", 2)[1:]) for path in waited if not self._ready(path)]:
+            self.children.check()
+            if time.monotonic() > deadline:
+                raise StartupError(f"not Ready within {READY_TIMEOUT:g} s: {', '.join(not_ready)} "
+                                   f"(log {self.state / 'manager.log'})")
+            time.sleep(0.2)
+        if vms:
+            self.run_kubectl("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(vms, sort_keys=False))
         return len(docs)
+
+    @staticmethod
+    def _path(doc: dict[str, Any]) -> str:
+        plural, namespaced = WAITED[str(doc["kind"])]
+        scope = f"namespaces/{doc['metadata'].get('namespace') or 'default'}/" if namespaced else ""
+        return f"/apis/banlieue.io/v1alpha1/{scope}{plural}/{doc['metadata']['name']}"
+
+    def _ready(self, path: str) -> bool:
+        """True when the object at ``path`` has condition Ready True."""
+        status, body = http_get(self.api_url + path)
+        return status == 200 and _ready_reason(json.loads(body)).startswith("Ready=True")
 
     def virtual_machines(self) -> dict[str, dict[str, Any]]:
         status, body = http_get(self.api_url + VM_PATH)
@@ -464,6 +655,12 @@ def main(args: DevOptions, out: IO[str] | None = None) -> int:
 
 def _run(args: DevOptions, out: IO[str], started: float) -> int:
     env = DevEnv(args, Progress(out))
+    # Children's temporary files (the simulators' datastore directories; a killed simulator
+    # cannot remove its own) go to <state>/tmp, removed when dev stops: nothing is left in /tmp.
+    tmp = env.state / "tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    env.children.env = {**os.environ, "TMPDIR": str(tmp)}
     previous = signal.signal(signal.SIGTERM, _interrupt)
     # Ctrl-C stops dev even when it was started with SIGINT ignored (a background job of a
     # non-interactive shell inherits SIG_IGN); Python only installs its handler when it is not.
@@ -498,7 +695,7 @@ def _run(args: DevOptions, out: IO[str], started: float) -> int:
             return 0
         _print_usage(env, out, time.monotonic() - started)
         while True:
-            env.children.check()
+            env.supervise()
             time.sleep(1.0)
     except KeyboardInterrupt:
         out.write("\nstopping ...\n")
@@ -509,6 +706,7 @@ def _run(args: DevOptions, out: IO[str], started: float) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abandon the children
         try:
             env.children.stop_all()
+            shutil.rmtree(tmp, ignore_errors=True)
             if stopping:
                 out.write("stopped: every child process has exited\n")
             elif ready and args.exit_when_ready:

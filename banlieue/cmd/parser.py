@@ -8,6 +8,7 @@ Subcommands::
     banlieue crdgen --out DIR
     banlieue crddoc [--out FILE]
     banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--vcsim-port N] [--vcsim-arg=-FLAG=V]... ...
+    banlieue dev vms [--state-dir DIR] [--vcenter NAME] [--output text|json]
     banlieue --version
 
 Every flag value arrives as a string and is validated by :mod:`banlieue.options`, so a bad flag
@@ -126,7 +127,17 @@ class DevCommand:
     dev: DevOptions
 
 
-Command = RoleCommand | CrdgenCommand | CrddocCommand | DevCommand
+@dataclass(frozen=True)
+class DevVmsCommand:
+    """``banlieue dev vms``: list the VMs of the simulators of the dev environment in ``state_dir``
+    (all of them, or the one of Provider ``vcenter``), as ``output`` (``text`` or ``json``)."""
+
+    state_dir: Path
+    vcenter: str | None = None
+    output: str = "text"
+
+
+Command = RoleCommand | CrdgenCommand | CrddocCommand | DevCommand | DevVmsCommand
 
 
 class _Parser(argparse.ArgumentParser):
@@ -185,6 +196,13 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--vcsim-arg", action="append", default=[], metavar="-FLAG=VALUE", dest="vcsim_args",
                      help="pass a flag to every simulator (bin/vcsim -h lists them); repeatable; write it "
                           "with '=' as the value starts with a dash: --vcsim-arg=-method-delay=CloneVM_Task=5000")
+    dev_sub = dev.add_subparsers(dest="dev_command", required=False, metavar="SUBCOMMAND")
+    vms = dev_sub.add_parser("vms", help="list the VMs of the running dev environment's simulators (pyVmomi)")
+    # Its own dest: a sub-parser's defaults would overwrite `banlieue dev --state-dir X vms`.
+    vms.add_argument("--state-dir", dest="vms_state_dir", default=None, metavar="DIR",
+                     help="the dev environment's state directory (default: banlieue dev's, .banlieue)")
+    vms.add_argument("--vcenter", default=None, metavar="NAME", help="only the simulator of this Provider")
+    vms.add_argument("--output", "-o", default="text", choices=("text", "json"), help="text (default) or json")
     return parser
 
 
@@ -210,6 +228,9 @@ def parse_command(
         return CrdgenCommand(out=args.out, rbac_out=args.rbac_out, admission_out=args.admission_out)
     if args.command == "crddoc":
         return CrddocCommand(out=args.out)
+    if args.command == "dev" and args.dev_command == "vms":
+        state = args.vms_state_dir or resolve(DEV_FLAGS[1], args.state_dir, env)
+        return DevVmsCommand(Path(state), args.vcenter, args.output)
     if args.command == "dev":
         values = _resolve_all(DEV_FLAGS + DEV_MANAGER_FLAGS, args, env)
         dev_keys = {spec.dest for spec in DEV_FLAGS}

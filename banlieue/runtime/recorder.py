@@ -1,10 +1,20 @@
-"""Kubernetes Events for objects, posted as ``events.k8s.io/v1`` (client-go ``tools/events``).
+"""Kubernetes Events for objects, posted as core ``v1`` Events (as controller-runtime's recorder,
+client-go ``tools/record``, posts them for CAPI and its providers).
+
+Why core/v1 and not ``events.k8s.io/v1``: kube-apiserver refuses ``deprecatedFirstTimestamp``,
+``deprecatedLastTimestamp``, ``deprecatedCount`` and ``deprecatedSource`` on an
+``events.k8s.io/v1`` create ("needs to be unset"), so such an Event has no ``lastTimestamp`` and
+``kubectl get events --sort-by=.lastTimestamp`` shows nothing for it (issue 24). A core Event
+carries ``firstTimestamp``, ``lastTimestamp``, ``count`` and ``source`` for that command, and
+``eventTime``, ``action``, ``reportingComponent``/``reportingInstance`` for ``kubectl events``
+and readers of ``events.k8s.io/v1`` (the API server converts: ``reportingController``, ``note``,
+``regarding``...).
 
 ``event()`` never blocks and never raises: it queues (bounded; on overflow the event is dropped
-with a log line) and a background loop posts. Repeats of the same regarding + reason + note
-(+ type) within 10 minutes are folded into the existing Event's ``series``
-(``count``, ``lastObservedTime``) by a merge patch instead of a new object (client-go
-``events.EventSeries``; the first repeat sets count 2).
+with a log line) and a background loop posts. Repeats of the same object + reason + message
+(+ type) within 10 minutes are folded into the existing Event (``count`` + 1, ``lastTimestamp``)
+by a merge patch instead of a new object (client-go ``record`` aggregation; the first repeat sets
+count 2).
 """
 
 from __future__ import annotations
@@ -22,15 +32,20 @@ import structlog
 
 from banlieue.runtime.client import Client
 from banlieue.runtime.errors import ApiError, NotFound
-from banlieue.runtime.kinds import EVENT
+from banlieue.runtime.kinds import CORE_EVENT
 
 log = structlog.get_logger("banlieue.runtime.recorder")
 SERIES_WINDOW = 600.0  # seconds: client-go events' isomorphic-event window
-NOTE_MAX = 1024  # events.k8s.io/v1 validation: note at most 1 kB
+NOTE_MAX = 1024  # kube-apiserver validation of an Event with eventTime: message at most 1 kB
 
 
 def _micro_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _time(ts: float) -> str:
+    """metav1.Time: RFC 3339, whole seconds."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(slots=True)
@@ -91,21 +106,23 @@ class EventRecorder:
         if series is not None and ts - series.last_seen < SERIES_WINDOW:
             series.count += 1
             series.last_seen = ts
-            patch = {"series": {"count": series.count, "lastObservedTime": _micro_time(ts)}}
+            patch = {"count": series.count, "lastTimestamp": _time(ts)}
             try:
-                await self.client.patch(EVENT, series.name, series.namespace, patch)
+                await self.client.patch(CORE_EVENT, series.name, series.namespace, patch)
                 return
             except NotFound:
                 pass  # the Event expired (TTL) or was deleted: start a new one
         name = f"{regarding['name']}.{uuid.uuid4().hex[:16]}"
         body = {
-            "apiVersion": EVENT.api_version, "kind": EVENT.kind,
+            "apiVersion": CORE_EVENT.api_version, "kind": CORE_EVENT.kind,
             "metadata": {"name": name, "namespace": namespace},
-            "eventTime": _micro_time(ts), "reportingController": self.component,
-            "reportingInstance": self.instance, "action": action, "reason": reason, "note": note,
-            "type": type_, "regarding": {k: v for k, v in regarding.items() if v},
+            "involvedObject": {k: v for k, v in regarding.items() if v},
+            "reason": reason, "message": note, "type": type_, "action": action,
+            "source": {"component": self.component, "host": self.instance},
+            "firstTimestamp": _time(ts), "lastTimestamp": _time(ts), "count": 1,
+            "eventTime": _micro_time(ts), "reportingComponent": self.component, "reportingInstance": self.instance,
         }
-        await self.client.create(EVENT, body)
+        await self.client.create(CORE_EVENT, body)
         self._series[key] = _Series(name, namespace, 1, ts)
         if len(self._series) > 4096:  # bound memory: forget series older than the window
             cutoff = ts - SERIES_WINDOW

@@ -146,11 +146,11 @@ def test_vcenter_back_is_used_at_once_and_retries_back_off(chaos_env: ChaosEnv) 
     pending = env.not_ready(names)
     assert not pending, f"{len(pending)} VMs not Ready {AFTER:g} s after vCenter came back: {pending}"
     # Events on transitions only: a machine's failing retries post no Event each (with the
-    # series count of repeats, since the recorder folds identical ones into one object).
+    # count of repeats, since the recorder folds identical ones into one object).
     posted: dict[str, int] = {}
     for ev in env.items(f"/apis/events.k8s.io/v1/namespaces/{NS}/events"):
         regarding = ev.get("regarding") or {}
         if regarding.get("kind") == "VSphereMachine" and ev.get("reason") in ("Cloning", "ConnectFailed", "CloneFailed"):
-            count = int((ev.get("series") or {}).get("count") or 1)
+            count = int(ev.get("deprecatedCount") or 1)  # core/v1 count, as events.k8s.io/v1 shows it
             posted[regarding["name"]] = posted.get(regarding["name"], 0) + count
     assert max(posted.values(), default=0) <= MAX_EVENTS, f"failure Events per VSphereMachine: {posted}"

@@ -109,18 +109,19 @@ async def test_requests_and_sessions_are_exported_as_prometheus_metrics(
 ) -> None:
     from prometheus_client import REGISTRY
 
-    label = backend.sessions.endpoint_for(conn).label
+    label = conn.provider  # namespace/name: the Provider, not the endpoint (issue 24)
+    assert label.count("/") == 1
     before = REGISTRY.get_sample_value(
-        "banlieue_vsphere_requests_total", {"vcenter": label, "method": "RetrievePropertiesEx", "outcome": "success"}
+        "banlieue_vsphere_requests_total", {"provider": label, "method": "RetrievePropertiesEx", "outcome": "success"}
     ) or 0.0
     await backend.inventory(conn, Capabilities())
     after = REGISTRY.get_sample_value(
-        "banlieue_vsphere_requests_total", {"vcenter": label, "method": "RetrievePropertiesEx", "outcome": "success"}
+        "banlieue_vsphere_requests_total", {"provider": label, "method": "RetrievePropertiesEx", "outcome": "success"}
     )
     assert after == before + 1
-    assert (REGISTRY.get_sample_value("banlieue_vsphere_sessions", {"vcenter": label}) or 0) >= 1
+    assert (REGISTRY.get_sample_value("banlieue_vsphere_sessions", {"provider": label}) or 0) >= 1
     count = REGISTRY.get_sample_value(
-        "banlieue_vsphere_request_duration_seconds_count", {"vcenter": label, "method": "RetrievePropertiesEx"}
+        "banlieue_vsphere_request_duration_seconds_count", {"provider": label, "method": "RetrievePropertiesEx"}
     )
     assert count is not None and count >= 1
 

@@ -242,24 +242,24 @@ class VSphereBackend:
             hardware.extraConfig = list(hardware.extraConfig or []) + [
                 vim.option.OptionValue(key=k, value=v) for k, v in want.items()
             ]
-            await self._reconfigure(run, vm, hardware, vcenter)
+            await self._reconfigure(run, vm, hardware, conn.provider)
         else:
             if hardware is not None:
-                await self._reconfigure(run, vm, hardware, vcenter)
+                await self._reconfigure(run, vm, hardware, conn.provider)
                 props = await run(read)
             devices = [d for d in props.get("config.hardware.device") or [] if isinstance(d, vim.vm.device.VirtualEthernetCard)]
             final_macs = [str(d.macAddress).lower() for d in devices]
             extra = clone.extra_config_spec(self._guestinfo(spec, final_macs), props)
             if extra is not None:
-                await self._reconfigure(run, vm, extra, vcenter)
+                await self._reconfigure(run, vm, extra, conn.provider)
 
     def _guestinfo(self, spec: VMSpec, macs: list[str]) -> dict[str, str]:
         pairs = list(zip(spec.nics, macs, strict=False))
         return guestinfo.guestinfo(spec.uid, spec.hostname or spec.name, pairs, spec.user_data)
 
-    async def _reconfigure(self, run: Runner, vm: Any, cfg: Any, vcenter: str) -> None:
+    async def _reconfigure(self, run: Runner, vm: Any, cfg: Any, provider: str) -> None:
         task = await run(lambda s: vm.ReconfigVM_Task(spec=cfg))
-        await wait_task(run, task, "reconfigure", self.task_timeout, vcenter)
+        await wait_task(run, task, "reconfigure", self.task_timeout, provider)
 
     async def _clone(self, conn: Connection, spec: VMSpec) -> tuple[Any, Any, str]:
         run = self._runner(conn)
@@ -295,7 +295,7 @@ class VSphereBackend:
         except NotFound:
             self._templates.pop(key, None)  # the cached template was removed or replaced
             raise
-        vm = await wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, vcenter)
+        vm = await wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider)
         self._vm_index(conn).put(spec.uid, vm)
         log.info("vsphere vm cloned", vcenter=vcenter, vm=spec.name, clone_mode=plan.mode)
         return vm, plan.mode, plan.message
@@ -309,7 +309,6 @@ class VSphereBackend:
         soft_timeout: float = 300.0,
     ) -> VMInfo:
         run = self._runner(conn)
-        vcenter = self.sessions.endpoint_for(conn).label
         fresh = self._fresh.pop(uid, None)
         # create_vm read this VM moments ago in this process (the usual create-then-power-on of
         # one reconcile): no second read. A stale power state fails the call or its task
@@ -325,7 +324,8 @@ class VSphereBackend:
         if before.power_state == state:
             return before
         try:
-            await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, vcenter, before.power_state)
+            await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, conn.provider,
+                                  before.power_state)
         except BackendError as exc:
             if not use_fresh or (exc.reason != "InvalidPowerState" and not isinstance(exc, TaskFailed)):
                 raise
@@ -350,13 +350,13 @@ class VSphereBackend:
         vcenter = self.sessions.endpoint_for(conn).label
         if info.power_state != "PoweredOff":
             await power.set_power(
-                run, vm, "PoweredOff", off_mode, soft_timeout, self.task_timeout, vcenter, info.power_state
+                run, vm, "PoweredOff", off_mode, soft_timeout, self.task_timeout, conn.provider, info.power_state
             )
             if await power.power_state(run, vm) != "PoweredOff":
                 raise Transient(f"guest {info.name} has not shut down within {soft_timeout:.0f} s", reason="PowerOffPending")
         try:
             task = await run(lambda s: vm.Destroy_Task())
-            await wait_task(run, task, f"destroy {info.name}", self.task_timeout, vcenter)
+            await wait_task(run, task, f"destroy {info.name}", self.task_timeout, conn.provider)
         except NotFound:
             pass  # already gone: success
         except BackendError as exc:

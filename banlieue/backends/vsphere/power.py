@@ -64,10 +64,11 @@ async def set_power(
     off_mode: PowerOffMode,
     soft_timeout: float,
     task_timeout: float,
-    vcenter: str,
+    provider: str,
     have: PowerState | None = None,
 ) -> None:
     """Drive ``vm`` towards ``want``; returns when done (or when a soft power-off timed out).
+    ``provider`` (``namespace/name``) labels the tasks-in-flight gauge.
     ``have`` is the power state just read, if the caller has it (saves one request)."""
     if have is None:
         have = await power_state(run, vm)
@@ -76,7 +77,7 @@ async def set_power(
 
     async def task(method: str, what: str) -> None:
         t = await run(lambda s: getattr(vm, method)())
-        await wait_task(run, t, what, task_timeout, vcenter)
+        await wait_task(run, t, what, task_timeout, provider)
 
     if want == "PoweredOn":
         await task("PowerOnVM_Task", "power on")

@@ -110,8 +110,9 @@ class Endpoint:
         self._on_down = on_down
         self._notified_at = float("-inf")
 
-    def record(self, method: str, outcome: str, seconds: float) -> None:
-        """Count one round trip (``outcome``: success, fault or error) and track reachability."""
+    def record(self, method: str, outcome: str, seconds: float, provider: str) -> None:
+        """Count one round trip (``outcome``: success, fault or error) of ``provider``'s session
+        (``namespace/name``, the metrics' label) and track the endpoint's reachability."""
         back = down = False
         with self._lock:
             self.soap_requests += 1
@@ -123,8 +124,8 @@ class Endpoint:
                 self.down = False
                 self._notified_at = time.monotonic()
                 back = True
-        metrics.REQUESTS.labels(self.label, method, outcome).inc()
-        metrics.REQUEST_DURATION.labels(self.label, method).observe(seconds)
+        metrics.REQUESTS.labels(provider, method, outcome).inc()
+        metrics.REQUEST_DURATION.labels(provider, method).observe(seconds)
         if back and self._on_back is not None:
             log.info("vcenter reachable again", vcenter=self.label)
             self._on_back(self.label)
@@ -132,8 +133,8 @@ class Endpoint:
             log.info("vcenter not answering", vcenter=self.label, method=method)
             self._on_down(self.label)
 
-    def instrument(self, stub: Any) -> None:
-        """Wrap ``stub.InvokeMethod`` so every SOAP round trip is counted and timed."""
+    def instrument(self, stub: Any, provider: str) -> None:
+        """Wrap ``stub.InvokeMethod`` so every SOAP round trip is counted and timed for ``provider``."""
         original = stub.InvokeMethod
 
         @functools.wraps(original)
@@ -149,7 +150,7 @@ class Endpoint:
                     outcome = "fault"
                 raise
             finally:
-                self.record(info.wsdlName, outcome, time.monotonic() - start)
+                self.record(info.wsdlName, outcome, time.monotonic() - start, provider)
 
         stub.InvokeMethod = invoke
 
@@ -186,17 +187,17 @@ class Session:
         except Exception as exc:
             # A fault (InvalidLogin...) is an answer: the vCenter is reachable.
             outcome = "fault" if isinstance(exc, vmodl.MethodFault) else "error"
-            self.endpoint.record("Login", outcome, time.monotonic() - start)
+            self.endpoint.record("Login", outcome, time.monotonic() - start, self.conn.provider)
             raise map_exception(exc) from exc
         # Version negotiation, RetrieveServiceContent and Login are 3 SOAP/HTTP round trips.
-        self.endpoint.record("Login", "success", time.monotonic() - start)
+        self.endpoint.record("Login", "success", time.monotonic() - start, self.conn.provider)
         stub = si._stub
         stub.poolSize = max(stub.poolSize, self.endpoint.max_workers)
-        self.endpoint.instrument(stub)
+        self.endpoint.instrument(stub, self.conn.provider)
         self.si, self.stub = si, stub
         self.content = si.RetrieveContent()
         self.generation += 1
-        metrics.SESSIONS.labels(self.endpoint.label).inc()
+        metrics.SESSIONS.labels(self.conn.provider).inc()
         log.info("vsphere session opened", vcenter=self.endpoint.label, provider=self.conn.provider)
 
     def relogin(self, seen_generation: int) -> None:
@@ -236,7 +237,7 @@ class Session:
             log.debug("vsphere logout failed", vcenter=self.endpoint.label, error=type(exc).__name__)
         finally:
             self.si = None
-            metrics.SESSIONS.labels(self.endpoint.label).dec()
+            metrics.SESSIONS.labels(self.conn.provider).dec()
 
 
 class SessionPool:

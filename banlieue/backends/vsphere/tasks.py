@@ -40,9 +40,10 @@ def _task_info(task: Any) -> Callable[[Session], ObjectProps]:
     return read
 
 
-async def wait_task(run: Runner, task: Any, what: str, timeout: float, vcenter: str) -> Any:
-    """Wait for ``task``; return ``info.result``. Raises TaskFailed (fault message) or on timeout."""
-    gauge = metrics.TASKS_IN_FLIGHT.labels(vcenter)
+async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider: str) -> Any:
+    """Wait for ``task``; return ``info.result``. Raises TaskFailed (fault message) or on timeout.
+    ``provider`` (``namespace/name``) labels the tasks-in-flight gauge."""
+    gauge = metrics.TASKS_IN_FLIGHT.labels(provider)
     gauge.inc()
     try:
         deadline = time.monotonic() + timeout

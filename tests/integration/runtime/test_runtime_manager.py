@@ -19,7 +19,7 @@ from banlieue.runtime.client import Client
 from banlieue.runtime.config import config_for_url
 from banlieue.runtime.health import HealthServer
 from banlieue.runtime.informer_factory import InformerFactory
-from banlieue.runtime.kinds import CONFIG_MAP, EVENT, LEASE, ResourceKind
+from banlieue.runtime.kinds import CONFIG_MAP, CORE_EVENT, EVENT, LEASE, ResourceKind
 from banlieue.runtime.manager import LeaderElectionLost, Manager
 from banlieue.runtime.reconcile import Request, Result
 from banlieue.runtime.recorder import EventRecorder
@@ -97,7 +97,7 @@ async def test_manager_syncs_elects_runs_and_shuts_down(apiserver: Any, client: 
     assert lease["spec"]["holderIdentity"] == ""  # released on shutdown
 
 
-async def test_event_recorder_posts_and_folds_repeats_into_a_series(client: Client, namespace: str) -> None:
+async def test_event_recorder_posts_and_folds_repeats_into_one_event(client: Client, namespace: str) -> None:
     recorder = EventRecorder(client, "banlieue.io/test", instance="test-1")
     task = asyncio.create_task(recorder.start())
     regarding = await client.create(CONFIG_MAP, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "r", "namespace": namespace}})
@@ -106,11 +106,18 @@ async def test_event_recorder_posts_and_folds_repeats_into_a_series(client: Clie
             recorder.event(regarding, "Warning", "Failed", "backend unreachable")
         recorder.event(regarding, "Normal", "Created", "created", action="Create")
         await recorder.flush()
-        events = (await client.list(EVENT, namespace))["items"]
+        events = (await client.list(CORE_EVENT, namespace))["items"]
         failed = [e for e in events if e["reason"] == "Failed"]
         assert len(failed) == 1 and len(events) == 2
-        assert failed[0]["series"]["count"] == 3
-        assert failed[0]["regarding"]["name"] == "r" and failed[0]["reportingController"] == "banlieue.io/test"
+        # What `kubectl get events --sort-by=.lastTimestamp` and `kubectl events` read.
+        assert failed[0]["count"] == 3 and failed[0]["firstTimestamp"] <= failed[0]["lastTimestamp"]
+        assert failed[0]["source"] == {"component": "banlieue.io/test", "host": "test-1"}
+        assert failed[0]["involvedObject"]["name"] == "r" and failed[0]["reportingComponent"] == "banlieue.io/test"
+        assert failed[0]["eventTime"] and failed[0]["action"] == "Failed"
+        # The same Event through events.k8s.io/v1 (the server converts).
+        new = [e for e in (await client.list(EVENT, namespace))["items"] if e["reason"] == "Failed"]
+        assert new[0]["regarding"]["name"] == "r" and new[0]["reportingController"] == "banlieue.io/test"
+        assert new[0]["deprecatedCount"] == 3
         recorder.event({"bogus": True}, "Normal", "X", "no metadata")  # never raises
         await recorder.flush()
         await eventually(lambda: recorder.posted + recorder.dropped == 5)

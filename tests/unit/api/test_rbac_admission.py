@@ -67,14 +67,14 @@ def _allowed(role: str, group: str, resource: str, verb: str, name: str | None =
         ("banlieue-provider-vsphere", "banlieue.io", "providers/status", "patch", None, True),
         ("banlieue-provider-vsphere", "banlieue.io", "vmimages/status", "patch", None, True),
         # Trimmed to what the code uses (tests/chaos/test_security.py audits the request log):
-        # no update (PUT) anywhere, no core/v1 Events, no finalizers of objects the role owns none of.
+        # no update (PUT) anywhere, no events.k8s.io Events (core/v1 only), no finalizers of objects the role owns none of.
         ("banlieue-provider-vsphere", "banlieue.io", "vmimages/status", "update", None, False),
         ("banlieue-provider-vsphere", "banlieue.io", "vmimages", "patch", None, False),
         ("banlieue-provider-vsphere", "infrastructure.banlieue.io", "vspheremachines/finalizers", "update", None, False),
         ("banlieue-provider-vsphere", "banlieue.io", "providers/finalizers", "update", None, False),
         ("banlieue-provider-vsphere", "infrastructure.banlieue.io", "vsphereclusters", "list", None, False),
         ("banlieue-provider-vsphere", "infrastructure.banlieue.io", "vspheremachines", "update", None, False),
-        ("banlieue-provider-vsphere", "", "events", "create", None, False),
+        ("banlieue-provider-vsphere", "events.k8s.io", "events", "create", None, False),
         ("banlieue-controller", "infrastructure.banlieue.io", "vsphereclusters", "patch", None, False),
         ("banlieue-controller", "infrastructure.banlieue.io", "vsphereclusters/status", "update", None, False),
         ("banlieue-controller", "banlieue.io", "virtualmachines", "update", None, False),
@@ -85,7 +85,7 @@ def _allowed(role: str, group: str, resource: str, verb: str, name: str | None =
         ("banlieue-provider-vsphere", "", "configmaps", "list", None, True),
         ("banlieue-provider-vsphere", "cluster.x-k8s.io", "machines", "get", None, True),
         ("banlieue-provider-vsphere", "cluster.x-k8s.io", "machines", "patch", None, False),
-        ("banlieue-provider-vsphere", "events.k8s.io", "events", "create", None, True),
+        ("banlieue-provider-vsphere", "", "events", "create", None, True),
         ("banlieue-capi-aggregate", "infrastructure.banlieue.io", "vspheremachines", "delete", None, True),
         ("banlieue-capi-aggregate", "infrastructure.banlieue.io", "vsphereclustertemplates", "create", None, True),
         ("banlieue-capi-aggregate", "infrastructure.banlieue.io", "vsphereclusters/status", "patch", None, True),

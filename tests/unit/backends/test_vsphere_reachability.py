@@ -13,22 +13,22 @@ def test_back_is_reported_once_after_an_error_then_an_answer(monkeypatch: pytest
     heard: list[str] = []
     ep = Endpoint("vc:443", 1, on_back=heard.append)
     try:
-        ep.record("RetrieveServiceContent", "success", 0.01)
-        ep.record("Login", "fault", 0.01)  # InvalidLogin is an answer: never down
+        ep.record("RetrieveServiceContent", "success", 0.01, "ns/p")
+        ep.record("Login", "fault", 0.01, "ns/p")  # InvalidLogin is an answer: never down
         assert heard == [] and not ep.down
-        ep.record("WaitForUpdatesEx", "error", 0.01)
-        ep.record("Login", "error", 0.01)
+        ep.record("WaitForUpdatesEx", "error", 0.01, "ns/p")
+        ep.record("Login", "error", 0.01, "ns/p")
         assert ep.down and heard == []
-        ep.record("CreatePropertyCollector", "fault", 0.01)  # NotAuthenticated after a restart: it answers
+        ep.record("CreatePropertyCollector", "fault", 0.01, "ns/p")  # NotAuthenticated after a restart: it answers
         assert heard == ["vc:443"] and not ep.down
-        ep.record("CurrentTime", "success", 0.01)
+        ep.record("CurrentTime", "success", 0.01, "ns/p")
         assert heard == ["vc:443"], "reported once per outage"
         # A flapping vCenter within RECONNECT_NOTIFY_SECONDS stays down until the window passed.
-        ep.record("CurrentTime", "error", 0.01)
-        ep.record("CurrentTime", "success", 0.01)
+        ep.record("CurrentTime", "error", 0.01, "ns/p")
+        ep.record("CurrentTime", "success", 0.01, "ns/p")
         assert heard == ["vc:443"] and ep.down
         monkeypatch.setattr(session, "RECONNECT_NOTIFY_SECONDS", 0.0)
-        ep.record("CurrentTime", "success", 0.01)
+        ep.record("CurrentTime", "success", 0.01, "ns/p")
         assert heard == ["vc:443", "vc:443"] and not ep.down
     finally:
         ep.pool.shutdown()
@@ -54,14 +54,14 @@ def test_down_is_reported_once_per_outage() -> None:
     downs: list[str] = []
     ep = Endpoint("vc:443", 1, on_down=downs.append)
     try:
-        ep.record("CurrentTime", "success", 0.01)
-        ep.record("Login", "fault", 0.01)  # an answer: never down
+        ep.record("CurrentTime", "success", 0.01, "ns/p")
+        ep.record("Login", "fault", 0.01, "ns/p")  # an answer: never down
         assert downs == []
-        ep.record("WaitForUpdatesEx", "error", 0.01)
-        ep.record("CurrentTime", "error", 0.01)  # still the same outage
+        ep.record("WaitForUpdatesEx", "error", 0.01, "ns/p")
+        ep.record("CurrentTime", "error", 0.01, "ns/p")  # still the same outage
         assert downs == ["vc:443"] and ep.down
-        ep.record("CurrentTime", "success", 0.01)  # back
-        ep.record("CurrentTime", "error", 0.01)  # a new outage
+        ep.record("CurrentTime", "success", 0.01, "ns/p")  # back
+        ep.record("CurrentTime", "error", 0.01, "ns/p")  # a new outage
         assert downs == ["vc:443", "vc:443"]
     finally:
         ep.pool.shutdown()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from banlieue.cmd.parser import CrdgenCommand, DevCommand, RoleCommand, parse_command
+from banlieue.cmd.parser import CrdgenCommand, DevCommand, DevVmsCommand, RoleCommand, parse_command
 from banlieue.options import Options, UsageError
 
 
@@ -146,6 +146,16 @@ def test_dev_defaults_and_flags() -> None:
     assert dev.options.max_concurrent_reconciles == 3
     # Passed through in order (bin/vcsim's own flag parser checks them).
     assert dev.vcsim_args == ("-method-delay=CloneVM_Task=5000,PowerOnVM_Task=10", "--autostart")
+
+
+def test_dev_vms_state_dir_from_its_flag_then_dev_s_then_the_environment() -> None:
+    assert parse_command(["dev", "vms"], {}) == DevVmsCommand(Path(".banlieue"))
+    assert parse_command(["dev", "vms", "--vcenter", "vcenter-a", "-o", "json", "--state-dir", "/s"], {}) == \
+        DevVmsCommand(Path("/s"), "vcenter-a", "json")
+    assert parse_command(["dev", "--state-dir", "/d", "vms"], {}) == DevVmsCommand(Path("/d"))
+    assert parse_command(["dev", "vms"], {"BANLIEUE_STATE_DIR": "/e"}) == DevVmsCommand(Path("/e"))
+    with pytest.raises(UsageError, match="invalid choice: 'yaml'"):
+        parse_command(["dev", "vms", "-o", "yaml"], {})
 
 
 @pytest.mark.parametrize(

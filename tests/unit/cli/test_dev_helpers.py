@@ -1,0 +1,62 @@
+"""banlieue dev's helpers for supervision and the sample apply order (issue 24); the processes
+themselves are exercised by tests/e2e/test_dev_supervision.py."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from banlieue.cmd.dev import APPLY_ORDER, Children, apply_rank, describe_exit, rotate_log, sample_documents
+from banlieue.options import StartupError
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_rotate_log_keeps_the_newest_five(tmp_path: Path) -> None:
+    log = tmp_path / "manager.log"
+    assert rotate_log(log) is None  # nothing to keep
+    log.write_text("")
+    assert rotate_log(log) is None and log.exists()  # an empty log is not worth a slot
+    for run in range(1, 8):
+        log.write_text(f"run {run}\n")
+        assert rotate_log(log) == tmp_path / "manager.log.1"
+        assert not log.exists()
+    assert [(tmp_path / f"manager.log.{n}").read_text() for n in range(1, 6)] == [
+        f"run {run}\n" for run in (7, 6, 5, 4, 3)]
+    assert not (tmp_path / "manager.log.6").exists()
+
+
+def test_describe_exit() -> None:
+    assert describe_exit(-signal.SIGKILL) == "was killed by SIGKILL"
+    assert describe_exit(3) == "exited with code 3"
+
+
+def test_samples_are_applied_in_dependency_order() -> None:
+    docs = sorted(sample_documents(REPO / "config/samples"), key=apply_rank)
+    kinds = [d["kind"] for d in docs]
+    assert kinds.index("VMClass") < kinds.index("VMImage") < kinds.index("VirtualMachine")
+    assert max(i for i, k in enumerate(kinds) if k == "Provider") < kinds.index("VMClass")
+    assert min(i for i, k in enumerate(kinds) if k == "Secret") < kinds.index("Provider")
+    assert kinds[-4:] == ["VirtualMachine"] * 4  # last, after every kind they refer to
+    assert set(APPLY_ORDER) >= {"Secret", "Provider", "VMClass", "VMImage"}
+
+
+def test_restart_keeps_the_log_and_gives_up_on_a_crash_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    children = Children()
+    log = tmp_path / "child.log"
+    child = children.start("child", [sys.executable, "-c", "print('hello')"], log, restartable=True)
+    child.process.wait(timeout=30)
+    assert children.exited() == [child]
+    assert children.restart(child) == tmp_path / "child.log.1"
+    assert (tmp_path / "child.log.1").read_text() == "hello\n"
+    child.process.wait(timeout=30)
+    assert log.read_text() == "hello\n"  # the new start writes a new log
+    monkeypatch.setattr("banlieue.cmd.dev.RESTART_LIMIT", 2)
+    children.restart(child)
+    child.process.wait(timeout=30)
+    with pytest.raises(StartupError, match="child exited 3 times within 120 s; not restarting it"):
+        children.restart(child)
+    children.stop_all()
