@@ -349,6 +349,9 @@ def _launch(env: Envtest, binaries: Path, api_port: int = 0) -> None:
         "--service-account-issuer", env.url,
         "--service-account-key-file", str(pki / "sa.pub"),
         "--service-account-signing-key-file", str(pki / "sa.key"),
+        # The apiserver would publish its address in the "kubernetes" Endpoints, which refuse a
+        # loopback IP (a logged error every 10 s); nothing here routes Service traffic anyway.
+        "--endpoint-reconciler-type", "none",
         "--authorization-mode", "Node,RBAC",
         "--enable-admission-plugins", "NodeRestriction",
         "--audit-policy-file", str(audit_policy), "--audit-log-path", str(env.audit_log),
