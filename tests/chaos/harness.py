@@ -32,7 +32,7 @@ import pytest
 
 from banlieue.cmd.dev import find_kubectl
 from banlieue.testing.apiserver.fixture import start_subprocess
-from banlieue.testing.apiservers import ApiServerUnderTest, selected, start_api_server
+from banlieue.testing.apiservers import ApiServerUnderTest, kinds, selected, start_api_server
 from banlieue.testing.stack import BanlieueProcess, condition, http, start_banlieue, wait_for
 
 from .vcenter import Guests, Vcenter
@@ -57,7 +57,10 @@ AUDIT_METHODS = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", 
                  "delete": "DELETE", "deletecollection": "DELETE"}
 """HTTP method of each audit verb (kube-apiserver's RequestInfo, reversed)."""
 
-__all__ = ["BanlieueProcess", "ChaosEnv", "Pulse", "condition", "http", "wait_for"]
+ON_BOTH_SERVERS = pytest.mark.parametrize("chaos_env", kinds(both_by_default=True), indirect=True)
+"""A scenario plain ``make test`` also runs on kube-apiserver (envtest)."""
+
+__all__ = ["ON_BOTH_SERVERS", "BanlieueProcess", "ChaosEnv", "Pulse", "condition", "http", "wait_for"]
 
 
 @dataclass
@@ -76,10 +79,10 @@ class ChaosEnv:
 
     # -- processes -----------------------------------------------------------------------------
 
-    def start_api(self) -> None:
-        """The double with config/crd preloaded, or (``BANLIEUE_TEST_APISERVER=real``) envtest
-        with banlieue installed as an operator installs it."""
-        if selected() == "real":
+    def start_api(self, kind: str | None = None) -> None:
+        """``kind`` (default ``$BANLIEUE_TEST_APISERVER``, else the double): the double with
+        config/crd preloaded, or envtest with banlieue installed as an operator installs it."""
+        if (kind or selected()) == "real":
             self.api = self.stack.enter_context(start_api_server("real", self.tmp))
             self.api.install(find_kubectl())
         else:
