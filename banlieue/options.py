@@ -98,7 +98,9 @@ class DevOptions:
     Attributes:
         exit_when_ready: exit 0 as soon as the sample objects are Ready (CI smoke test).
         state_dir: directory for the kubeconfig, logs and vcsim state of the dev environment.
-        api_port: 127.0.0.1 port of the API-server double; 0 picks a free port.
+        api_port: 127.0.0.1 port of the API server; 0 picks a free port.
+        apiserver: ``double`` (the embedded API-server double) or ``real`` (kube-apiserver,
+            etcd and kube-controller-manager from ``make envtest``: banlieue.testing.envtest).
         vcsim_port: 127.0.0.1 port of vcsim; 0 picks a free port.
         options: options for the embedded manager (``kubeconfig`` is ``None``: dev writes its own).
         vcsim_args: flags passed to every simulator after dev's own (``--vcsim-arg``, repeatable;
@@ -111,6 +113,7 @@ class DevOptions:
     vcsim_port: int
     options: Options
     vcsim_args: tuple[str, ...] = ()
+    apiserver: str = "double"
 
 
 # --- value parsers: str -> value, raising ValueError("must be ...") -------------------------
@@ -178,6 +181,13 @@ def parse_vcsim_arg(value: str) -> str:
     """
     if not re.fullmatch(r"--?[A-Za-z][-A-Za-z0-9_]*(=.*)?", value, re.DOTALL):
         raise UsageError(f"--vcsim-arg: {value!r} must be a simulator flag, e.g. -method-delay=CloneVM_Task=5000")
+    return value
+
+
+def parse_apiserver_kind(value: str) -> str:
+    """``double`` or ``real`` (``banlieue dev --apiserver``)."""
+    if value not in ("double", "real"):
+        raise ValueError("must be double or real")
     return value
 
 

@@ -7,7 +7,7 @@ Subcommands::
     banlieue manager            [role flags] [--vsphere-task-timeout S]   # both roles
     banlieue crdgen --out DIR
     banlieue crddoc [--out FILE]
-    banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--vcsim-port N] [--vcsim-arg=-FLAG=V]... ...
+    banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--apiserver double|real] [--vcsim-port N] [--vcsim-arg=-FLAG=V]... ...
     banlieue dev vms [--state-dir DIR] [--vcenter NAME] [--output text|json]
     banlieue --version
 
@@ -33,6 +33,7 @@ from banlieue.options import (
     choice,
     default_kubeconfig,
     default_leader_election_namespace,
+    parse_apiserver_kind,
     parse_bind_address,
     parse_bool,
     parse_directory,
@@ -87,7 +88,9 @@ DEV_FLAGS = [
     FlagSpec("--exit-when-ready", parse_bool, "false",
              "exit 0 once the samples are Ready (bare flag = true)", boolean=True),
     FlagSpec("--state-dir", parse_directory, ".banlieue", "directory for kubeconfig, logs and simulator state", metavar="DIR"),
-    FlagSpec("--api-port", parse_port, "0", "127.0.0.1 port of the API-server double (0 = free)", metavar="PORT"),
+    FlagSpec("--api-port", parse_port, "0", "127.0.0.1 port of the API server (0 = free)", metavar="PORT"),
+    FlagSpec("--apiserver", parse_apiserver_kind, "double",
+             "double (embedded, no build) or real (kube-apiserver + etcd from 'make envtest')", metavar="KIND"),
     FlagSpec("--vcsim-port", parse_port, "0", "127.0.0.1 port of vcsim (0 = free)", metavar="PORT"),
 ]
 
@@ -242,6 +245,7 @@ def parse_command(
             vcsim_port=values["vcsim_port"],
             options=manager,
             vcsim_args=tuple(parse_vcsim_arg(a) for a in args.vcsim_args),
+            apiserver=values["apiserver"],
         ))
     role: Role
     if args.command == "controller":
