@@ -628,7 +628,13 @@ class DevEnv:
         return f"/apis/banlieue.io/v1alpha1/{scope}{plural}/{doc['metadata']['name']}"
 
     def _ready(self, path: str) -> bool:
-        """True when the object at ``path`` has condition Ready True."""
+        """True when the object at ``path`` has condition Ready True (False while it cannot be read)."""
+        if self.real:  # TLS and a client certificate: kubectl has them from the kubeconfig
+            try:
+                body = self.run_kubectl("get", "--raw", path)
+            except StartupError:
+                return False
+            return _ready_reason(json.loads(body)).startswith("Ready=True")
         status, body = http_get(self.api_url + path)
         return status == 200 and _ready_reason(json.loads(body)).startswith("Ready=True")
 
