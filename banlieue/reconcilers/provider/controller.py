@@ -23,6 +23,8 @@ here is remembered (``last_connection``) for machine deletions after the Secret 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import structlog
 from pydantic import ValidationError
 
@@ -49,7 +51,11 @@ from banlieue.reconcilers.provider.deletion import (
     decide_deletion,
     machine_uses_provider,
 )
-from banlieue.reconcilers.provider.reachability import ReachabilityNotifier, reachability_requests
+from banlieue.reconcilers.provider.reachability import (
+    ReachabilityNotifier,
+    SilenceReporter,
+    reachability_requests,
+)
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import NotFound
@@ -106,6 +112,12 @@ class ProviderReconciler:
             conn = remembered_connection_for(provider, self.ctx.cache)
         except ConnectionConfigError as err:
             return Snapshot(provider, now, failure=Failure("config", err.reason, err.message))
+        silent = backend.unreachable_since(conn) if isinstance(backend, SilenceReporter) else None
+        if silent is not None:
+            # Hung, not refusing: a request would wait for the request timeout (minutes).
+            since = datetime.fromtimestamp(silent, tz=UTC)
+            message = f"vCenter has not answered since {since.strftime('%Y-%m-%dT%H:%M:%SZ')} (CurrentTime probe)"
+            return Snapshot(provider, now, failure=Failure("connect", "Transient", message), unreachable_since=since)
         try:
             version = await backend.check_connection(conn)
         except BackendError as err:

@@ -31,6 +31,8 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
   ``capacity.updateTime`` is the snapshot's ``now`` (taken before the inventory walk) when the
   figures are written, and kept while they are kept; a domain without one gets one (a single
   write after an upgrade). The scheduler counts VMs provisioned at or after it against the domain.
+- A vCenter that does not answer the backend's reachability probe (``Snapshot.unreachable_since``):
+  ``ConnectFailed``, and the conditions' ``lastTransitionTime`` is when it stopped answering.
 - Requeue (*decision*): success and config errors after ``REFRESH_SECONDS`` (capacity and
   inventory changes are not notified; Secret/ConfigMap changes are watched); connect/inventory
   errors through the rate limiter (client-go exponential back-off); paused and unsupported: none.
@@ -104,6 +106,9 @@ class Snapshot:
     inventory: Inventory | None = None
     failure: Failure | None = None
     api_version: str | None = None
+    unreachable_since: datetime | None = None
+    """When the vCenter stopped answering (the backend's reachability probe), if it did: the
+    ``lastTransitionTime`` of the conditions it turns False, instead of ``now``."""
 
 
 @dataclass(frozen=True)
@@ -306,7 +311,9 @@ def decide(snap: Snapshot) -> Plan:
         reachable = (false, reason, msg) if failure.stage != "inventory" or reason != R.INVENTORY_FAILED else (
             true, R.RECONCILED, f"connected to {p.spec.connection.endpoint}"
         )
-        conds = _conditions(current.conditions, gen, snap.now, reachable, (false, reason, msg))
+        # A hung vCenter's conditions change when it stopped answering, not when this noticed.
+        when = min(snap.unreachable_since, snap.now) if snap.unreachable_since is not None else snap.now
+        conds = _conditions(current.conditions, gen, when, reachable, (false, reason, msg))
         status = ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen)
         if failure.stage == "config":
             return _plan(snap, status, requeue_after=REFRESH_SECONDS)

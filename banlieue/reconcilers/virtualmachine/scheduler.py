@@ -11,7 +11,9 @@ Filters, in order (a candidate is one failure domain of one Provider of the VM's
    VSphereMachine) with a source in the VMImage, matching ``placement.providerSelector``
    (absent: every Provider) -> ``NoProviderMatched``.
 2. Image: a ``VMImage.status.perProvider[]`` row for (providerName, providerNamespace) with
-   ``ready: true`` -> ``ImageNotReady``.
+   ``ready: true``, on a Provider whose ``ProviderReachable`` is not False (a vCenter that stopped
+   answering takes no new VM at once, before the VMImage row follows its ``Ready``)
+   -> ``ImageNotReady``.
 3. Failure domain: labels match ``placement.failureDomainSelector`` (absent: all); the class's
    storage classes ⊆ ``availableStorageClasses``, network classes ⊆ ``availableNetworkClasses``,
    class features ⊆ domain features ∪ Provider ``spec.capabilities.features``
@@ -68,8 +70,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from banlieue.api.meta import LabelSelector
-from banlieue.api.provider import Provider, ProviderFailureDomain
+from banlieue.api.conditions import get_condition
+from banlieue.api.meta import ConditionStatus, LabelSelector
+from banlieue.api.provider import PROVIDER_REACHABLE, Provider, ProviderFailureDomain
 from banlieue.api.virtualmachine import (
     AntiAffinityMode,
     AntiAffinityTerm,
@@ -192,9 +195,12 @@ def image_template(image: VMImage, provider_class: str) -> str | None:
 
 
 def image_ready_on(image: VMImage, provider: Provider) -> tuple[bool, str]:
-    """Whether the image's ``status.perProvider[]`` row for this Provider is ready; the row's
-    reason/message otherwise."""
+    """Whether the image's ``status.perProvider[]`` row for this Provider is ready and the
+    Provider's vCenter answers (``ProviderReachable`` not False); why not otherwise."""
     name, namespace = provider.metadata.name, provider.metadata.namespace
+    reachable = get_condition(provider.status.conditions if provider.status else None, PROVIDER_REACHABLE)
+    if reachable is not None and reachable.status is ConditionStatus.FALSE:
+        return False, f"vCenter not reachable: {reachable.message}".rstrip(": ")
     for row in (image.status.per_provider if image.status else None) or ():
         if row.provider_name == name and row.provider_namespace == namespace:
             if row.ready:
