@@ -71,6 +71,7 @@ class VSphereMachineReason:
     # Not named by the SPEC (banlieue's choice).
     WAITING_FOR_OWNER = "WaitingForOwner"
     WAITING_FOR_CLUSTER = "WaitingForCluster"
+    WAITING_FOR_CLUSTER_API = "WaitingForClusterAPI"
     PROVIDER_NOT_FOUND = "ProviderNotFound"
     FAILURE_DOMAIN_NOT_FOUND = "FailureDomainNotFound"
     VM_NOT_FOUND = "VMNotFound"

@@ -32,9 +32,9 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
-from pyVmomi.SoapAdapter import SoapStubAdapter as _SoapStubAdapter
 from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
+from pyVmomi.SoapAdapter import SoapStubAdapter as _SoapStubAdapter
 
 vim: Any = _vim
 vmodl: Any = _vmodl
