@@ -56,6 +56,7 @@ from banlieue.api.provider import (
     ProviderFailureDomain,
     ProviderFailureDomainAttributes,
     ProviderStatus,
+    StorageClassCapacity,
 )
 from banlieue.backends.base import (
     AuthFailed,
@@ -201,6 +202,14 @@ def failure_domains_of(provider: Provider, inventory: Inventory, now: datetime) 
         old = current.get(name)
         old_capacity = old.attributes.capacity if old is not None and old.attributes is not None else None
         capacity = _stamped(old_capacity, _stable_capacity(old_capacity, capacity), now)
+        # Totals: what the scheduler reserves against (written as measured: they move rarely).
+        capacity = capacity.model_copy(update={
+            "memory_total_mib": None if info.memory_total_mib is None else max(0, info.memory_total_mib),
+            "storage_classes": [
+                StorageClassCapacity(name=s.name, datastore=s.datastore, total_gib=max(0, s.total_gib), free_gib=max(0, s.free_gib))
+                for s in sorted(info.storage, key=lambda s: s.name)
+            ] or None,
+        })
         out.append(
             ProviderFailureDomain(
                 name=name,
