@@ -180,6 +180,9 @@ class StorageClassCapacity(ApiModel):
     """Its size, GiB (a datastore cluster: the sum over its accessible members)."""
     free_gib: int = Field(ge=0, alias="freeGiB")
     """Its free space as vSphere reports it, GiB."""
+    member: str | None = None
+    """A datastore cluster: the member datastore VSphereMachine disks of this domain go to (the
+    accessible member mounted on the cluster with the most free space at the last measure)."""
 
 
 class FailureDomainCapacity(ApiModel):

@@ -158,6 +158,9 @@ class StorageCapacity:
     datastore: str
     total_gib: int
     free_gib: int
+    member: str | None = None
+    """For a datastore cluster: the member datastore new disks of this domain go to (the
+    accessible member mounted on the cluster with the most free space)."""
 
 
 @dataclass(frozen=True)

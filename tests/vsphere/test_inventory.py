@@ -85,6 +85,9 @@ async def test_datastore_cluster_pool_and_folder_placement(
     for fd in inv.failure_domains:
         assert fd.available_storage_classes == ("gold", "fast")
         assert fd.available_network_classes == ("web",)
+        # The datastore cluster's member new disks go to (issue 21: not advertised-then-refused).
+        gold = next(s for s in fd.storage if s.name == "gold")
+        assert (gold.datastore, gold.member) == ("DC0/gold", "fast-ds")
 
     # A folder created after the name cache was filled is still found (the cache is re-read).
     si = SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password,

@@ -9,8 +9,10 @@ Capacity (free, per cluster): CPU MHz = sum over connected hosts not in maintena
 overallMemoryUsage); storage GiB = sum of free space over the distinct accessible datastores
 mounted on the cluster. Totals (the reservation side, docs/concepts.md "Capacity"): memory MiB =
 sum of memorySize over the same hosts; per storage class, its datastore (or datastore cluster:
-the sum over its accessible members) with its capacity and free space, named
-``<datacenter>/<name>`` so domains sharing it report the same storage.
+the sum over its accessible members mounted on the cluster) with its capacity and free space,
+named ``<datacenter>/<name>`` so domains sharing it report the same storage. A datastore cluster
+also reports the member new disks go to: the accessible one mounted on the cluster with the most
+free space (a documented choice instead of a Storage DRS recommendation).
 
 Features (detected, honest and small): ``bios`` always; ``efi`` when the API version is >= 5.0;
 ``efi-secure`` (UEFI secure boot) when >= 6.5, the vSphere release that introduced it.
@@ -247,10 +249,15 @@ def failure_domains(idx: InventoryIndex, capabilities: Capabilities) -> Inventor
             elif sc.datastore_cluster is not None:
                 pod = idx.datastore_clusters.get((dc, sc.datastore_cluster))
                 members = {moid(c) for c in (pod.get("childEntity") or [])} if pod is not None else set()
-                if members & reachable:
+                stores = [ds for (d, _), ds in idx.datastores.items()
+                          if d == dc and ds.moref in members & reachable and ds.get("summary.accessible", True)]
+                if stores:
+                    # Member choice (no Storage DRS call): the accessible member mounted on this
+                    # cluster with the most free space, then by name; re-chosen at each walk.
+                    best = max(stores, key=lambda ds: (int(ds.get("summary.freeSpace") or 0), ds.get("name")))
                     storage.append(sc.name)
-                    stores = [ds for (d, _), ds in idx.datastores.items() if d == dc and ds.moref in members]
-                    sizes.append(StorageCapacity(sc.name, f"{dc}/{sc.datastore_cluster}", *_datastore_sizes(stores)))
+                    sizes.append(StorageCapacity(sc.name, f"{dc}/{sc.datastore_cluster}", *_datastore_sizes(stores),
+                                                 member=str(best.get("name"))))
         networks: list[str] = []
         for nc in capabilities.network_classes:
             if nc.port_group is not None:

@@ -206,7 +206,8 @@ def failure_domains_of(provider: Provider, inventory: Inventory, now: datetime) 
         capacity = capacity.model_copy(update={
             "memory_total_mib": None if info.memory_total_mib is None else max(0, info.memory_total_mib),
             "storage_classes": [
-                StorageClassCapacity(name=s.name, datastore=s.datastore, total_gib=max(0, s.total_gib), free_gib=max(0, s.free_gib))
+                StorageClassCapacity(name=s.name, datastore=s.datastore, total_gib=max(0, s.total_gib),
+                                     free_gib=max(0, s.free_gib), member=s.member)
                 for s in sorted(info.storage, key=lambda s: s.name)
             ] or None,
         })
