@@ -14,6 +14,7 @@ from banlieue.api.groups import INFRA_GROUP
 from banlieue.api.groups import VERSION as VERSION
 from banlieue.api.meta import (
     LIST_ATOMIC,
+    LIST_SET,
     APIEndpoint,
     ApiModel,
     Condition,
@@ -71,6 +72,7 @@ class VSphereMachineReason:
     # Not named by the SPEC (banlieue's choice).
     WAITING_FOR_OWNER = "WaitingForOwner"
     WAITING_FOR_CLUSTER = "WaitingForCluster"
+    WAITING_FOR_CLUSTER_API = "WaitingForClusterAPI"
     PROVIDER_NOT_FOUND = "ProviderNotFound"
     FAILURE_DOMAIN_NOT_FOUND = "FailureDomainNotFound"
     VM_NOT_FOUND = "VMNotFound"
@@ -335,6 +337,28 @@ class VSphereMachineTemplateList(ApiModel):
     items: list[VSphereMachineTemplate] = Field(default_factory=list)
 
 
+class MachineRequirements(ApiModel):
+    """Storage and network classes every machine of a VSphereCluster uses (the names of the
+    Providers' ``spec.capabilities``): a failure domain is advertised only when it offers all of
+    them (``availableStorageClasses`` / ``availableNetworkClasses``)."""
+
+    storage_classes: list[str] | None = Field(default=None, json_schema_extra=LIST_SET)
+    """Storage classes the machines' disks use."""
+    network_classes: list[str] | None = Field(default=None, json_schema_extra=LIST_SET)
+    """Network classes the machines' network devices use."""
+
+
+class ExcludedFailureDomain(ApiModel):
+    """A failure domain of a selected Provider that is not advertised, and why."""
+
+    name: str
+    """Failure domain name."""
+    provider: str
+    """Provider it belongs to."""
+    message: str
+    """Why: the required classes it does not offer."""
+
+
 class VSphereClusterSpec(ApiModel):
     """Desired state of a VSphereCluster (CAPI v1beta2 InfraCluster)."""
 
@@ -346,6 +370,9 @@ class VSphereClusterSpec(ApiModel):
     """Selects Providers by label when providerRefs is empty."""
     control_plane_failure_domain_selector: LabelSelector | None = None
     """Failure domains (by their labels) marked controlPlane; all when absent."""
+    machine_requirements: MachineRequirements | None = None
+    """What this cluster's machines need: only failure domains that offer it are advertised (the
+    others are listed in ``status.excludedFailureDomains`` with why)."""
     paused: bool | None = None
     """Stop reconciling this cluster."""
 
@@ -359,6 +386,9 @@ class VSphereClusterStatus(ApiModel):
     """Mirror of spec.controlPlaneEndpoint."""
     failure_domains: list[FailureDomain] | None = Field(default=None, max_length=100, json_schema_extra=_BY_NAME)
     """Aggregated failure domains of every selected Provider (CAPI contract)."""
+    excluded_failure_domains: list[ExcludedFailureDomain] | None = Field(default=None, max_length=100, json_schema_extra=_BY_NAME)
+    """Failure domains of the selected Providers not advertised because they lack what
+    ``spec.machineRequirements`` names, with why."""
     conditions: list[Condition] | None = Field(default=None, json_schema_extra=_CONDITIONS)
     """Ready and Paused."""
     observed_generation: int | None = Field(default=None, ge=0)

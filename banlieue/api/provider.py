@@ -168,9 +168,28 @@ class ProviderSpec(ApiModel):
     """Stop reconciling this Provider (its status keeps the last known failure domains)."""
 
 
+class StorageClassCapacity(ApiModel):
+    """What one storage class of a failure domain stores onto (docs/concepts.md "Capacity")."""
+
+    name: str
+    """Storage class name (``spec.capabilities.storageClasses[].name``)."""
+    datastore: str
+    """``<datacenter>/<datastore or datastore cluster>``: failure domains that share it name the
+    same storage, which the scheduler counts once."""
+    total_gib: int = Field(ge=0, alias="totalGiB")
+    """Its size, GiB (a datastore cluster: the sum over its accessible members)."""
+    free_gib: int = Field(ge=0, alias="freeGiB")
+    """Its free space as vSphere reports it, GiB."""
+    member: str | None = None
+    """A datastore cluster: the member datastore VSphereMachine disks of this domain go to (the
+    accessible member mounted on the cluster with the most free space at the last measure)."""
+
+
 class FailureDomainCapacity(ApiModel):
-    """Free capacity of a failure domain, as the Provider reconciler last wrote it (refreshed
-    every 300 s; a figure that moved by less than 1% keeps its written value)."""
+    """Capacity of a failure domain, as the Provider reconciler last wrote it (refreshed
+    every 300 s and soon after a machine is provisioned or deleted; a free figure that moved by
+    less than 1% keeps its written value). The totals are what the scheduler reserves against;
+    the free figures (vSphere's usage) are a second guard (docs/concepts.md "Capacity")."""
 
     cpu_mhz: int | None = Field(default=None, ge=0, alias="cpuMHz")
     """Free CPU, MHz."""
@@ -178,6 +197,11 @@ class FailureDomainCapacity(ApiModel):
     """Free memory, MiB."""
     storage_gib: int | None = Field(default=None, ge=0, alias="storageGiB")
     """Free storage, GiB."""
+    memory_total_mib: int | None = Field(default=None, ge=0, alias="memoryTotalMiB")
+    """Memory of the domain's connected hosts not in maintenance, MiB: the configured memory of
+    the VMs placed there must fit in it."""
+    storage_classes: list[StorageClassCapacity] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    """Per available storage class, the storage it stores onto with its size and free space."""
     update_time: Time | None = None
     """When the inventory walk these figures come from started (RFC 3339, second precision).
     Changes only when the figures are written: a refresh that keeps them keeps it. The scheduler

@@ -148,8 +148,26 @@ class Capacity:
 
 
 @dataclass(frozen=True)
+class StorageCapacity:
+    """What one storage class stores onto in a failure domain: ``datastore`` names the storage
+    itself (``<datacenter>/<datastore or datastore cluster>``: domains that share a datastore
+    report the same name, so it is counted once), ``total_gib`` its size and ``free_gib`` its free
+    space (GiB, rounded down; a datastore cluster: the sum over its accessible members)."""
+
+    name: str
+    datastore: str
+    total_gib: int
+    free_gib: int
+    member: str | None = None
+    """For a datastore cluster: the member datastore new disks of this domain go to (the
+    accessible member mounted on the cluster with the most free space)."""
+
+
+@dataclass(frozen=True)
 class FailureDomainInfo:
-    """One (datacenter, ClusterComputeResource) pair with what was verified there."""
+    """One (datacenter, ClusterComputeResource) pair with what was verified there.
+    ``memory_total_mib``: the memory of its connected hosts not in maintenance (MiB; None when
+    not measured); ``storage``: per available storage class, what it stores onto."""
 
     datacenter: str
     cluster: str
@@ -157,6 +175,8 @@ class FailureDomainInfo:
     available_storage_classes: tuple[str, ...]
     available_network_classes: tuple[str, ...]
     features: tuple[str, ...]
+    memory_total_mib: int | None = None
+    storage: tuple[StorageCapacity, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,11 @@ async def test_two_datacenters_three_clusters_give_six_failure_domains(backend: 
         assert "efi-secure" in fd.features  # vcsim reports API 6.5
         # DC0_DVPG0 exists only in DC0.
         assert ("dvpg" in fd.available_network_classes) == (fd.datacenter == "DC0")
+        # Totals (issue 21): host memory (>= the free figure) and, per available storage class,
+        # the datastore named per datacenter, so the three clusters sharing it name it alike.
+        assert fd.memory_total_mib is not None and fd.memory_total_mib >= fd.capacity.memory_mib
+        assert [(s.name, s.datastore) for s in fd.storage] == [("local", f"{fd.datacenter}/LocalDS_0")]
+        assert fd.storage[0].total_gib >= fd.storage[0].free_gib > 0
 
 
 async def test_inventory_is_a_few_soap_requests(backend: VSphereBackend, conn: Connection) -> None:
@@ -83,6 +88,9 @@ async def test_datastore_cluster_pool_and_folder_placement(
     for fd in inv.failure_domains:
         assert fd.available_storage_classes == ("gold", "fast")
         assert fd.available_network_classes == ("web",)
+        # The datastore cluster's member new disks go to (issue 21: not advertised-then-refused).
+        gold = next(s for s in fd.storage if s.name == "gold")
+        assert (gold.datastore, gold.member) == ("DC0/gold", "fast-ds")
 
     # A folder created after the name cache was filled is still found (the cache is re-read).
     si = SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password,

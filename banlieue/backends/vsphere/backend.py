@@ -41,6 +41,7 @@ from banlieue.backends.base import (
     VMSpec,
 )
 from banlieue.backends.vsphere import clone, find, guestinfo, power
+from banlieue.backends.vsphere.health import PROBE_INTERVAL
 from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, failure_domains
 from banlieue.backends.vsphere.properties import retrieve_objects
 from banlieue.backends.vsphere.session import Session, SessionPool
@@ -77,10 +78,12 @@ class VSphereBackend:
         max_workers: int = 8,
         task_timeout: float = 600.0,
         request_timeout: float = 120.0,
-        watch_max_wait: float = 600.0,
+        watch_max_wait: float = 60.0,
         index_ttl: float = 60.0,
+        probe_interval: float = PROBE_INTERVAL,
     ) -> None:
-        self.sessions = SessionPool(max_workers=max_workers, request_timeout=request_timeout)
+        self.sessions = SessionPool(max_workers=max_workers, request_timeout=request_timeout,
+                                    probe_interval=probe_interval)
         self.task_timeout = task_timeout
         self.watch_max_wait = watch_max_wait
         self.index_ttl = index_ttl
@@ -378,6 +381,11 @@ class VSphereBackend:
         round trip: the change watch's retries, a session login, a reconciler's call); called
         from a pool thread, it must not block. Returns the remover. See ``session``."""
         return self.sessions.add_reconnect_listener(callback)
+
+    def unreachable_since(self, conn: Connection) -> float | None:
+        """Wall-clock seconds (epoch) since which ``conn``'s vCenter has not answered its
+        reachability probe (``health``), or None while it answers."""
+        return self.sessions.unreachable_since(conn)
 
     def add_unreachable_listener(self, callback: Callable[[str], None]) -> Callable[[], None]:
         """``callback(label)`` when a vCenter that answered stops answering (a round trip

@@ -7,7 +7,12 @@ compute cluster)"; standalone hosts are plain ComputeResources and never failure
 Capacity (free, per cluster): CPU MHz = sum over connected hosts not in maintenance of
 (cpuMhz x numCpuCores - overallCpuUsage); memory MiB = sum of (memorySize/MiB -
 overallMemoryUsage); storage GiB = sum of free space over the distinct accessible datastores
-mounted on the cluster.
+mounted on the cluster. Totals (the reservation side, docs/concepts.md "Capacity"): memory MiB =
+sum of memorySize over the same hosts; per storage class, its datastore (or datastore cluster:
+the sum over its accessible members mounted on the cluster) with its capacity and free space,
+named ``<datacenter>/<name>`` so domains sharing it report the same storage. A datastore cluster
+also reports the member new disks go to: the accessible one mounted on the cluster with the most
+free space (a documented choice instead of a Storage DRS recommendation).
 
 Features (detected, honest and small): ``bios`` always; ``efi`` when the API version is >= 5.0;
 ``efi-secure`` (UEFI secure boot) when >= 6.5, the vSphere release that introduced it.
@@ -20,7 +25,7 @@ from typing import Any
 
 from pyVmomi import vim as _vim
 
-from banlieue.backends.base import Capabilities, Capacity, FailureDomainInfo, Inventory
+from banlieue.backends.base import Capabilities, Capacity, FailureDomainInfo, Inventory, StorageCapacity
 from banlieue.backends.vsphere.properties import (
     ObjectProps,
     datacenter_of,
@@ -49,7 +54,7 @@ INVENTORY_PATHS: dict[Any, list[str]] = {
         "runtime.connectionState",
         "runtime.inMaintenanceMode",
     ],
-    vim.Datastore: ["name", "parent", "summary.freeSpace", "summary.accessible"],
+    vim.Datastore: ["name", "parent", "summary.freeSpace", "summary.capacity", "summary.accessible"],
     vim.StoragePod: ["name", "parent", "childEntity"],
     vim.Network: ["name", "parent"],
     vim.dvs.DistributedVirtualPortgroup: ["name", "parent", "key", "config.distributedVirtualSwitch"],
@@ -207,6 +212,25 @@ def cluster_capacity(idx: InventoryIndex, cluster: ClusterRef) -> Capacity:
     return Capacity(cpu_mhz=max(cpu, 0), memory_mib=max(mem, 0), storage_gib=free // GIB)
 
 
+def memory_total_mib(idx: InventoryIndex, cluster: ClusterRef) -> int:
+    """Memory of the cluster's connected hosts not in maintenance, MiB."""
+    total = 0
+    for host_id in cluster.hosts:
+        h = idx.hosts.get(host_id)
+        if h is None or h.get("runtime.inMaintenanceMode") or h.get("runtime.connectionState") not in (None, "connected"):
+            continue
+        total += int(h.get("summary.hardware.memorySize") or 0) // MIB
+    return total
+
+
+def _datastore_sizes(stores: list[ObjectProps]) -> tuple[int, int]:
+    """(total GiB, free GiB) of accessible datastores, each counted once."""
+    seen: dict[str, ObjectProps] = {ds.moref: ds for ds in stores if ds.get("summary.accessible", True)}
+    total = sum(int(ds.get("summary.capacity") or 0) for ds in seen.values())
+    free = sum(int(ds.get("summary.freeSpace") or 0) for ds in seen.values())
+    return total // GIB, free // GIB
+
+
 def failure_domains(idx: InventoryIndex, capabilities: Capabilities) -> Inventory:
     """Failure domains sorted by (datacenter, cluster), classes verified per SPEC §2:
     datastore or datastore cluster reachable from the cluster; port group in the datacenter."""
@@ -215,16 +239,25 @@ def failure_domains(idx: InventoryIndex, capabilities: Capabilities) -> Inventor
     for (dc, name), cluster in sorted(idx.clusters.items()):
         reachable = set(cluster.datastores)
         storage: list[str] = []
+        sizes: list[StorageCapacity] = []
         for sc in capabilities.storage_classes:
             if sc.datastore is not None:
                 ds = idx.datastores.get((dc, sc.datastore))
                 if ds is not None and ds.moref in reachable:
                     storage.append(sc.name)
+                    sizes.append(StorageCapacity(sc.name, f"{dc}/{sc.datastore}", *_datastore_sizes([ds])))
             elif sc.datastore_cluster is not None:
                 pod = idx.datastore_clusters.get((dc, sc.datastore_cluster))
                 members = {moid(c) for c in (pod.get("childEntity") or [])} if pod is not None else set()
-                if members & reachable:
+                stores = [ds for (d, _), ds in idx.datastores.items()
+                          if d == dc and ds.moref in members & reachable and ds.get("summary.accessible", True)]
+                if stores:
+                    # Member choice (no Storage DRS call): the accessible member mounted on this
+                    # cluster with the most free space, then by name; re-chosen at each walk.
+                    best = max(stores, key=lambda ds: (int(ds.get("summary.freeSpace") or 0), ds.get("name")))
                     storage.append(sc.name)
+                    sizes.append(StorageCapacity(sc.name, f"{dc}/{sc.datastore_cluster}", *_datastore_sizes(stores),
+                                                 member=str(best.get("name"))))
         networks: list[str] = []
         for nc in capabilities.network_classes:
             if nc.port_group is not None:
@@ -243,6 +276,8 @@ def failure_domains(idx: InventoryIndex, capabilities: Capabilities) -> Inventor
                 available_storage_classes=tuple(storage),
                 available_network_classes=tuple(networks),
                 features=features,
+                memory_total_mib=memory_total_mib(idx, cluster),
+                storage=tuple(sizes),
             )
         )
     return Inventory(failure_domains=tuple(out), api_version=idx.api_version)

@@ -21,6 +21,11 @@ once per ``RECONNECT_NOTIFY_SECONDS`` per endpoint (a flapping vCenter stays dow
 its unreachable listeners hear the transition to *down* (the first unanswered round trip after
 answered ones), so a Provider's reachability is re-checked when it changes instead of at the
 next periodic refresh.
+
+A vCenter that hangs instead (accepts connections, never answers) leaves its pool's requests
+waiting for the request timeout: the endpoint's ``ReachabilityProbe`` (``health``, started after
+the first login on it) notices it within seconds on its own connection, calls the same unreachable
+and reconnect listeners, and ``SessionPool.unreachable_since`` tells since when it is silent.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from pyVmomi import vmodl as _vmodl
 from banlieue.backends.base import BackendError, Connection, TLSVerifyFailed
 from banlieue.backends.vsphere import metrics
 from banlieue.backends.vsphere.faults import map_exception
+from banlieue.backends.vsphere.health import PROBE_INTERVAL, ReachabilityProbe, stub_factory
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
 vim: Any = _vim
@@ -109,6 +115,8 @@ class Endpoint:
         self._on_back = on_back
         self._on_down = on_down
         self._notified_at = float("-inf")
+        self.probe: ReachabilityProbe | None = None
+        """The endpoint's reachability probe, once a session on it logged in (``health``)."""
 
     def record(self, method: str, outcome: str, seconds: float, provider: str) -> None:
         """Count one round trip (``outcome``: success, fault or error) of ``provider``'s session
@@ -243,9 +251,12 @@ class Session:
 class SessionPool:
     """Sessions by ``Connection.session_key`` and endpoints by ``host:port``."""
 
-    def __init__(self, max_workers: int = 8, request_timeout: float = 120.0) -> None:
+    def __init__(self, max_workers: int = 8, request_timeout: float = 120.0,
+                 probe_interval: float = PROBE_INTERVAL) -> None:
         self.max_workers = max_workers
         self.request_timeout = request_timeout
+        self.probe_interval = probe_interval
+        """Seconds between reachability probes of each vCenter; 0 disables them."""
         self.endpoints: dict[str, Endpoint] = {}
         self.sessions: dict[tuple[str, str, str], Session] = {}
         self._login_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
@@ -307,7 +318,24 @@ class SessionPool:
             await asyncio.get_running_loop().run_in_executor(endpoint.pool, sess.login)
             self._drop_stale(conn)
             self.sessions[key] = sess
+            self._start_probe(endpoint, sess)
             return sess
+
+    def _start_probe(self, endpoint: Endpoint, sess: Session) -> None:
+        """Start ``endpoint``'s reachability probe (once), speaking the version ``sess`` negotiated."""
+        if endpoint.probe is not None or self.probe_interval <= 0:
+            return
+        context = ssl_context(sess.conn) if sess.protocol == "https" else None
+        make = stub_factory(sess.protocol, sess.host, sess.port, str(sess.stub.version), context)
+        endpoint.probe = ReachabilityProbe(endpoint.label, make, on_down=self._down, on_back=self._back,
+                                           interval=self.probe_interval)
+        endpoint.probe.start()
+
+    def unreachable_since(self, conn: Connection) -> float | None:
+        """Wall-clock seconds (epoch) since which ``conn``'s vCenter has not answered its
+        reachability probe, or None (it answers, or no probe runs there yet)."""
+        ep = self.endpoints.get(self.label_of(conn))
+        return ep.probe.down_since if ep is not None and ep.probe is not None else None
 
     def _drop_stale(self, conn: Connection) -> None:
         """A Provider whose credentials changed gets a new key: log the old session out."""
@@ -327,5 +355,7 @@ class SessionPool:
             *(loop.run_in_executor(s.endpoint.pool, s.logout) for s in sessions), return_exceptions=True
         )
         for ep in self.endpoints.values():
+            if ep.probe is not None:
+                ep.probe.stop()
             ep.pool.shutdown(wait=False, cancel_futures=True)
         self.endpoints.clear()

@@ -4,8 +4,11 @@ One dedicated collector with one filter (every VM, found by the inventory traver
 The long poll runs on its own (daemon) thread and its own SOAP stub (sharing the session cookie), with a
 socket timeout above ``max_wait_seconds``, so it never occupies a worker of the vCenter's pool and
 the pool's request timeout stays short. Steady state costs one outstanding request per vCenter,
-renewed every ``max_wait_seconds`` (default 600 s: 6 requests per hour per vCenter) and
-never per VM.
+renewed every ``max_wait_seconds`` (default 60 s: 60 requests per hour per vCenter) and
+never per VM. The bound is short because a poll to a vCenter that hangs is given up only by its
+socket timeout (``max_wait_seconds + 60``, i.e. 120 s, the pool's request timeout): with 600 s a
+hung-then-restarted vCenter kept the watch (and the index it keeps authoritative) stale for 11
+minutes. Noticing the hang itself is the reachability probe's job (``health``: seconds).
 
 Watched paths: ``runtime.powerState``, ``guest.ipAddress``, ``guest.net``, ``config.instanceUuid``,
 ``config.extraConfig`` (the UID), ``config.template``. Objects leaving the filter ("leave") are

@@ -12,7 +12,8 @@ indexes ``providerSecrets`` / ``providerConfigMaps`` (values ``<namespace>/<name
 a Secret or rotating a CA recovers without a restart (SPEC §4 "Secrets -> Providers that use
 them"). The Provider itself is watched for generation changes only, so the controller's own
 status writes do not trigger a new inventory walk; the periodic refresh is
-``provider.decide.REFRESH_SECONDS`` (capacity changes are not notified by vCenter).
+``provider.decide.REFRESH_SECONDS`` (capacity changes are not notified by vCenter), and a machine
+provisioned or deleted re-measures its Providers within seconds (``provider.remeasure``, debounced).
 
 Deletion (``provider.deletion``): a vSphere Provider gets the finalizer ``banlieue.io/provider``
 first; a deleting one keeps it while VSphereMachines of its namespace use it (``Ready`` False
@@ -22,6 +23,8 @@ here is remembered (``last_connection``) for machine deletions after the Secret 
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import structlog
 from pydantic import ValidationError
@@ -49,7 +52,12 @@ from banlieue.reconcilers.provider.deletion import (
     decide_deletion,
     machine_uses_provider,
 )
-from banlieue.reconcilers.provider.reachability import ReachabilityNotifier, reachability_requests
+from banlieue.reconcilers.provider.reachability import (
+    ReachabilityNotifier,
+    SilenceReporter,
+    reachability_requests,
+)
+from banlieue.reconcilers.provider.remeasure import Remeasure
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import NotFound
@@ -106,6 +114,12 @@ class ProviderReconciler:
             conn = remembered_connection_for(provider, self.ctx.cache)
         except ConnectionConfigError as err:
             return Snapshot(provider, now, failure=Failure("config", err.reason, err.message))
+        silent = backend.unreachable_since(conn) if isinstance(backend, SilenceReporter) else None
+        if silent is not None:
+            # Hung, not refusing: a request would wait for the request timeout (minutes).
+            since = datetime.fromtimestamp(silent, tz=UTC)
+            message = f"vCenter has not answered since {since.strftime('%Y-%m-%dT%H:%M:%SZ')} (CurrentTime probe)"
+            return Snapshot(provider, now, failure=Failure("connect", "Transient", message), unreachable_since=since)
         try:
             version = await backend.check_connection(conn)
         except BackendError as err:
@@ -228,6 +242,11 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
         .watches(CONFIG_MAP, config_map_map, predicates=[ResourceVersionChangedPredicate()])
         .watches(VSPHERE_MACHINE, machine_map)
     )
+    # A machine provisioned or deleted: re-measure its Providers' capacity a few seconds later
+    # (debounced), not at the next 300 s refresh (provider.remeasure).
+    remeasure = Remeasure(ctx.cache)
+    mgr.get_informer(VSPHERE_MACHINE).add_event_handler(remeasure)
+    builder = builder.watches_channel(remeasure.requests())
     if isinstance(ctx.backend, ReachabilityNotifier):
         # A vCenter that stops or starts answering: re-check its Providers now, not at the next
         # refresh (provider.reachability).

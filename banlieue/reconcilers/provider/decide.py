@@ -31,6 +31,8 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
   ``capacity.updateTime`` is the snapshot's ``now`` (taken before the inventory walk) when the
   figures are written, and kept while they are kept; a domain without one gets one (a single
   write after an upgrade). The scheduler counts VMs provisioned at or after it against the domain.
+- A vCenter that does not answer the backend's reachability probe (``Snapshot.unreachable_since``):
+  ``ConnectFailed``, and the conditions' ``lastTransitionTime`` is when it stopped answering.
 - Requeue (*decision*): success and config errors after ``REFRESH_SECONDS`` (capacity and
   inventory changes are not notified; Secret/ConfigMap changes are watched); connect/inventory
   errors through the rate limiter (client-go exponential back-off); paused and unsupported: none.
@@ -54,6 +56,7 @@ from banlieue.api.provider import (
     ProviderFailureDomain,
     ProviderFailureDomainAttributes,
     ProviderStatus,
+    StorageClassCapacity,
 )
 from banlieue.backends.base import (
     AuthFailed,
@@ -104,6 +107,9 @@ class Snapshot:
     inventory: Inventory | None = None
     failure: Failure | None = None
     api_version: str | None = None
+    unreachable_since: datetime | None = None
+    """When the vCenter stopped answering (the backend's reachability probe), if it did: the
+    ``lastTransitionTime`` of the conditions it turns False, instead of ``now``."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +202,15 @@ def failure_domains_of(provider: Provider, inventory: Inventory, now: datetime) 
         old = current.get(name)
         old_capacity = old.attributes.capacity if old is not None and old.attributes is not None else None
         capacity = _stamped(old_capacity, _stable_capacity(old_capacity, capacity), now)
+        # Totals: what the scheduler reserves against (written as measured: they move rarely).
+        capacity = capacity.model_copy(update={
+            "memory_total_mib": None if info.memory_total_mib is None else max(0, info.memory_total_mib),
+            "storage_classes": [
+                StorageClassCapacity(name=s.name, datastore=s.datastore, total_gib=max(0, s.total_gib),
+                                     free_gib=max(0, s.free_gib), member=s.member)
+                for s in sorted(info.storage, key=lambda s: s.name)
+            ] or None,
+        })
         out.append(
             ProviderFailureDomain(
                 name=name,
@@ -306,7 +321,9 @@ def decide(snap: Snapshot) -> Plan:
         reachable = (false, reason, msg) if failure.stage != "inventory" or reason != R.INVENTORY_FAILED else (
             true, R.RECONCILED, f"connected to {p.spec.connection.endpoint}"
         )
-        conds = _conditions(current.conditions, gen, snap.now, reachable, (false, reason, msg))
+        # A hung vCenter's conditions change when it stopped answering, not when this noticed.
+        when = min(snap.unreachable_since, snap.now) if snap.unreachable_since is not None else snap.now
+        conds = _conditions(current.conditions, gen, when, reachable, (false, reason, msg))
         status = ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen)
         if failure.stage == "config":
             return _plan(snap, status, requeue_after=REFRESH_SECONDS)

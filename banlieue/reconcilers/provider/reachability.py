@@ -7,8 +7,11 @@ placed on it (the VMImage's per-Provider row, which the scheduler reads, follows
 and ``add_reconnect_listener``: the change watch polls every vCenter and retries within 5 s, and
 every reconciler call counts), so each transition enqueues the vSphere Providers on that
 endpoint; their reconcile probes the vCenter (``check_connection``) and writes what it finds.
-A vCenter that hangs rather than refuses is noticed when a call to it times out (the backend's
-request timeout, 120 s), and its Provider's probe then takes as long.
+A vCenter that hangs rather than refuses is noticed by the backend's reachability probe
+(``backends/vsphere/health``: ``CurrentTime`` every 2 s with a 5 s timeout, on its own
+connection): the backend then reports since when it is silent (``SilenceReporter``) and the
+Provider's reconcile writes ``ProviderReachable=False`` with that time instead of sending requests
+that would wait for the request timeout (120 s).
 """
 
 from __future__ import annotations
@@ -34,6 +37,15 @@ class ReachabilityNotifier(Protocol):
     def add_reconnect_listener(self, callback: Callable[[str], None]) -> Callable[[], None]: ...
 
     def add_unreachable_listener(self, callback: Callable[[str], None]) -> Callable[[], None]: ...
+
+
+@runtime_checkable
+class SilenceReporter(Protocol):
+    """What a backend offers to tell since when a vCenter has not answered its probe."""
+
+    def unreachable_since(self, conn: Connection) -> float | None:
+        """Wall-clock seconds since the epoch, or None while the vCenter answers."""
+        ...
 
 
 def providers_on(label: str, cache: Cache, notifier: ReachabilityNotifier) -> list[Request]:

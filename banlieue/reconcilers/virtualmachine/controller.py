@@ -54,6 +54,7 @@ from banlieue.reconcilers.virtualmachine.scheduler import (
     PeerTotals,
     SchedulingInput,
     capacity_report_times,
+    class_storage_by_class,
     class_storage_gib,
     current_problem,
 )
@@ -212,6 +213,12 @@ class VirtualMachineReconciler:
         vm_class = self._parsed.parse(VMClass, self.ctx.cache.get(VM_CLASS, name))
         return (vm_class.spec.hardware.memory_mib, class_storage_gib(vm_class)) if vm_class is not None else (0, 0)
 
+    def _class_shape(self, name: str) -> tuple[int, dict[str, int]]:
+        """(memory MiB, disk GiB per storage class) of a VM of class ``name``; (0, {}) when the
+        class is unknown."""
+        vm_class = self._parsed.parse(VMClass, self.ctx.cache.get(VM_CLASS, name))
+        return (vm_class.spec.hardware.memory_mib, class_storage_by_class(vm_class)) if vm_class is not None else (0, {})
+
     def gather(self, request: Request) -> tuple[Snapshot, Object, Object | None] | None:
         """The snapshot, the VM as read, and the VSphereMachine as read; None when the VM is gone."""
         cache = self.ctx.cache
@@ -240,7 +247,7 @@ class VirtualMachineReconciler:
                 peers = self._peers(request.namespace, request.name,
                                     bool(vm.spec.placement and vm.spec.placement.anti_affinity))
                 totals = self.totals.peer_totals(request.namespace, key, self._class_size,
-                                                 capacity_report_times(providers))
+                                                 capacity_report_times(providers), self._class_shape)
         # Existing names only for a not-found message (a typo hint): no list on the steady path.
         class_names = () if vm_class is not None else _names(cache.list(VM_CLASS))
         image_names = () if image is not None or vm_class is None else _names(cache.list(VM_IMAGE))

@@ -27,6 +27,10 @@ moves T later: the VM counts again until the next capacity write (an over-count)
 ``InfrastructureReady`` not True (never True, so its time may predate provisioning): counted as
 pending.
 
+Every placed VM, whatever its state, is also counted per class in its domain (``placed``): what
+it *reserves* there (its class's configured memory and disks per storage class), which the
+scheduler holds against the domain's totals (rule 5, reservation; docs/concepts.md "Capacity").
+
 Memory and storage are derived from the class counts when asked (``peer_totals``), so a VMClass
 edit or a class missing from the cache reads exactly as a walk over the peers at that moment
 would.
@@ -58,7 +62,7 @@ from datetime import datetime
 from typing import Any
 
 from banlieue.api.virtualmachine import VirtualMachineConditionType
-from banlieue.reconcilers.virtualmachine.scheduler import PeerTotals
+from banlieue.reconcilers.virtualmachine.scheduler import PeerTotals, Reserved
 from banlieue.runtime.cache import meta_namespace_key
 from banlieue.runtime.event import DeletedFinalStateUnknown, Object, nested
 
@@ -68,6 +72,9 @@ ClassSize = Callable[[str], tuple[int, int]]
 """VMClass name -> (memory MiB, storage GiB) a VM of that class takes; (0, 0) when unknown."""
 
 
+ClassShape = Callable[[str], tuple[int, Mapping[str, int]]]
+"""VMClass name -> (memory MiB, disk GiB per storage class) a VM of that class reserves; (0, {})
+when unknown."""
 ReportTimes = Mapping[Where, datetime]
 """(provider, failure domain) -> ``attributes.capacity.updateTime`` of the Provider's report
 (a domain missing: no time reported, every recently provisioned VM there counts)."""
@@ -137,10 +144,16 @@ class _Sums:
     """(provider, domain) -> class name -> number of pending VMs."""
     provisioned: dict[Where, dict[str, list[float]]] = field(default_factory=dict)
     """(provider, domain) -> class name -> provisioning times T of its VMs, sorted."""
+    placed: dict[Where, dict[str, int]] = field(default_factory=dict)
+    """(provider, domain) -> class name -> number of VMs placed there (pending or not)."""
 
     def add(self, c: Contribution, sign: int) -> None:
         _bump(self.on_provider, c.where[0], sign)
         _bump(self.in_domain, c.where, sign)
+        placed = self.placed.setdefault(c.where, {})
+        _bump(placed, c.class_name, sign)
+        if not placed:
+            del self.placed[c.where]
         if c.provisioned_at is None:
             classes = self.pending.setdefault(c.where, {})
             _bump(classes, c.class_name, sign)
@@ -256,11 +269,12 @@ class PlacementTotals:
         return self._assumed.get(key)
 
     def peer_totals(self, namespace: str, exclude: str, class_size: ClassSize,
-                    reported: ReportTimes | None = None) -> PeerTotals:
+                    reported: ReportTimes | None = None, class_shape: ClassShape | None = None) -> PeerTotals:
         """The namespace's sums as the scheduler reads them, the VM at key ``exclude`` (the one
         being placed) left out: ``pending`` holds, per domain, the pending VMs and the VMs
         provisioned at or after the domain's capacity report time in ``reported`` (all of them
-        where it has none). Cost: O(Providers + failure domains x classes there x log VMs)."""
+        where it has none); ``reserved`` (with ``class_shape``; empty without) what every VM
+        placed there reserves. Cost: O(Providers + failure domains x classes there x log VMs)."""
         sums = self._sums.get(namespace) or _Sums()
         reported = reported or {}
         on_provider = dict(sums.on_provider)
@@ -299,4 +313,17 @@ class PlacementTotals:
                     m, s = size(name)
                     mem, storage = mem + n * m, storage + n * s
             pending[where] = (mem, storage)
-        return PeerTotals(pending, on_provider, in_domain)
+        reserved: dict[Where, Reserved] = {}
+        if class_shape is not None:
+            shapes: dict[str, tuple[int, Mapping[str, int]]] = {}
+            for where, placed in sums.placed.items():
+                held = Reserved()
+                for name, n in placed.items():
+                    if mine is not None and mine.where == where and mine.class_name == name:
+                        n -= 1
+                    if n > 0:
+                        if name not in shapes:
+                            shapes[name] = class_shape(name)
+                        held = held.plus(*shapes[name], n=n)
+                reserved[where] = held
+        return PeerTotals(pending, on_provider, in_domain, reserved)

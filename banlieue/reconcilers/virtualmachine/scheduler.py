@@ -11,7 +11,9 @@ Filters, in order (a candidate is one failure domain of one Provider of the VM's
    VSphereMachine) with a source in the VMImage, matching ``placement.providerSelector``
    (absent: every Provider) -> ``NoProviderMatched``.
 2. Image: a ``VMImage.status.perProvider[]`` row for (providerName, providerNamespace) with
-   ``ready: true`` -> ``ImageNotReady``.
+   ``ready: true``, on a Provider whose ``ProviderReachable`` is not False (a vCenter that stopped
+   answering takes no new VM at once, before the VMImage row follows its ``Ready``)
+   -> ``ImageNotReady``.
 3. Failure domain: labels match ``placement.failureDomainSelector`` (absent: all); the class's
    storage classes ⊆ ``availableStorageClasses``, network classes ⊆ ``availableNetworkClasses``,
    class features ⊆ domain features ∪ Provider ``spec.capabilities.features``
@@ -19,7 +21,12 @@ Filters, in order (a candidate is one failure domain of one Provider of the VM's
 4. Firmware: the class firmware is one of the domain's features when the domain reports any
    firmware feature (``bios``/``efi``/``efi-secure``, as the vSphere inventory detects them); a
    domain reporting none is not filtered on firmware -> ``FirmwareUnsupported``.
-5. Capacity (free, as the Provider reports it, minus what the peers placed on the domain that the
+5. Capacity, reservation first (issue 21; docs/concepts.md "How capacity is counted"): the
+   domain's ``memoryTotalMiB`` minus the configured memory of every peer placed there >= class
+   memory, and per datastore (``capacity.storageClasses[].datastore``, shared by the domains that
+   store onto it, so counted once) its ``totalGiB`` minus the disks placed on it from any domain
+   of the Provider >= the class's disks there (``reservation_shortfall``); then, as a guard,
+   capacity (free, as the Provider reports it, minus what the peers placed on the domain that the
    report may not include yet will take: those not provisioned yet, and those provisioned at or
    after the domain's ``capacity.updateTime`` — all provisioned ones when it has none; the
    report is refreshed every 300 s, so a VM counts until a report taken after it was
@@ -64,12 +71,13 @@ the namespace when the VM has terms of its own). Without ``totals`` they are sum
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from banlieue.api.meta import LabelSelector
-from banlieue.api.provider import Provider, ProviderFailureDomain
+from banlieue.api.conditions import get_condition
+from banlieue.api.meta import ConditionStatus, LabelSelector
+from banlieue.api.provider import PROVIDER_REACHABLE, Provider, ProviderFailureDomain
 from banlieue.api.virtualmachine import (
     AntiAffinityMode,
     AntiAffinityTerm,
@@ -102,6 +110,11 @@ class PeerPlacement:
     ``SchedulingInput.totals`` is None."""
     pending_storage_gib: int = 0
     """Storage of such a peer; as ``pending_memory_mib``."""
+    memory_mib: int = 0
+    """Configured memory of the peer (its class), reserved in its domain whatever its state
+    (rule 5, reservation); read only when ``SchedulingInput.totals`` is None."""
+    storage_gib: tuple[tuple[str, int], ...] = ()
+    """Its disks' GiB per storage class name; as ``memory_mib``."""
 
 
 @dataclass(frozen=True)
@@ -192,9 +205,12 @@ def image_template(image: VMImage, provider_class: str) -> str | None:
 
 
 def image_ready_on(image: VMImage, provider: Provider) -> tuple[bool, str]:
-    """Whether the image's ``status.perProvider[]`` row for this Provider is ready; the row's
-    reason/message otherwise."""
+    """Whether the image's ``status.perProvider[]`` row for this Provider is ready and the
+    Provider's vCenter answers (``ProviderReachable`` not False); why not otherwise."""
     name, namespace = provider.metadata.name, provider.metadata.namespace
+    reachable = get_condition(provider.status.conditions if provider.status else None, PROVIDER_REACHABLE)
+    if reachable is not None and reachable.status is ConditionStatus.FALSE:
+        return False, f"vCenter not reachable: {reachable.message}".rstrip(": ")
     for row in (image.status.per_provider if image.status else None) or ():
         if row.provider_name == name and row.provider_namespace == namespace:
             if row.ready:
@@ -244,6 +260,22 @@ class Free:
 
 
 @dataclass(frozen=True)
+class Reserved:
+    """What the VMs placed in one failure domain reserve: configured memory MiB and disk GiB per
+    storage class name (rule 5, reservation)."""
+
+    memory_mib: int = 0
+    storage_gib: Mapping[str, int] = field(default_factory=dict)
+
+    def plus(self, memory_mib: int, storage_gib: Mapping[str, int], n: int = 1) -> Reserved:
+        """This reservation with ``n`` more VMs of ``memory_mib`` and ``storage_gib`` each."""
+        storage = dict(self.storage_gib)
+        for name, gib in storage_gib.items():
+            storage[name] = storage.get(name, 0) + n * gib
+        return Reserved(self.memory_mib + n * memory_mib, storage)
+
+
+@dataclass(frozen=True)
 class PeerTotals:
     """The peers (the VM itself excluded) summed per Provider and failure domain, in one pass:
     ``pending``: (provider, domain) -> (memory MiB, storage GiB) of the peers placed there that
@@ -254,6 +286,8 @@ class PeerTotals:
     pending: dict[tuple[str, str], tuple[int, int]]
     on_provider: dict[str, int]
     in_domain: dict[tuple[str, str], int]
+    reserved: dict[tuple[str, str], Reserved] = field(default_factory=dict)
+    """(provider, domain) -> what every peer placed there reserves (rule 5, reservation)."""
 
     @staticmethod
     def of(inp: SchedulingInput) -> PeerTotals:
@@ -263,6 +297,7 @@ class PeerTotals:
         pending: dict[tuple[str, str], tuple[int, int]] = {}
         on_provider: dict[str, int] = {}
         in_domain: dict[tuple[str, str], int] = {}
+        reserved: dict[tuple[str, str], Reserved] = {}
         for p in inp.peers:
             if p.name == me:
                 continue
@@ -271,7 +306,8 @@ class PeerTotals:
             pending[key] = (mem + p.pending_memory_mib, storage + p.pending_storage_gib)
             on_provider[p.provider_name] = on_provider.get(p.provider_name, 0) + 1
             in_domain[key] = in_domain.get(key, 0) + 1
-        return PeerTotals(pending, on_provider, in_domain)
+            reserved[key] = reserved.get(key, Reserved()).plus(p.memory_mib, dict(p.storage_gib))
+        return PeerTotals(pending, on_provider, in_domain, reserved)
 
 
 def capacity_report_times(providers: Iterable[Provider]) -> dict[tuple[str, str], datetime]:
@@ -319,6 +355,62 @@ def capacity_shortfall(vm_class: VMClass, free: Free) -> list[str]:
     need_storage = class_storage_gib(vm_class)
     if free.storage_gib is not None and free.storage_gib < need_storage:
         out.append(f"storage {need_storage} GiB needed, {max(free.storage_gib, 0)} free")
+    return out
+
+
+def class_storage_by_class(vm_class: VMClass) -> dict[str, int]:
+    """The class's disks' GiB per storage class name."""
+    out: dict[str, int] = {}
+    for d in vm_class.spec.hardware.disks or ():
+        out[d.storage_class] = out.get(d.storage_class, 0) + d.size_gib
+    return out
+
+
+def datastore_reservations(provider: Provider, totals: PeerTotals) -> dict[str, int]:
+    """Datastore (``capacity.storageClasses[].datastore``) -> GiB the peers placed on
+    ``provider`` reserve there, over every failure domain that stores onto it (a datastore shared
+    by three clusters is one datastore: counted once, not three times)."""
+    name = provider.metadata.name or ""
+    out: dict[str, int] = {}
+    for d in _domains(provider):
+        cap = d.attributes.capacity if d.attributes else None
+        held = totals.reserved.get((name, d.name))
+        if cap is None or held is None:
+            continue
+        for entry in cap.storage_classes or ():
+            gib = held.storage_gib.get(entry.name, 0)
+            if gib:
+                out[entry.datastore] = out.get(entry.datastore, 0) + gib
+    return out
+
+
+def reservation_shortfall(vm_class: VMClass, cand: Candidate, totals: PeerTotals,
+                          datastores: Mapping[str, int]) -> list[str]:
+    """What the domain cannot reserve for a VM of ``vm_class`` (rule 5, reservation): its total
+    memory minus the configured memory of the VMs placed there, and per datastore its size minus
+    the disks placed on it from any domain (``datastores``: ``datastore_reservations``). A total
+    the Provider does not report is not checked. Empty when it fits."""
+    cap = cand.domain.attributes.capacity if cand.domain.attributes else None
+    if cap is None:
+        return []
+    out: list[str] = []
+    held = totals.reserved.get(cand.key, Reserved())
+    need_mem = vm_class.spec.hardware.memory_mib
+    if cap.memory_total_mib is not None and cap.memory_total_mib - held.memory_mib < need_mem:
+        left = max(cap.memory_total_mib - held.memory_mib, 0)
+        out.append(f"memory {need_mem} MiB needed, {left} of {cap.memory_total_mib} MiB not reserved by the VMs placed here")
+    by_class = {entry.name: entry for entry in cap.storage_classes or ()}
+    need: dict[str, int] = {}
+    size: dict[str, int] = {}
+    for sc, gib in class_storage_by_class(vm_class).items():
+        entry = by_class.get(sc)
+        if entry is not None:
+            need[entry.datastore] = need.get(entry.datastore, 0) + gib
+            size[entry.datastore] = entry.total_gib
+    for ds, gib in sorted(need.items()):
+        left = size[ds] - datastores.get(ds, 0)
+        if left < gib:
+            out.append(f"storage {gib} GiB needed on {ds}, {max(left, 0)} of {size[ds]} GiB not reserved by the VMs placed there")
     return out
 
 
@@ -541,9 +633,17 @@ def schedule(inp: SchedulingInput) -> SchedulingDecision:
         return _fail(VirtualMachineReason.FIRMWARE_UNSUPPORTED, msg, problem)
     totals = peer_totals(inp)
     free = {c.key: free_capacity(inp, c, totals) for c in firmware}
-    fitting = [c for c in firmware if not capacity_shortfall(inp.vm_class, free[c.key])]
+    datastores = {p.metadata.name or "": datastore_reservations(p, totals) for p in ready}
+
+    def shortfall(c: Candidate) -> list[str]:
+        # The reservation first (what banlieue placed), vSphere's free figures second (a guard
+        # against what banlieue did not place).
+        reserved = reservation_shortfall(inp.vm_class, c, totals, datastores.get(c.provider_name, {}))
+        return reserved + capacity_shortfall(inp.vm_class, free[c.key])
+
+    fitting = [c for c in firmware if not shortfall(c)]
     if not fitting:
-        short = [f"{c.domain.name}: {', '.join(capacity_shortfall(inp.vm_class, free[c.key]))}" for c in firmware]
+        short = [f"{c.domain.name}: {', '.join(shortfall(c))}" for c in firmware]
         msg = f"no failure domain has the free capacity VMClass {inp.vm_class.metadata.name} needs: {_names(short)}"
         return _fail(VirtualMachineReason.INSUFFICIENT_CAPACITY, msg, problem)
     allowed: list[tuple[Candidate, int]] = []

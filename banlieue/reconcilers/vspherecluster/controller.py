@@ -10,6 +10,10 @@ SPEC §3: it talks to no backend. Rules of ``decide``:
   name (the first Provider in refs order, else name order, wins), sorted by name, at most 100
   (the CRD's bound). ``attributes`` = the domain's labels plus ``provider`` (the Provider name),
   ``datacenter`` and ``cluster`` from ``attributes.raw`` (labels win on a clash).
+* ``spec.machineRequirements`` (storage and network class names): a failure domain whose
+  ``availableStorageClasses`` / ``availableNetworkClasses`` lack one of them is not advertised;
+  it is listed in ``status.excludedFailureDomains`` with what it lacks (issue 21: a domain
+  advertised where the machines' classes cannot be realised fails every machine placed there).
 * ``controlPlane``: ``spec.controlPlaneFailureDomainSelector`` matched against those attributes;
   no selector -> every domain is a control-plane domain (CAPV's VSphereFailureDomain default,
   and what "spread a control plane across all six" on the design page needs).
@@ -37,10 +41,10 @@ from pydantic import ValidationError
 
 from banlieue.api.conditions import PAUSED as PAUSED_CONDITION
 from banlieue.api.conditions import READY, get_condition, set_condition
-from banlieue.api.infrastructure import VSphereCluster, VSphereClusterStatus
+from banlieue.api.infrastructure import ExcludedFailureDomain, VSphereCluster, VSphereClusterStatus
 from banlieue.api.infrastructure import VSphereClusterReason as Reason
 from banlieue.api.meta import APIEndpoint, FailureDomain, Initialization
-from banlieue.api.provider import Provider
+from banlieue.api.provider import Provider, ProviderFailureDomain
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
     CAPI_ANNOTATION_PAUSED,
@@ -99,14 +103,43 @@ def _selected(s: Snapshot) -> tuple[list[Provider], list[str]]:
     return chosen, []
 
 
+def lacks(cluster: VSphereCluster, domain: ProviderFailureDomain) -> list[str]:
+    """What ``spec.machineRequirements`` names that ``domain`` does not offer
+    (``storageClass x``, ``networkClass y``), sorted; empty when it offers everything."""
+    req = cluster.spec.machine_requirements
+    if req is None:
+        return []
+    attrs = domain.attributes
+    storage = set((attrs.available_storage_classes if attrs else None) or ())
+    networks = set((attrs.available_network_classes if attrs else None) or ())
+    out = [f"storageClass {n}" for n in sorted(set(req.storage_classes or ())) if n not in storage]
+    return out + [f"networkClass {n}" for n in sorted(set(req.network_classes or ())) if n not in networks]
+
+
+def excluded(s: Snapshot) -> list[ExcludedFailureDomain]:
+    """The selected Providers' failure domains left out for lacking a required class, sorted by
+    name, at most ``MAX_FAILURE_DOMAINS``."""
+    out: dict[str, ExcludedFailureDomain] = {}
+    providers, _ = _selected(s)
+    for provider in providers:
+        for domain in (provider.status.failure_domains if provider.status else None) or ():
+            missing = lacks(s.cluster, domain)
+            if missing and domain.name not in out:
+                out[domain.name] = ExcludedFailureDomain(
+                    name=domain.name, provider=provider.metadata.name or "",
+                    message=f"does not offer {', '.join(missing)} (spec.machineRequirements)")
+    return [out[n] for n in sorted(out)][:MAX_FAILURE_DOMAINS]
+
+
 def aggregate(s: Snapshot) -> list[FailureDomain]:
-    """The CAPI failure domains of the selected Providers (module docstring)."""
+    """The CAPI failure domains of the selected Providers that offer what
+    ``spec.machineRequirements`` names (module docstring)."""
     selector = s.cluster.spec.control_plane_failure_domain_selector
     seen: dict[str, FailureDomain] = {}
     providers, _ = _selected(s)
     for provider in providers:
         for domain in (provider.status.failure_domains if provider.status else None) or ():
-            if domain.name in seen:
+            if domain.name in seen or lacks(s.cluster, domain):
                 continue
             attrs: dict[str, str] = {"provider": provider.metadata.name or ""}
             raw = domain.attributes.raw if domain.attributes else None
@@ -145,6 +178,8 @@ def decide(s: Snapshot) -> Plan:
         domains = aggregate(s)
         providers, missing = _selected(s)
         status.failure_domains = domains or None
+        left_out = excluded(s)
+        status.excluded_failure_domains = left_out or None
         status.control_plane_endpoint = (
             cluster.spec.control_plane_endpoint.model_copy()
             if cluster.spec.control_plane_endpoint and cluster.spec.control_plane_endpoint != APIEndpoint() else None
@@ -155,13 +190,18 @@ def decide(s: Snapshot) -> Plan:
         if missing:
             set_(READY, False, Reason.PROVIDER_NOT_FOUND,
                  f"vSphere Providers not found in namespace {cluster.metadata.namespace}: {', '.join(missing)}")
+        elif not domains and left_out:
+            set_(READY, False, Reason.NO_FAILURE_DOMAINS,
+                 f"no failure domain of the selected Providers offers spec.machineRequirements: {len(left_out)} "
+                 "excluded (status.excludedFailureDomains)")
         elif not domains:
             names = ", ".join(p.metadata.name or "" for p in providers)
             set_(READY, False, Reason.NO_FAILURE_DOMAINS,
                  f"selected Providers {names} report no failure domains yet" if providers
                  else f"no vSphere Provider selected in namespace {cluster.metadata.namespace}")
         else:
-            set_(READY, True, Reason.READY, f"{len(domains)} failure domains from {len(providers)} Providers")
+            note = f"; {len(left_out)} excluded for lacking spec.machineRequirements" if left_out else ""
+            set_(READY, True, Reason.READY, f"{len(domains)} failure domains from {len(providers)} Providers{note}")
     status.conditions = conds
     desired = status.to_wire()
     current = (cluster.status or VSphereClusterStatus()).to_wire()

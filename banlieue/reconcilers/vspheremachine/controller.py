@@ -50,6 +50,7 @@ from banlieue.reconcilers.vspheremachine.decide import (
     Snapshot,
     decide,
     ready_reason,
+    waiting_for_cluster_api,
 )
 from banlieue.reconcilers.vspheremachine.placement import (
     PlacementError,
@@ -295,6 +296,16 @@ class VSphereMachineReconciler:
             del self._written_provider_id[machine.metadata.uid or ""]  # stored now: memo done (as in _write_status)
         snap = self._gather(machine)
         if snap is None:
+            # CAPI path before the CAPI kinds can be read: say so (Ready False) rather than
+            # leave the machine without a status, and look again shortly.
+            served = self.capi is not None and self.capi.served_seen
+            waiting = waiting_for_cluster_api(machine, self.ctx.now(), served)
+            if waiting.to_wire() != VSphereMachineStatus.from_wire(raw.get("status") or {}).to_wire():
+                log.info("vspheremachine waits for Cluster API", machine=str(request), capi_served=served)
+                try:
+                    await self._write_status(raw, waiting)
+                except NotFound:
+                    return Result()
             return Result(requeue_after=CAPI_NOT_SYNCED_REQUEUE)
         initial = ready_reason(machine.status)
         # Ready reason of the last status this reconcile wrote (a coalesced final step writes

@@ -9,6 +9,9 @@ introduced here:
 - ``WaitingForOwner``: CAPI path (label ``cluster.x-k8s.io/cluster-name``) but no Machine owner
   yet, or the owner is not in the cache (CAPV returns early the same way; no finalizer yet).
 - ``WaitingForCluster``: the CAPI Cluster named by the label is not found.
+- ``WaitingForClusterAPI``: CAPI path, but the CAPI kinds are not served yet (CAPI not
+  installed) or their caches are not synced yet (``waiting_for_cluster_api``): said at once, so
+  such a machine never sits without a ``Ready`` condition.
 - ``ProviderNotFound``: ``spec.providerRef`` names no Provider in the namespace.
 - ``FailureDomainNotFound``: no Provider lists the failure domain in ``status.failureDomains``.
 - ``VMNotFound``: the VM was provisioned (``status.instanceUUID`` known) but is gone from vCenter:
@@ -76,6 +79,7 @@ from banlieue.backends.base import PowerState as PowerStateName
 from banlieue.reconcilers.kinds import (
     CAPI_ANNOTATION_PAUSED,
     CAPI_LABEL_CLUSTER_NAME,
+    CAPI_MACHINE,
     FINALIZER_VSPHERE_MACHINE,
     LABEL_PROVIDER,
 )
@@ -561,3 +565,23 @@ def _decide_delete(snap: Snapshot, st: _Status, has_finalizer: bool, capi: bool)
 
 def _soft_timeout(m: VSphereMachine) -> float:
     return float(m.spec.guest_soft_power_off_timeout_seconds or DEFAULT_GUEST_SOFT_POWER_OFF_TIMEOUT_SECONDS)
+
+
+def waiting_for_cluster_api(machine: VSphereMachine, now: datetime, served: bool) -> VSphereMachineStatus:
+    """The status of a CAPI-path machine (label ``cluster.x-k8s.io/cluster-name``) while the CAPI
+    Machine and Cluster kinds cannot be read: ``Ready`` False ``WaitingForClusterAPI``, the
+    message saying whether they are not served (``served`` False: CAPI's CRDs are not installed;
+    looked up every few seconds) or served with caches still syncing. Everything else of the
+    current status is kept."""
+    status = (machine.status or VSphereMachineStatus()).model_copy(deep=True)
+    status.observed_generation = machine.metadata.generation
+    gv = f"{CAPI_MACHINE.group}/{CAPI_MACHINE.version}"
+    message = (
+        f"waiting for the Cluster API caches of Machine and Cluster ({gv}) to sync"
+        if served
+        else f"waiting for Cluster API: Machine and Cluster ({gv}) are not served by the API server "
+        f"(install Cluster API, or remove the label {CAPI_LABEL_CLUSTER_NAME} to manage this machine without it)"
+    )
+    status.conditions = set_condition(status.conditions, READY, False, R.WAITING_FOR_CLUSTER_API, message,
+                                      machine.metadata.generation, now)
+    return status

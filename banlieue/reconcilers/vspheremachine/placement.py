@@ -202,16 +202,35 @@ def resolve_placement(
     return Placement(provider, named, datacenter, cluster)
 
 
-def _datastore_for(provider: Provider, storage_class: str) -> str:
+def _member_for(placement: Placement, storage_class: str) -> str | None:
+    """The member datastore the Provider chose for ``storage_class`` (a datastore cluster) in the
+    placement's failure domain (``capacity.storageClasses[].member``), or None."""
+    status = placement.provider.status
+    for fd in (status.failure_domains if status else None) or ():
+        if fd.name != placement.failure_domain and _raw_of(fd) != (placement.datacenter, placement.cluster):
+            continue
+        cap = fd.attributes.capacity if fd.attributes else None
+        for entry in (cap.storage_classes if cap else None) or ():
+            if entry.name == storage_class and entry.member:
+                return entry.member
+    return None
+
+
+def _datastore_for(placement: Placement, storage_class: str) -> str:
+    provider = placement.provider
     caps = provider.spec.capabilities
     for sc in (caps.storage_classes if caps else None) or ():
         if sc.name == storage_class:
             if sc.target.datastore:
                 return sc.target.datastore
+            member = _member_for(placement, storage_class)
+            if member is not None:
+                return member
             raise PlacementError(
                 Reason.INVALID_SPEC,
                 f"storage class {storage_class!r} maps to datastore cluster {sc.target.datastore_cluster!r}, "
-                "which VSphereMachine disks do not support yet: map it to a datastore",
+                f"which has no accessible member mounted on cluster {placement.cluster!r} in the Provider's "
+                "last inventory: add a member datastore to that cluster or pick another failure domain",
             )
     offered = sorted(sc.name for sc in (caps.storage_classes if caps else None) or ())
     raise PlacementError(
@@ -247,7 +266,7 @@ def build_vm_spec(machine: VSphereMachine, placement: Placement, user_data: byte
         raise PlacementError(Reason.INVALID_SPEC, "spec.numCPUs and spec.memoryMiB are required")
     disks: list[DiskSpec] = []
     for disk in spec.disks or ():
-        datastore = _datastore_for(placement.provider, disk.storage_class) if disk.storage_class else disk.datastore
+        datastore = _datastore_for(placement, disk.storage_class) if disk.storage_class else disk.datastore
         disks.append(DiskSpec(disk.name, disk.size_gib, disk.provisioning.value, datastore))
     nics: list[NicSpec] = []
     for dev in (spec.network.devices if spec.network else None) or ():

@@ -295,3 +295,17 @@ def test_decide_never_raises(cls: str, paused: bool | None, inv: Inventory | Non
     assert get_condition(plan.status.conditions, READY) is not None
     names = [f.name for f in plan.status.failure_domains or []]
     assert len(names) == len(set(names))
+
+
+def test_hung_vcenter_conditions_change_when_it_stopped_answering() -> None:
+    # Issue 21: lastTransitionTime is when the vCenter stopped answering (the backend's probe),
+    # not when the reconcile noticed.
+    before = reconciled()
+    silent = LATER - timedelta(seconds=6)
+    failure = Failure("connect", "Transient", "vCenter has not answered since ...")
+    plan = decide(Snapshot(before, LATER, failure=failure, unreachable_since=silent))
+    for type_ in (PROVIDER_REACHABLE, READY):
+        c = get_condition(plan.status.conditions, type_)
+        assert c is not None and c.status is ConditionStatus.FALSE and c.reason == R.CONNECT_FAILED
+        assert c.last_transition_time == silent.replace(microsecond=0)
+    assert plan.requeue

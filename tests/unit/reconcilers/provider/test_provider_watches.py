@@ -67,3 +67,51 @@ def test_provider_lookup_changed(old: dict[str, Any], new: dict[str, Any], passe
     pred = ProviderLookupChanged()
     assert pred.update(old, new) is passes
     assert pred.create(new) and pred.delete(new)
+
+
+class _Providers:
+    """The one cache read ``Remeasure`` makes: the Providers of a namespace."""
+
+    def __init__(self, *objs: dict[str, Any]) -> None:
+        self.objs = objs
+
+    def list(self, kind: Any, namespace: str | None = None) -> list[dict[str, Any]]:
+        return [o for o in self.objs if namespace in (None, o["metadata"]["namespace"])]
+
+
+def machine(provisioned: bool | None = None, provider_name: str = "p") -> dict[str, Any]:
+    obj: dict[str, Any] = {"metadata": {"name": "m", "namespace": "ns"}, "spec": {"providerRef": {"name": provider_name}}}
+    if provisioned is not None:
+        obj["status"] = {"initialization": {"provisioned": provisioned}}
+    return obj
+
+
+async def test_remeasure_after_provisioned_or_deleted_machines_debounced() -> None:
+    import asyncio
+
+    from banlieue.reconcilers.provider.remeasure import Remeasure
+    from banlieue.runtime.event import DeletedFinalStateUnknown
+    from banlieue.runtime.reconcile import Request
+
+    r = Remeasure(_Providers(provider()), debounce=0.05)  # type: ignore[arg-type]
+    out = r.requests()
+
+    async def fired() -> list[Request]:
+        await asyncio.sleep(0.3)  # well past the debounce window
+        got: list[Request] = []
+        while r._queue.qsize():
+            got.append(await anext(out))
+        return got
+
+    r.on_add(machine(), False)
+    r.on_update(machine(), machine(False))  # not provisioned yet: holds nothing
+    r.on_update(machine(True), machine(True))  # resync: nothing changed
+    r.on_update(machine(), machine(True, provider_name="other"))  # another Provider's machine
+    assert await fired() == []
+    # A burst (provisioned, deleted, tombstone) within the window: one re-measure.
+    r.on_update(machine(False), machine(True))
+    r.on_delete(machine(True))
+    r.on_delete(DeletedFinalStateUnknown("ns/m", machine(True)))
+    assert await fired() == [Request("ns", "p")]
+    r.on_delete(machine(True))  # after the window: a new re-measure
+    assert await fired() == [Request("ns", "p")]

@@ -326,3 +326,25 @@ def test_provisioned_peers_count_until_a_capacity_report_taken_after_them(update
     kept = totals.peer_totals(NS, f"{NS}/vm-1", lambda _: (4096, 20), capacity_report_times(providers))
     decision = schedule(replace(inp(providers=providers, cls=vm_class(mem=4096)), totals=kept))
     assert decision.reason == reason, decision.message
+
+
+def _unreachable(p: Provider) -> Provider:
+    status = p.status.to_wire() if p.status else {}
+    status["conditions"] = [{"type": "ProviderReachable", "status": "False", "reason": "ConnectFailed",
+                             "message": "vCenter has not answered since 2026-01-01T00:00:00Z",
+                             "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    return Provider.from_wire({**p.to_wire(), "status": status})
+
+
+def test_unreachable_provider_takes_no_new_vm_even_while_its_image_row_is_ready() -> None:
+    # Issue 21: the VMImage row follows the Provider's Ready one reconcile later; a vCenter that
+    # stopped answering must take no new VM at once. The placement it holds is kept (stickiness).
+    dead, alive = _unreachable(provider("a", [fd("a-d0", mem=99999)])), provider("b", [fd("b-d0", mem=8192)])
+    img = image({"a": True, "b": True})
+    fresh = schedule(inp(providers=[dead, alive], img=img))
+    assert fresh.placement is not None and fresh.placement.provider_name == "b"
+    only_dead = schedule(inp(providers=[dead], img=img))
+    assert only_dead.placement is None and only_dead.reason == VirtualMachineReason.IMAGE_NOT_READY
+    assert "a (vCenter not reachable: vCenter has not answered since 2026-01-01T00:00:00Z)" in (only_dead.message or "")
+    kept = schedule(inp(providers=[dead, alive], img=img, current=("a", "a-d0")))
+    assert kept.kept and kept.placement is not None and kept.placement.provider_name == "a"

@@ -1,0 +1,149 @@
+"""vCenter reachability in seconds: a ``CurrentTime`` probe per vCenter, off the worker pool.
+
+Why: the worker pool's requests time out after the request timeout (120 s) and the change watch's
+long poll after ``max_wait + 60`` s, so a vCenter that hangs (accepts connections, never answers:
+a frozen VM, a SIGSTOPped vcsim) was noticed after minutes, during which the scheduler kept
+placing VMs on it (issue 21).
+
+What: one daemon thread per vCenter endpoint (``ReachabilityProbe``), started when the first
+session on it has logged in, sends ``ServiceInstance.CurrentTime`` every ``interval`` seconds
+(default ``PROBE_INTERVAL``, 2 s) on its own HTTP connection (its own ``SoapStubAdapter``, not
+the sessions' stubs, whose pooled connections may all be stuck in hung requests) with a socket
+timeout of ``timeout`` seconds (default ``PROBE_TIMEOUT``, 5 s). No session is needed: a SOAP
+fault (``NotAuthenticated``) is an answer too, and so is a TLS certificate that does not verify
+(the server spoke; the sessions report ``TLSVerifyFailed``). A vCenter that does not answer is
+therefore noticed within ``interval + timeout`` (7 s) of freezing, and one that answers again
+within ``interval`` (2 s).
+
+``down_since`` (wall-clock seconds since the epoch, or None while it answers) is the send time of
+the first probe it did not answer: the moment it stopped answering, to within one interval. The
+Provider reconciler reports it as ``ProviderReachable``'s ``lastTransitionTime`` and, while it is
+set, does not send the Provider's own requests (which would hang for the request timeout).
+Transitions call ``on_down(label)`` / ``on_back(label)`` from the probe thread (they must not
+block): the session pool's reachability listeners.
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from pyVmomi import vim as _vim
+from pyVmomi import vmodl as _vmodl
+from pyVmomi.SoapAdapter import SoapStubAdapter as _SoapStubAdapter
+
+vim: Any = _vim
+vmodl: Any = _vmodl
+SoapStubAdapter: Any = _SoapStubAdapter
+
+log = structlog.get_logger("banlieue.backends.vsphere")
+
+PROBE_INTERVAL = 2.0
+"""Seconds between two probes of one vCenter."""
+PROBE_TIMEOUT = 5.0
+"""Socket timeout of one probe (connect, TLS handshake, answer), seconds."""
+
+
+class ReachabilityProbe:
+    """Probes one vCenter (module docstring). ``make_stub()`` returns a fresh SOAP stub with its
+    own connection and a ``timeout``-second socket timeout; ``clock`` is the wall clock
+    (seconds since the epoch) of ``down_since``."""
+
+    def __init__(
+        self,
+        label: str,
+        make_stub: Callable[[], Any],
+        on_down: Callable[[str], None],
+        on_back: Callable[[str], None],
+        interval: float = PROBE_INTERVAL,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.label = label
+        self.interval = interval
+        self._make_stub = make_stub
+        self._on_down = on_down
+        self._on_back = on_back
+        self._clock = clock
+        self._stub: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.down_since: float | None = None
+        """Wall-clock send time of the first unanswered probe; None while the vCenter answers."""
+        self.probes = 0
+        """Probes sent so far (tests and debugging)."""
+
+    def answered(self) -> bool:
+        """Send one ``CurrentTime`` and say whether the vCenter answered (any SOAP answer, a
+        fault included, or a TLS handshake that failed verification). Never raises."""
+        self.probes += 1
+        try:
+            if self._stub is None:
+                self._stub = self._make_stub()
+            vim.ServiceInstance("ServiceInstance", self._stub).CurrentTime()
+            return True
+        except vmodl.MethodFault:
+            return True
+        except ssl.SSLCertVerificationError:
+            return True
+        except Exception:  # no answer: timeout, refused, reset; a fresh connection next time
+            self._stub = None
+            return False
+
+    def probe_once(self) -> None:
+        """One probe and its transition (``down_since``, listeners). Never raises."""
+        sent = self._clock()
+        ok = self.answered()
+        if ok and self.down_since is not None:
+            since, self.down_since = self.down_since, None
+            log.info("vcenter answering again", vcenter=self.label, silent_seconds=round(self._clock() - since, 1))
+            self._notify(self._on_back)
+        elif not ok and self.down_since is None:
+            self.down_since = sent
+            log.info("vcenter not answering", vcenter=self.label, probe="CurrentTime")
+            self._notify(self._on_down)
+
+    def _notify(self, callback: Callable[[str], None]) -> None:
+        try:
+            callback(self.label)
+        except Exception:  # a listener's bug must not stop the probe
+            log.exception("reachability listener failed", vcenter=self.label)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.probe_once()
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def start(self) -> None:
+        """Start the probe thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"vsphere-probe-{self.label}", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop probing; a probe in flight ends within its timeout (the thread is a daemon)."""
+        self._stop.set()
+
+
+def stub_factory(protocol: str, host: str, port: int, version: str, ssl_context: ssl.SSLContext | None,
+                 timeout: float = PROBE_TIMEOUT) -> Callable[[], Any]:
+    """A ``make_stub`` for ``ReachabilityProbe``: a new ``SoapStubAdapter`` to ``host:port``
+    (``protocol`` https or http: pyVmomi takes a negative port for plain http) speaking
+    ``version``, with a ``timeout``-second socket timeout and no idle-connection expiry."""
+
+    def make() -> Any:
+        return SoapStubAdapter(
+            host=host,
+            port=port if protocol == "https" else -port,
+            version=version,
+            sslContext=ssl_context,
+            httpConnectionTimeout=timeout,
+            connectionPoolTimeout=-1,
+            poolSize=1,
+        )
+
+    return make

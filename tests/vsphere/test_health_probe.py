@@ -1,0 +1,75 @@
+"""The reachability probe (``backends/vsphere/health``) against real servers: vcsim answers, a
+socket that accepts connections and never answers (a hung vCenter) does not; transitions are
+heard once each and ``down_since`` is the send time of the first unanswered probe."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from banlieue.backends.base import Connection
+from banlieue.backends.vsphere.backend import VSphereBackend
+from banlieue.backends.vsphere.health import ReachabilityProbe, stub_factory
+from banlieue.backends.vsphere.session import parse_endpoint, ssl_context
+from banlieue.testing.vcsim import VcsimProcess
+
+pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def silent() -> Iterator[int]:
+    """A port that completes TCP handshakes (kernel backlog) and never answers a byte."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        sock.close()
+
+
+def test_probe_hears_silence_then_answers(vcsim: VcsimProcess, conn: Connection, silent: int) -> None:
+    protocol, host, port = parse_endpoint(conn.endpoint)
+    answering = stub_factory(protocol, host, port, "vim.version.version8", ssl_context(conn), timeout=1.0)
+    hung = stub_factory("http", "127.0.0.1", silent, "vim.version.version8", None, timeout=0.5)
+    target = [answering]
+    downs: list[str] = []
+    backs: list[str] = []
+    probe = ReachabilityProbe("vc:1", lambda: target[0](), on_down=downs.append, on_back=backs.append)
+
+    probe.probe_once()
+    assert probe.down_since is None and downs == [] and backs == []
+
+    target[0] = hung
+    probe._stub = None  # the next probe opens a connection to the hung server
+    sent = time.time()
+    probe.probe_once()
+    waited = time.time() - sent
+    assert probe.down_since is not None and sent - 0.01 <= probe.down_since <= sent + 0.01
+    assert 0.4 <= waited < 3.0, "the probe gives up after its own timeout, not the request timeout"
+    first = probe.down_since
+    probe.probe_once()
+    assert probe.down_since == first and downs == ["vc:1"], "one transition per outage"
+
+    target[0] = answering
+    probe.probe_once()
+    assert probe.down_since is None and backs == ["vc:1"]
+
+
+async def test_backend_starts_one_probe_per_vcenter_after_login(conn: Connection) -> None:
+    backend = VSphereBackend(max_workers=2, probe_interval=0.2)
+    try:
+        assert backend.unreachable_since(conn) is None
+        await backend.check_connection(conn)
+        ep = backend.sessions.endpoint_for(conn)
+        assert ep.probe is not None
+        deadline = time.monotonic() + 10
+        while ep.probe.probes < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert ep.probe.probes >= 2 and backend.unreachable_since(conn) is None
+    finally:
+        await backend.close()
