@@ -631,10 +631,10 @@ class DevEnv:
         """True when the object at ``path`` has condition Ready True (False while it cannot be read)."""
         if self.real:  # TLS and a client certificate: kubectl has them from the kubeconfig
             try:
-                body = self.run_kubectl("get", "--raw", path)
+                text = self.run_kubectl("get", "--raw", path)
             except StartupError:
                 return False
-            return _ready_reason(json.loads(body)).startswith("Ready=True")
+            return _ready_reason(json.loads(text)).startswith("Ready=True")
         status, body = http_get(self.api_url + path)
         return status == 200 and _ready_reason(json.loads(body)).startswith("Ready=True")
 
