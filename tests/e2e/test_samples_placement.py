@@ -1,7 +1,7 @@
 """The shipped samples are consistent (issue 21, item 1): every failure domain the ``demo``
 VSphereCluster advertises can take a machine.
 
-Real processes: the API-server double, one vcsim per sample Provider, ``banlieue manager``;
+Real processes: the API server (the double and kube-apiserver), one vcsim per sample Provider, ``banlieue manager``;
 config/samples applied with kubectl (``manager_env``). Before the fix the demo advertised all 12
 domains and a machine in ``vcenter-b-dc1-*`` failed ``InvalidSpec: port group 'DC0_DVPG0' not
 found in datacenter 'DC1'``. Now: 9 advertised, the 3 of vcenter-b's DC1 excluded with why, and
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from .harness import ManagerEnv, condition, http, manager_env, requirements_skip, wait_for
+from .harness import ManagerEnv, condition, manager_env, requirements_skip, wait_for
 
 __all__ = ["manager_env"]
 
@@ -47,7 +47,7 @@ def test_every_advertised_domain_takes_a_machine(manager_env: ManagerEnv) -> Non
         spec["failureDomain"] = name
         body = {"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachine",
                 "metadata": {"name": f"in-{name}", "namespace": "default"}, "spec": spec}
-        status, out = http("POST", env.api_url + f"{INFRA}/vspheremachines", body)
+        status, out = env.request("POST", f"{INFRA}/vspheremachines", body)
         assert status == 201, out
 
     def states() -> dict[str, tuple[str, str]]:

@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 from banlieue.cmd.dev import point_providers_at, sample_documents
-from banlieue.testing.apiserver.fixture import start_subprocess
+from banlieue.testing.apiservers import kinds, start_api_server
 from banlieue.testing.vcsim import GUEST_IP_RANGES, start_vcsim
 
-from .harness import REPO, ManagerEnv, condition, http, requirements_skip, start_manager_env, wait_for
+from .harness import REPO, ManagerEnv, apply_flags, condition, requirements_skip, start_manager_env, wait_for
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.kubectl, pytest.mark.timeout(240), requirements_skip()]
 
@@ -37,20 +37,20 @@ DETECT_LIMIT = 15.0
 """Issue 21: a hung vCenter's Provider is ProviderReachable=False within this many seconds."""
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagerEnv]:
-    """API double + one vcsim per sample Provider + manager; the sample Providers, classes and
+@pytest.fixture(scope="module", params=kinds())
+def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagerEnv]:
+    """API server (double, or kube-apiserver with BANLIEUE_TEST_APISERVER=real) + one vcsim per sample Provider + manager; the sample Providers, classes and
     image applied (no VMs)."""
     tmp = tmp_path_factory.mktemp("vcenter-health")
     docs = [d for d in sample_documents(REPO / "config/samples") if d.get("kind") in KEEP]
     providers = [d["metadata"]["name"] for d in docs if d.get("kind") == "Provider"]
     with ExitStack() as stack:
-        api = stack.enter_context(start_subprocess(bookmark_interval=5.0))
+        api = stack.enter_context(start_api_server(request.param, tmp, bookmark_interval=5.0))
         vcsims = {name: stack.enter_context(start_vcsim(host=4, guest_ip=GUEST_IP_RANGES[i % len(GUEST_IP_RANGES)]))
                   for i, name in enumerate(providers)}
         menv = start_manager_env(stack, tmp, api, vcsims)
         menv.docs = point_providers_at(docs, {n: (vc.url, vc.ca_pem) for n, vc in vcsims.items()})
-        menv.kubectl_run("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(menv.docs))
+        menv.kubectl_run("apply", *apply_flags(menv), "-f", "-", stdin=yaml.safe_dump_all(menv.docs))
         yield menv
 
 
@@ -90,7 +90,7 @@ def test_hung_vcenter_is_noticed_in_seconds_and_gets_no_vm(env: ManagerEnv) -> N
         vm = {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
               "metadata": {"name": "while-frozen", "namespace": "default"},
               "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "ubuntu-22.04"}}}
-        status, body = http("POST", env.api_url + VMS, vm)
+        status, body = env.request("POST", VMS, vm)
         assert status == 201, body
 
         def scheduled() -> str | None:
