@@ -8,7 +8,7 @@ renewed every ``max_wait_seconds`` (default 600 s: 6 requests per hour per vCent
 never per VM.
 
 Watched paths: ``runtime.powerState``, ``guest.ipAddress``, ``guest.net``, ``config.instanceUuid``,
-``config.extraConfig`` (the UID), ``config.template``. Objects leaving the filter ("leave") are
+``config.uuid`` (the BIOS UUID of providerID), ``config.extraConfig`` (the UID), ``config.template``. Objects leaving the filter ("leave") are
 removals. After a re-login the collector is recreated and the first batch (every managed VM,
 "modified") is a resync: nothing missed while the session was gone is lost.
 
@@ -64,6 +64,7 @@ WATCH_PATHS = [
     "guest.ipAddress",
     "guest.net",
     "config.instanceUuid",
+    "config.uuid",
     "config.extraConfig",
     "config.template",
 ]
