@@ -45,7 +45,7 @@ from pyVmomi import SoapAdapter as _soap
 from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
 
-from banlieue.backends.base import BackendError, VMChange
+from banlieue.backends.base import BackendError, TLSVerifyFailed, VMChange
 from banlieue.backends.vsphere import deserializer
 from banlieue.backends.vsphere.faults import map_exception
 from banlieue.backends.vsphere.find import UID_KEY, VMIndex
@@ -152,6 +152,7 @@ class VMWatch:
         """Create the collector and its filter on the current session (3 SOAP calls)."""
         if self.stub is None:
             self.stub = self._make_stub()
+            self.session.extra_stubs.add(self.stub)  # closed by the certificate check
         self.stub.SetSessionId(self.session.stub.GetSessionId())
         root_pc = vmodl.query.PropertyCollector(moid(self.session.content.propertyCollector), self.stub)
         collector = root_pc.CreatePropertyCollector()
@@ -170,7 +171,10 @@ class VMWatch:
         self.version = ""
 
     def poll(self) -> list[VMChange]:
-        """One WaitForUpdatesEx (blocks up to max_wait seconds); re-login on NotAuthenticated."""
+        """One WaitForUpdatesEx (blocks up to max_wait seconds); re-login on NotAuthenticated.
+        Raises TLSVerifyFailed, sending nothing, while the session's certificate check fails."""
+        if self.session.tls_error is not None:
+            raise TLSVerifyFailed(self.session.tls_error)
         try:
             with self._lock:
                 resync, self._resync = self._resync, False
