@@ -188,3 +188,53 @@ async def test_vm_renamed_and_moved_by_hand_is_still_deleted(apiserver: Any, cli
         await client.delete(VSPHERE_MACHINE, "mv", ns)
         await eventually(lambda: _gone(client, ns, "mv"), 60, what="machine deleted")
         assert vms_with_uid(si, uid) == []
+
+
+def _requests(label: str, method: str) -> float:
+    """SOAP round trips of ``method`` to ``label`` so far (banlieue_vsphere_requests_total)."""
+    from prometheus_client import REGISTRY
+
+    return sum(REGISTRY.get_sample_value("banlieue_vsphere_requests_total", {"vcenter": label, "method": method, "outcome": o}) or 0.0
+               for o in ("success", "fault", "error"))
+
+
+async def test_one_power_on_task_per_machine(apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any) -> None:
+    """CAPV #1122 (several PowerOn tasks per VM, all but one failing): each of 4 machines
+    created at once costs exactly one PowerOnVM_Task, whatever the reconciles and watch events."""
+    await make_provider(client, ns, vcsim)
+    label = f"127.0.0.1:{vcsim.port}"
+    before = _requests(label, "PowerOnVM_Task")
+    async with running(apiserver, ns):
+        for i in range(4):
+            await client.create(VSPHERE_MACHINE, machine(f"p{i}", ns, **NIC))
+        for i in range(4):
+            await wait_reason(client, ns, f"p{i}", "WaitingForIPAddress", "Provisioned")
+        await _asleep(2.0)  # watch events of the power-on come back: no second task
+        assert _requests(label, "PowerOnVM_Task") - before == 4
+
+
+async def test_vm_powered_off_by_hand_is_deleted_without_power_off(apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any) -> None:
+    """kubermatic machine-controller #299 / #636 (deleting a VM already powered off failed on
+    the power-off), CAPV #835 (cannot delete a machine whose VM is in an unexpected state): the
+    VM powered off by hand is destroyed (no PowerOffVM_Task to a VM that is off) and the
+    machine goes."""
+    await make_provider(client, ns, vcsim)
+    label = f"127.0.0.1:{vcsim.port}"
+    async with running(apiserver, ns):
+        created = await client.create(VSPHERE_MACHINE, machine("off", ns, powerOffMode="hard", **NIC))
+        await wait_reason(client, ns, "off", "WaitingForIPAddress", "Provisioned")
+        [vm] = vms_with_uid(si, created["metadata"]["uid"])
+        _wait_task(vm.PowerOffVM_Task())
+        offs, ons = _requests(label, "PowerOffVM_Task"), _requests(label, "PowerOnVM_Task")
+        await client.delete(VSPHERE_MACHINE, "off", ns)
+        await eventually(lambda: _gone(client, ns, "off"), 60, what="machine deleted")
+        assert vms_with_uid(si, created["metadata"]["uid"]) == []
+        # The drift check may power the VM on again before the delete is seen: only then is a
+        # power-off needed; never one sent to a VM that is off.
+        assert _requests(label, "PowerOffVM_Task") - offs == _requests(label, "PowerOnVM_Task") - ons
+
+
+async def _asleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)
