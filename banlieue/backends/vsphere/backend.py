@@ -158,8 +158,8 @@ class VSphereBackend:
     # --- Backend ----------------------------------------------------------------------------
 
     def spec_error(self, spec: VMSpec) -> str | None:
-        """The guestinfo size limit (``guestinfo.spec_error``): base64 user data or metadata
-        over 64 KiB."""
+        """The guestinfo size limit (``guestinfo.spec_error``): user data over 64 KiB even
+        gzip+base64-encoded, or base64 metadata over 64 KiB."""
         return guestinfo.spec_error(spec)
 
     async def check_connection(self, conn: Connection) -> str:
