@@ -78,6 +78,8 @@ class VSphereMachineReason:
     VM_NOT_FOUND = "VMNotFound"
     POWERING_OFF = "PoweringOff"
     NOT_PAUSED = "NotPaused"
+    WAITING_FOR_BIOS_UUID = "WaitingForBIOSUUID"
+    BIOS_UUID_CHANGED = "BIOSUUIDChanged"  # reason of the ProviderIDMatchesVM condition when False
 
 
 class VSphereClusterReason:

@@ -129,9 +129,13 @@ class VSphereBackend:
         self._indexes[label] = (time.monotonic(), idx)
         return idx
 
-    async def _locate(self, conn: Connection, uid: str) -> tuple[Any, VMInfo] | None:
+    async def _locate(self, conn: Connection, uid: str, trust_miss: bool = True) -> tuple[Any, VMInfo] | None:
         """(VM object, VMInfo) for ``uid``: cached moref (1 call), else a full scan (2 calls)
-        unless a running change watch keeps the index complete (0 calls for a miss)."""
+        unless a running change watch keeps the index complete (0 calls for a miss).
+        ``trust_miss`` False: scan even then. For a VM there is evidence of (a status that
+        recorded it, one this process delivered, one to destroy) a miss in the watch-kept index
+        is not proof: a VM moved by hand into another folder can leave the collector's view
+        ("leave", a removal to the watch) and stay in vCenter (CAPV #1396; seen on vcsim)."""
         index = self._vm_index(conn)
         idx = self._indexes.get(self.sessions.endpoint_for(conn).label)
         nets = idx[1] if idx else None
@@ -143,7 +147,7 @@ class VSphereBackend:
                 if info is not None and info.uid == uid:
                     return vm, info
                 index.forget(uid)
-            if index.authoritative:
+            if index.authoritative and trust_miss:
                 return None  # the change watch keeps the index complete: no scan needed
             find.scan_uids(s.content, index)
             vm = index.get(uid)
@@ -157,8 +161,8 @@ class VSphereBackend:
     # --- Backend ----------------------------------------------------------------------------
 
     def spec_error(self, spec: VMSpec) -> str | None:
-        """The guestinfo size limit (``guestinfo.spec_error``): base64 user data or metadata
-        over 64 KiB."""
+        """The guestinfo size limit (``guestinfo.spec_error``): user data over 64 KiB even
+        gzip+base64-encoded, or base64 metadata over 64 KiB."""
         return guestinfo.spec_error(spec)
 
     async def check_connection(self, conn: Connection) -> str:
@@ -174,7 +178,8 @@ class VSphereBackend:
         return await self.sessions.run(conn, lambda s: find.find_template(s.content, datacenter, name))
 
     async def find_vm(self, conn: Connection, uid: str, instance_uuid: str | None = None) -> VMInfo | None:
-        found = await self._locate(conn, uid)
+        # A known instance UUID: the VM existed, so a miss is checked by a scan before "gone".
+        found = await self._locate(conn, uid, trust_miss=not instance_uuid)
         if found is not None:
             return found[1]
         if not instance_uuid:
@@ -189,8 +194,8 @@ class VSphereBackend:
     async def create_vm(self, conn: Connection, spec: VMSpec) -> CreateResult:
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
-        found = await self._locate(conn, spec.uid)
         delivered = self._delivered.setdefault(vcenter, set())
+        found = await self._locate(conn, spec.uid, trust_miss=spec.uid not in delivered)
         created = False
         mode = spec.clone_mode
         message = ""
@@ -345,7 +350,7 @@ class VSphereBackend:
     async def destroy_vm(
         self, conn: Connection, uid: str, off_mode: PowerOffMode = "trySoft", soft_timeout: float = 300.0
     ) -> bool:
-        found = await self._locate(conn, uid)
+        found = await self._locate(conn, uid, trust_miss=False)
         if found is None:
             return False
         vm, info = found

@@ -10,13 +10,17 @@ Metadata is JSON, which is valid YAML for cloud-init.
 
 Size: a guestinfo value holds at most ``VALUE_MAX_BYTES`` (64 KiB; open-vm-tools
 ``guest_msg_def.h`` ``GUESTMSG_MAX_IN_SIZE``; the VMX file as a whole is limited to 1 MiB by
-default, ``tools.setInfo.sizeLimit``). ``size_error`` names a value that is too large, with what
-to do; ``guestinfo`` raises InvalidSpec for one.
+default, ``tools.setInfo.sizeLimit``). User data whose base64 does not fit is gzip-compressed
+and written with ``guestinfo.userdata.encoding`` = ``gzip+base64``, an encoding cloud-init's
+VMware datasource decodes (CAPV writes kubeadm bootstrap data the same way; a control plane's,
+with certificates, runs to tens of KiB). ``size_error`` names a value that does not fit even
+so, with both sizes and what to do; ``guestinfo`` raises InvalidSpec for one.
 """
 
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 from typing import Any
 
@@ -69,15 +73,31 @@ def encoded_size(data: bytes) -> int:
     return 4 * ((len(data) + 2) // 3)
 
 
+def _gzip(data: bytes) -> bytes:
+    # mtime=0: the same user data always gives the same value, so a converge that compares
+    # the VM's guestinfo with the wanted one sees no change where there is none.
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+def encode_user_data(user_data: bytes) -> tuple[str, str]:
+    """(value, encoding) for ``guestinfo.userdata``: ``base64`` when that fits
+    ``VALUE_MAX_BYTES``, else ``gzip+base64`` (which may still not fit: see ``size_error``)."""
+    if encoded_size(user_data) <= VALUE_MAX_BYTES:
+        return _b64(user_data), "base64"
+    return _b64(_gzip(user_data)), "gzip+base64"
+
+
 def size_error(instance_id: str, hostname: str, nics: list[NicSpec], user_data: bytes | None) -> str | None:
     """An actionable message when the base64 user data or metadata would exceed
     ``VALUE_MAX_BYTES``, else None. MACs not known yet are sized as ``PLACEHOLDER_MAC``."""
     if user_data and encoded_size(user_data) > VALUE_MAX_BYTES:
-        return (
-            f"bootstrap user data is {len(user_data)} bytes ({encoded_size(user_data)} base64-encoded); a vSphere "
-            f"guestinfo value holds at most {VALUE_MAX_BYTES} bytes: shrink it, or gzip it (cloud-init detects "
-            "gzip-compressed user data)"
-        )
+        value, _ = encode_user_data(user_data)
+        if len(value) > VALUE_MAX_BYTES:
+            return (
+                f"bootstrap user data is {len(user_data)} bytes ({encoded_size(user_data)} base64-encoded, "
+                f"{len(value)} gzip+base64-encoded); a vSphere guestinfo value holds at most {VALUE_MAX_BYTES} "
+                "bytes even compressed: shrink it (move large files out of the cloud-config, fetch them at boot)"
+            )
     md = _metadata_bytes(instance_id, hostname, [(nic, nic.mac_address or PLACEHOLDER_MAC) for nic in nics])
     if encoded_size(md) > VALUE_MAX_BYTES:
         return (
@@ -107,11 +127,12 @@ def guestinfo(
     if error is not None:
         raise InvalidSpec(error)
     md = _metadata_bytes(instance_id, hostname, nics)
+    value, encoding = encode_user_data(user_data) if user_data else ("", "")
     return {
         METADATA: _b64(md),
         METADATA_ENCODING: "base64",
-        USERDATA: _b64(user_data) if user_data else "",
-        USERDATA_ENCODING: "base64" if user_data else "",
+        USERDATA: value,
+        USERDATA_ENCODING: encoding,
     }
 
 
@@ -119,4 +140,6 @@ def decode(extra: dict[str, str]) -> tuple[dict[str, Any] | None, bytes | None]:
     """Inverse of ``guestinfo`` (for tests and diagnostics): (metadata, user data)."""
     md = json.loads(base64.b64decode(extra[METADATA])) if extra.get(METADATA) else None
     ud = base64.b64decode(extra[USERDATA]) if extra.get(USERDATA) else None
+    if ud is not None and extra.get(USERDATA_ENCODING) == "gzip+base64":
+        ud = gzip.decompress(ud)
     return md, ud

@@ -26,15 +26,28 @@ A vCenter that hangs instead (accepts connections, never answers) leaves its poo
 waiting for the request timeout: the endpoint's ``ReachabilityProbe`` (``health``, started after
 the first login on it) notices it within seconds on its own connection, calls the same unreachable
 and reconnect listeners, and ``SessionPool.unreachable_since`` tells since when it is silent.
+
+Certificate check (CAPV #1718, #1134, #3372): a vCenter whose certificate is replaced by one the
+Provider's CA bundle does not sign, on the same host and port, fails only *new* TLS connections;
+kept-alive ones (the pool's, the change watch's long poll) would go on answering for minutes.
+So every ``CERT_CHECK_SECONDS`` a daemon thread makes one TLS handshake (no HTTP request) per
+https session with that session's own verification settings. When it fails verification the
+session is marked (``Session.tls_error``): its kept-alive connections are closed, every later
+call raises TLSVerifyFailed before anything is sent, and the unreachable listeners are told (the
+Provider re-checks and reports ``TLSVerifyFailed`` within seconds). A later handshake that
+verifies clears the mark; a changed CA bundle is a new Connection, hence a new session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import socket
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -61,6 +74,22 @@ log = structlog.get_logger("banlieue.backends.vsphere")
 
 RECONNECT_NOTIFY_SECONDS = 5.0
 """Least time between two "vCenter back" notifications of one endpoint."""
+CERT_CHECK_SECONDS = 5.0
+"""Interval of the TLS handshake that re-verifies each https session's vCenter certificate."""
+
+
+def verify_certificate(host: str, port: int, context: ssl.SSLContext, timeout: float) -> str | None:
+    """One TLS handshake with ``context`` (no request sent): the verification error message,
+    or None when the certificate verifies or the server cannot be reached (that is the
+    reachability check's business, not this one's)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock, \
+                context.wrap_socket(sock, server_hostname=host):
+            return None
+    except ssl.SSLCertVerificationError as exc:
+        return f"TLS certificate verification failed: {getattr(exc, 'verify_message', None) or exc}"
+    except (OSError, ssl.SSLError):
+        return None
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, str, int]:
@@ -177,6 +206,32 @@ class Session:
         self.si: Any = None
         self.content: Any = None
         self.stub: Any = None
+        self.tls_error: str | None = None
+        """Set by the certificate check while the vCenter's certificate does not verify: no
+        call is sent (module docstring)."""
+        self.extra_stubs: weakref.WeakSet[Any] = weakref.WeakSet()
+        """Other stubs on this session (the change watch's; weak: they go with their watch):
+        closed with the pool's when the certificate stops verifying."""
+
+    def check_certificate(self) -> bool:
+        """Re-verify the vCenter's certificate (one handshake); True when the mark changed.
+        On failure, closes every kept-alive connection of the session's stubs."""
+        if self.protocol != "https" or self.conn.insecure_skip_tls_verify:
+            return False
+        error = verify_certificate(self.host, self.port, ssl_context(self.conn), min(self.request_timeout, 10.0))
+        changed = (error is None) != (self.tls_error is None)
+        self.tls_error = error
+        if error is not None:
+            for stub in [self.stub, *self.extra_stubs]:
+                if stub is not None:
+                    with contextlib.suppress(Exception):
+                        stub.DropConnections()
+            if changed:
+                log.warning("vcenter certificate no longer verifies", vcenter=self.endpoint.label,
+                            provider=self.conn.provider, error=error)
+        elif changed:
+            log.info("vcenter certificate verifies again", vcenter=self.endpoint.label, provider=self.conn.provider)
+        return changed
 
     def login(self) -> None:
         """Connect and log in (SmartConnect negotiates the API version). Raises BackendError."""
@@ -223,7 +278,10 @@ class Session:
             self.generation += 1
 
     def call(self, fn: Callable[[Session], T]) -> T:
-        """Run ``fn(self)``; on NotAuthenticated re-login and retry once. Maps errors."""
+        """Run ``fn(self)``; on NotAuthenticated re-login and retry once. Maps errors. Raises
+        TLSVerifyFailed without sending anything while ``tls_error`` is set."""
+        if self.tls_error is not None:
+            raise TLSVerifyFailed(self.tls_error)
         generation = self.generation
         try:
             return fn(self)
@@ -262,6 +320,25 @@ class SessionPool:
         self._login_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
         self._listeners: list[Callable[[str], None]] = []
         self._down_listeners: list[Callable[[str], None]] = []
+        self._cert_stop = threading.Event()
+        self._cert_thread: threading.Thread | None = None
+        self.cert_check_seconds = CERT_CHECK_SECONDS
+
+    def _check_certificates(self) -> None:
+        """The certificate check loop (module docstring), on a daemon thread."""
+        while not self._cert_stop.wait(self.cert_check_seconds):
+            for sess in list(self.sessions.values()):
+                try:
+                    if sess.check_certificate():
+                        self._notify(self._down_listeners if sess.tls_error else self._listeners,
+                                     sess.endpoint.label, "certificate")
+                except Exception as exc:  # one vCenter's failure must not stop the others' checks
+                    log.debug("certificate check failed", vcenter=sess.endpoint.label, error=str(exc))
+
+    def _start_certificate_check(self) -> None:
+        if self._cert_thread is None:
+            self._cert_thread = threading.Thread(target=self._check_certificates, name="vsphere certificate check", daemon=True)
+            self._cert_thread.start()
 
     @staticmethod
     def label_of(conn: Connection) -> str:
@@ -319,6 +396,8 @@ class SessionPool:
             self._drop_stale(conn)
             self.sessions[key] = sess
             self._start_probe(endpoint, sess)
+            if sess.protocol == "https":
+                self._start_certificate_check()
             return sess
 
     def _start_probe(self, endpoint: Endpoint, sess: Session) -> None:
@@ -349,6 +428,7 @@ class SessionPool:
         return await asyncio.get_running_loop().run_in_executor(sess.endpoint.pool, sess.call, fn)
 
     async def close(self) -> None:
+        self._cert_stop.set()
         loop = asyncio.get_running_loop()
         sessions, self.sessions = list(self.sessions.values()), {}
         await asyncio.gather(

@@ -11,7 +11,7 @@ hung-then-restarted vCenter kept the watch (and the index it keeps authoritative
 minutes. Noticing the hang itself is the reachability probe's job (``health``: seconds).
 
 Watched paths: ``runtime.powerState``, ``guest.ipAddress``, ``guest.net``, ``config.instanceUuid``,
-``config.extraConfig`` (the UID), ``config.template``. Objects leaving the filter ("leave") are
+``config.uuid`` (the BIOS UUID of providerID), ``config.extraConfig`` (the UID), ``config.template``. Objects leaving the filter ("leave") are
 removals. After a re-login the collector is recreated and the first batch (every managed VM,
 "modified") is a resync: nothing missed while the session was gone is lost.
 
@@ -47,7 +47,7 @@ from pyVmomi import SoapAdapter as _soap
 from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
 
-from banlieue.backends.base import BackendError, VMChange
+from banlieue.backends.base import BackendError, TLSVerifyFailed, VMChange
 from banlieue.backends.vsphere import deserializer
 from banlieue.backends.vsphere.faults import map_exception
 from banlieue.backends.vsphere.find import UID_KEY, VMIndex
@@ -66,6 +66,7 @@ WATCH_PATHS = [
     "guest.ipAddress",
     "guest.net",
     "config.instanceUuid",
+    "config.uuid",
     "config.extraConfig",
     "config.template",
 ]
@@ -153,6 +154,7 @@ class VMWatch:
         """Create the collector and its filter on the current session (3 SOAP calls)."""
         if self.stub is None:
             self.stub = self._make_stub()
+            self.session.extra_stubs.add(self.stub)  # closed by the certificate check
         self.stub.SetSessionId(self.session.stub.GetSessionId())
         root_pc = vmodl.query.PropertyCollector(moid(self.session.content.propertyCollector), self.stub)
         collector = root_pc.CreatePropertyCollector()
@@ -171,7 +173,10 @@ class VMWatch:
         self.version = ""
 
     def poll(self) -> list[VMChange]:
-        """One WaitForUpdatesEx (blocks up to max_wait seconds); re-login on NotAuthenticated."""
+        """One WaitForUpdatesEx (blocks up to max_wait seconds); re-login on NotAuthenticated.
+        Raises TLSVerifyFailed, sending nothing, while the session's certificate check fails."""
+        if self.session.tls_error is not None:
+            raise TLSVerifyFailed(self.session.tls_error)
         try:
             with self._lock:
                 resync, self._resync = self._resync, False

@@ -49,6 +49,7 @@ from banlieue.reconcilers.vspheremachine.decide import (
     Plan,
     Snapshot,
     decide,
+    missing_object,
     ready_reason,
     waiting_for_cluster_api,
 )
@@ -124,6 +125,10 @@ class VSphereMachineReconciler:
         # status says provisioned: a deferred progress status (ADR 0011) must not cost a second
         # converge (Snapshot.converged_spec).
         self._converged: dict[str, VMSpec] = {}
+        # Consecutive create attempts that failed because a named vCenter object (template,
+        # pool, folder, datastore, network) is missing, by UID: the back-off of the re-check
+        # (Snapshot.missing_retries).
+        self._missing: dict[str, int] = {}
         # Providers validated once per resourceVersion (every reconcile reads its namespace's).
         self._parsed = ParsedCache()
 
@@ -165,6 +170,7 @@ class VSphereMachineReconciler:
             bootstrap=bootstrap, bootstrap_error=bootstrap_error, clone_grace_seconds=self.ctx.vsphere_task_timeout,
             known_connections=last_known(cache).known(ns) if machine.metadata.deletion_timestamp is not None else frozenset(),
             converged_spec=self._converged_spec(machine), spec_error=self.backend.spec_error,
+            missing_retries=self._missing.get(machine.metadata.uid or "", 0),
         )
 
     def _converged_spec(self, machine: VSphereMachine) -> VMSpec | None:
@@ -363,12 +369,16 @@ class VSphereMachineReconciler:
             if plan.remove_finalizer:
                 await self.ctx.client.remove_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
                 uid = str(raw["metadata"].get("uid"))
-                for table in (self._written_status, self._written_provider_id, self._last_transition, self._converged):
+                for table in (self._written_status, self._written_provider_id, self._last_transition, self._converged, self._missing):
                     table.pop(uid, None)
                 self.writes.forget(uid)
         except NotFound:
             return Result()  # deleted while we worked: nothing left to report on
         finally:
+            if snap.failure is not None and missing_object(snap.failure):
+                self._missing[str(machine.metadata.uid or "")] = snap.missing_retries + 1
+            elif snap.looked_up:
+                self._missing.pop(str(machine.metadata.uid or ""), None)
             if slot is not None:
                 self.slots.release(slot)
             uid = str(machine.metadata.uid or "")

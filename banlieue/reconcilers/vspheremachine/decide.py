@@ -39,25 +39,36 @@ message records when the clone started (``... since <RFC 3339>``), and a later r
 does not find the VM while that clone may still run (younger than ``--vsphere-task-timeout``)
 waits for it instead of cloning again (the process that started it may have died mid-task).
 
-Other rules: ``providerID = vsphere://<BIOS UUID>`` is written before
-``status.initialization.provisioned`` (True once the VM exists in the desired power state);
-``Ready`` True (``Provisioned``) needs an IP when the desired state is PoweredOn; a VM powered
-off as asked is Ready. ``status.addresses`` holds one ``InternalIP`` per IP from VMware Tools
-(link-local IPv6 left out; no ``Hostname`` entry). A status change that only moves ``Ready`` False
+Other rules: ``providerID = vsphere://<BIOS UUID>`` (canonical lower-case UUID) is written before
+``status.initialization.provisioned``; while the VM has no valid BIOS UUID none is written
+(``Ready`` False ``WaitingForBIOSUUID``), and once written it is never rewritten: a VM whose BIOS
+UUID changed gets the ``ProviderIDMatchesVM`` condition False ``BIOSUUIDChanged`` and one Warning
+event (CAPV #1107, #1756). ``status.initialization.provisioned`` is True once the VM is in the
+desired power state and, when that is PoweredOn, reports a usable address (CAPV #249, #938), or
+has no NIC; it is never taken back. ``Ready`` True (``Provisioned``) needs a usable IP when the
+desired state is PoweredOn (else ``WaitingForIPAddress``); a VM powered off as asked is Ready.
+``status.addresses`` holds one ``InternalIP`` per usable IP from VMware Tools (link-local,
+loopback, unspecified and multicast left out: ``machine_addresses``; no ``Hostname`` entry). A
+create that fails because a template, resource pool, folder, datastore or network is missing
+is re-checked with back-off (``missing_retry_seconds``: 5 s doubling to 300 s), so the machine
+goes on once the object is created in vCenter. A status change that only moves ``Ready`` False
 between progress reasons is deferred while our last status write is younger than
 ``vspheremachine.progress.PROGRESS_WRITE_INTERVAL_SECONDS`` (ADR 0011): the plan then writes no
 status and requeues for the rest of the interval. ``Snapshot.converged_spec`` (this process's
 memory of the spec it last converged the VM to) spares a second converge while such a deferred
 status has not recorded ``provisioned`` yet. Bootstrap data in the ``ignition`` format is
-``InvalidSpec`` (the backend delivers cloud-init guestinfo only), and so is user data or
-metadata whose base64 exceeds a guestinfo value's 64 KiB (the backend's ``spec_error``, given as
+``InvalidSpec`` (the backend delivers cloud-init guestinfo only), and so is user data that
+exceeds a guestinfo value's 64 KiB even gzip+base64-encoded, or metadata whose base64 does (the
+backend's ``spec_error``, given as
 ``Snapshot.spec_error``), before any vCenter call. Hardware drift (CPU, memory,
 cores, disk count or growth) is re-converged; NIC and guestinfo changes apply until provisioned.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -124,6 +135,12 @@ BOOTSTRAP_POLL_SECONDS = 30.0
 """Re-check interval while a named bootstrap data Secret is missing or incomplete."""
 CLONE_WAIT_SECONDS = 5.0
 """Re-check interval while waiting for a clone an earlier reconcile started."""
+MISSING_FIRST_RETRY_SECONDS = 5.0
+MISSING_MAX_RETRY_SECONDS = 300.0
+"""Back-off of the re-check of a template, resource pool, folder, datastore or network that does
+not exist (yet): 5 s doubling to 300 s (``missing_retry_seconds``). Nothing notifies banlieue
+when one is created in vCenter (the change watch sees VMs only), and a user who fixes it there
+expects the machine to go on without editing it (CAPV #1176, #1925)."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +185,18 @@ class Snapshot:
     known_connections: frozenset[str] = frozenset()
     converged_spec: VMSpec | None = None
     spec_error: Callable[[VMSpec], str | None] | None = None
+    missing_retries: int = 0
+
+
+def missing_object(failure: Failure) -> bool:
+    """A create that failed because a named vCenter object does not exist (``TemplateNotFound``,
+    ``ResourcePoolNotFound``, ``FolderNotFound``, ``DatastoreNotFound``...; not ``VMNotFound``)."""
+    return failure.step == "create" and failure.reason.endswith("NotFound") and failure.reason != "VMNotFound"
+
+
+def missing_retry_seconds(retries: int) -> float:
+    """Seconds before re-checking a missing vCenter object after ``retries`` failed attempts."""
+    return min(MISSING_MAX_RETRY_SECONDS, MISSING_FIRST_RETRY_SECONDS * float(2 ** min(max(retries, 0), 16)))
 
 
 @dataclass(frozen=True)
@@ -254,14 +283,37 @@ class _Status:
 
 
 def machine_addresses(vm: VMInfo) -> list[MachineAddress]:
-    """CAPI MachineAddresses: one ``InternalIP`` per IP VMware Tools reports (link-local IPv6
-    left out, as kubelet does)."""
-    return [MachineAddress(type=MachineAddressType.INTERNAL_IP, address=ip) for ip in vm.addresses if not ip.lower().startswith("fe80:")]
+    """CAPI MachineAddresses: one ``InternalIP`` per usable IP VMware Tools reports, in its order.
+    Not usable, left out (CAPV #249, #985; govmomi #1259): link-local (169.254.0.0/16,
+    fe80::/10), loopback (127.0.0.0/8, ::1), unspecified (0.0.0.0, ::), multicast, and text that
+    is not an IP address (``ipaddress.ip_address``; an IPv6 zone ``%eth0`` is dropped first)."""
+    out: list[MachineAddress] = []
+    for text in vm.addresses:
+        try:
+            ip = ipaddress.ip_address(text.split("%", 1)[0].strip())
+        except ValueError:
+            continue
+        if ip.is_link_local or ip.is_loopback or ip.is_unspecified or ip.is_multicast:
+            continue
+        if all(a.address != str(ip) for a in out):
+            out.append(MachineAddress(type=MachineAddressType.INTERNAL_IP, address=str(ip)))
+    return out
 
 
-def provider_id(vm: VMInfo) -> str:
-    """``vsphere://<BIOS UUID>``: what vSphere's cloud provider puts on the Node (SPEC §3)."""
-    return f"vsphere://{vm.bios_uuid}"
+PROVIDER_ID_PREFIX = "vsphere://"
+PROVIDER_ID_MATCHES_VM = "ProviderIDMatchesVM"
+"""Condition type: False (``BIOSUUIDChanged``) when the VM's BIOS UUID no longer matches the
+providerID written before; only present once that happened."""
+
+
+def provider_id(vm: VMInfo) -> str | None:
+    """``vsphere://<BIOS UUID>`` with the UUID in canonical lower-case form (what vSphere's cloud
+    provider puts on the Node, SPEC §3; CAPV #1107), or None while the VM has no valid BIOS UUID
+    (empty, or not a UUID)."""
+    try:
+        return PROVIDER_ID_PREFIX + str(uuid.UUID(vm.bios_uuid.strip()))
+    except ValueError:
+        return None
 
 
 def _events(before: VSphereMachineStatus | None, after: VSphereMachineStatus | None, extra: Sequence[Event] = ()) -> tuple[Event, ...]:
@@ -419,7 +471,7 @@ def _decide(snap: Snapshot) -> Plan:
                 return _with_events(snap, Plan(status=st.status))
             st.ready(False, reason, failure.message)
             retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
-            return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else RETRY_SECONDS))
+            return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else _failure_requeue(snap, failure)))
         started = clone_started(status_now)
         if started is not None:
             waited = (snap.now - started).total_seconds()
@@ -440,7 +492,7 @@ def _decide(snap: Snapshot) -> Plan:
         st.vm(vm, placement.failure_domain)
         st.ready(False, reason, failure.message)
         retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
-        return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else RETRY_SECONDS))
+        return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else _failure_requeue(snap, failure)))
     provisioned_before = bool(status_now.initialization and status_now.initialization.provisioned)
     # Converged by this process to this very spec, its status write deferred (ADR 0011): no
     # second converge. Once provisioned is stored, drift is checked as usual.
@@ -462,16 +514,53 @@ def _decide(snap: Snapshot) -> Plan:
     if snap.powered:
         events.append(Event("Normal", vm.power_state, f"VM {vm.name} is {vm.power_state}"))
     pid = provider_id(vm)
-    write_pid = pid if m.spec.provider_id != pid else None
+    if pid is None:
+        # vCenter has not given the VM a BIOS UUID (yet): a providerID of "vsphere://" alone
+        # matches no Node (CAPV #1107), so write none and wait; provisioned needs it.
+        st.ready(False, R.WAITING_FOR_BIOS_UUID, f"VM {vm.name} has no BIOS UUID (config.uuid {vm.bios_uuid!r}) yet: "
+                 "spec.providerID is written once vCenter reports one")
+        return _with_events(snap, Plan(status=st.status, requeue_after=IP_POLL_SECONDS), events)
+    write_pid, pid_events = _provider_id_write(snap, st, pid)
+    events.extend(pid_events)
     if vm.power_state != want:
         st.ready(False, R.POWERING_ON if want == "PoweredOn" else R.POWERING_OFF, f"VM is {vm.power_state}, want {want}")
         return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=POWER_OFF_POLL_SECONDS), events)
-    st.status.initialization = Initialization(provisioned=True)
-    if want == "PoweredOn" and not st.status.addresses:
-        st.ready(False, R.WAITING_FOR_IP_ADDRESS, "waiting for VMware Tools to report an IP address")
+    # Provisioned once the machine is usable: powered on with a usable address (CAPV #249, #938),
+    # or powered off as asked, or without a NIC (no address can ever come). Never taken back.
+    if want != "PoweredOn" or st.status.addresses or not vm.nics or provisioned_before:
+        st.status.initialization = Initialization(provisioned=True)
+    if want == "PoweredOn" and not st.status.addresses and vm.nics:
+        reported = f" (reported: {', '.join(vm.addresses)}, none usable)" if vm.addresses else ""
+        st.ready(False, R.WAITING_FOR_IP_ADDRESS, f"waiting for VMware Tools to report a usable IP address{reported}")
         return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=IP_POLL_SECONDS), events)
     st.ready(True, R.PROVISIONED, f"VM {vm.name} is {vm.power_state}" + (f" at {st.status.addresses[0].address}" if st.status.addresses else ""))
     return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=STEADY_RESYNC_SECONDS), events)
+
+
+def _failure_requeue(snap: Snapshot, failure: Failure) -> float:
+    return missing_retry_seconds(snap.missing_retries) if missing_object(failure) else RETRY_SECONDS
+
+
+def _provider_id_write(snap: Snapshot, st: _Status, pid: str) -> tuple[str | None, list[Event]]:
+    """The providerID to write (None: nothing to write) and the Events to record. Once written,
+    ``spec.providerID`` never changes (the Node and CAPI's Machine are matched on it, CAPV
+    #1756): a VM whose BIOS UUID changed since sets the ``ProviderIDMatchesVM`` condition False
+    (``BIOSUUIDChanged``) with a Warning Event on the change, and keeps the written value."""
+    written = snap.machine.spec.provider_id
+    if not written:
+        return pid, []
+    stored = get_condition(snap.machine.status.conditions if snap.machine.status else None, PROVIDER_ID_MATCHES_VM)
+    if written == pid:
+        if stored is not None and stored.status != "True":
+            st.cond(PROVIDER_ID_MATCHES_VM, True, "Matches", f"the VM's BIOS UUID matches spec.providerID {written}")
+        return None, []
+    message = (f"the VM's BIOS UUID is now {pid.removeprefix(PROVIDER_ID_PREFIX)} but spec.providerID is {written}: "
+               "spec.providerID is never rewritten (the Node is matched on it); if the VM was replaced or "
+               "re-registered by hand, delete this machine to get a new one")
+    st.cond(PROVIDER_ID_MATCHES_VM, False, R.BIOS_UUID_CHANGED, message)
+    if stored is not None and stored.status == "False" and stored.reason == R.BIOS_UUID_CHANGED:
+        return None, []
+    return None, [Event("Warning", R.BIOS_UUID_CHANGED, message)]
 
 
 _SINCE = re.compile(r" since (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)$")

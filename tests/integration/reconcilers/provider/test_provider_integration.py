@@ -214,3 +214,196 @@ async def test_vcenter_that_stops_answering_is_reported_without_waiting_for_the_
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await watcher
     assert condition(after, PROVIDER_REACHABLE)["status"] == "False"
+
+
+def _answered(label: str) -> float:
+    """SOAP round trips to ``label`` that got an answer (outcome success or fault): requests that
+    went through a TLS connection."""
+    total = 0.0
+    for metric in REGISTRY.collect():
+        if metric.name != "banlieue_vsphere_requests":
+            continue
+        for s in metric.samples:
+            if s.name.endswith("_total") and s.labels.get("vcenter") == label and s.labels.get("outcome") in ("success", "fault"):
+                total += s.value
+    return total
+
+
+@pytest.mark.vcsim
+async def test_certificate_rotated_to_another_ca_is_tls_verify_failed_within_seconds(
+    apiserver: Any, client: Client, namespace: str, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
+) -> None:
+    """Issue 20 item 1 (CAPV #1718, #1134, #3372): the vCenter comes back on the same host and
+    port with a certificate of another CA. The Provider says TLSVerifyFailed within seconds, no
+    request gets through (no answered round trip, Login included), and updating only the CA
+    bundle recovers without a restart."""
+    from banlieue.backends.base import Connection
+    from banlieue.testing.vcsim import start_vcsim
+
+    vc = vcsim_factory()
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vc.username, password=vc.password))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vc))
+    conn = Connection(provider=f"{namespace}/vc1", endpoint=vc.endpoint, username=vc.username, password=vc.password,
+                      ca_bundle=vc.ca_pem)
+    label = f"127.0.0.1:{vc.port}"
+
+    async def watch() -> None:  # what the VSphereMachine controller's vCenter watch does
+        with contextlib.suppress(Exception):
+            async for _ in backend.watch(conn):
+                pass
+
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        await provider_with(client, "vc1", namespace, "Reconciled", "True")
+        watcher = asyncio.create_task(watch())
+        try:
+            await asyncio.sleep(1.0)  # the watch is polling
+            old_ca = vc.ca_pem
+            vc.stop()
+            rotated = start_vcsim(listen=label)  # a fresh CA: the Provider's bundle does not sign it
+            try:
+                assert rotated.ca_pem != old_ca
+                answered = _answered(label)
+                started = asyncio.get_running_loop().time()
+                after = await provider_with(client, "vc1", namespace, "TLSVerifyFailed", "False")
+                took = asyncio.get_running_loop().time() - started
+                assert took < 20, f"TLSVerifyFailed after {took:.1f} s"
+                assert condition(after, PROVIDER_REACHABLE)["reason"] == "TLSVerifyFailed"
+                assert "failureDomains" in after["status"], "what was known is kept"
+                await asyncio.sleep(2.0)
+                assert _answered(label) == answered, "a request went through the untrusted connection"
+
+                body = await client.get(PROVIDER, "vc1", namespace)
+                body["spec"]["connection"]["caBundle"] = {"inline": rotated.ca_pem}
+                await client.update(PROVIDER, body)
+                await provider_with(client, "vc1", namespace, "Reconciled", "True")
+            finally:
+                rotated.stop()
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+
+
+class TLSProxy:
+    """A TLS-terminating TCP proxy on 127.0.0.1 in front of a vcsim: serves ``cert_dir``'s
+    ``server.pem``/``server-key.pem`` to each new connection (``rotate`` swaps the directory:
+    kept-alive connections stay as they were, as behind a real load balancer) and forwards the
+    bytes to vcsim over TLS. ``sent_after(t)``: bytes clients sent after monotonic time ``t``."""
+
+    def __init__(self, upstream: VcsimProcess, cert_dir: str) -> None:
+        import socket
+        import ssl
+        import threading
+
+        self._ssl, self._socket, self._threading = ssl, socket, threading
+        self.upstream = upstream
+        self.rotate(cert_dir)
+        self.client_ctx = ssl.create_default_context(cafile=upstream.ca_file)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sends: list[tuple[float, int]] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def rotate(self, cert_dir: str) -> None:
+        ctx = self._ssl.SSLContext(self._ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(f"{cert_dir}/server.pem", f"{cert_dir}/server-key.pem")
+        self.server_ctx = ctx
+
+    def sent_after(self, t: float) -> int:
+        return sum(n for at, n in list(self.sends) if at > t)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                raw, _ = self.listener.accept()
+            except OSError:
+                return
+            self._threading.Thread(target=self._serve, args=(raw, self.server_ctx), daemon=True).start()
+
+    def _serve(self, raw: Any, ctx: Any) -> None:
+        import time
+
+        try:
+            client = ctx.wrap_socket(raw, server_side=True)
+            up = self.client_ctx.wrap_socket(self._socket.create_connection((self.upstream.host, self.upstream.port)),
+                                             server_hostname=self.upstream.host)
+        except OSError:
+            raw.close()
+            return
+
+        def pump(src: Any, dst: Any, count: bool) -> None:
+            try:
+                while data := src.recv(65536):
+                    if count:
+                        self.sends.append((time.monotonic(), len(data)))
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for s in (src, dst):
+                    with contextlib.suppress(OSError):
+                        s.close()
+
+        self._threading.Thread(target=pump, args=(up, client, False), daemon=True).start()
+        pump(client, up, True)
+
+    def close(self) -> None:
+        self._closed = True
+        self.listener.close()
+
+
+@pytest.mark.vcsim
+async def test_certificate_swapped_behind_kept_alive_connections_is_tls_verify_failed(
+    apiserver: Any, client: Client, namespace: str, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
+) -> None:
+    """Issue 20 item 1, the hard case: the certificate changes behind a TLS front end (same host
+    and port) while banlieue's connections to it stay open. Within seconds the Provider says
+    TLSVerifyFailed and nothing more is sent, kept-alive connections included (the change
+    watch long-polls on one); updating only the CA bundle recovers without a restart."""
+    import time
+    from pathlib import Path
+
+    from banlieue.backends.base import Connection
+
+    vc = vcsim_factory()
+    other = vcsim_factory(dc=1, cluster=1)  # only its CA and certificate are used
+    proxy = TLSProxy(vc, str(Path(vc.ca_file).parent))
+    endpoint = f"127.0.0.1:{proxy.port}"
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vc.username, password=vc.password))
+    body = provider_body("vc1", namespace, vc)
+    body["spec"]["connection"]["endpoint"] = endpoint
+    await client.create(PROVIDER, body)
+    conn = Connection(provider=f"{namespace}/vc1", endpoint=endpoint, username=vc.username, password=vc.password, ca_bundle=vc.ca_pem)
+
+    async def watch() -> None:  # what the VSphereMachine controller's vCenter watch does
+        with contextlib.suppress(Exception):
+            async for _ in backend.watch(conn):
+                pass
+
+    try:
+        async with running_role(apiserver, [provider_reconciler.setup], backend):
+            await provider_with(client, "vc1", namespace, "Reconciled", "True")
+            watcher = asyncio.create_task(watch())
+            try:
+                await asyncio.sleep(1.5)  # the watch long-polls on its kept-alive connection
+                proxy.rotate(str(Path(other.ca_file).parent))
+                rotated_at = time.monotonic()
+                after = await provider_with(client, "vc1", namespace, "TLSVerifyFailed", "False")
+                detected_at = time.monotonic()
+                assert detected_at - rotated_at < 15, f"TLSVerifyFailed after {detected_at - rotated_at:.1f} s"
+                assert condition(after, PROVIDER_REACHABLE)["reason"] == "TLSVerifyFailed"
+                assert "failureDomains" in after["status"], "what was known is kept"
+                await asyncio.sleep(7.0)  # longer than the watch's long poll (5 s): it would poll again
+                assert proxy.sent_after(detected_at) == 0, "a request went through a kept-alive connection"
+
+                fixed = await client.get(PROVIDER, "vc1", namespace)
+                fixed["spec"]["connection"]["caBundle"] = {"inline": other.ca_pem}
+                await client.update(PROVIDER, fixed)
+                await provider_with(client, "vc1", namespace, "Reconciled", "True")
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watcher
+    finally:
+        proxy.close()

@@ -86,9 +86,12 @@ async def test_capi_machine_lifecycle(apiserver: Any, client: Client, ns: str, v
         await client.patch(CAPI_MACHINE, "cm1", ns, {"spec": {"bootstrap": {"dataSecretName": "cm1-boot"}}})
         obj = await wait_reason(client, ns, "w1", "WaitingForIPAddress", "Provisioned", timeout=40)
         assert obj["status"]["failureDomain"] == "vcb-dc1-c1"
-        assert obj["status"]["initialization"] == {"provisioned": True}
         [vm] = vms_with_uid(si, uid)
         assert datacenter_of(vm) == "DC1"
+        # Provisioned once the guest reports a usable address (issue 20 item 2).
+        vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key="SET.guest.ipAddress", value="192.0.2.9")]))
+        obj = await wait_reason(client, ns, "w1", "Provisioned", timeout=40)
+        assert obj["status"]["initialization"] == {"provisioned": True}
         assert obj["spec"]["providerID"] == f"vsphere://{vm.config.uuid}"
 
         # Paused (annotation on the machine): deletion waits; unpaused: it completes.

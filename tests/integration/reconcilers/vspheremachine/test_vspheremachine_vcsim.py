@@ -115,7 +115,8 @@ async def test_standalone_lifecycle(apiserver: Any, client: Client, ns: str, vcs
         [vm] = vms_with_uid(si, uid)
         assert obj["spec"]["providerID"] == f"vsphere://{vm.config.uuid}"
         status = obj["status"]
-        assert status["initialization"] == {"provisioned": True}
+        # Provisioned only with a usable address (issue 20 item 2): vcsim's guest has none yet.
+        assert status.get("initialization") == ({"provisioned": True} if ready_of(obj)[1] == "Provisioned" else None)  # type: ignore[index]
         assert (status["instanceUUID"], status["biosUUID"], status["vmRef"], status["powerState"]) == (
             vm.config.instanceUuid, vm.config.uuid, vm._moId, "PoweredOn")
         assert status["failureDomain"] == "vc1-dc0-c0" and status["observedGeneration"] == obj["metadata"]["generation"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import gzip
+import random
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -14,7 +16,7 @@ from hypothesis import strategies as st
 from banlieue.api.conditions import PAUSED, READY, get_condition
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.provider import Provider
-from banlieue.backends.base import VMInfo
+from banlieue.backends.base import NicStatus, VMInfo
 from banlieue.backends.vsphere import guestinfo
 from banlieue.reconcilers.vspheremachine.decide import (
     STEADY_RESYNC_SECONDS,
@@ -65,9 +67,16 @@ def provider(name: str = "vc1", fds: tuple[tuple[str, str, str], ...] = (("vc1-d
     })
 
 
-def vm(power: str = "PoweredOn", ips: tuple[str, ...] = ("10.0.0.5",), cpus: int = 2, mem: int = 2048) -> VMInfo:
-    return VMInfo(uid=UID, moref="vm-42", name="m1", power_state=power, bios_uuid="bios-1", instance_uuid="inst-1",  # type: ignore[arg-type]
-                  num_cpus=cpus, num_cores_per_socket=1, memory_mib=mem, disks_gib=(20,), nics=(), ip_address=ips[0] if ips else None)
+BIOS = "4210e3d5-8c1a-4f3b-9d2e-1a2b3c4d5e6f"
+NIC = NicStatus(mac_address="00:50:56:00:00:01", network="DC0_DVPG0", ip_addresses=())
+
+
+def vm(power: str = "PoweredOn", ips: tuple[str, ...] = ("10.0.0.5",), cpus: int = 2, mem: int = 2048,
+       bios: str = BIOS, nics: tuple[NicStatus, ...] | None = None) -> VMInfo:
+    """A VM with one NIC reporting ``ips`` (guest.ipAddress: the first), unless ``nics`` is given."""
+    nics = (replace(NIC, ip_addresses=ips),) if nics is None else nics
+    return VMInfo(uid=UID, moref="vm-42", name="m1", power_state=power, bios_uuid=bios, instance_uuid="inst-1",  # type: ignore[arg-type]
+                  num_cpus=cpus, num_cores_per_socket=1, memory_mib=mem, disks_gib=(20,), nics=nics, ip_address=ips[0] if ips else None)
 
 
 PROV = (provider(),)
@@ -128,16 +137,16 @@ CASES: list[Any] = [
     pytest.param(looked(machine(status={"conditions": [cloning_since("2026-01-02T02:50:00Z")]})), ("False", "Cloning"),
                  {"action": "create", "message": "since 2026-01-02T03:04:05Z"}, id="clone-grace-expired-clones-again"),
     pytest.param(looked(machine(), failure=Failure("create", "TemplateNotFound", "no tpl")), ("False", "TemplateNotFound"),
-                 {"requeue_after": 60.0, "retry": False}, id="template-not-found"),
+                 {"requeue_after": 5.0, "retry": False}, id="template-not-found"),
     pytest.param(looked(machine(), failure=Failure("create", "DatastoreNotFound", "no ds")), ("False", "InvalidSpec"), {}, id="datastore-not-found"),
     pytest.param(looked(machine(), failure=Failure("create", "TaskFailed", "boom")), ("False", "CloneFailed"), {"retry": True}, id="clone-failed-retries"),
     pytest.param(looked(machine(status=PROVISIONED)), ("False", "VMNotFound"), {"action": None}, id="vm-removed-by-hand-not-recreated"),
     pytest.param(looked(machine(), vm("PoweredOff")), None, {"action": "create"}, id="existing-unprovisioned-converges"),
     pytest.param(looked(machine(), vm("PoweredOff"), converged=True), None, {"action": "power"}, id="converged-then-power-on"),
     pytest.param(looked(machine(), vm(ips=()), converged=True, powered=True), ("False", "WaitingForIPAddress"),
-                 {"provider_id": "vsphere://bios-1", "provisioned": True}, id="powered-on-waits-for-ip"),
-    pytest.param(looked(machine(), vm(), converged=True), ("True", "Provisioned"), {"provider_id": "vsphere://bios-1"}, id="provisioned"),
-    pytest.param(looked(machine({"providerID": "vsphere://bios-1"}, status=PROVISIONED), vm()), ("True", "Provisioned"),
+                 {"provider_id": f"vsphere://{BIOS}", "provisioned": None}, id="powered-on-waits-for-ip"),
+    pytest.param(looked(machine(), vm(), converged=True), ("True", "Provisioned"), {"provider_id": f"vsphere://{BIOS}"}, id="provisioned"),
+    pytest.param(looked(machine({"providerID": f"vsphere://{BIOS}"}, status=PROVISIONED), vm()), ("True", "Provisioned"),
                  {"provider_id": None, "action": None, "requeue_after": STEADY_RESYNC_SECONDS}, id="steady-state-no-action-slow-resync"),
     pytest.param(looked(machine({"numCPUs": 4}, status=PROVISIONED), vm()), None, {"action": "create"}, id="cpu-drift-reconfigures"),
     pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm()), None, {"action": "power"}, id="power-off-requested"),
@@ -208,8 +217,8 @@ def test_decide(s: Snapshot, want_ready: tuple[str, str] | None, checks: dict[st
             paused = get_condition(plan.status.conditions if plan.status else None, PAUSED)
             assert paused is not None and (paused.status.value == "True") == value
         elif key == "provisioned":
-            assert plan.status is not None and plan.status.initialization is not None
-            assert plan.status.initialization.provisioned is value
+            assert plan.status is not None
+            assert (plan.status.initialization.provisioned if plan.status.initialization else None) is value
         elif key == "event":
             assert value in [e.reason for e in plan.events]
         elif key == "provider":
@@ -251,14 +260,89 @@ def test_status_mirrors_vm_and_skips_link_local() -> None:
     v = replace(vm(), ip_address="10.0.0.5")
     plan = decide(looked(machine(), v, converged=True))
     assert plan.status is not None
-    assert (plan.status.instance_uuid, plan.status.bios_uuid, plan.status.vm_ref, plan.status.power_state) == ("inst-1", "bios-1", "vm-42", "PoweredOn")
-    assert [a.address for a in machine_addresses(replace(v, ip_address="fe80::1"))] == []
+    assert (plan.status.instance_uuid, plan.status.bios_uuid, plan.status.vm_ref, plan.status.power_state) == ("inst-1", BIOS, "vm-42", "PoweredOn")
+    assert [a.address for a in machine_addresses(vm(ips=("fe80::1",)))] == []
+
+
+@pytest.mark.parametrize("ips", [
+    pytest.param((), id="none"),
+    pytest.param(("169.254.10.20",), id="ipv4-link-local"),
+    pytest.param(("fe80::250:56ff:fe00:1", "FE80::1%eth0"), id="ipv6-link-local"),
+    pytest.param(("127.0.0.1", "::1"), id="loopback"),
+    pytest.param(("0.0.0.0", "not-an-ip"), id="unspecified-and-garbage"),
+])
+def test_not_provisioned_without_a_usable_address(ips: tuple[str, ...]) -> None:
+    """Issue 20 item 2 (CAPV #249, #938, #985; govmomi #1259): a powered-on machine with a NIC
+    is provisioned only once a usable address is reported; the others never reach
+    status.addresses."""
+    plan = decide(looked(machine(), vm(ips=ips), converged=True, powered=True))
+    assert ready(plan) == ("False", "WaitingForIPAddress")
+    assert plan.status is not None and plan.status.initialization is None
+    assert plan.status.addresses is None
+    assert plan.provider_id == f"vsphere://{BIOS}", "providerID still comes first (CAPI contract)"
+    usable = decide(looked(machine(), vm(ips=(*ips, "192.0.2.7", "2001:db8::7")), converged=True))
+    assert ready(usable) == ("True", "Provisioned")
+    assert usable.status is not None and usable.status.initialization is not None and usable.status.initialization.provisioned
+    assert [a.address for a in usable.status.addresses or []] == ["192.0.2.7", "2001:db8::7"]
+
+
+def test_machine_without_nic_is_provisioned_without_address() -> None:
+    """The documented exception: no NIC, no address can ever come."""
+    plan = decide(looked(machine(), vm(ips=(), nics=()), converged=True))
+    assert ready(plan) == ("True", "Provisioned")
+    assert plan.status is not None and plan.status.initialization is not None and plan.status.initialization.provisioned
+
+
+def test_provisioned_is_never_taken_back_when_the_address_goes() -> None:
+    m = machine({"providerID": f"vsphere://{BIOS}"}, status=PROVISIONED)
+    plan = decide(looked(m, vm(ips=("169.254.1.1",))))
+    assert ready(plan) == ("False", "WaitingForIPAddress")
+    assert plan.status is not None and plan.status.initialization is not None and plan.status.initialization.provisioned
+
+
+@pytest.mark.parametrize("bios", ["", "   ", "not-a-uuid"])
+def test_no_provider_id_while_the_bios_uuid_is_missing(bios: str) -> None:
+    """Issue 20 item 3 (CAPV #1107): never ``vsphere://`` alone; wait with a reason."""
+    plan = decide(looked(machine(), vm(bios=bios), converged=True))
+    assert plan.provider_id is None
+    assert ready(plan) == ("False", "WaitingForBIOSUUID")
+    assert plan.status is not None and plan.status.initialization is None
+    assert plan.requeue_after is not None
+
+
+def test_provider_id_is_the_lower_case_canonical_uuid() -> None:
+    plan = decide(looked(machine(), vm(bios="{" + BIOS.upper().replace("-", "") + "}"), converged=True))
+    assert plan.provider_id == f"vsphere://{BIOS}"
+
+
+def test_provider_id_is_never_rewritten_when_the_bios_uuid_changes() -> None:
+    """Issue 20 item 3 (CAPV #1756): a condition and one Warning event, not a rewrite."""
+    other = "4210aaaa-bbbb-4ccc-8ddd-eeeeffff0000"
+    m = machine({"providerID": f"vsphere://{BIOS}"}, status=PROVISIONED)
+    plan = decide(looked(m, vm(bios=other)))
+    assert plan.provider_id is None
+    cond = get_condition(plan.status.conditions if plan.status else None, "ProviderIDMatchesVM")
+    assert cond is not None and (cond.status.value, cond.reason) == ("False", "BIOSUUIDChanged")
+    assert other in (cond.message or "") and BIOS in (cond.message or "")
+    assert [e.reason for e in plan.events if e.type == "Warning"] == ["BIOSUUIDChanged"]
+    again = decide(looked(machine({"providerID": f"vsphere://{BIOS}"}, status=plan.status.to_wire() if plan.status else None), vm(bios=other)))
+    assert again.provider_id is None and "BIOSUUIDChanged" not in [e.reason for e in again.events], "one Event per change"
+
+
+@pytest.mark.parametrize("reason", ["TemplateNotFound", "ResourcePoolNotFound", "FolderNotFound", "DatastoreNotFound"])
+def test_missing_vcenter_object_is_rechecked_with_backoff(reason: str) -> None:
+    """Issue 20 item 4 (CAPV #1176, #1925): a missing template, pool, folder or datastore is
+    re-checked soon, then less often (5 s doubling to 300 s), never left for good."""
+    waits = [decide(looked(machine(), failure=Failure("create", reason, "missing"), missing_retries=n)).requeue_after for n in range(8)]
+    assert waits == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0]
+    plan = decide(looked(machine(), failure=Failure("create", reason, "missing"), missing_retries=3))
+    assert not plan.retry and ready(plan) == ("False", "TemplateNotFound" if reason == "TemplateNotFound" else "InvalidSpec")
 
 
 def test_events_on_transitions_only() -> None:
     first = decide(looked(machine(), vm(), converged=True))
     assert [e.reason for e in first.events] == ["Provisioned"]
-    again = decide(looked(machine({"providerID": "vsphere://bios-1"}, status=first.status.to_wire() if first.status else None), vm()))
+    again = decide(looked(machine({"providerID": f"vsphere://{BIOS}"}, status=first.status.to_wire() if first.status else None), vm()))
     assert again.events == ()
     assert again.status == first.status
 
@@ -322,11 +406,16 @@ BIG_NICS = {"network": {"devices": [{"name": f"eth{i}", "portGroup": "VM Network
                                     for i in range(10)]}}
 
 
+RANDOM_70000 = random.Random(20).randbytes(70000)
+"""Incompressible: gzip cannot bring it under the limit."""
+
+
 @pytest.mark.parametrize(("m", "data", "vm_found", "want"), [
     pytest.param(machine(), b"x" * MAX_RAW, False, ("False", "Cloning"), id="user-data-at-the-limit-clones"),
-    pytest.param(machine(), b"x" * (MAX_RAW + 1), False, ("False", "InvalidSpec"), id="user-data-one-byte-over-is-invalid"),
-    pytest.param(machine(), b"y" * 70000, False, ("False", "InvalidSpec"), id="user-data-70000-bytes-names-sizes"),
-    pytest.param(machine(status=PROVISIONED), b"y" * 70000, True, ("False", "InvalidSpec"), id="existing-vm-not-reconfigured"),
+    pytest.param(machine(), b"x" * (MAX_RAW + 1), False, ("False", "Cloning"), id="user-data-one-byte-over-is-compressed"),
+    pytest.param(machine(), b"y" * 200_000, False, ("False", "Cloning"), id="user-data-200000-compressible-clones"),
+    pytest.param(machine(), RANDOM_70000, False, ("False", "InvalidSpec"), id="user-data-70000-incompressible-names-sizes"),
+    pytest.param(machine(status=PROVISIONED), RANDOM_70000, True, ("False", "InvalidSpec"), id="existing-vm-not-reconfigured"),
     pytest.param(machine(BIG_NICS), b"#cloud-config\n", False, ("False", "InvalidSpec"), id="metadata-over-the-limit-is-invalid"),
 ])
 def test_guestinfo_size_limit(m: VSphereMachine, data: bytes, vm_found: bool, want: tuple[str, str]) -> None:
@@ -342,23 +431,34 @@ def test_guestinfo_size_limit(m: VSphereMachine, data: bytes, vm_found: bool, wa
             assert plan.action is None and not plan.connect, "nothing is cloned or reconfigured"
             cond = get_condition(plan.status.conditions if plan.status else None, READY)
             assert cond is not None and "65536" in cond.message and "guestinfo" in cond.message
-    if len(data) == 70000:
+    if data is RANDOM_70000:
+        compressed = len(guestinfo.encode_user_data(data)[0])
+        assert compressed > 65536
         assert cond is not None and cond.message == (
-            "bootstrap user data is 70000 bytes (93336 base64-encoded); a vSphere guestinfo value holds at most 65536 "
-            "bytes: shrink it, or gzip it (cloud-init detects gzip-compressed user data)")
+            f"bootstrap user data is 70000 bytes (93336 base64-encoded, {compressed} gzip+base64-encoded); a vSphere "
+            "guestinfo value holds at most 65536 bytes even compressed: shrink it (move large files out of the "
+            "cloud-config, fetch them at boot)")
 
 
-def test_backend_guestinfo_refuses_oversized_values() -> None:
+def test_backend_guestinfo_compresses_what_does_not_fit_plain() -> None:
+    """Issue 20 item 5: plain base64 while it fits, then gzip+base64 (cloud-init's VMware
+    datasource decodes both); refused only when even that does not fit."""
     from banlieue.backends.base import InvalidSpec, NicSpec
     from banlieue.backends.vsphere import guestinfo
 
     nic = NicSpec(name="eth0", network="VM Network")
     assert guestinfo.encoded_size(b"x" * MAX_RAW) == 65536 and guestinfo.encoded_size(b"") == 0
     ok = guestinfo.guestinfo(UID, "m1", [(nic, "00:50:56:00:00:01")], b"x" * MAX_RAW)
-    assert len(ok[guestinfo.USERDATA]) == 65536
-    with pytest.raises(InvalidSpec, match="70000 bytes"):
-        guestinfo.guestinfo(UID, "m1", [(nic, "00:50:56:00:00:01")], b"y" * 70000)
-
+    assert len(ok[guestinfo.USERDATA]) == 65536 and ok[guestinfo.USERDATA_ENCODING] == "base64"
+    kubeadm = b"#cloud-config\nwrite_files:\n" + b"".join(b"- path: /etc/kubernetes/pki/f%d.crt\n  content: |\n    %s\n" % (i, b"MIIC" * 300) for i in range(60))
+    assert len(kubeadm) > 70000
+    big = guestinfo.guestinfo(UID, "m1", [(nic, "00:50:56:00:00:01")], kubeadm)
+    assert big[guestinfo.USERDATA_ENCODING] == "gzip+base64" and len(big[guestinfo.USERDATA]) <= 65536
+    assert gzip.decompress(base64.b64decode(big[guestinfo.USERDATA])) == kubeadm, "what cloud-init decodes"
+    assert guestinfo.decode(big)[1] == kubeadm
+    assert big == guestinfo.guestinfo(UID, "m1", [(nic, "00:50:56:00:00:01")], kubeadm), "deterministic: no spurious re-converge"
+    with pytest.raises(InvalidSpec, match=r"70000 bytes.*93336 base64-encoded.*gzip\+base64-encoded"):
+        guestinfo.guestinfo(UID, "m1", [(nic, "00:50:56:00:00:01")], RANDOM_70000)
 
 
 async def test_vsphere_backend_spec_error_is_the_guestinfo_size_limit() -> None:
@@ -371,8 +471,9 @@ async def test_vsphere_backend_spec_error_is_the_guestinfo_size_limit() -> None:
     backend = VSphereBackend(max_workers=1)
     try:
         assert backend.spec_error(replace(spec, user_data=b"x" * MAX_RAW)) is None
-        assert backend.spec_error(replace(spec, user_data=b"y" * 70000)) == guestinfo.size_error(UID, "m1", [nic], b"y" * 70000)
-        assert "70000 bytes" in (backend.spec_error(replace(spec, user_data=b"y" * 70000)) or "")
+        assert backend.spec_error(replace(spec, user_data=b"y" * 70000)) is None, "compressed, it fits"
+        assert backend.spec_error(replace(spec, user_data=RANDOM_70000)) == guestinfo.size_error(UID, "m1", [nic], RANDOM_70000)
+        assert "70000 bytes" in (backend.spec_error(replace(spec, user_data=RANDOM_70000)) or "")
     finally:
         await backend.close()
 
@@ -438,7 +539,7 @@ def test_progress_only_changes_coalesced(s: Snapshot, want_ready: tuple[str, str
         assert plan.requeue_after == pytest.approx(want_requeue)
     if want_ready is None:
         assert plan.status is None and not [e for e in plan.events if e.transition]
-        assert plan.provider_id == "vsphere://bios-1", "spec.providerID is still written (before provisioned, SPEC §3)"
+        assert plan.provider_id == f"vsphere://{BIOS}", "spec.providerID is still written (before provisioned, SPEC §3)"
 
 
 def test_clone_again_after_grace_is_written_even_right_after_a_status_write() -> None:
