@@ -7,8 +7,9 @@ placing VMs on it (issue 21).
 
 What: one daemon thread per vCenter endpoint (``ReachabilityProbe``), started when the first
 session on it has logged in, sends ``ServiceInstance.CurrentTime`` every ``interval`` seconds
-(default ``PROBE_INTERVAL``, 2 s) on its own HTTP connection (its own ``SoapStubAdapter``, not
-the sessions' stubs, whose pooled connections may all be stuck in hung requests) with a socket
+(default ``PROBE_INTERVAL``, 2 s) on its own HTTP connection, opened for each probe and closed
+after it (its own ``SoapStubAdapter``, not the sessions' stubs, whose pooled connections may all
+be stuck in hung requests; never kept alive, so a replaced certificate is verified again) with a socket
 timeout of ``timeout`` seconds (default ``PROBE_TIMEOUT``, 5 s). No session is needed: a SOAP
 fault (``NotAuthenticated``) is an answer too, and so is a TLS certificate that does not verify
 (the server spoke; the sessions report ``TLSVerifyFailed``). A vCenter that does not answer is
@@ -68,7 +69,6 @@ class ReachabilityProbe:
         self._on_down = on_down
         self._on_back = on_back
         self._clock = clock
-        self._stub: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.down_since: float | None = None
@@ -80,18 +80,27 @@ class ReachabilityProbe:
         """Send one ``CurrentTime`` and say whether the vCenter answered (any SOAP answer, a
         fault included, or a TLS handshake that failed verification). Never raises."""
         self.probes += 1
+        # A fresh connection per probe, closed after it: a kept-alive one would carry CurrentTime
+        # to a server whose certificate was replaced since the handshake (the certificate check
+        # promises that nothing is sent through such a connection), and each probe's handshake
+        # verifies the certificate again. One handshake per interval per vCenter is the cost.
+        stub: Any = None
         try:
-            if self._stub is None:
-                self._stub = self._make_stub()
-            vim.ServiceInstance("ServiceInstance", self._stub).CurrentTime()
+            stub = self._make_stub()
+            vim.ServiceInstance("ServiceInstance", stub).CurrentTime()
             return True
         except vmodl.MethodFault:
             return True
         except ssl.SSLCertVerificationError:
             return True
-        except Exception:  # no answer: timeout, refused, reset; a fresh connection next time
-            self._stub = None
+        except Exception:  # no answer: timeout, refused, reset
             return False
+        finally:
+            if stub is not None:
+                try:
+                    stub.DropConnections()
+                except Exception:  # closing a dead socket: nothing left to do
+                    pass
 
     def probe_once(self) -> None:
         """One probe and its transition (``down_since``, listeners). Never raises."""

@@ -191,10 +191,11 @@ async def test_vm_renamed_and_moved_by_hand_is_still_deleted(apiserver: Any, cli
 
 
 def _requests(label: str, method: str) -> float:
-    """SOAP round trips of ``method`` to ``label`` so far (banlieue_vsphere_requests_total)."""
+    """SOAP round trips of ``method`` by the Provider ``label`` (namespace/name) so far
+    (banlieue_vsphere_requests_total)."""
     from prometheus_client import REGISTRY
 
-    return sum(REGISTRY.get_sample_value("banlieue_vsphere_requests_total", {"vcenter": label, "method": method, "outcome": o}) or 0.0
+    return sum(REGISTRY.get_sample_value("banlieue_vsphere_requests_total", {"provider": label, "method": method, "outcome": o}) or 0.0
                for o in ("success", "fault", "error"))
 
 
@@ -202,7 +203,7 @@ async def test_one_power_on_task_per_machine(apiserver: Any, client: Client, ns:
     """CAPV #1122 (several PowerOn tasks per VM, all but one failing): each of 4 machines
     created at once costs exactly one PowerOnVM_Task, whatever the reconciles and watch events."""
     await make_provider(client, ns, vcsim)
-    label = f"127.0.0.1:{vcsim.port}"
+    label = f"{ns}/vc1"  # make_provider's Provider
     before = _requests(label, "PowerOnVM_Task")
     async with running(apiserver, ns):
         for i in range(4):
