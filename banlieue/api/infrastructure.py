@@ -76,6 +76,12 @@ class VSphereMachineReason:
     VM_NOT_FOUND = "VMNotFound"
     POWERING_OFF = "PoweringOff"
     NOT_PAUSED = "NotPaused"
+    # Reasons of the HardwareChangePending condition (ADR 0012).
+    HARDWARE_IN_SPEC = "HardwareInSpec"
+    WAITING_FOR_POWER_OFF = "WaitingForPowerOff"
+    DISK_REMOVED_FROM_SPEC = "DiskRemovedFromSpec"
+    DISK_SHRINK_REFUSED = "DiskShrinkRefused"
+    CHANGE_FAILED = "ChangeFailed"
 
 
 class VSphereClusterReason:

@@ -334,3 +334,69 @@ async def _deleting_with(client: Client, ns: str, name: str, fragment: str) -> d
     obj = await client.get(VSPHERE_MACHINE, name, ns)
     r = ready_of(obj)
     return obj if r is not None and r[1] == "Deleting" and fragment in r[2] else None
+
+
+def _condition(obj: dict[str, Any], type_: str) -> tuple[str, str, str] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return c["status"], c["reason"], c.get("message", "")
+    return None
+
+
+async def test_class_edits_on_a_running_vm_never_wedge_it_or_touch_the_wrong_disk(
+    apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any
+) -> None:
+    """Issue 19 cases 1 and 2 through the controller: a CPU edit on a running machine is
+    HardwareChangePending (was: Ready False InvalidSpec, and a later PoweredOff never carried
+    out); removing the middle disk of [os 10, logs 5, data 50] keeps logs at 5 GiB and reports
+    it (was: logs grown to 50 GiB, no event); the CPU change lands once the VM is powered off."""
+    await make_provider(client, ns, vcsim)
+    three = [{"name": "os", "sizeGiB": 10}, {"name": "logs", "sizeGiB": 5}, {"name": "data", "sizeGiB": 50}]
+    async with running(apiserver, ns):
+        created = await client.create(VSPHERE_MACHINE, machine("m1", ns, numCPUs=1, memoryMiB=1024, disks=three))
+        await wait_reason(client, ns, "m1", "WaitingForIPAddress", "Provisioned")
+        [vm] = vms_with_uid(si, created["metadata"]["uid"])
+        vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key="SET.guest.ipAddress", value="10.0.0.7")]))
+        await wait_reason(client, ns, "m1", "Provisioned")
+        keys = [d.key for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk)]
+        assert len(keys) == 3
+
+        def sizes() -> list[int]:
+            by_key = {d.key: d.capacityInKB // (1024 * 1024) for d in vm.config.hardware.device
+                      if isinstance(d, vim.vm.device.VirtualDisk)}
+            return [by_key.get(k, 0) for k in keys]
+
+        await client.patch(VSPHERE_MACHINE, "m1", ns, {"spec": {"numCPUs": 2}})
+
+        async def pending(reason: str) -> dict[str, Any] | None:
+            obj = await client.get(VSPHERE_MACHINE, "m1", ns)
+            cond = _condition(obj, "HardwareChangePending")
+            return obj if cond is not None and cond[:2] == ("True", reason) else None
+
+        obj = await eventually(lambda: pending("WaitingForPowerOff"), what="HardwareChangePending WaitingForPowerOff")
+        assert ready_of(obj)[:2] == ("True", "Provisioned")  # type: ignore[index]
+        assert "numCPUs 1 -> 2" in _condition(obj, "HardwareChangePending")[2]  # type: ignore[index]
+        assert (vm.config.hardware.numCPU, vm.runtime.powerState) == (1, "poweredOn")
+
+        # The issue's kubectl patch: remove disks/1 (logs).
+        await client.patch(VSPHERE_MACHINE, "m1", ns, {"spec": {"disks": [three[0], three[2]]}})
+        obj = await eventually(lambda: pending("DiskRemovedFromSpec"), what="HardwareChangePending DiskRemovedFromSpec")
+        message = _condition(obj, "HardwareChangePending")[2]  # type: ignore[index]
+        assert "logs (5 GiB)" in message and "numCPUs 1 -> 2" in message
+        assert ready_of(obj)[:2] == ("True", "Provisioned")  # type: ignore[index]
+        assert sizes() == [10, 5, 50]
+
+        await client.patch(VSPHERE_MACHINE, "m1", ns, {"spec": {"powerState": "PoweredOff", "powerOffMode": "hard"}})
+        await eventually(lambda: _power(client, ns, "m1", "PoweredOff"), what="status.powerState PoweredOff")
+
+        async def cpus_applied() -> dict[str, Any] | None:
+            obj = await client.get(VSPHERE_MACHINE, "m1", ns)
+            cond = _condition(obj, "HardwareChangePending")
+            return obj if cond is not None and "numCPUs" not in cond[2] else None
+
+        obj = await eventually(cpus_applied, what="the CPU change applied while powered off")
+        assert (vm.config.hardware.numCPU, vm.runtime.powerState) == (2, "poweredOff")
+        assert ready_of(obj)[:2] == ("True", "Provisioned")  # type: ignore[index]
+        assert sizes() == [10, 5, 50]
+        events = await client.list(apiserver_event_kind(), ns)
+        assert "HardwareChangePending" in {e["reason"] for e in events["items"]}
