@@ -44,6 +44,9 @@ class VirtualMachineConditionType:
     INFRASTRUCTURE_READY = "InfrastructureReady"
     MIGRATING = "Migrating"
     PAUSED = "Paused"
+    HARDWARE_CHANGE_PENDING = "HardwareChangePending"
+    """Mirrored from the VSphereMachine (``vspheremachine.hardware``): a class edit not applied
+    to the running VM yet, a disk kept or a shrink refused. Never makes the VM NotReady."""
 
 
 class VirtualMachineReason:

@@ -437,6 +437,10 @@ def decide(s: Snapshot) -> Plan:
     if blocked is None and migrating is not None and migrating.status is ConditionStatus.TRUE:
         blocked = (migrating.reason, migrating.message)
     _infra_condition(d.conds, d.machine, d.name, will_exist=d.machine is not None or apply_machine is not None)
+    pending = d.machine.hardware_change_pending if d.machine is not None else None
+    if pending is not None:
+        # What of a class edit is not applied to the VM yet (ADR 0012): shown, never NotReady.
+        d.conds.set(C.HARDWARE_CHANGE_PENDING, pending.status, pending.reason, pending.message or "")
     _mirror(d.status, d.machine, d.name, d.machine is not None or apply_machine is not None)
     _ready(d.conds, s, d.machine, blocked)
     target = placing.target
