@@ -11,10 +11,11 @@ Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmach
    ``ClassNotFound``/``ImageNotFound``, the message listing up to ``MAX_LISTED_NAMES`` existing
    names, the closest ones first, to help with typos).
 4. Schedule (``banlieue.reconcilers.virtualmachine.scheduler``), keeping the current placement while valid.
-5. Drift (current placement invalid): ``automatic`` (or ``manual`` with annotation
+5. Drift (current placement invalid): ``manual`` is the default (ADR 0012). ``automatic`` (or ``manual`` with annotation
    ``banlieue.io/migrate: "true"``) deletes the VSphereMachine, waits until it is gone, then
    places again (``Migrating`` True ``ProviderChanged``/``FailureDomainChanged`` until the new
-   machine is Ready; the annotation is cleared when the new placement is written); ``manual``
+   machine is Ready; a Warning ``MigrationDestroysVM`` says what is destroyed; the annotation is
+   cleared when the new placement is written); ``manual``
    without the annotation and ``never`` keep the old placement with ``PlacementValid`` False.
    When nothing else fits, the old placement is kept too. An annotation set while the placement
    is valid is cleared (there is nothing to migrate; it must not authorise a later move).
@@ -354,6 +355,11 @@ class _Decider:
             self.conds.set(C.MIGRATING, True, reason, message)
             if not self.was_migrating:
                 self.events.append(RecordedEvent("Normal", reason, message))
+                # A move is a re-creation: say what it destroys (ADR 0012).
+                self.events.append(RecordedEvent("Warning", Reason.MIGRATION_DESTROYS_VM, (
+                    f"migrationPolicy {policy.value}{' (annotated ' + ANNOTATION_MIGRATE + ')' if policy is MigrationPolicy.MANUAL else ''}: "
+                    f"destroying VM {self.name} and its disks on {current[0]}/{current[1]} (guest data is lost) "
+                    f"and cloning a new one from the image on {new.provider_name}/{new.failure_domain}")))
             if self.machine is None:
                 # The old machine is gone: place again (the annotation is used up now).
                 return _Placing(target=new, clear_annotation=self.annotated)
