@@ -44,6 +44,9 @@ class VirtualMachineConditionType:
     INFRASTRUCTURE_READY = "InfrastructureReady"
     MIGRATING = "Migrating"
     PAUSED = "Paused"
+    REFERENCES_RESOLVED = "ReferencesResolved"
+    """False while the VMClass or VMImage of a placed VM is gone: the VM keeps running as it is
+    (set only once that happened; ADR 0012)."""
     HARDWARE_CHANGE_PENDING = "HardwareChangePending"
     """Mirrored from the VSphereMachine (``vspheremachine.hardware``): a class edit not applied
     to the running VM yet, a disk kept or a shrink refused. Never makes the VM NotReady."""
@@ -67,6 +70,7 @@ class VirtualMachineReason:
     FAILURE_DOMAIN_CHANGED = "FailureDomainChanged"
     # Not named by the SPEC (banlieue's choice).
     MIGRATION_DESTROYS_VM = "MigrationDestroysVM"
+    RESOLVED = "Resolved"
     READY = "Ready"
     SCHEDULED = "Scheduled"
     NOT_SCHEDULED = "NotScheduled"

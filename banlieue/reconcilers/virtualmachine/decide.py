@@ -326,9 +326,21 @@ class _Decider:
             self.events.append(RecordedEvent("Warning", Reason.INFRASTRUCTURE_CONFLICT, message))
         return _finish(self.s, self.conds, self.status, events=tuple(self.events))
 
-    def unresolved(self) -> _Placing:
-        """The VMClass or VMImage is missing: nothing can be placed or applied."""
+    def unresolved(self, current: tuple[str, str] | None) -> _Placing:
+        """The VMClass or VMImage is missing: nothing can be placed or applied. A VM that is
+        placed and has its VSphereMachine keeps running as it is (ADR 0012): its machine is left
+        alone and mirrored, ``Ready`` follows it, and ``ReferencesResolved`` False says what is
+        missing; a new VMClass/VMImage of that name is picked up when it appears."""
         vm = self.vm
+        if current is not None and self.machine is not None and not self.machine.deleting:
+            if self.s.vm_class is None:
+                reason = VirtualMachineReason.CLASS_NOT_FOUND
+                message = not_found_message("VMClass", vm.spec.class_ref.name, self.s.class_names)
+            else:
+                reason = VirtualMachineReason.IMAGE_NOT_FOUND
+                message = not_found_message("VMImage", vm.spec.image_ref.name, self.s.image_names)
+            self.conds.set(C.REFERENCES_RESOLVED, False, reason, f"{message}; the running VM is kept as it is")
+            return _Placing(target=None)
         if self.s.vm_class is None:
             message = not_found_message("VMClass", vm.spec.class_ref.name, self.s.class_names)
             blocked = self.unschedulable(VirtualMachineReason.CLASS_NOT_FOUND, message)
@@ -433,8 +445,10 @@ def decide(s: Snapshot) -> Plan:
     d.status.observed_generation = s.vm.metadata.generation
     current = current_placement(s.vm, d.machine)
     if s.vm_class is None or s.image is None:
-        placing = d.unresolved()
+        placing = d.unresolved(current)
     else:
+        if get_condition(d.conds.items, C.REFERENCES_RESOLVED) is not None:
+            d.conds.set(C.REFERENCES_RESOLVED, True, Reason.RESOLVED)
         decision = schedule(SchedulingInput(s.vm, s.vm_class, s.image, s.providers, s.peers, current, totals=s.peer_totals))
         placing = d.place(decision, current)
     apply_machine = d.apply(placing, current)

@@ -254,7 +254,8 @@ class _Status:
         self.status.bios_uuid = vm.bios_uuid
         self.status.vm_ref = vm.moref
         self.status.power_state = PowerState(vm.power_state)
-        self.status.addresses = machine_addresses(vm) or None
+        # A VM that is not running has no address, whatever Tools reported last (issue 19).
+        self.status.addresses = (machine_addresses(vm) or None) if vm.power_state == "PoweredOn" else None
         if failure_domain is not None:
             self.status.failure_domain = failure_domain
 

@@ -99,6 +99,12 @@ ROWS: list[tuple[str, Snapshot, dict[str, Any], dict[str, tuple[str, str]]]] = [
     ("class-not-found", snap(vm(), cls=None), {},
      {"Scheduled": ("False", "ClassNotFound"), "Ready": ("False", "ClassNotFound"), "PlacementValid": ("Unknown", "NotScheduled")}),
     ("image-not-found", snap(vm(), img=None), {}, {"Scheduled": ("False", "ImageNotFound"), "Ready": ("False", "ImageNotFound")}),
+    # Issue 19 case 5: the class or image of a running VM deleted: it stays Ready (was: ClassNotFound).
+    ("class-deleted-under-a-running-vm", snap(vm(scheduled=("a", "a-dc0-c0")), m=READY_MACHINE, cls=None), {},
+     {"Ready": ("True", "Ready"), "ReferencesResolved": ("False", "ClassNotFound"),
+      "InfrastructureReady": ("True", "Provisioned")}),
+    ("image-deleted-under-a-running-vm", snap(vm(scheduled=("a", "a-dc0-c0")), m=READY_MACHINE, img=None), {},
+     {"Ready": ("True", "Ready"), "ReferencesResolved": ("False", "ImageNotFound")}),
     ("nothing-fits", snap(vm(placement={"providerSelector": {"matchLabels": {"site": "z"}}})), {},
      {"Scheduled": ("False", "NoProviderMatched"), "Ready": ("False", "NoProviderMatched")}),
     ("image-not-ready", snap(vm(), img=image({"a": False})), {}, {"Scheduled": ("False", "ImageNotReady")}),
@@ -407,3 +413,12 @@ def test_a_pending_class_edit_is_mirrored_and_the_vm_stays_ready_and_not_failed(
     assert phase_of({"metadata": {}, "status": plan.status}) == "Ready"
     # A machine that never had anything pending adds no condition (no extra status write).
     assert "HardwareChangePending" not in {c["type"] for c in decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=READY_MACHINE)).status["conditions"]}  # type: ignore[index]
+
+
+def test_a_deleted_class_leaves_the_running_vm_alone_and_a_new_one_is_picked_up() -> None:
+    running = vm(scheduled=("a", "a-dc0-c0"))
+    gone = decide(snap(running, m=READY_MACHINE, cls=None))
+    assert gone.apply_machine is None and not gone.delete_machine
+    assert gone.status is not None and gone.status["addresses"]  # still mirrored
+    back = decide(snap(VirtualMachine.from_wire({**running.to_wire(), "status": gone.status}), m=READY_MACHINE))
+    assert cond(back, "ReferencesResolved") == ("True", "Resolved") and cond(back, "Ready") == ("True", "Ready")

@@ -547,3 +547,11 @@ def test_deferred_status_does_not_converge_twice() -> None:
     stopped = vm("PoweredOff", ips=())
     assert decide(looked(provisioned, stopped, converged_spec=_spec_of(machine({"numCPUs": 4})))).action is not None, \
         "once provisioned is stored, hardware drift is checked as before (CPUs change while the VM is off)"
+
+
+def test_a_powered_off_vm_shows_no_address() -> None:
+    """Issue 19 case 5: vCenter may keep guest.ipAddress of a stopped VM; the status must not."""
+    m = machine({"powerState": "PoweredOff"}, status={**PROVISIONED, "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}]})
+    plan = decide(looked(m, vm("PoweredOff", ips=("10.0.0.5",))))
+    assert plan.status is not None and plan.status.addresses is None
+    assert ready(plan) == ("True", "Provisioned")
