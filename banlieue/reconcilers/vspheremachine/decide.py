@@ -128,6 +128,8 @@ POWER_OFF_POLL_SECONDS = 10.0
 """Re-check interval while a guest shuts down (soft power-off)."""
 BOOTSTRAP_POLL_SECONDS = 30.0
 """Re-check interval while a named bootstrap data Secret is missing or incomplete."""
+CLONE_OUTCOME_UNKNOWN = "CloneOutcomeUnknown"
+"""``Failure.reason`` of a clone that may have been accepted (``backends.vsphere.backend``)."""
 CLONE_WAIT_SECONDS = 5.0
 """Re-check interval while waiting for a clone an earlier reconcile started."""
 
@@ -424,6 +426,14 @@ def _decide(snap: Snapshot) -> Plan:
                 # even when the status this reconcile started from has no instanceUUID yet.
                 st.ready(False, R.VM_NOT_FOUND, f"{failure.message}: {REPLACE_HINT}")
                 return _with_events(snap, Plan(status=st.status))
+            if failure.reason == CLONE_OUTCOME_UNKNOWN:
+                # The clone may still land: keep the "Cloning ... since" marker the guard below
+                # reads (an overwrite let a retry clone a second VM for this UID), look the VM up
+                # by UID on every pass, and clone again only once the clone would have timed out.
+                since = clone_started(status_now) or snap.now
+                at = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                st.ready(False, R.CLONING, f"{failure.message}; looking the VM up by UID, cloning since {at}")
+                return _with_events(snap, Plan(status=st.status, requeue_after=CLONE_WAIT_SECONDS))
             st.ready(False, reason, failure.message)
             retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
             return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else RETRY_SECONDS))

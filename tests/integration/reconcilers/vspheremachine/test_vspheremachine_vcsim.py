@@ -32,11 +32,12 @@ FIN = "infrastructure.banlieue.io/vspheremachine"
 class Running:
     """A provider-role Manager running the vspheremachine controller in ``ns``."""
 
-    def __init__(self, apiserver: Any, ns: str, watch_filter: str | None = None, shutdown_timeout: float = 5.0) -> None:
+    def __init__(self, apiserver: Any, ns: str, watch_filter: str | None = None, shutdown_timeout: float = 5.0,
+                 request_timeout: float = 30.0) -> None:
         self.client = new_client(apiserver.url)
         self.mgr = Manager(self.client, namespace=ns, metrics_bind_address="0", health_probe_bind_address="0",
                            graceful_shutdown_timeout=shutdown_timeout, handle_signals=False)
-        self.backend = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=30.0, watch_max_wait=2.0)
+        self.backend = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=request_timeout, watch_max_wait=2.0)
         ctx = RoleContext(client=self.client, cache=self.mgr.cache, recorder=self.mgr.get_event_recorder(FIELD_MANAGER_PROVIDER_VSPHERE),
                           field_manager=FIELD_MANAGER_PROVIDER_VSPHERE, backend=self.backend, namespace=ns,
                           watch_filter=watch_filter, vsphere_task_timeout=60.0)
@@ -400,3 +401,27 @@ async def test_class_edits_on_a_running_vm_never_wedge_it_or_touch_the_wrong_dis
         assert sizes() == [10, 5, 50]
         events = await client.list(apiserver_event_kind(), ns)
         assert "HardwareChangePending" in {e["reason"] for e in events["items"]}
+
+
+async def test_a_clone_answered_after_the_request_timeout_gives_one_vm(
+    apiserver: Any, client: Client, ns: str, vcsim_factory: Any
+) -> None:
+    """Issue 19 case 4: vcsim answers CloneVM_Task after 6 s, the SOAP request timeout is 2 s.
+    The machine keeps its Cloning marker, looks the VM up by UID and ends with one VM (was:
+    CloneFailed erased the marker, a retry cloned again: two VMs with one banlieue.uid)."""
+    vc = vcsim_factory(method_delay={"CloneVM_Task": 6000})
+    await make_provider(client, ns, vc)
+    created = await client.create(VSPHERE_MACHINE, machine("late", ns))
+    uid = created["metadata"]["uid"]
+    r = Running(apiserver, ns, request_timeout=2.0)
+    s = SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password, sslContext=ssl.create_default_context(cafile=vc.ca_file))
+    try:
+        obj = await wait_reason(client, ns, "late", "WaitingForIPAddress", "Provisioned", timeout=60)
+        assert obj["status"]["instanceUUID"]
+        await asyncio.sleep(8.0)  # a second clone sent after the first timed out would have landed by now
+        assert len(vms_with_uid(s, uid)) == 1
+        events = await client.list(apiserver_event_kind(), ns)
+        assert "CloneFailed" not in {e["reason"] for e in events["items"]}
+    finally:
+        Disconnect(s)
+        await r.stop()

@@ -21,6 +21,7 @@ from banlieue.reconcilers.vspheremachine.decide import (
     Failure,
     Plan,
     Snapshot,
+    clone_started,
     decide,
     machine_addresses,
 )
@@ -555,3 +556,19 @@ def test_a_powered_off_vm_shows_no_address() -> None:
     plan = decide(looked(m, vm("PoweredOff", ips=("10.0.0.5",))))
     assert plan.status is not None and plan.status.addresses is None
     assert ready(plan) == ("True", "Provisioned")
+
+
+def test_a_clone_with_an_unknown_outcome_keeps_the_cloning_marker_and_is_not_sent_again() -> None:
+    """Issue 19 case 4: the clone's answer was lost (request timeout, vCenter frozen). The status
+    keeps "Cloning ... since <start>" (was: CloneFailed, which erased it, and the retry cloned a
+    second VM), and the next passes look the VM up and wait instead of cloning."""
+    m = machine(status=_cloned_at("2026-01-02T03:04:03Z"))
+    lost = Failure("create", "CloneOutcomeUnknown", "clone of 'm1': no answer (timed out); it may still be running")
+    plan = decide(looked(m, None, failure=lost))
+    assert plan.action is None and not plan.retry
+    assert plan.status is not None
+    assert clone_started(plan.status) == datetime(2026, 1, 2, 3, 4, 3, tzinfo=UTC)
+    again = decide(looked(machine(status=plan.status.to_wire()), None))
+    assert again.action is None, "looked up, not found, the clone may still run: wait, never clone again"
+    landed = decide(looked(machine(status=plan.status.to_wire()), vm()))
+    assert landed.action is not None and landed.action.kind == "create"  # converge the VM the clone made
