@@ -430,8 +430,8 @@ def _decide(snap: Snapshot) -> Plan:
                 # The clone may still land: keep the "Cloning ... since" marker the guard below
                 # reads (an overwrite let a retry clone a second VM for this UID), look the VM up
                 # by UID on every pass, and clone again only once the clone would have timed out.
-                since = clone_started(status_now) or snap.now
-                at = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                first = clone_started(status_now) or snap.now
+                at = first.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 st.ready(False, R.CLONING, f"{failure.message}; looking the VM up by UID, cloning since {at}")
                 return _with_events(snap, Plan(status=st.status, requeue_after=CLONE_WAIT_SECONDS))
             st.ready(False, reason, failure.message)
