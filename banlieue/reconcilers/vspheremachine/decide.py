@@ -410,7 +410,15 @@ def _decide(snap: Snapshot) -> Plan:
 
     failure = snap.failure
     if failure is not None and failure.step in ("connect", "lookup"):
-        st.ready(False, _failure_reason(failure), failure.message)
+        started = clone_started(m.status) if m.status is not None else None
+        if started is not None and snap.vm is None:
+            # A clone may be running in a vCenter that stopped answering (hung, frozen): keep
+            # the "Cloning ... since" marker, or the first pass that reaches it again would
+            # not wait for that clone and would clone a second VM.
+            at = started.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            st.ready(False, R.CLONING, f"{_failure_reason(failure)}: {failure.message}; cloning since {at}")
+        else:
+            st.ready(False, _failure_reason(failure), failure.message)
         return _with_events(snap, Plan(status=st.status, requeue_after=RETRY_SECONDS))
 
     vm = snap.vm

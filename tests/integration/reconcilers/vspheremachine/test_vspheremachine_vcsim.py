@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any
@@ -424,4 +426,35 @@ async def test_a_clone_answered_after_the_request_timeout_gives_one_vm(
         assert "CloneFailed" not in {e["reason"] for e in events["items"]}
     finally:
         Disconnect(s)
+        await r.stop()
+
+
+async def test_a_vcenter_frozen_mid_clone_gives_one_vm(apiserver: Any, client: Client, ns: str, vcsim_factory: Any) -> None:
+    """Issue 19 case 4: vcsim is frozen (SIGSTOP) while a CloneVM_Task call is in flight, then
+    resumes with the clone still running. Every request meanwhile times out (clone, lookups);
+    the Cloning marker survives them all and the machine ends with one VM."""
+    vc = vcsim_factory(method_delay={"CloneVM_Task": 12000})
+    await make_provider(client, ns, vc)
+    created = await client.create(VSPHERE_MACHINE, machine("frozen", ns))
+    uid = created["metadata"]["uid"]
+    r = Running(apiserver, ns, request_timeout=2.0)
+    try:
+        await wait_reason(client, ns, "frozen", "Cloning")
+        await asyncio.sleep(0.5)  # the CloneVM_Task call is in flight
+        os.kill(vc.process.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(6.0)  # the clone's answer and every lookup time out meanwhile
+            obj = await client.get(VSPHERE_MACHINE, "frozen", ns)
+            assert ready_of(obj)[1] == "Cloning", ready_of(obj)  # type: ignore[index]
+        finally:
+            os.kill(vc.process.pid, signal.SIGCONT)
+        await wait_reason(client, ns, "frozen", "WaitingForIPAddress", "Provisioned", timeout=90)
+        await asyncio.sleep(14.0)  # a second clone sent after the thaw would have landed by now
+        s = SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password,
+                         sslContext=ssl.create_default_context(cafile=vc.ca_file))
+        try:
+            assert len(vms_with_uid(s, uid)) == 1
+        finally:
+            Disconnect(s)
+    finally:
         await r.stop()

@@ -572,3 +572,15 @@ def test_a_clone_with_an_unknown_outcome_keeps_the_cloning_marker_and_is_not_sen
     assert again.action is None, "looked up, not found, the clone may still run: wait, never clone again"
     landed = decide(looked(machine(status=plan.status.to_wire()), vm()))
     assert landed.action is not None and landed.action.kind == "create"  # converge the VM the clone made
+
+
+def test_a_lookup_that_fails_while_a_clone_may_run_keeps_the_cloning_marker() -> None:
+    """A vCenter that stops answering mid-clone fails the lookups too: the marker survives them
+    (was: ConnectFailed replaced it, and the first pass after the vCenter came back cloned again
+    while the first clone was still running)."""
+    m = machine(status=_cloned_at("2026-01-02T03:04:03Z"))
+    plan = decide(looked(m, None, failure=Failure("lookup", "Timeout", "vCenter did not answer in time")))
+    assert plan.status is not None and plan.action is None
+    assert clone_started(plan.status) == datetime(2026, 1, 2, 3, 4, 3, tzinfo=UTC)
+    assert "vCenter did not answer in time" in (get_condition(plan.status.conditions, READY).message or "")  # type: ignore[union-attr]
+    assert decide(looked(machine(status=plan.status.to_wire()), None)).action is None
