@@ -16,6 +16,10 @@ READY = "Ready"
 """The condition every object with status carries at all times (SPEC §1)."""
 PAUSED = "Paused"
 """CAPI v1beta2 ``Paused`` condition type."""
+HARDWARE_CHANGE_PENDING = "HardwareChangePending"
+"""True while a VM's hardware differs from its spec in a way banlieue will not apply now (a
+CPU/memory change waiting for the VM to be powered off, a disk shrink refused, a disk no longer
+in the spec kept): docs/concepts.md "Changing things that are in use"."""
 
 
 def _as_status(status: ConditionStatus | str | bool) -> ConditionStatus:

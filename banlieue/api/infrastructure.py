@@ -80,6 +80,12 @@ class VSphereMachineReason:
     NOT_PAUSED = "NotPaused"
     WAITING_FOR_BIOS_UUID = "WaitingForBIOSUUID"
     BIOS_UUID_CHANGED = "BIOSUUIDChanged"  # reason of the ProviderIDMatchesVM condition when False
+    # Reasons of the HardwareChangePending condition (ADR 0012).
+    HARDWARE_IN_SPEC = "HardwareInSpec"
+    WAITING_FOR_POWER_OFF = "WaitingForPowerOff"
+    DISK_REMOVED_FROM_SPEC = "DiskRemovedFromSpec"
+    DISK_SHRINK_REFUSED = "DiskShrinkRefused"
+    CHANGE_FAILED = "ChangeFailed"
 
 
 class VSphereClusterReason:

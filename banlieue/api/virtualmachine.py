@@ -44,6 +44,12 @@ class VirtualMachineConditionType:
     INFRASTRUCTURE_READY = "InfrastructureReady"
     MIGRATING = "Migrating"
     PAUSED = "Paused"
+    REFERENCES_RESOLVED = "ReferencesResolved"
+    """False while the VMClass or VMImage of a placed VM is gone: the VM keeps running as it is
+    (set only once that happened; ADR 0012)."""
+    HARDWARE_CHANGE_PENDING = "HardwareChangePending"
+    """Mirrored from the VSphereMachine (``vspheremachine.hardware``): a class edit not applied
+    to the running VM yet, a disk kept or a shrink refused. Never makes the VM NotReady."""
 
 
 class VirtualMachineReason:
@@ -63,6 +69,8 @@ class VirtualMachineReason:
     PROVIDER_CHANGED = "ProviderChanged"
     FAILURE_DOMAIN_CHANGED = "FailureDomainChanged"
     # Not named by the SPEC (banlieue's choice).
+    MIGRATION_DESTROYS_VM = "MigrationDestroysVM"
+    RESOLVED = "Resolved"
     READY = "Ready"
     SCHEDULED = "Scheduled"
     NOT_SCHEDULED = "NotScheduled"
@@ -85,7 +93,8 @@ class PowerState(StrEnum):
 
 
 class MigrationPolicy(StrEnum):
-    """What to do when the current placement becomes invalid (drift)."""
+    """What to do when the current placement becomes invalid (drift). A move re-creates the VM:
+    banlieue has no live migration, so the old VM and its disks are destroyed (ADR 0012)."""
 
     AUTOMATIC = "automatic"
     MANUAL = "manual"
@@ -143,8 +152,11 @@ class VirtualMachineSpec(ApiModel):
     """PoweredOn, PoweredOff or Suspended."""
     user_data: UserData | None = None
     """Guest user data."""
-    migration_policy: MigrationPolicy = MigrationPolicy.AUTOMATIC
-    """automatic (recreate elsewhere), manual (wait for the banlieue.io/migrate annotation) or never."""
+    migration_policy: MigrationPolicy = MigrationPolicy.MANUAL
+    """What happens when the placement stops matching (drift): manual (default: the VM keeps
+    running where it is, PlacementValid False, until the banlieue.io/migrate annotation authorises
+    a move), never (it stays), or automatic: the VM and its disks are destroyed and a new VM is
+    cloned from the image on the new placement (guest data is lost; a Warning event MigrationDestroysVM says so)."""
     paused: bool | None = None
     """Stop reconciling this VM."""
 

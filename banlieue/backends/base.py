@@ -274,8 +274,9 @@ class NicStatus:
 class VMInfo:
     """A VM as read back. ``bios_uuid`` is config.uuid (``providerID = vsphere://<bios_uuid>``),
     ``instance_uuid`` config.instanceUuid; ``ip_address`` guest.ipAddress (None until Tools
-    reports one); ``disks_gib`` per disk in device order; ``extra_config`` holds ``guestinfo.*``
-    and ``banlieue.*`` keys only."""
+    reports one); ``disks_gib`` per disk in device order and ``disk_names`` the spec name each
+    carries (None: unnamed; empty tuple: not read); ``extra_config`` holds ``guestinfo.*`` and
+    ``banlieue.*`` keys only."""
 
     uid: str | None
     moref: str
@@ -290,6 +291,12 @@ class VMInfo:
     nics: tuple[NicStatus, ...]
     ip_address: str | None
     extra_config: dict[str, str] = field(default_factory=dict, repr=False)
+    disk_names: tuple[str | None, ...] = ()
+
+    def named_disks_gib(self) -> dict[str, int]:
+        """name -> size (GiB) of the disks that carry a spec name (``banlieue.disk.<name>``
+        labels); empty for a VM whose disks carry no names yet (adopted by position)."""
+        return {n: gib for n, gib in zip(self.disk_names, self.disks_gib, strict=False) if n is not None}
 
     @property
     def addresses(self) -> tuple[str, ...]:

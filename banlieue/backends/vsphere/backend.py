@@ -64,6 +64,11 @@ CONVERGE_PATHS = [
 ]
 
 
+CLONE_OUTCOME_UNKNOWN = "CloneOutcomeUnknown"
+"""Reason of a clone whose CloneVM_Task may have been accepted but whose outcome is not known
+(answer lost, task not followed to its end): the caller must look the VM up by UID, and wait
+for the clone, before cloning again (ADR 0009, ADR 0012)."""
+
 FRESH_SECONDS = 2.0
 """How long create_vm's read-back of a VM stands in for set_power_state's read (seconds)."""
 
@@ -303,7 +308,20 @@ class VSphereBackend:
         except NotFound:
             self._templates.pop(key, None)  # the cached template was removed or replaced
             raise
-        vm = await wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider)
+        except Transient as exc:
+            # The request may have reached vCenter (answer past the request timeout, connection
+            # lost, vCenter hung): a clone may be running. Never a definitive failure.
+            raise Transient(f"clone of {spec.name!r}: no answer ({exc}); it may still be running",
+                            reason=CLONE_OUTCOME_UNKNOWN) from exc
+        try:
+            vm = await wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider)
+        except Transient as exc:
+            raise Transient(f"clone of {spec.name!r}: lost track of its task ({exc}); it may still be running",
+                            reason=CLONE_OUTCOME_UNKNOWN) from exc
+        except TaskFailed as exc:
+            if exc.reason != "TaskTimeout":
+                raise
+            raise TaskFailed(f"{exc}; the clone may still be running", reason=CLONE_OUTCOME_UNKNOWN) from exc
         self._vm_index(conn).put(spec.uid, vm)
         log.info("vsphere vm cloned", vcenter=vcenter, vm=spec.name, clone_mode=plan.mode)
         return vm, plan.mode, plan.message

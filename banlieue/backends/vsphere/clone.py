@@ -7,9 +7,12 @@ current devices so that applying them twice changes nothing the second time.
   converging an existing VM are the same code (``hardware_spec``).
 - Linked clones need a snapshot on the template; vCenter cannot snapshot a template, so without
   one the clone falls back to a full clone and says why (CAPV does the same).
-- Disks: the first spec disk is the template's OS disk, grown to ``size_gib`` (never shrunk:
-  InvalidSpec; a linked clone's disk is never resized: InvalidSpec); further disks are added on
-  the first SCSI controller (thin / thick lazy-zeroed / eager-zeroed).
+- Disks are matched to the spec by name, never by position (``disks`` module: the name is kept
+  in extraConfig ``banlieue.disk.<name>``); the first spec disk of a just-cloned VM is the
+  template's OS disk. A matched disk is grown to ``size_gib`` (never shrunk: InvalidSpec; a
+  linked clone's OS disk is never resized: InvalidSpec); a name without a disk gets a new one on
+  the first SCSI controller (thin / thick lazy-zeroed / eager-zeroed); a disk whose name left
+  the spec is kept untouched.
 - NICs: the i-th spec NIC edits the i-th template NIC (backing, manual MAC) or adds a vmxnet3;
   template NICs beyond the spec's are removed (only when the spec lists NICs).
 """
@@ -22,6 +25,7 @@ from typing import Any
 from pyVmomi import vim as _vim
 
 from banlieue.backends.base import CloneMode, DiskSpec, InvalidSpec, NicSpec, NotFound, VMSpec
+from banlieue.backends.vsphere import disks as vdisks
 from banlieue.backends.vsphere.find import UID_KEY
 from banlieue.backends.vsphere.inventory import InventoryIndex, NetworkRef
 
@@ -112,13 +116,21 @@ def _same_backing(current: Any, ref: NetworkRef) -> bool:
     return isinstance(current, Dev.VirtualEthernetCard.NetworkBackingInfo) and current.deviceName == ref.name
 
 
-def _disk_changes(devices: list[Any], disks: tuple[DiskSpec, ...], linked: bool, idx: InventoryIndex, dc: str) -> list[Any]:
-    current = [d for d in devices if isinstance(d, Dev.VirtualDisk)]
+def _disk_changes(
+    devices: list[Any], disks: tuple[DiskSpec, ...], linked: bool, idx: InventoryIndex, dc: str, extra: dict[str, str]
+) -> tuple[list[Any], dict[str, str]]:
+    """Device changes converging ``disks`` matched by name (``disks`` module), and the
+    ``banlieue.disk.<name>`` extraConfig values to write. Raises InvalidSpec for a shrink (before
+    anything is sent) and for resizing a linked clone's OS disk."""
+    matched = vdisks.match_disks(devices, extra, [d.name for d in disks])
+    # Slots a label names are never given to another disk, even when that disk was removed.
+    reserved = set(vdisks.disk_labels(extra).values()) | {vdisks.slot_of(d) for d in matched.values()}
     changes: list[Any] = []
+    labels: dict[str, str] = {}
     for i, want in enumerate(disks):
         want_kib = want.size_gib * KIB_PER_GIB
-        if i < len(current):
-            have = current[i]
+        have = matched.get(want.name)
+        if have is not None:
             if want_kib < int(have.capacityInKB):
                 raise InvalidSpec(
                     f"disk {want.name!r} is {int(have.capacityInKB) // KIB_PER_GIB} GiB; shrinking to {want.size_gib} GiB is not possible"
@@ -129,18 +141,31 @@ def _disk_changes(devices: list[Any], disks: tuple[DiskSpec, ...], linked: bool,
                 have.capacityInKB = want_kib
                 have.capacityInBytes = want_kib * 1024
                 changes.append(Dev.VirtualDeviceSpec(operation="edit", device=have))
-            continue
-        changes.append(_new_disk(devices, changes, want, i, idx, dc))
-    return changes
+            slot = vdisks.slot_of(have)
+        else:
+            change = _new_disk(devices, changes, reserved, want, i, idx, dc)
+            changes.append(change)
+            slot = vdisks.slot_of(change.device)
+            reserved.add(slot)
+        value = vdisks.format_slot(slot)
+        if extra.get(vdisks.DISK_KEY_PREFIX + want.name) != value:
+            labels[vdisks.DISK_KEY_PREFIX + want.name] = value
+    return changes, labels
 
 
-def _new_disk(devices: list[Any], pending: list[Any], want: DiskSpec, i: int, idx: InventoryIndex, dc: str) -> Any:
+def _new_disk(
+    devices: list[Any], pending: list[Any], reserved: set[vdisks.Slot], want: DiskSpec, i: int, idx: InventoryIndex, dc: str
+) -> Any:
     scsi = next((d for d in devices if isinstance(d, Dev.VirtualSCSIController)), None)
     if scsi is None:
         raise InvalidSpec("the template has no SCSI controller to attach extra disks to")
     used = {d.unitNumber for d in devices if d.controllerKey == scsi.key}
     used |= {c.device.unitNumber for c in pending if getattr(c.device, "controllerKey", None) == scsi.key}
-    unit = next(u for u in range(16) if u != 7 and u not in used)
+    used |= {unit for ctrl, unit in reserved if ctrl == scsi.key}
+    free = [u for u in range(16) if u != 7 and u not in used]
+    if not free:
+        raise InvalidSpec(f"no free unit on the VM's first SCSI controller for disk {want.name!r}")
+    unit = free[0]
     backing = Dev.VirtualDisk.FlatVer2BackingInfo(
         diskMode="persistent",
         thinProvisioned=want.provisioning == "thin",
@@ -219,14 +244,17 @@ def hardware_spec(
         if spec.firmware == "efi-secure":
             cfg.bootOptions = vim.vm.BootOptions(efiSecureBootEnabled=True)
             changed = True
-    device_changes = _disk_changes(devices, spec.disks, linked, idx, spec.datacenter)
+    extra = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
+    device_changes, labels = _disk_changes(devices, spec.disks, linked, idx, spec.datacenter, extra)
     nic_changes, macs = _nic_changes(devices, spec.nics, idx, spec.datacenter)
     if device_changes or nic_changes:
         cfg.deviceChange = device_changes + nic_changes
         changed = True
-    extra = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
     if extra.get(UID_KEY) != spec.uid:
-        cfg.extraConfig = [vim.option.OptionValue(key=UID_KEY, value=spec.uid)]
+        labels[UID_KEY] = spec.uid
+    if labels:
+        # The disks' names go in the same task as the disks (``disks`` module).
+        cfg.extraConfig = [vim.option.OptionValue(key=k, value=v) for k, v in labels.items()]
         changed = True
     return (cfg if changed else None), macs
 

@@ -20,6 +20,7 @@ from pyVmomi import vmodl as _vmodl
 
 from banlieue.backends.base import NicStatus, PowerState, TemplateInfo, VMInfo
 from banlieue.backends.vsphere import deserializer
+from banlieue.backends.vsphere import disks as vdisks
 from banlieue.backends.vsphere.inventory import InventoryIndex
 from banlieue.backends.vsphere.properties import (
     ObjectProps,
@@ -212,6 +213,7 @@ def to_vm_info(o: ObjectProps, idx: InventoryIndex | None) -> VMInfo:
         nics=tuple(nics),
         ip_address=str(o.get("guest.ipAddress")) if o.get("guest.ipAddress") else None,
         extra_config={k: v for k, v in extra.items() if k.startswith(("guestinfo.", "banlieue."))},
+        disk_names=vdisks.disk_names(devices, extra),
     )
 
 

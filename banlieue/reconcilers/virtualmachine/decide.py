@@ -11,10 +11,11 @@ Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmach
    ``ClassNotFound``/``ImageNotFound``, the message listing up to ``MAX_LISTED_NAMES`` existing
    names, the closest ones first, to help with typos).
 4. Schedule (``banlieue.reconcilers.virtualmachine.scheduler``), keeping the current placement while valid.
-5. Drift (current placement invalid): ``automatic`` (or ``manual`` with annotation
+5. Drift (current placement invalid): ``manual`` is the default (ADR 0012). ``automatic`` (or ``manual`` with annotation
    ``banlieue.io/migrate: "true"``) deletes the VSphereMachine, waits until it is gone, then
    places again (``Migrating`` True ``ProviderChanged``/``FailureDomainChanged`` until the new
-   machine is Ready; the annotation is cleared when the new placement is written); ``manual``
+   machine is Ready; a Warning ``MigrationDestroysVM`` says what is destroyed; the annotation is
+   cleared when the new placement is written); ``manual``
    without the annotation and ``never`` keep the old placement with ``PlacementValid`` False.
    When nothing else fits, the old placement is kept too. An annotation set while the placement
    is valid is cleared (there is nothing to migrate; it must not authorise a later move).
@@ -325,9 +326,21 @@ class _Decider:
             self.events.append(RecordedEvent("Warning", Reason.INFRASTRUCTURE_CONFLICT, message))
         return _finish(self.s, self.conds, self.status, events=tuple(self.events))
 
-    def unresolved(self) -> _Placing:
-        """The VMClass or VMImage is missing: nothing can be placed or applied."""
+    def unresolved(self, current: tuple[str, str] | None) -> _Placing:
+        """The VMClass or VMImage is missing: nothing can be placed or applied. A VM that is
+        placed and has its VSphereMachine keeps running as it is (ADR 0012): its machine is left
+        alone and mirrored, ``Ready`` follows it, and ``ReferencesResolved`` False says what is
+        missing; a new VMClass/VMImage of that name is picked up when it appears."""
         vm = self.vm
+        if current is not None and self.machine is not None and not self.machine.deleting:
+            if self.s.vm_class is None:
+                reason = VirtualMachineReason.CLASS_NOT_FOUND
+                message = not_found_message("VMClass", vm.spec.class_ref.name, self.s.class_names)
+            else:
+                reason = VirtualMachineReason.IMAGE_NOT_FOUND
+                message = not_found_message("VMImage", vm.spec.image_ref.name, self.s.image_names)
+            self.conds.set(C.REFERENCES_RESOLVED, False, reason, f"{message}; the running VM is kept as it is")
+            return _Placing(target=None)
         if self.s.vm_class is None:
             message = not_found_message("VMClass", vm.spec.class_ref.name, self.s.class_names)
             blocked = self.unschedulable(VirtualMachineReason.CLASS_NOT_FOUND, message)
@@ -354,6 +367,11 @@ class _Decider:
             self.conds.set(C.MIGRATING, True, reason, message)
             if not self.was_migrating:
                 self.events.append(RecordedEvent("Normal", reason, message))
+                # A move is a re-creation: say what it destroys (ADR 0012).
+                self.events.append(RecordedEvent("Warning", Reason.MIGRATION_DESTROYS_VM, (
+                    f"migrationPolicy {policy.value}{' (annotated ' + ANNOTATION_MIGRATE + ')' if policy is MigrationPolicy.MANUAL else ''}: "
+                    f"destroying VM {self.name} and its disks on {current[0]}/{current[1]} (guest data is lost) "
+                    f"and cloning a new one from the image on {new.provider_name}/{new.failure_domain}")))
             if self.machine is None:
                 # The old machine is gone: place again (the annotation is used up now).
                 return _Placing(target=new, clear_annotation=self.annotated)
@@ -427,8 +445,10 @@ def decide(s: Snapshot) -> Plan:
     d.status.observed_generation = s.vm.metadata.generation
     current = current_placement(s.vm, d.machine)
     if s.vm_class is None or s.image is None:
-        placing = d.unresolved()
+        placing = d.unresolved(current)
     else:
+        if get_condition(d.conds.items, C.REFERENCES_RESOLVED) is not None:
+            d.conds.set(C.REFERENCES_RESOLVED, True, Reason.RESOLVED)
         decision = schedule(SchedulingInput(s.vm, s.vm_class, s.image, s.providers, s.peers, current, totals=s.peer_totals))
         placing = d.place(decision, current)
     apply_machine = d.apply(placing, current)
@@ -437,6 +457,10 @@ def decide(s: Snapshot) -> Plan:
     if blocked is None and migrating is not None and migrating.status is ConditionStatus.TRUE:
         blocked = (migrating.reason, migrating.message)
     _infra_condition(d.conds, d.machine, d.name, will_exist=d.machine is not None or apply_machine is not None)
+    pending = d.machine.hardware_change_pending if d.machine is not None else None
+    if pending is not None:
+        # What of a class edit is not applied to the VM yet (ADR 0012): shown, never NotReady.
+        d.conds.set(C.HARDWARE_CHANGE_PENDING, pending.status, pending.reason, pending.message or "")
     _mirror(d.status, d.machine, d.name, d.machine is not None or apply_machine is not None)
     _ready(d.conds, s, d.machine, blocked)
     target = placing.target

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from banlieue.api.conditions import READY, get_condition
+from banlieue.api.conditions import HARDWARE_CHANGE_PENDING, READY, get_condition
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.meta import Condition, MachineAddress
 from banlieue.api.virtualmachine import PowerState
@@ -28,7 +28,8 @@ class InfraMachineRead:
     status.addresses. ``failure_domain``: status.failureDomain, else spec.failureDomain.
     ``provider_id``: spec.providerID. ``ready``: the Ready condition (None when not reported
     yet). ``power_state``: status.powerState. ``deleting``: metadata.deletionTimestamp is set.
-    ``provider_name``: spec.providerRef.name.
+    ``provider_name``: spec.providerRef.name. ``hardware_change_pending``: the
+    ``HardwareChangePending`` condition (None when the machine never had one).
     """
 
     name: str
@@ -40,6 +41,7 @@ class InfraMachineRead:
     power_state: PowerState | None = None
     deleting: bool = False
     provider_name: str | None = None
+    hardware_change_pending: Condition | None = None
 
     @classmethod
     def from_machine(cls, machine: VSphereMachine) -> InfraMachineRead:
@@ -56,6 +58,7 @@ class InfraMachineRead:
             power_state=status.power_state if status else None,
             deleting=machine.metadata.deletion_timestamp is not None,
             provider_name=spec.provider_ref.name if spec.provider_ref else None,
+            hardware_change_pending=get_condition(status.conditions if status else None, HARDWARE_CHANGE_PENDING),
         )
 
     @classmethod

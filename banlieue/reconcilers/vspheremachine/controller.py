@@ -219,7 +219,10 @@ class VSphereMachineReconciler:
                 return replace(snap, vm=result.vm, converged=True, failure=None)
             if action.kind == "power":
                 info = await self.backend.set_power_state(conn, uid, action.state, action.off_mode, action.soft_timeout)
-                return replace(snap, vm=info, powered=True, failure=None)
+                # A refused hardware change stays known to decide (HardwareChangePending): the
+                # power request went ahead of it, and the change is not tried again this pass.
+                kept = snap.failure if snap.failure is not None and snap.failure.step == "create" else None
+                return replace(snap, vm=info, powered=True, failure=kept)
             destroyed = await self.backend.destroy_vm(conn, uid, action.off_mode, action.soft_timeout)
             return replace(snap, vm=None, destroyed=destroyed, failure=None)
         except BackendError as err:

@@ -59,9 +59,11 @@ memory of the spec it last converged the VM to) spares a second converge while s
 status has not recorded ``provisioned`` yet. Bootstrap data in the ``ignition`` format is
 ``InvalidSpec`` (the backend delivers cloud-init guestinfo only), and so is user data that
 exceeds a guestinfo value's 64 KiB even gzip+base64-encoded, or metadata whose base64 does (the
-backend's ``spec_error``, given as
-``Snapshot.spec_error``), before any vCenter call. Hardware drift (CPU, memory,
-cores, disk count or growth) is re-converged; NIC and guestinfo changes apply until provisioned.
+backend's ``spec_error``, given as ``Snapshot.spec_error``), before any vCenter call. Hardware
+drift of a provisioned VM is re-converged as ``vspheremachine.hardware`` says (disks by name; CPU
+and memory only while the VM is powered off; the rest reported by ``HardwareChangePending``, never
+by ``Ready``; power is carried out whatever is pending); NIC and guestinfo changes apply until
+provisioned.
 """
 
 from __future__ import annotations
@@ -74,14 +76,21 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
-from banlieue.api.conditions import PAUSED, READY, get_condition, is_true, set_condition
+from banlieue.api.conditions import (
+    HARDWARE_CHANGE_PENDING,
+    PAUSED,
+    READY,
+    get_condition,
+    is_true,
+    set_condition,
+)
 from banlieue.api.infrastructure import (
     DEFAULT_GUEST_SOFT_POWER_OFF_TIMEOUT_SECONDS,
     VSphereMachine,
     VSphereMachineReason,
     VSphereMachineStatus,
 )
-from banlieue.api.meta import Initialization, MachineAddress, MachineAddressType
+from banlieue.api.meta import ConditionStatus, Initialization, MachineAddress, MachineAddressType
 from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import PowerState
 from banlieue.backends.base import AuthFailed, InvalidSpec, TLSVerifyFailed, Transient, VMInfo, VMSpec
@@ -94,6 +103,7 @@ from banlieue.reconcilers.kinds import (
     FINALIZER_VSPHERE_MACHINE,
     LABEL_PROVIDER,
 )
+from banlieue.reconcilers.vspheremachine.hardware import Pending, drifted, effective_spec, summary
 from banlieue.reconcilers.vspheremachine.placement import (
     BootstrapData,
     PlacementError,
@@ -133,6 +143,8 @@ POWER_OFF_POLL_SECONDS = 10.0
 """Re-check interval while a guest shuts down (soft power-off)."""
 BOOTSTRAP_POLL_SECONDS = 30.0
 """Re-check interval while a named bootstrap data Secret is missing or incomplete."""
+CLONE_OUTCOME_UNKNOWN = "CloneOutcomeUnknown"
+"""``Failure.reason`` of a clone that may have been accepted (``backends.vsphere.backend``)."""
 CLONE_WAIT_SECONDS = 5.0
 """Re-check interval while waiting for a clone an earlier reconcile started."""
 MISSING_FIRST_RETRY_SECONDS = 5.0
@@ -277,7 +289,8 @@ class _Status:
         self.status.bios_uuid = vm.bios_uuid
         self.status.vm_ref = vm.moref
         self.status.power_state = PowerState(vm.power_state)
-        self.status.addresses = machine_addresses(vm) or None
+        # A VM that is not running has no address, whatever Tools reported last (issue 19).
+        self.status.addresses = (machine_addresses(vm) or None) if vm.power_state == "PoweredOn" else None
         if failure_domain is not None:
             self.status.failure_domain = failure_domain
 
@@ -453,7 +466,15 @@ def _decide(snap: Snapshot) -> Plan:
 
     failure = snap.failure
     if failure is not None and failure.step in ("connect", "lookup"):
-        st.ready(False, _failure_reason(failure), failure.message)
+        started = clone_started(m.status) if m.status is not None else None
+        if started is not None and snap.vm is None:
+            # A clone may be running in a vCenter that stopped answering (hung, frozen): keep
+            # the "Cloning ... since" marker, or the first pass that reaches it again would
+            # not wait for that clone and would clone a second VM.
+            at = started.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            st.ready(False, R.CLONING, f"{_failure_reason(failure)}: {failure.message}; cloning since {at}")
+        else:
+            st.ready(False, _failure_reason(failure), failure.message)
         return _with_events(snap, Plan(status=st.status, requeue_after=RETRY_SECONDS))
 
     vm = snap.vm
@@ -469,6 +490,14 @@ def _decide(snap: Snapshot) -> Plan:
                 # even when the status this reconcile started from has no instanceUUID yet.
                 st.ready(False, R.VM_NOT_FOUND, f"{failure.message}: {REPLACE_HINT}")
                 return _with_events(snap, Plan(status=st.status))
+            if failure.reason == CLONE_OUTCOME_UNKNOWN:
+                # The clone may still land: keep the "Cloning ... since" marker the guard below
+                # reads (an overwrite let a retry clone a second VM for this UID), look the VM up
+                # by UID on every pass, and clone again only once the clone would have timed out.
+                first = clone_started(status_now) or snap.now
+                at = first.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                st.ready(False, R.CLONING, f"{failure.message}; looking the VM up by UID, cloning since {at}")
+                return _with_events(snap, Plan(status=st.status, requeue_after=CLONE_WAIT_SECONDS))
             st.ready(False, reason, failure.message)
             retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
             return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else _failure_requeue(snap, failure)))
@@ -487,30 +516,37 @@ def _decide(snap: Snapshot) -> Plan:
         return _with_events(snap, Plan(status=st.status, action=Action("create", spec=vm_spec), write_status_first=True))
 
     # The VM exists: converge hardware when it drifted, or until provisioned once.
-    if failure is not None and failure.step == "create":
+    provisioned_before = bool(status_now.initialization and status_now.initialization.provisioned)
+    create_failed = failure is not None and failure.step == "create"
+    if failure is not None and create_failed and not provisioned_before:
         reason = _failure_reason(failure)
         st.vm(vm, placement.failure_domain)
         st.ready(False, reason, failure.message)
         retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
         return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else _failure_requeue(snap, failure)))
-    provisioned_before = bool(status_now.initialization and status_now.initialization.provisioned)
+    # A provisioned VM: what can change now is converged, the rest is HardwareChangePending
+    # (``hardware``, ADR 0012); power is handled whatever is pending.
+    target, pending = effective_spec(vm, vm_spec) if provisioned_before else (vm_spec, ())
+    if failure is not None and create_failed:
+        pending = (*pending, Pending(R.CHANGE_FAILED, f"vCenter refused the change: {failure.message}"))
     # Converged by this process to this very spec, its status write deferred (ADR 0011): no
     # second converge. Once provisioned is stored, drift is checked as usual.
-    converged = snap.converged or (not provisioned_before and snap.converged_spec == vm_spec)
-    if not converged and (not provisioned_before or _drifted(vm, vm_spec)):
-        return Plan(action=Action("create", spec=vm_spec), provider=placement.provider)
+    converged = snap.converged or create_failed or (not provisioned_before and snap.converged_spec == vm_spec)
+    if not converged and (not provisioned_before or drifted(vm, target)):
+        return Plan(action=Action("create", spec=target), provider=placement.provider)
 
     st.vm(vm, placement.failure_domain)
+    hw_events = _hardware_condition(snap, st, pending) if provisioned_before else ()
     want = m.spec.power_state.value
     if failure is not None and failure.step == "power":
-        pending = failure.reason == "PowerOffPending"
-        st.ready(False, R.POWERING_OFF if pending else R.CONNECT_FAILED, failure.message)
-        return _with_events(snap, Plan(status=st.status, requeue_after=POWER_OFF_POLL_SECONDS if pending else None, retry=not pending))
+        soft = failure.reason == "PowerOffPending"
+        st.ready(False, R.POWERING_OFF if soft else R.CONNECT_FAILED, failure.message)
+        return _with_events(snap, Plan(status=st.status, requeue_after=POWER_OFF_POLL_SECONDS if soft else None, retry=not soft), hw_events)
     if vm.power_state != want and not snap.powered:
         action = Action("power", state=cast(PowerStateName, want), off_mode=m.spec.power_off_mode.value, soft_timeout=_soft_timeout(m))
         return Plan(action=action, provider=placement.provider)
 
-    events: list[Event] = []
+    events: list[Event] = list(hw_events)
     if snap.powered:
         events.append(Event("Normal", vm.power_state, f"VM {vm.name} is {vm.power_state}"))
     pid = provider_id(vm)
@@ -534,7 +570,9 @@ def _decide(snap: Snapshot) -> Plan:
         st.ready(False, R.WAITING_FOR_IP_ADDRESS, f"waiting for VMware Tools to report a usable IP address{reported}")
         return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=IP_POLL_SECONDS), events)
     st.ready(True, R.PROVISIONED, f"VM {vm.name} is {vm.power_state}" + (f" at {st.status.addresses[0].address}" if st.status.addresses else ""))
-    return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=STEADY_RESYNC_SECONDS), events)
+    # A change vCenter refused is tried again now and then (the VM stays Ready meanwhile).
+    requeue = RETRY_SECONDS if create_failed else STEADY_RESYNC_SECONDS
+    return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=requeue), events)
 
 
 def _failure_requeue(snap: Snapshot, failure: Failure) -> float:
@@ -584,15 +622,21 @@ def clone_started(status: VSphereMachineStatus) -> datetime | None:
     return datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
-def _drifted(vm: VMInfo, spec: VMSpec) -> bool:
-    """Hardware that differs from the spec (CPU, cores, memory, disk count/growth)."""
-    if vm.num_cpus != spec.num_cpus or vm.memory_mib != spec.memory_mib:
-        return True
-    if spec.num_cores_per_socket and vm.num_cores_per_socket != spec.num_cores_per_socket:
-        return True
-    if spec.disks and len(vm.disks_gib) < len(spec.disks):
-        return True
-    return any(have < disk.size_gib for have, disk in zip(vm.disks_gib, spec.disks, strict=False))
+def _hardware_condition(snap: Snapshot, st: _Status, pending: tuple[Pending, ...]) -> tuple[Event, ...]:
+    """Set ``HardwareChangePending`` from ``pending``; a Warning event when what is pending
+    changes (never twice for the same message)."""
+    before = get_condition(snap.machine.status.conditions if snap.machine.status else None, HARDWARE_CHANGE_PENDING)
+    top = summary(pending)
+    if top is None:
+        if before is not None:
+            # Only a machine that had something pending carries the condition: no extra status
+            # write per machine in the common case (ADR 0011).
+            st.cond(HARDWARE_CHANGE_PENDING, False, R.HARDWARE_IN_SPEC, "")
+        return ()
+    st.cond(HARDWARE_CHANGE_PENDING, True, top.reason, top.message)
+    if before is not None and before.status is ConditionStatus.TRUE and before.message == top.message:
+        return ()
+    return (Event("Warning", "HardwareChangePending", top.message),)
 
 
 def recorded_provider(m: VSphereMachine) -> str | None:

@@ -30,7 +30,7 @@ VM: dict[str, Any] = {
 def test_virtual_machine_defaults_and_unknown_fields_ignored() -> None:
     vm = core.VirtualMachine.from_wire(VM)
     assert vm.spec.desired_power_state is core.PowerState.POWERED_ON
-    assert vm.spec.migration_policy is core.MigrationPolicy.AUTOMATIC
+    assert vm.spec.migration_policy is core.MigrationPolicy.MANUAL  # the safe default (ADR 0012)
     assert vm.status is None
     wire = vm.to_wire()
     assert "managedFields" not in wire["metadata"]
@@ -38,7 +38,7 @@ def test_virtual_machine_defaults_and_unknown_fields_ignored() -> None:
         "classRef": {"name": "small"},
         "imageRef": {"name": "ubuntu-22.04"},
         "desiredPowerState": "PoweredOn",
-        "migrationPolicy": "automatic",
+        "migrationPolicy": "manual",
     }
     assert wire["metadata"]["ownerReferences"][0]["apiVersion"] == "v1"
 

@@ -16,6 +16,7 @@ from controller_role import Env, cond, eventually, fd, running_controllers
 
 from banlieue.reconcilers.kinds import (
     FIELD_MANAGER_CONTROLLER,
+    PROVIDER,
     VIRTUAL_MACHINE,
     VM_CLASS,
     VM_IMAGE,
@@ -135,13 +136,15 @@ async def _placed_on(env: Env, name: str, provider: str) -> dict[str, Any] | Non
 
 
 async def test_automatic_migration_waits_for_the_old_machine_then_recreates(env: Env) -> None:
-    await env.vm("mig-1", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
+    await env.vm("mig-1", migrationPolicy="automatic", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
     old = await eventually(lambda: _placed_on(env, "mig-1", "vc-a"))
     # The provider's finalizer keeps the old machine while it is torn down.
     await env.client.patch(VSPHERE_MACHINE, "mig-1", env.namespace, {"metadata": {"finalizers": ["test/provider"]}})
     await env.client.patch(VIRTUAL_MACHINE, "mig-1", env.namespace,
                            {"spec": {"placement": {"providerSelector": {"matchLabels": {"site": "b"}}}}})
     await eventually(lambda: _is(env, "mig-1", "Migrating", "True", "ProviderChanged"))
+    warned = await eventually(lambda: _event(env, "MigrationDestroysVM"))
+    assert warned["type"] == "Warning" and "destroying VM mig-1 and its disks on vc-a/" in warned["note"]
     deleting = await eventually(lambda: env.get_vsm("mig-1"))
     assert deleting["metadata"].get("deletionTimestamp") and deleting["spec"]["providerRef"]["name"] == "vc-a"
     assert (await env.get_vm("mig-1"))["status"]["scheduled"]["providerName"] == "vc-a"  # not placed again yet
@@ -173,7 +176,7 @@ async def test_machine_is_born_with_the_provider_finalizer_and_never_regains_it_
     causes no fight; a machine being deleted is never applied to, and kube would refuse the
     finalizer anyway."""
     ns = env.namespace
-    await env.vm("fin-1", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
+    await env.vm("fin-1", migrationPolicy="automatic", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
     vsm = await eventually(lambda: _placed_on(env, "fin-1", "vc-a"))
     assert vsm["metadata"]["finalizers"] == [FIN_VSM]
     [entry] = [m for m in vsm["metadata"]["managedFields"] if m["manager"] == FIELD_MANAGER_CONTROLLER and m["operation"] == "Apply"]
@@ -219,6 +222,27 @@ async def test_machine_is_born_with_the_provider_finalizer_and_never_regains_it_
     await env.client.patch(VSPHERE_MACHINE, "fin-1", ns, {"metadata": {"finalizers": None}})
     new = await eventually(lambda: _placed_on(env, "fin-1", "vc-b"))
     assert new["metadata"]["finalizers"] == [FIN_VSM]
+
+
+async def _event(env: Env, reason: str) -> dict[str, Any] | None:
+    events = await env.client.list(EVENT, env.namespace)
+    return next((e for e in events["items"] if e["reason"] == reason), None)
+
+
+async def test_relabelling_a_provider_never_destroys_a_vm_by_default(env: Env) -> None:
+    """Issue 19 case 6: with the default migrationPolicy (manual), a Provider relabelled out of
+    a running VM's selector keeps the VM where it is (was: automatic, the VM and its disks were
+    destroyed and re-created elsewhere)."""
+    await env.vm("def-1", placement={"providerSelector": {"matchExpressions": [
+        {"key": "site", "operator": "In", "values": ["a", "b"]}]}})
+    old = await eventually(lambda: _placed_on(env, "def-1", "vc-a"))
+    await env.client.patch(PROVIDER, "vc-a", env.namespace, {"metadata": {"labels": {"site": "z"}}})
+    cond = await eventually(lambda: _is(env, "def-1", "PlacementValid", "False"))
+    assert 'banlieue.io/migrate="true"' in cond["message"], cond
+    await asyncio.sleep(0.5)
+    vsm = await env.get_vsm("def-1")
+    assert vsm["metadata"]["uid"] == old["metadata"]["uid"] and not vsm["metadata"].get("deletionTimestamp")
+    assert await _event(env, "MigrationDestroysVM") is None
 
 
 async def test_manual_migration_waits_for_the_annotation_and_clears_it(env: Env) -> None:

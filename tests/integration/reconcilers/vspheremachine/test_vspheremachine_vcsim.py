@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any
@@ -32,11 +34,12 @@ FIN = "infrastructure.banlieue.io/vspheremachine"
 class Running:
     """A provider-role Manager running the vspheremachine controller in ``ns``."""
 
-    def __init__(self, apiserver: Any, ns: str, watch_filter: str | None = None, shutdown_timeout: float = 5.0) -> None:
+    def __init__(self, apiserver: Any, ns: str, watch_filter: str | None = None, shutdown_timeout: float = 5.0,
+                 request_timeout: float = 30.0) -> None:
         self.client = new_client(apiserver.url)
         self.mgr = Manager(self.client, namespace=ns, metrics_bind_address="0", health_probe_bind_address="0",
                            graceful_shutdown_timeout=shutdown_timeout, handle_signals=False)
-        self.backend = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=30.0, watch_max_wait=2.0)
+        self.backend = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=request_timeout, watch_max_wait=2.0)
         ctx = RoleContext(client=self.client, cache=self.mgr.cache, recorder=self.mgr.get_event_recorder(FIELD_MANAGER_PROVIDER_VSPHERE),
                           field_manager=FIELD_MANAGER_PROVIDER_VSPHERE, backend=self.backend, namespace=ns,
                           watch_filter=watch_filter, vsphere_task_timeout=60.0)
@@ -335,3 +338,124 @@ async def _deleting_with(client: Client, ns: str, name: str, fragment: str) -> d
     obj = await client.get(VSPHERE_MACHINE, name, ns)
     r = ready_of(obj)
     return obj if r is not None and r[1] == "Deleting" and fragment in r[2] else None
+
+
+def _condition(obj: dict[str, Any], type_: str) -> tuple[str, str, str] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return c["status"], c["reason"], c.get("message", "")
+    return None
+
+
+async def test_class_edits_on_a_running_vm_never_wedge_it_or_touch_the_wrong_disk(
+    apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any
+) -> None:
+    """Issue 19 cases 1 and 2 through the controller: a CPU edit on a running machine is
+    HardwareChangePending (was: Ready False InvalidSpec, and a later PoweredOff never carried
+    out); removing the middle disk of [os 10, logs 5, data 50] keeps logs at 5 GiB and reports
+    it (was: logs grown to 50 GiB, no event); the CPU change lands once the VM is powered off."""
+    await make_provider(client, ns, vcsim)
+    three = [{"name": "os", "sizeGiB": 10}, {"name": "logs", "sizeGiB": 5}, {"name": "data", "sizeGiB": 50}]
+    async with running(apiserver, ns):
+        created = await client.create(VSPHERE_MACHINE, machine("m1", ns, numCPUs=1, memoryMiB=1024, disks=three))
+        await wait_reason(client, ns, "m1", "WaitingForIPAddress", "Provisioned")
+        [vm] = vms_with_uid(si, created["metadata"]["uid"])
+        vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key="SET.guest.ipAddress", value="10.0.0.7")]))
+        await wait_reason(client, ns, "m1", "Provisioned")
+        keys = [d.key for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk)]
+        assert len(keys) == 3
+
+        def sizes() -> list[int]:
+            by_key = {d.key: d.capacityInKB // (1024 * 1024) for d in vm.config.hardware.device
+                      if isinstance(d, vim.vm.device.VirtualDisk)}
+            return [by_key.get(k, 0) for k in keys]
+
+        await client.patch(VSPHERE_MACHINE, "m1", ns, {"spec": {"numCPUs": 2}})
+
+        async def pending(reason: str) -> dict[str, Any] | None:
+            obj = await client.get(VSPHERE_MACHINE, "m1", ns)
+            cond = _condition(obj, "HardwareChangePending")
+            return obj if cond is not None and cond[:2] == ("True", reason) else None
+
+        obj = await eventually(lambda: pending("WaitingForPowerOff"), what="HardwareChangePending WaitingForPowerOff")
+        assert ready_of(obj)[:2] == ("True", "Provisioned")  # type: ignore[index]
+        assert "numCPUs 1 -> 2" in _condition(obj, "HardwareChangePending")[2]  # type: ignore[index]
+        assert (vm.config.hardware.numCPU, vm.runtime.powerState) == (1, "poweredOn")
+
+        # The issue's kubectl patch: remove disks/1 (logs).
+        await client.patch(VSPHERE_MACHINE, "m1", ns, {"spec": {"disks": [three[0], three[2]]}})
+        obj = await eventually(lambda: pending("DiskRemovedFromSpec"), what="HardwareChangePending DiskRemovedFromSpec")
+        message = _condition(obj, "HardwareChangePending")[2]  # type: ignore[index]
+        assert "logs (5 GiB)" in message and "numCPUs 1 -> 2" in message
+        assert ready_of(obj)[:2] == ("True", "Provisioned")  # type: ignore[index]
+        assert sizes() == [10, 5, 50]
+
+        await client.patch(VSPHERE_MACHINE, "m1", ns, {"spec": {"powerState": "PoweredOff", "powerOffMode": "hard"}})
+        await eventually(lambda: _power(client, ns, "m1", "PoweredOff"), what="status.powerState PoweredOff")
+
+        async def cpus_applied() -> dict[str, Any] | None:
+            obj = await client.get(VSPHERE_MACHINE, "m1", ns)
+            cond = _condition(obj, "HardwareChangePending")
+            return obj if cond is not None and "numCPUs" not in cond[2] else None
+
+        obj = await eventually(cpus_applied, what="the CPU change applied while powered off")
+        assert (vm.config.hardware.numCPU, vm.runtime.powerState) == (2, "poweredOff")
+        assert ready_of(obj)[:2] == ("True", "Provisioned")  # type: ignore[index]
+        assert sizes() == [10, 5, 50]
+        events = await client.list(apiserver_event_kind(), ns)
+        assert "HardwareChangePending" in {e["reason"] for e in events["items"]}
+
+
+async def test_a_clone_answered_after_the_request_timeout_gives_one_vm(
+    apiserver: Any, client: Client, ns: str, vcsim_factory: Any
+) -> None:
+    """Issue 19 case 4: vcsim answers CloneVM_Task after 6 s, the SOAP request timeout is 2 s.
+    The machine keeps its Cloning marker, looks the VM up by UID and ends with one VM (was:
+    CloneFailed erased the marker, a retry cloned again: two VMs with one banlieue.uid)."""
+    vc = vcsim_factory(method_delay={"CloneVM_Task": 6000})
+    await make_provider(client, ns, vc)
+    created = await client.create(VSPHERE_MACHINE, machine("late", ns))
+    uid = created["metadata"]["uid"]
+    r = Running(apiserver, ns, request_timeout=2.0)
+    s = SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password, sslContext=ssl.create_default_context(cafile=vc.ca_file))
+    try:
+        obj = await wait_reason(client, ns, "late", "WaitingForIPAddress", "Provisioned", timeout=60)
+        assert obj["status"]["instanceUUID"]
+        await asyncio.sleep(8.0)  # a second clone sent after the first timed out would have landed by now
+        assert len(vms_with_uid(s, uid)) == 1
+        events = await client.list(apiserver_event_kind(), ns)
+        assert "CloneFailed" not in {e["reason"] for e in events["items"]}
+    finally:
+        Disconnect(s)
+        await r.stop()
+
+
+async def test_a_vcenter_frozen_mid_clone_gives_one_vm(apiserver: Any, client: Client, ns: str, vcsim_factory: Any) -> None:
+    """Issue 19 case 4: vcsim is frozen (SIGSTOP) while a CloneVM_Task call is in flight, then
+    resumes with the clone still running. Every request meanwhile times out (clone, lookups);
+    the Cloning marker survives them all and the machine ends with one VM."""
+    vc = vcsim_factory(method_delay={"CloneVM_Task": 12000})
+    await make_provider(client, ns, vc)
+    created = await client.create(VSPHERE_MACHINE, machine("frozen", ns))
+    uid = created["metadata"]["uid"]
+    r = Running(apiserver, ns, request_timeout=2.0)
+    try:
+        await wait_reason(client, ns, "frozen", "Cloning")
+        await asyncio.sleep(0.5)  # the CloneVM_Task call is in flight
+        os.kill(vc.process.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(6.0)  # the clone's answer and every lookup time out meanwhile
+            obj = await client.get(VSPHERE_MACHINE, "frozen", ns)
+            assert ready_of(obj)[1] == "Cloning", ready_of(obj)  # type: ignore[index]
+        finally:
+            os.kill(vc.process.pid, signal.SIGCONT)
+        await wait_reason(client, ns, "frozen", "WaitingForIPAddress", "Provisioned", timeout=90)
+        await asyncio.sleep(14.0)  # a second clone sent after the thaw would have landed by now
+        s = SmartConnect(host=vc.host, port=vc.port, user=vc.username, pwd=vc.password,
+                         sslContext=ssl.create_default_context(cafile=vc.ca_file))
+        try:
+            assert len(vms_with_uid(s, uid)) == 1
+        finally:
+            Disconnect(s)
+    finally:
+        await r.stop()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reconciler_objects import fd, image, provider, vm_class
 
-from banlieue.api.conditions import get_condition
+from banlieue.api.conditions import get_condition, set_condition
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import VirtualMachine, VirtualMachineStatus
@@ -99,6 +99,12 @@ ROWS: list[tuple[str, Snapshot, dict[str, Any], dict[str, tuple[str, str]]]] = [
     ("class-not-found", snap(vm(), cls=None), {},
      {"Scheduled": ("False", "ClassNotFound"), "Ready": ("False", "ClassNotFound"), "PlacementValid": ("Unknown", "NotScheduled")}),
     ("image-not-found", snap(vm(), img=None), {}, {"Scheduled": ("False", "ImageNotFound"), "Ready": ("False", "ImageNotFound")}),
+    # Issue 19 case 5: the class or image of a running VM deleted: it stays Ready (was: ClassNotFound).
+    ("class-deleted-under-a-running-vm", snap(vm(scheduled=("a", "a-dc0-c0")), m=READY_MACHINE, cls=None), {},
+     {"Ready": ("True", "Ready"), "ReferencesResolved": ("False", "ClassNotFound"),
+      "InfrastructureReady": ("True", "Provisioned")}),
+    ("image-deleted-under-a-running-vm", snap(vm(scheduled=("a", "a-dc0-c0")), m=READY_MACHINE, img=None), {},
+     {"Ready": ("True", "Ready"), "ReferencesResolved": ("False", "ImageNotFound")}),
     ("nothing-fits", snap(vm(placement={"providerSelector": {"matchLabels": {"site": "z"}}})), {},
      {"Scheduled": ("False", "NoProviderMatched"), "Ready": ("False", "NoProviderMatched")}),
     ("image-not-ready", snap(vm(), img=image({"a": False})), {}, {"Scheduled": ("False", "ImageNotReady")}),
@@ -389,3 +395,30 @@ def test_decide_never_raises_and_always_has_ready(snapshot: Snapshot) -> None:
     if plan.apply_machine is not None:
         VSphereMachine.from_wire(plan.apply_machine)
     assert not (plan.remove_finalizer and plan.apply_machine)
+
+
+def test_a_pending_class_edit_is_mirrored_and_the_vm_stays_ready_and_not_failed() -> None:
+    """Issue 19 case 2: the machine's HardwareChangePending is shown on the VirtualMachine, which
+    stays Ready (counted Ready, not Failed, in banlieue_virtual_machines)."""
+    from banlieue.reconcilers.metrics import phase_of
+
+    pending = machine(ready=("True", "Provisioned"), provisioned=True, power="PoweredOn")
+    assert pending.status is not None
+    pending.status.conditions = set_condition(pending.status.conditions, "HardwareChangePending", True, "WaitingForPowerOff",
+                                              "numCPUs 1 -> 2 is applied the next time the VM is powered off", 1, NOW)
+    plan = decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=pending))
+    assert cond(plan, "HardwareChangePending") == ("True", "WaitingForPowerOff")
+    assert cond(plan, "Ready") == ("True", "Ready")
+    assert plan.status is not None
+    assert phase_of({"metadata": {}, "status": plan.status}) == "Ready"
+    # A machine that never had anything pending adds no condition (no extra status write).
+    assert "HardwareChangePending" not in {c["type"] for c in decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=READY_MACHINE)).status["conditions"]}  # type: ignore[index]
+
+
+def test_a_deleted_class_leaves_the_running_vm_alone_and_a_new_one_is_picked_up() -> None:
+    running = vm(scheduled=("a", "a-dc0-c0"))
+    gone = decide(snap(running, m=READY_MACHINE, cls=None))
+    assert gone.apply_machine is None and not gone.delete_machine
+    assert gone.status is not None and gone.status["addresses"]  # still mirrored
+    back = decide(snap(VirtualMachine.from_wire({**running.to_wire(), "status": gone.status}), m=READY_MACHINE))
+    assert cond(back, "ReferencesResolved") == ("True", "Resolved") and cond(back, "Ready") == ("True", "Ready")

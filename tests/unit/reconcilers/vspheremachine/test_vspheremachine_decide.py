@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from banlieue.api.conditions import PAUSED, READY, get_condition
+from banlieue.api.conditions import HARDWARE_CHANGE_PENDING, PAUSED, READY, get_condition
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.api.provider import Provider
 from banlieue.backends.base import NicStatus, VMInfo
@@ -23,6 +23,7 @@ from banlieue.reconcilers.vspheremachine.decide import (
     Failure,
     Plan,
     Snapshot,
+    clone_started,
     decide,
     machine_addresses,
 )
@@ -148,7 +149,9 @@ CASES: list[Any] = [
     pytest.param(looked(machine(), vm(), converged=True), ("True", "Provisioned"), {"provider_id": f"vsphere://{BIOS}"}, id="provisioned"),
     pytest.param(looked(machine({"providerID": f"vsphere://{BIOS}"}, status=PROVISIONED), vm()), ("True", "Provisioned"),
                  {"provider_id": None, "action": None, "requeue_after": STEADY_RESYNC_SECONDS}, id="steady-state-no-action-slow-resync"),
-    pytest.param(looked(machine({"numCPUs": 4}, status=PROVISIONED), vm()), None, {"action": "create"}, id="cpu-drift-reconfigures"),
+    # A CPU edit on a running VM waits for a power-off (HardwareChangePending), never InvalidSpec.
+    pytest.param(looked(machine({"numCPUs": 4}, status=PROVISIONED), vm("PoweredOff", ips=())), None, {"action": "create"},
+                 id="cpu-drift-of-a-stopped-vm-reconfigures"),
     pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm()), None, {"action": "power"}, id="power-off-requested"),
     pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm("PoweredOff", ips=())), ("True", "Provisioned"), {}, id="powered-off-as-requested-is-ready"),
     pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm(), failure=Failure("power", "PowerOffPending", "guest")),
@@ -235,6 +238,77 @@ def test_decide(s: Snapshot, want_ready: tuple[str, str] | None, checks: dict[st
     if plan.status is not None:
         assert get_condition(plan.status.conditions, READY) is not None, "Ready must always be present"
         assert plan.status.observed_generation == 2
+
+
+def disks_vm(power: str, disks: dict[str, int], cpus: int = 2) -> VMInfo:
+    """A provisioned VM whose disks carry names (``banlieue.disk.*`` labels)."""
+    return replace(vm(power, ips=("10.0.0.5",) if power == "PoweredOn" else (), cpus=cpus),
+                   disks_gib=tuple(disks.values()), disk_names=tuple(disks))
+
+
+def disks_spec(disks: dict[str, int]) -> dict[str, Any]:
+    return {"disks": [{"name": n, "sizeGiB": s} for n, s in disks.items()]}
+
+
+THREE = {"os": 20, "logs": 5, "data": 50}
+HARDWARE_CASES: list[Any] = [
+    # (snapshot, Ready (status, reason), action, HardwareChangePending (status, reason)); issue 19.
+    pytest.param(looked(machine({"numCPUs": 4, **disks_spec(THREE)}, status=PROVISIONED), disks_vm("PoweredOn", THREE)),
+                 ("True", "Provisioned"), None, ("True", "WaitingForPowerOff"), id="cpu-edit-on-running-vm-pending-stays-ready"),
+    pytest.param(looked(machine({"numCPUs": 4, "powerState": "PoweredOff", **disks_spec(THREE)}, status=PROVISIONED),
+                        disks_vm("PoweredOn", THREE)),
+                 None, "power", None, id="power-off-carried-out-although-cpu-edit-pending"),
+    pytest.param(looked(machine({"numCPUs": 4, "powerState": "PoweredOff", **disks_spec(THREE)}, status=PROVISIONED),
+                        disks_vm("PoweredOff", THREE)),
+                 None, "create", None, id="cpu-edit-applied-once-powered-off"),
+    pytest.param(looked(machine({"numCPUs": 4, **disks_spec(THREE)}, status=PROVISIONED), disks_vm("PoweredOff", THREE)),
+                 None, "create", None, id="cpu-edit-applied-before-power-on"),
+    pytest.param(looked(machine({"numCPUs": 4, "powerState": "PoweredOff", **disks_spec(THREE)}, status=PROVISIONED),
+                        disks_vm("PoweredOn", THREE), failure=Failure("create", "InvalidSpec", "the VM is powered on")),
+                 None, "power", None, id="refused-change-never-blocks-power"),
+    pytest.param(looked(machine(disks_spec(THREE), status=PROVISIONED), disks_vm("PoweredOn", THREE),
+                        failure=Failure("create", "InvalidSpec", "no free unit")),
+                 ("True", "Provisioned"), None, ("True", "ChangeFailed"), id="refused-change-keeps-running-vm-ready"),
+    pytest.param(looked(machine(disks_spec({"os": 20, "data": 50}), status=PROVISIONED), disks_vm("PoweredOn", THREE)),
+                 ("True", "Provisioned"), None, ("True", "DiskRemovedFromSpec"), id="disk-removed-from-spec-kept-reported"),
+    pytest.param(looked(machine(disks_spec({"os": 10, "logs": 5, "data": 50}), status=PROVISIONED), disks_vm("PoweredOn", THREE)),
+                 ("True", "Provisioned"), None, ("True", "DiskShrinkRefused"), id="shrink-refused-stays-ready"),
+    pytest.param(looked(machine(disks_spec({"os": 20, "data": 60}), status=PROVISIONED), disks_vm("PoweredOn", THREE)),
+                 None, "create", None, id="grow-by-name-on-running-vm"),
+    pytest.param(looked(machine(disks_spec(THREE), status={**PROVISIONED, "conditions": [
+                     {"type": "HardwareChangePending", "status": "True", "reason": "WaitingForPowerOff", "message": "x",
+                      "lastTransitionTime": "2026-01-02T03:00:00Z"}]}), disks_vm("PoweredOn", THREE)),
+                 ("True", "Provisioned"), None, ("False", "HardwareInSpec"), id="pending-cleared-once-in-spec"),
+]
+
+
+@pytest.mark.parametrize(("s", "want_ready", "action", "pending"), HARDWARE_CASES)
+def test_hardware_changes_on_provisioned_vms(
+    s: Snapshot, want_ready: tuple[str, str] | None, action: str | None, pending: tuple[str, str] | None
+) -> None:
+    plan = decide(s)
+    assert (plan.action.kind if plan.action else None) == action
+    if want_ready is not None:
+        assert ready(plan) == want_ready
+    if pending is not None:
+        cond = get_condition(plan.status.conditions if plan.status else None, HARDWARE_CHANGE_PENDING)
+        assert cond is not None and (cond.status.value, cond.reason) == pending
+        if pending[0] == "True":
+            assert cond.message and "HardwareChangePending" in [e.reason for e in plan.events]
+
+
+def test_a_removed_disk_is_named_with_its_size_and_an_edit_converges_by_name() -> None:
+    running = disks_vm("PoweredOn", THREE, cpus=2)
+    plan = decide(looked(machine({"numCPUs": 4, **disks_spec({"os": 20, "data": 60})}, status=PROVISIONED), running))
+    # data grows to 60 by name; logs (the disk at index 1) is not touched; CPUs wait for a power-off.
+    assert plan.action is not None and plan.action.spec is not None
+    assert [(d.name, d.size_gib) for d in plan.action.spec.disks] == [("os", 20), ("data", 60)]
+    assert plan.action.spec.num_cpus == 2
+    after = decide(looked(machine({"numCPUs": 4, **disks_spec({"os": 20, "data": 60})}, status=PROVISIONED),
+                          replace(running, disks_gib=(20, 5, 60)), converged=True))
+    cond = get_condition(after.status.conditions if after.status else None, HARDWARE_CHANGE_PENDING)
+    assert cond is not None and cond.reason == "DiskRemovedFromSpec"
+    assert "numCPUs 2 -> 4" in (cond.message or "") and "logs (5 GiB)" in (cond.message or "")
 
 
 def test_storage_and_network_classes_resolve_through_provider() -> None:
@@ -572,5 +646,42 @@ def test_deferred_status_does_not_converge_twice() -> None:
     changed = machine({"numCPUs": 4}, status=_cloned_at("2026-01-02T03:04:03Z"))
     assert decide(looked(changed, vm(), converged_spec=spec)).action is not None
     provisioned = machine({"numCPUs": 4}, status={**PROVISIONED, "conditions": _cloned_at("2026-01-02T03:04:03Z")["conditions"]})
-    assert decide(looked(provisioned, vm(), converged_spec=_spec_of(machine({"numCPUs": 4})))).action is not None, \
-        "once provisioned is stored, hardware drift is checked as before"
+    stopped = vm("PoweredOff", ips=())
+    assert decide(looked(provisioned, stopped, converged_spec=_spec_of(machine({"numCPUs": 4})))).action is not None, \
+        "once provisioned is stored, hardware drift is checked as before (CPUs change while the VM is off)"
+
+
+def test_a_powered_off_vm_shows_no_address() -> None:
+    """Issue 19 case 5: vCenter may keep guest.ipAddress of a stopped VM; the status must not."""
+    m = machine({"powerState": "PoweredOff"}, status={**PROVISIONED, "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}]})
+    plan = decide(looked(m, vm("PoweredOff", ips=("10.0.0.5",))))
+    assert plan.status is not None and plan.status.addresses is None
+    assert ready(plan) == ("True", "Provisioned")
+
+
+def test_a_clone_with_an_unknown_outcome_keeps_the_cloning_marker_and_is_not_sent_again() -> None:
+    """Issue 19 case 4: the clone's answer was lost (request timeout, vCenter frozen). The status
+    keeps "Cloning ... since <start>" (was: CloneFailed, which erased it, and the retry cloned a
+    second VM), and the next passes look the VM up and wait instead of cloning."""
+    m = machine(status=_cloned_at("2026-01-02T03:04:03Z"))
+    lost = Failure("create", "CloneOutcomeUnknown", "clone of 'm1': no answer (timed out); it may still be running")
+    plan = decide(looked(m, None, failure=lost))
+    assert plan.action is None and not plan.retry
+    assert plan.status is not None
+    assert clone_started(plan.status) == datetime(2026, 1, 2, 3, 4, 3, tzinfo=UTC)
+    again = decide(looked(machine(status=plan.status.to_wire()), None))
+    assert again.action is None, "looked up, not found, the clone may still run: wait, never clone again"
+    landed = decide(looked(machine(status=plan.status.to_wire()), vm()))
+    assert landed.action is not None and landed.action.kind == "create"  # converge the VM the clone made
+
+
+def test_a_lookup_that_fails_while_a_clone_may_run_keeps_the_cloning_marker() -> None:
+    """A vCenter that stops answering mid-clone fails the lookups too: the marker survives them
+    (was: ConnectFailed replaced it, and the first pass after the vCenter came back cloned again
+    while the first clone was still running)."""
+    m = machine(status=_cloned_at("2026-01-02T03:04:03Z"))
+    plan = decide(looked(m, None, failure=Failure("lookup", "Timeout", "vCenter did not answer in time")))
+    assert plan.status is not None and plan.action is None
+    assert clone_started(plan.status) == datetime(2026, 1, 2, 3, 4, 3, tzinfo=UTC)
+    assert "vCenter did not answer in time" in (get_condition(plan.status.conditions, READY).message or "")  # type: ignore[union-attr]
+    assert decide(looked(machine(status=plan.status.to_wire()), None)).action is None

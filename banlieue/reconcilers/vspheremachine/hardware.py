@@ -1,0 +1,106 @@
+"""What of a spec change is applied to a provisioned VM now, and what waits (ADR 0012,
+docs/concepts.md "Changing things that are in use"). Pure.
+
+Policy (the VM's hardware follows its spec, but never at the cost of a running VM):
+
+- CPU, cores per socket and memory change only while the VM is powered off. banlieue never
+  powers a VM off to apply them and never relies on hot-add; a VM that runs keeps its hardware
+  and reports ``HardwareChangePending`` (``WaitingForPowerOff``) until it is next powered off
+  (``desiredPowerState: PoweredOff`` then ``PoweredOn``, or powered off in vCenter), when the
+  change is applied before it is powered on again. Power requests are carried out whatever is
+  pending.
+- Disks are matched by name (``backends.vsphere.disks``): a disk grows when its spec grows
+  (at any power state); a smaller spec is refused (``DiskShrinkRefused``, the disk keeps its
+  size); a disk whose name left the spec is kept with its data and reported
+  (``DiskRemovedFromSpec``).
+- A change vCenter refused on a provisioned VM (``ChangeFailed``) is reported on the same
+  condition and never turns the running VM NotReady.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from banlieue.api.infrastructure import VSphereMachineReason as R
+from banlieue.backends.base import VMInfo, VMSpec
+
+_REASON_ORDER = (R.CHANGE_FAILED, R.DISK_SHRINK_REFUSED, R.DISK_REMOVED_FROM_SPEC, R.WAITING_FOR_POWER_OFF)
+"""The condition's reason when several things are pending: the most actionable first."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One difference not applied now: a ``HardwareChangePending`` reason and what differs."""
+
+    reason: str
+    message: str
+
+
+def current_disks(vm: VMInfo, spec: VMSpec) -> dict[str, int]:
+    """name -> GiB of the VM's disks: by their labels, or by position for a VM whose disks carry
+    no names yet (the one-time adoption of ``backends.vsphere.disks``)."""
+    named = vm.named_disks_gib()
+    if named:
+        return named
+    return {d.name: gib for d, gib in zip(spec.disks, vm.disks_gib, strict=False)}
+
+
+def effective_spec(vm: VMInfo, spec: VMSpec) -> tuple[VMSpec, tuple[Pending, ...]]:
+    """The spec to converge a provisioned ``vm`` to now, and what is left pending (module
+    policy). The effective spec keeps the VM's CPU/cores/memory while it is not powered off and
+    a disk's current size when the spec would shrink it."""
+    pending: list[Pending] = []
+    out = spec
+    if vm.power_state != "PoweredOff":
+        diffs = []
+        if vm.num_cpus != spec.num_cpus:
+            diffs.append(f"numCPUs {vm.num_cpus} -> {spec.num_cpus}")
+        if spec.num_cores_per_socket and vm.num_cores_per_socket != spec.num_cores_per_socket:
+            diffs.append(f"numCoresPerSocket {vm.num_cores_per_socket} -> {spec.num_cores_per_socket}")
+        if vm.memory_mib != spec.memory_mib:
+            diffs.append(f"memoryMiB {vm.memory_mib} -> {spec.memory_mib}")
+        if diffs:
+            pending.append(Pending(R.WAITING_FOR_POWER_OFF, ", ".join(diffs) + " is applied the next time the VM is "
+                                   "powered off (set desiredPowerState PoweredOff, then PoweredOn)"))
+            out = replace(out, num_cpus=vm.num_cpus, memory_mib=vm.memory_mib,
+                          num_cores_per_socket=vm.num_cores_per_socket if spec.num_cores_per_socket else 0)
+    have = current_disks(vm, spec)
+    disks = []
+    for disk in spec.disks:
+        size = have.get(disk.name)
+        if size is not None and size > disk.size_gib:
+            pending.append(Pending(R.DISK_SHRINK_REFUSED, f"disk {disk.name} is {size} GiB and the spec asks "
+                                   f"{disk.size_gib} GiB: a disk is never shrunk; set sizeGiB >= {size}"))
+            disk = replace(disk, size_gib=size)
+        disks.append(disk)
+    out = replace(out, disks=tuple(disks))
+    wanted = {d.name for d in spec.disks}
+    removed = sorted(n for n in vm.named_disks_gib() if n not in wanted)
+    if removed:
+        listed = ", ".join(f"{n} ({have[n]} GiB)" for n in removed)
+        pending.append(Pending(R.DISK_REMOVED_FROM_SPEC, f"disk {listed} is no longer in the spec: kept attached "
+                               "with its data; detach or delete it in vCenter if it is not needed"))
+    return out, tuple(pending)
+
+
+def drifted(vm: VMInfo, spec: VMSpec) -> bool:
+    """Whether converging ``vm`` to ``spec`` (an effective spec) would change it: CPU, cores,
+    memory, a disk missing or smaller than asked, or disks that carry no names yet."""
+    if vm.num_cpus != spec.num_cpus or vm.memory_mib != spec.memory_mib:
+        return True
+    if spec.num_cores_per_socket and vm.num_cores_per_socket != spec.num_cores_per_socket:
+        return True
+    if not spec.disks:
+        return False
+    if not vm.named_disks_gib():
+        return True  # write the names (adopted by position) before the spec can change again
+    have = current_disks(vm, spec)
+    return any(have.get(d.name, -1) < d.size_gib for d in spec.disks)
+
+
+def summary(pending: tuple[Pending, ...]) -> Pending | None:
+    """One reason (the most actionable) and every message joined; None when nothing is pending."""
+    if not pending:
+        return None
+    reason = min((p.reason for p in pending), key=_REASON_ORDER.index)
+    return Pending(reason, "; ".join(p.message for p in pending))

@@ -1,0 +1,164 @@
+"""Disks are matched to the spec by name, never by position (issue 19 case 1; ADR 0012).
+
+Ground truth is vCenter's own device key: the test notes which device each name got when it
+first appeared (the one new device of that step) and checks after every later step that the
+name still sits on that device, with the size asked for, and that no disk was ever removed."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyVmomi import vim
+
+from banlieue.backends.base import Connection, DiskSpec, InvalidSpec, VMSpec
+from banlieue.backends.vsphere.backend import VSphereBackend
+from banlieue.backends.vsphere.disks import DISK_KEY_PREFIX
+from banlieue.backends.vsphere.find import UID_KEY
+from banlieue.testing.vcsim import VcsimProcess
+
+pytestmark = [pytest.mark.vcsim]
+
+GIB = 1024 * 1024
+
+
+def vm_spec(uid: str, disks: list[tuple[str, int]]) -> VMSpec:
+    return VMSpec(uid=uid, name=f"vm-{uid[:8]}", datacenter="DC0", cluster="DC0_C1", template="ubuntu-22.04",
+                  num_cpus=1, memory_mib=1024, disks=tuple(DiskSpec(n, s) for n, s in disks))
+
+
+def read_disks(si: Any, uid: str) -> tuple[dict[int, int], dict[str, str]]:
+    """(device key -> GiB, name -> device key of its ``banlieue.disk.*`` label) of the VM
+    carrying ``uid``, read through the test's own pyvmomi session (not the backend's)."""
+    content = si.RetrieveContent()
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+    try:
+        [vm] = [v for v in view.view if any(o.key == UID_KEY and o.value == uid for o in v.config.extraConfig)]
+        devices = [d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk)]
+        disks = {d.key: d.capacityInKB // GIB for d in devices}
+        slots = {f"{d.controllerKey}:{d.unitNumber}": d.key for d in devices}
+        labels = {o.key[len(DISK_KEY_PREFIX):]: str(slots.get(o.value)) for o in vm.config.extraConfig
+                  if o.key.startswith(DISK_KEY_PREFIX)}
+        return disks, labels
+    finally:
+        view.Destroy()
+
+
+class Truth:
+    """What the test knows independently: name -> device key (noted when the name's disk was
+    created) and name -> the size it must have (GiB)."""
+
+    def __init__(self) -> None:
+        self.key: dict[str, int] = {}
+        self.size: dict[str, int] = {}
+
+    def after(self, step: list[tuple[str, int]], disks: dict[int, int], labels: dict[str, str]) -> None:
+        new_keys = [k for k in disks if k not in self.key.values()]
+        new_names = [n for n, _ in step if n not in self.key]
+        # Only the OS disk (first name of the first step) exists before: the template's disk.
+        assert len(new_keys) == len(new_names), (step, disks, self.key)
+        if len(new_names) == 1:
+            self.key[new_names[0]] = new_keys[0]
+        else:
+            # Several new in one step: each new name's size is distinct by construction.
+            by_size = {disks[k]: k for k in new_keys}
+            for n in new_names:
+                self.key[n] = by_size[dict(step)[n]]
+        for n, s in step:
+            self.size[n] = s
+        # Every name is on its own device, sized as asked; no disk was removed or repurposed.
+        assert {n: disks[k] for n, k in self.key.items()} == self.size
+        assert {n: int(v) for n, v in labels.items()} == self.key
+        assert len(disks) == len(self.key)
+
+
+async def converge(backend: VSphereBackend, conn: Connection, uid: str, disks: list[tuple[str, int]]) -> None:
+    await backend.create_vm(conn, vm_spec(uid, disks))
+
+
+async def test_removing_the_middle_disk_of_a_class_does_not_grow_the_next_one(
+    backend: VSphereBackend, conn: Connection, si: Any
+) -> None:
+    # Issue 19 case 1: class threedisks [os 10, logs 5, data 50]; remove disks/1 (logs).
+    uid = str(uuid.uuid4())
+    await converge(backend, conn, uid, [("os", 10), ("logs", 5), ("data", 50)])
+    await backend.set_power_state(conn, uid, "PoweredOn")
+    disks, _ = await asyncio.to_thread(read_disks, si, uid)
+    # A fresh VM's disks in device order are the spec's: the template's OS disk, then the added.
+    key = dict(zip(["os", "logs", "data"], disks, strict=True))
+    assert {name: disks[k] for name, k in key.items()} == {"os": 10, "logs": 5, "data": 50}
+
+    await converge(backend, conn, uid, [("os", 10), ("data", 50)])
+    after, labels_after = await asyncio.to_thread(read_disks, si, uid)
+    # Nothing grown, nothing removed: logs is kept with its 5 GiB (was: grown to 50 GiB).
+    assert {name: after.get(k) for name, k in key.items()} == {"os": 10, "logs": 5, "data": 50}
+    assert len(after) == 3
+    assert labels_after == {name: str(k) for name, k in key.items()}  # each name on its device
+
+    # Re-adding "logs" finds the kept disk (its data), no new device.
+    await converge(backend, conn, uid, [("os", 10), ("data", 50), ("logs", 5)])
+    assert await asyncio.to_thread(read_disks, si, uid) == (after, labels_after)
+    await backend.destroy_vm(conn, uid)
+
+
+async def test_a_shrink_is_refused_before_anything_changes(
+    backend: VSphereBackend, conn: Connection, si: Any
+) -> None:
+    uid = str(uuid.uuid4())
+    await converge(backend, conn, uid, [("os", 10), ("logs", 5)])
+    before = await asyncio.to_thread(read_disks, si, uid)
+    with pytest.raises(InvalidSpec, match="'logs' is 5 GiB; shrinking to 4"):
+        await converge(backend, conn, uid, [("os", 10), ("logs", 4), ("new", 3)])
+    assert await asyncio.to_thread(read_disks, si, uid) == before
+    await backend.destroy_vm(conn, uid)
+
+
+NAMES = ["os", "logs", "data", "swap", "cache"]
+
+
+@st.composite
+def class_edits(draw: st.DrawFn) -> list[list[tuple[str, int]]]:
+    """3-5 successive disk lists of a class: os stays first; other disks are added, removed,
+    reordered and grown (never shrunk: that is refused, tested above). A name's first size is
+    distinct from every other name's (11, 12, ...) so a step adding several is unambiguous."""
+    sizes: dict[str, int] = {"os": 10}
+    steps: list[list[tuple[str, int]]] = []
+    for _ in range(draw(st.integers(3, 5))):
+        others = draw(st.lists(st.sampled_from(NAMES[1:]), unique=True, max_size=3))
+        for n in others:
+            if n not in sizes:
+                sizes[n] = 10 + NAMES.index(n)
+            elif draw(st.booleans()):
+                sizes[n] += draw(st.integers(1, 3)) * 10
+        steps.append([("os", sizes["os"])] + [(n, sizes[n]) for n in others])
+    return steps
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=class_edits())
+@pytest.mark.timeout(300)
+def test_class_disk_edits_on_a_running_vm_keep_every_disk_on_its_name(
+    vcsim: VcsimProcess, si: Any, make_conn: Callable[..., Connection], edits: list[list[tuple[str, int]]]
+) -> None:
+    async def run() -> None:
+        backend = VSphereBackend(max_workers=2, task_timeout=60.0, request_timeout=30.0)
+        conn = make_conn(vcsim)
+        uid = str(uuid.uuid4())
+        truth = Truth()
+        try:
+            await converge(backend, conn, uid, edits[0])
+            await backend.set_power_state(conn, uid, "PoweredOn")
+            truth.after(edits[0], *await asyncio.to_thread(read_disks, si, uid))
+            for step in edits[1:]:
+                await converge(backend, conn, uid, step)
+                truth.after(step, *await asyncio.to_thread(read_disks, si, uid))
+        finally:
+            await backend.destroy_vm(conn, uid)
+            await backend.close()
+
+    asyncio.run(run())
