@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from banlieue.api.admission import POLICIES as ADMISSION_POLICIES
 from banlieue.cmd.dev import find_kubectl
 from banlieue.options import StartupError
 from banlieue.testing.apiservers import ApiServerUnderTest, start_api_server
@@ -38,7 +39,7 @@ pytestmark = [pytest.mark.kubectl,
               pytest.mark.skipif(kubectl_path() is None, reason="kubectl not installed")]
 
 NS = "admission"
-POLICIES = ("banlieue-provider-ca-bundle", "banlieue-provider-immutable-class", "banlieue-virtualmachine-immutable-refs")
+POLICIES = tuple(p.name for p in ADMISSION_POLICIES)
 
 
 def _provider(name: str, ca_bundle: dict[str, Any] | None = None, klass: str = "vsphere") -> dict[str, Any]:
