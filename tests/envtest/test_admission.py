@@ -180,6 +180,12 @@ def test_each_policy_rejects_with_its_own_message(without_crd_rules: Kubectl) ->
     assert _denied("banlieue-provider-ca-bundle",
                    "spec.connection.caBundle: exactly one of inline, configMapRef or secretRef must be set") in proc.stderr, proc.stderr
     k.ok("apply", "--server-side", "-f", "-", docs=[_provider("p1", {"inline": "pem"}), _vm("vm1")])
+    # Each policy becomes active on its own: wait for the UPDATE policies too (dry runs).
+    for docs in ([_provider("p1", {"inline": "pem"}, klass="other")], [_vm("vm1", klass="large")]):
+        deadline = time.monotonic() + 30
+        while k.run("apply", "--server-side", "--dry-run=server", "-f", "-", docs=docs).returncode == 0 \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
     err = k.rejected("apply", "--server-side", "-f", "-", docs=[_provider("p1", {"inline": "pem"}, klass="other")])
     assert _denied("banlieue-provider-immutable-class", "spec.providerClassRef is immutable") in err, err
     err = k.rejected("apply", "--server-side", "-f", "-", docs=[_vm("vm1", klass="large")])
