@@ -3,17 +3,20 @@
 # Stage 1 builds a wheel of banlieue and installs it with its dependencies into a venv;
 # stage 2 copies only that venv onto a clean slim base (no compilers, no pip, no sources).
 
+# Pin by digest for a reproducible build: --build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:<digest>
+# (docs/security.md; the development machines cannot pull images to record one).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 RUN python -m venv /opt/banlieue
-# Dependencies first, from pyproject alone, so source edits do not invalidate this layer.
+# Dependencies first, from the hash-locked requirements.lock (`make lock`), so source edits do not
+# invalidate this layer and every downloaded file must match a committed sha256.
+COPY requirements.lock ./
+RUN /opt/banlieue/bin/pip install --require-hashes --no-deps -r requirements.lock
 COPY pyproject.toml README.md ./
-RUN mkdir banlieue && echo '__version__ = "0.0.0"' > banlieue/__init__.py \
- && /opt/banlieue/bin/pip install . \
- && /opt/banlieue/bin/pip uninstall -y banlieue
+# banlieue/testing (API-server double, simulators' helpers) is excluded by .dockerignore.
 COPY banlieue ./banlieue
 RUN /opt/banlieue/bin/pip wheel --no-deps --wheel-dir /wheels . \
  && /opt/banlieue/bin/pip install --no-deps /wheels/banlieue-*.whl \

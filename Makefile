@@ -9,7 +9,7 @@ ARGS ?=
 GO := GOTOOLCHAIN=local GO111MODULE=on GOFLAGS='-mod=readonly -buildvcs=false' go
 VCSIM_MOD := hack/vcsim/go.mod hack/vcsim/go.sum
 
-.PHONY: dev test lint check-generated unit vcsim govc envtest deps venv clean generate release image e2e-kind
+.PHONY: dev test lint check-generated unit vcsim govc envtest deps venv clean generate release image e2e-kind lock
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -83,6 +83,13 @@ dev: deps venv bin/vcsim
 # clusterctl provider components (out/infrastructure-components.yaml).
 release:
 	bash hack/release.sh
+
+# requirements.lock: the image's hash-locked dependencies, resolved from pyproject.toml by a pinned uv.
+UV_VERSION := 0.13.9
+lock:
+	@test -x .cache/uv/bin/uv || (python3 -m venv .cache/uv && .cache/uv/bin/pip install -q uv==$(UV_VERSION))
+	{ sed -n '1,4p' requirements.lock; .cache/uv/bin/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 --no-header --quiet -o -; } > requirements.lock.new && mv requirements.lock.new requirements.lock
 
 image:
 	docker build -t banlieue:dev .

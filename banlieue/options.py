@@ -55,7 +55,9 @@ class Options:
         namespace: the only namespace to watch; ``None`` watches all namespaces.
         watch_filter: when set, only objects labelled ``cluster.x-k8s.io/watch-filter=<value>``
             are reconciled (CAPI convention); ``None`` reconciles every object.
-        metrics_bind_address: ``host:port`` of ``/metrics`` (``":8080"``: all interfaces);
+        metrics_bind_address: ``host:port`` of ``/metrics`` (default ``127.0.0.1:8080``: loopback
+            only, docs/security.md; ``":8080"``: all interfaces, for Prometheus behind
+            config/network-policy);
             ``"0"`` disables the endpoint (controller-runtime convention).
         health_probe_bind_address: ``host:port`` of ``/healthz`` and ``/readyz``; ``"0"`` disables.
         leader_elect: take a coordination.k8s.io/v1 Lease per role before reconciling.
@@ -66,12 +68,17 @@ class Options:
         log_level: minimum level logged.
         vsphere_task_timeout: seconds to wait for one vSphere task (clone, power, destroy) before
             treating it as failed; > 0.
+        secret_resync_period: seconds between re-reads (GET by name) of the Secrets and
+            ConfigMaps Providers and VSphereMachines reference; a changed one is noticed within
+            this period (banlieue.reconcilers.referenced).
+        development_allow_http_endpoints: accept ``http://`` Provider endpoints (credentials in
+            clear text): development against a local simulator only.
     """
 
     kubeconfig: str | None = None
     namespace: str | None = None
     watch_filter: str | None = None
-    metrics_bind_address: str = ":8080"
+    metrics_bind_address: str = "127.0.0.1:8080"
     health_probe_bind_address: str = ":8081"
     leader_elect: bool = False
     leader_election_namespace: str = "default"
@@ -79,6 +86,8 @@ class Options:
     log_format: LogFormat = "json"
     log_level: LogLevel = "info"
     vsphere_task_timeout: float = 600.0
+    secret_resync_period: float = 30.0
+    development_allow_http_endpoints: bool = False
 
     @property
     def metrics_listen(self) -> tuple[str, int] | None:

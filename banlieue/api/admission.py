@@ -7,6 +7,14 @@ are immutable; a Provider's ``spec.connection.caBundle``, when set, has exactly 
 the policies are the SPEC's enforcement point and can be audited or relaxed per binding
 (``validationActions``) without a CRD change.
 
+Tenant safety (issue 23, docs/security.md): whoever sets or changes a Provider's connection
+(endpoint, credentialsRef, caBundle, insecureSkipTLSVerify) must be allowed to ``get`` the
+Secret/ConfigMap it names (CEL ``authorizer``), as must whoever sets a VirtualMachine's
+``userData.secretRef``; ``http://`` endpoints are refused; the raw placement fields of
+VSphereMachines and VSphereMachineTemplates need the custom verb ``use-raw-placement``
+(``RAW_PLACEMENT_VERB``), which the controller role (it resolves classes into them) and CAPI
+(it copies templates) hold.
+
 Policies match only the main resource (not ``/status``), so status writes are never blocked.
 """
 
@@ -15,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from banlieue.api import core
+from banlieue.api import core, infrastructure
+from banlieue.api.groups import VERSION
 from banlieue.api.render import write_files
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -32,12 +41,17 @@ class Validation:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """A ValidatingAdmissionPolicy over one banlieue.io resource for the given operations."""
+    """A ValidatingAdmissionPolicy over one resource of ``group``/``version`` for the given
+    operations; ``match_conditions`` are (name, CEL expression) pairs that must all hold for the
+    policy to apply (e.g. "the connection changed")."""
 
     name: str
     resource: str
     operations: tuple[str, ...]
     validations: tuple[Validation, ...]
+    group: str = core.GROUP
+    version: str = core.VERSION
+    match_conditions: tuple[tuple[str, str], ...] = ()
 
 
 CA_BUNDLE_ONE_OF = (
@@ -46,7 +60,127 @@ CA_BUNDLE_ONE_OF = (
     "has(object.spec.connection.caBundle.secretRef)].filter(x, x).size() == 1"
 )
 
+RAW_PLACEMENT_VERB = "use-raw-placement"
+"""Custom RBAC verb on ``vspheremachines`` / ``vspheremachinetemplates`` (infrastructure.banlieue.io)
+a requester needs to set the raw placement fields (docs/security.md). Kubernetes never checks a
+custom verb itself: only these policies ask the authorizer for it."""
+
+
+def _may_get(resource: str, name_expr: str) -> str:
+    """CEL: the requester may ``get`` the core ``resource`` named ``name_expr`` in the object's namespace."""
+    return f"authorizer.group('').resource('{resource}').namespace(object.metadata.namespace).name({name_expr}).check('get').allowed()"
+
+
+def _raw_placement_set(spec: str) -> str:
+    """CEL: any raw placement field is set in ``spec`` (a VSphereMachineSpec expression)."""
+    return (
+        f"has({spec}.resourcePool) || has({spec}.folder) || "
+        f"(has({spec}.disks) && {spec}.disks.exists(d, has(d.datastore))) || "
+        f"(has({spec}.network) && has({spec}.network.devices) && "
+        f"{spec}.network.devices.exists(n, has(n.portGroup)))"
+    )
+
+
+def _raw_placement(spec: str, resource: str) -> Validation:
+    check = (
+        f"authorizer.group('{infrastructure.GROUP}').resource('{resource}')"
+        f".namespace(object.metadata.namespace).check('{RAW_PLACEMENT_VERB}').allowed()"
+    )
+    return Validation(
+        f"!({_raw_placement_set(spec)}) || {check}",
+        f"raw placement fields (resourcePool, folder, disks[].datastore, network.devices[].portGroup) need the "
+        f"'{RAW_PLACEMENT_VERB}' verb on {resource}.{infrastructure.GROUP}: use the Provider's storage and network classes",
+        "Forbidden",
+    )
+
+
+CONNECTION_CHANGED = (
+    "request.operation == 'CREATE' || !has(oldObject.spec.connection) || object.spec.connection != oldObject.spec.connection"
+)
+
 POLICIES: tuple[Policy, ...] = (
+    Policy(
+        # Whoever points a Provider somewhere sends its credentials there: they must be able to
+        # read them already (issue 23). Also on an endpoint or insecureSkipTLSVerify change.
+        name="banlieue-provider-secret-access",
+        resource="providers",
+        operations=("CREATE", "UPDATE"),
+        match_conditions=(("connection-changed", CONNECTION_CHANGED),),
+        validations=(
+            Validation(
+                _may_get("secrets", "object.spec.connection.credentialsRef.name"),
+                "setting or changing spec.connection needs permission to get the Secret named in spec.connection.credentialsRef",
+                "Forbidden",
+            ),
+            Validation(
+                "!has(object.spec.connection.caBundle) || !has(object.spec.connection.caBundle.secretRef) || "
+                + _may_get("secrets", "object.spec.connection.caBundle.secretRef.name"),
+                "setting or changing spec.connection needs permission to get the Secret named in spec.connection.caBundle.secretRef",
+                "Forbidden",
+            ),
+            Validation(
+                "!has(object.spec.connection.caBundle) || !has(object.spec.connection.caBundle.configMapRef) || "
+                + _may_get("configmaps", "object.spec.connection.caBundle.configMapRef.name"),
+                "setting or changing spec.connection needs permission to get the ConfigMap named in spec.connection.caBundle.configMapRef",
+                "Forbidden",
+            ),
+        ),
+    ),
+    Policy(
+        # Credentials never cross the network in clear text. A development cluster against a
+        # plain simulator deletes this binding and runs the manager with
+        # --development-allow-http-endpoints (the controller refuses http:// too).
+        name="banlieue-provider-https-endpoint",
+        resource="providers",
+        operations=("CREATE", "UPDATE"),
+        validations=(
+            Validation(
+                "!object.spec.connection.endpoint.lowerAscii().trim().startsWith('http://')",
+                "spec.connection.endpoint: http:// would send the credentials in clear text; use https://",
+            ),
+        ),
+    ),
+    Policy(
+        name="banlieue-virtualmachine-userdata-access",
+        resource="virtualmachines",
+        operations=("CREATE", "UPDATE"),
+        match_conditions=((
+            "userdata-changed",
+            "has(object.spec.userData) && (request.operation == 'CREATE' || !has(oldObject.spec.userData) || "
+            "object.spec.userData != oldObject.spec.userData)",
+        ),),
+        validations=(
+            Validation(
+                _may_get("secrets", "object.spec.userData.secretRef.name"),
+                "spec.userData.secretRef: you need permission to get that Secret (its content is copied into the VM)",
+                "Forbidden",
+            ),
+        ),
+    ),
+    Policy(
+        name="banlieue-vspheremachine-raw-placement",
+        resource="vspheremachines",
+        group=infrastructure.GROUP,
+        version=VERSION,
+        operations=("CREATE", "UPDATE"),
+        match_conditions=((
+            "placement-changed",
+            "request.operation == 'CREATE' || object.spec != oldObject.spec",
+        ),),
+        validations=(_raw_placement("object.spec", "vspheremachines"),),
+    ),
+    Policy(
+        name="banlieue-vspheremachinetemplate-raw-placement",
+        resource="vspheremachinetemplates",
+        group=infrastructure.GROUP,
+        version=VERSION,
+        operations=("CREATE", "UPDATE"),
+        match_conditions=((
+            "placement-changed",
+            "request.operation == 'CREATE' || object.spec != oldObject.spec",
+        ),),
+        validations=(_raw_placement("object.spec.template.spec", "vspheremachinetemplates"),),
+    ),
     Policy(
         name="banlieue-provider-immutable-class",
         resource="providers",
@@ -82,7 +216,7 @@ POLICIES: tuple[Policy, ...] = (
 
 
 def _policy(p: Policy) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": p.name},
@@ -91,8 +225,8 @@ def _policy(p: Policy) -> dict[str, Any]:
             "matchConstraints": {
                 "resourceRules": [
                     {
-                        "apiGroups": [core.GROUP],
-                        "apiVersions": [core.VERSION],
+                        "apiGroups": [p.group],
+                        "apiVersions": [p.version],
                         "operations": list(p.operations),
                         "resources": [p.resource],
                     }
@@ -103,6 +237,9 @@ def _policy(p: Policy) -> dict[str, Any]:
             ],
         },
     }
+    if p.match_conditions:
+        out["spec"]["matchConditions"] = [{"name": n, "expression": e} for n, e in p.match_conditions]
+    return out
 
 
 def _binding(p: Policy) -> dict[str, Any]:

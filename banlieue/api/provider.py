@@ -33,6 +33,9 @@ class ProviderConditionReason:
     INVENTORY_FAILED = "InventoryFailed"
     PAUSED = "Paused"
     UNSUPPORTED_PROVIDER_CLASS = "UnsupportedProviderClass"
+    INSECURE_ENDPOINT = "InsecureEndpoint"
+    """``spec.connection.endpoint`` is ``http://`` and the role runs without
+    ``--development-allow-http-endpoints``: nothing is sent (docs/security.md)."""
     DELETING = "Deleting"
     """Deletion requested while VSphereMachines still use the Provider: its finalizer
     ``banlieue.io/provider`` holds it (and its failure domains) until they are gone."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from banlieue.api import core, infrastructure
+from banlieue.api.admission import RAW_PLACEMENT_VERB
 from banlieue.api.render import write_files
 
 NAMESPACE = "banlieue-system"
@@ -105,6 +106,10 @@ CONTROLLER = Role(
         # The controller creates (server-side apply), mirrors (apply) and deletes the
         # VSphereMachine behind each VM; owns() watches them.
         Rule((INFRA,), ("vspheremachines",), ("create", "delete", "get", "list", "patch", "watch")),
+        # The VSphereMachines it writes carry the datastores/port groups its scheduler resolved
+        # from the Provider's classes: admission (banlieue-vspheremachine-raw-placement) asks
+        # the authorizer for this custom verb; no request uses it as a verb.
+        Rule((INFRA,), ("vspheremachines",), (RAW_PLACEMENT_VERB,)),
         # VSphereCluster: watched; only its status is written (apply).
         Rule((INFRA,), ("vsphereclusters",), READ),
         Rule((INFRA,), ("vsphereclusters/status",), OWN_STATUS),
@@ -126,7 +131,10 @@ PROVIDER_VSPHERE = Role(
         Rule((INFRA,), ("vspheremachinetemplates",), READ),
         Rule((INFRA,), ("vspheremachines/status", "vspheremachinetemplates/status"), OWN_STATUS),
         # Credentials and CA bundles of Providers; bootstrap data Secrets of VSphereMachines.
-        Rule((CORE,), ("secrets", "configmaps"), READ),
+        # ``get`` only: the referenced names are read directly (reconcilers.referenced), never
+        # listed or watched, so no Secret the manager does not need is ever in its memory
+        # (issue 23, docs/security.md). RBAC cannot narrow ``get`` to names chosen by tenants.
+        Rule((CORE,), ("secrets", "configmaps"), ("get",)),
         # CAPI path: Machine owner and Cluster (paused, failure domains), informers only once
         # discovery shows CAPI's CRDs.
         Rule((CAPI,), ("clusters", "machines"), READ),
@@ -138,6 +146,9 @@ ROLES: tuple[Role, ...] = (CONTROLLER, PROVIDER_VSPHERE)
 CAPI_AGGREGATE_RULES: tuple[Rule, ...] = (
     Rule((INFRA,), ("vspheremachines", "vsphereclusters", "vspheremachinetemplates", "vsphereclustertemplates"), CAPI_FULL),
     Rule((INFRA,), ("vspheremachines/status", "vsphereclusters/status", "vspheremachinetemplates/status"), CAPI_STATUS),
+    # CAPI copies a VSphereMachineTemplate's spec (raw placement fields included) into the
+    # VSphereMachines it creates; whoever wrote the template was checked for the same verb.
+    Rule((INFRA,), ("vspheremachines",), (RAW_PLACEMENT_VERB,)),
 )
 
 

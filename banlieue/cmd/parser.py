@@ -77,8 +77,13 @@ def _common_flags(*, log_format: str, metrics: str, probes: str) -> list[FlagSpe
 VSPHERE_FLAGS = [
     FlagSpec("--vsphere-task-timeout", parse_seconds, "600",
              "seconds to wait for one vSphere task (clone, power, destroy)", metavar="SECONDS"),
+    FlagSpec("--secret-resync-period", parse_seconds, "30",
+             "seconds between re-reads of the referenced Secrets and ConfigMaps", metavar="SECONDS"),
+    FlagSpec("--development-allow-http-endpoints", parse_bool, "false",
+             "accept http:// Provider endpoints (credentials in clear text; development only)", boolean=True),
 ]
-ROLE_FLAGS = _common_flags(log_format="json", metrics=":8080", probes=":8081")
+# /metrics on loopback by default (docs/security.md): ":8080" with config/network-policy for Prometheus.
+ROLE_FLAGS = _common_flags(log_format="json", metrics="127.0.0.1:8080", probes=":8081")
 # dev runs on a workstation: human-readable logs, listeners on loopback only.
 DEV_MANAGER_FLAGS = [
     spec for spec in _common_flags(log_format="console", metrics="127.0.0.1:8080", probes="127.0.0.1:8081")

@@ -205,6 +205,8 @@ def build_managers(
             watch_filter=options.watch_filter,
             max_concurrent_reconciles=options.max_concurrent_reconciles,
             vsphere_task_timeout=options.vsphere_task_timeout,
+            secret_resync_period=options.secret_resync_period,
+            allow_http_endpoints=options.development_allow_http_endpoints,
         )
         controllers = [setup(mgr, ctx) for _, setup in spec.setups]
         runtimes.append(RoleRuntime(spec, mgr, ctx, controllers))

@@ -14,9 +14,10 @@ default ca.crt)}``. Errors carry the SPEC's ``ProviderReachable`` reasons:
   the Provider, its VMImage rows and its VSphereMachines name the same fix. Not checked when
   ``insecureSkipTLSVerify`` is set (the bundle is not used then).
 
-Reads come from the manager's cache only (never the API server), so a reconcile that calls
-``connection_for`` registers Secret and ConfigMap informers on first use. Messages name the
-object and key, never a value.
+Reads come from the role's store of referenced objects (``referenced.referenced(cache)``: direct
+GETs of the names a Provider references, never a Secret list or watch); a reconcile calls
+``ReferencedObjects.fetch_provider`` before ``connection_for``. Messages name the object and key,
+never a value.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from banlieue.api.provider import Provider, ProviderConditionReason
 from banlieue.backends.base import Connection
+from banlieue.reconcilers.referenced import referenced
 from banlieue.runtime.cache import Cache
 from banlieue.runtime.kinds import CONFIG_MAP, SECRET
 
@@ -107,13 +109,24 @@ def connection_from_objects(
     provider: Provider,
     secret: Mapping[str, Any] | None,
     ca_source: Mapping[str, Any] | None = None,
+    *,
+    allow_http: bool = False,
 ) -> Connection:
     """Pure: the Connection of ``provider`` given its credentials Secret and (when
     ``caBundle`` names a ConfigMap or Secret) that object as wire dicts; None = not found.
-    Raises ConnectionConfigError (SecretMissing / SecretInvalid / TLSVerifyFailed)."""
+    Raises ConnectionConfigError (InsecureEndpoint for ``http://`` unless ``allow_http`` /
+    SecretMissing / SecretInvalid / TLSVerifyFailed)."""
     ns = provider.metadata.namespace
     conn = provider.spec.connection
     cred_name = conn.credentials_ref.name
+    if conn.endpoint.strip().lower().startswith("http://") and not allow_http:
+        # Checked before any Secret is read: the credentials would cross the network in clear
+        # text (issue 23). Admission refuses it too (config/admission/provider-https-endpoint).
+        raise ConnectionConfigError(
+            ProviderConditionReason.INSECURE_ENDPOINT,
+            "spec.connection.endpoint uses http://, which would send the credentials in clear text: "
+            "use https:// (http is accepted only with --development-allow-http-endpoints)",
+        )
     if secret is None:
         raise _missing("Secret", ns, cred_name)
     username = secret_value(secret, USERNAME_KEY)
@@ -188,17 +201,19 @@ def referenced_config_maps(provider: Provider) -> list[str]:
 
 
 def connection_for(provider: Provider, cache: Cache) -> Connection:
-    """The Connection of ``provider`` from the Secret/ConfigMap objects in ``cache``.
+    """The Connection of ``provider`` from the Secret/ConfigMap objects last fetched into the
+    role's referenced-object store (``referenced(cache)``; fetch them first).
 
     Raises ConnectionConfigError(reason, message) with reason ``SecretMissing``,
     ``SecretInvalid`` or ``TLSVerifyFailed`` (SPEC §2 Provider reasons)."""
     ns = provider.metadata.namespace
-    secret = cache.get(SECRET, provider.spec.connection.credentials_ref.name, ns)
+    store = referenced(cache)
+    secret = store.get(SECRET, provider.spec.connection.credentials_ref.name, ns)
     ca_source: Mapping[str, Any] | None = None
     bundle = provider.spec.connection.ca_bundle
     if bundle is not None and not bundle.inline:
         if bundle.config_map_ref is not None:
-            ca_source = cache.get(CONFIG_MAP, bundle.config_map_ref.name, ns)
+            ca_source = store.get(CONFIG_MAP, bundle.config_map_ref.name, ns)
         elif bundle.secret_ref is not None:
-            ca_source = cache.get(SECRET, bundle.secret_ref.name, ns)
-    return connection_from_objects(provider, secret, ca_source)
+            ca_source = store.get(SECRET, bundle.secret_ref.name, ns)
+    return connection_from_objects(provider, secret, ca_source, allow_http=store.allow_http_endpoints)

@@ -29,7 +29,10 @@ class RoleContext:
     None for the controller role (it talks to no hypervisor). ``namespace`` (None = all) and
     ``watch_filter`` (value of label ``cluster.x-k8s.io/watch-filter``, None = no filter) scope
     what is reconciled. ``max_concurrent_reconciles`` is per controller. ``vsphere_task_timeout``
-    is in seconds. ``now`` is injectable for tests.
+    is in seconds. ``secret_resync_period``: seconds between re-reads of the referenced Secrets and
+    ConfigMaps (``reconcilers.referenced``). ``allow_http_endpoints``: accept ``http://`` Provider
+    endpoints (``--development-allow-http-endpoints``; never in production: the credentials
+    would travel in clear text). ``now`` is injectable for tests.
     """
 
     client: Client
@@ -41,4 +44,6 @@ class RoleContext:
     watch_filter: str | None = None
     max_concurrent_reconciles: int = 10
     vsphere_task_timeout: float = 600.0
+    secret_resync_period: float = 30.0
+    allow_http_endpoints: bool = False
     now: Callable[[], datetime] = field(default=utc_now)

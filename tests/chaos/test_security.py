@@ -128,6 +128,12 @@ JUSTIFIED: list[tuple[str, Callable[[rbac_audit.Triple, set[rbac_audit.Triple]],
      lambda t, used: t == ("update", "banlieue.io", "virtualmachines/finalizers")),
     ("events patch: the count and lastTimestamp of a repeated Event (recorder aggregation)",
      lambda t, used: t == ("patch", "", "events")),
+    ("use-raw-placement: a custom verb the admission policy asks the authorizer about, never a request verb "
+     "(tests/envtest/test_tenant_safety.py)",
+     lambda t, used: t[0] == "use-raw-placement"),
+    ("configmaps get: a CA bundle by caBundle.configMapRef (no such Provider here; "
+     "test_wrong_ca_is_tls_verify_failed_and_fixing_the_configmap_recovers)",
+     lambda t, used: t == ("get", "", "configmaps")),
 ]
 
 

@@ -36,7 +36,7 @@ def vcenter_down(env: ChaosEnv, vms: int) -> tuple[Vcenter, BanlieueProcess, str
     Ready the vcsim is killed and ``vms`` VirtualMachines are created during the outage.
     Returns (vcenter, manager, Provider path, VM names)."""
     vc = env.single_vcenter(tls=False)
-    manager = env.start_banlieue("manager")
+    manager = env.start_banlieue("manager", "--development-allow-http-endpoints")  # the vcsim proxy speaks http
     provider = f"{PROVIDERS}/vc"
     env.wait_condition(provider, "Ready", 30, "Provider Ready")
     vc.kill()
@@ -46,7 +46,7 @@ def vcenter_down(env: ChaosEnv, vms: int) -> tuple[Vcenter, BanlieueProcess, str
 def test_session_terminated_mid_run(chaos_env: ChaosEnv) -> None:
     env = chaos_env
     vc = env.single_vcenter()
-    manager = env.start_banlieue("manager")
+    manager = env.start_banlieue("manager", "--development-allow-http-endpoints")  # the vcsim proxy speaks http
     ended = 0
     with vc.oracle() as oracle:
         names = env.create_vms(f"vm-{i:03d}" for i in range(60))
@@ -70,7 +70,7 @@ def test_session_terminated_mid_run(chaos_env: ChaosEnv) -> None:
 def test_clone_fails_while_template_missing_then_succeeds(chaos_env: ChaosEnv) -> None:
     env = chaos_env
     vc = env.single_vcenter()
-    manager = env.start_banlieue("manager")
+    manager = env.start_banlieue("manager", "--development-allow-http-endpoints")  # the vcsim proxy speaks http
     image = f"/apis/banlieue.io/v1alpha1/vmimages/{IMAGE}"
     env.wait_condition(image, "Ready", 30, "VMImage Ready")
     with vc.oracle() as oracle:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from banlieue.api.admission import POLICIES as ADMISSION_POLICIES
 from banlieue.cmd.dev import find_kubectl
 from banlieue.options import StartupError
 from banlieue.testing.apiservers import ApiServerUnderTest, start_api_server
@@ -38,7 +39,7 @@ pytestmark = [pytest.mark.kubectl,
               pytest.mark.skipif(kubectl_path() is None, reason="kubectl not installed")]
 
 NS = "admission"
-POLICIES = ("banlieue-provider-ca-bundle", "banlieue-provider-immutable-class", "banlieue-virtualmachine-immutable-refs")
+POLICIES = tuple(p.name for p in ADMISSION_POLICIES)
 
 
 def _provider(name: str, ca_bundle: dict[str, Any] | None = None, klass: str = "vsphere") -> dict[str, Any]:
@@ -179,6 +180,12 @@ def test_each_policy_rejects_with_its_own_message(without_crd_rules: Kubectl) ->
     assert _denied("banlieue-provider-ca-bundle",
                    "spec.connection.caBundle: exactly one of inline, configMapRef or secretRef must be set") in proc.stderr, proc.stderr
     k.ok("apply", "--server-side", "-f", "-", docs=[_provider("p1", {"inline": "pem"}), _vm("vm1")])
+    # Each policy becomes active on its own: wait for the UPDATE policies too (dry runs).
+    for docs in ([_provider("p1", {"inline": "pem"}, klass="other")], [_vm("vm1", klass="large")]):
+        deadline = time.monotonic() + 30
+        while k.run("apply", "--server-side", "--dry-run=server", "-f", "-", docs=docs).returncode == 0 \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
     err = k.rejected("apply", "--server-side", "-f", "-", docs=[_provider("p1", {"inline": "pem"}, klass="other")])
     assert _denied("banlieue-provider-immutable-class", "spec.providerClassRef is immutable") in err, err
     err = k.rejected("apply", "--server-side", "-f", "-", docs=[_vm("vm1", klass="large")])

@@ -7,10 +7,12 @@ the credentials Secret and CA bundle (``connection.connection_for``, cache reads
 reason. Execute: server-side apply of the full status on ``/status`` (field manager of the role,
 force) when it changed, Events on Ready transitions, and the requeue decide asked for.
 
-Watches: Secrets and ConfigMaps map back to the Providers that reference them through the
-indexes ``providerSecrets`` / ``providerConfigMaps`` (values ``<namespace>/<name>``), so fixing
-a Secret or rotating a CA recovers without a restart (SPEC §4 "Secrets -> Providers that use
-them"). The Provider itself is watched for generation changes only, so the controller's own
+Secrets and ConfigMaps are never listed or watched: the gather GETs the referenced names
+(``reconcilers.referenced``), and that store's ``changes()`` channel - every referenced object
+re-read each ``--secret-resync-period`` - maps a changed one back to the Providers that reference
+it through the indexes ``providerSecrets`` / ``providerConfigMaps`` (values
+``<namespace>/<name>``), so fixing a Secret or rotating a CA recovers without a restart (SPEC §4
+"Secrets -> Providers that use them"), within one resync period. The Provider itself is watched for generation changes only, so the controller's own
 status writes do not trigger a new inventory walk; the periodic refresh is
 ``provider.decide.REFRESH_SECONDS`` (capacity changes are not notified by vCenter), and a machine
 provisioned or deleted re-measures its Providers within seconds (``provider.remeasure``, debounced).
@@ -24,6 +26,7 @@ here is remembered (``last_connection``) for machine deletions after the Secret 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 import structlog
@@ -38,7 +41,6 @@ from banlieue.reconcilers.connection import (
 )
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
-    CONFIG_MAP,
     FINALIZER_PROVIDER,
     PROVIDER,
     PROVIDER_CLASS_VSPHERE,
@@ -58,17 +60,20 @@ from banlieue.reconcilers.provider.reachability import (
     reachability_requests,
 )
 from banlieue.reconcilers.provider.remeasure import Remeasure
+from banlieue.reconcilers.referenced import referenced
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import NotFound
 from banlieue.runtime.event import Object
 from banlieue.runtime.handler import MapFunc
 from banlieue.runtime.manager import Manager
-from banlieue.runtime.predicate import GenerationChangedPredicate, ResourceVersionChangedPredicate
+from banlieue.runtime.predicate import GenerationChangedPredicate
 from banlieue.runtime.reconcile import Request, Result, TerminalError
 
 log = structlog.get_logger("banlieue.reconcilers.provider.controller")
 
+INSECURE_SKIP_TLS_VERIFY = "InsecureSkipTLSVerify"
+"""Warning Event reason on a Provider that skips TLS verification (docs/security.md)."""
 SECRETS_INDEX = "providerSecrets"
 """Provider index: ``<namespace>/<name>`` of every Secret it reads (credentials, CA secretRef)."""
 CONFIG_MAPS_INDEX = "providerConfigMaps"
@@ -110,6 +115,7 @@ class ProviderReconciler:
         backend = self.ctx.backend
         if backend is None:
             return Snapshot(provider, now, failure=Failure("connect", "NoBackend", "this role has no vSphere backend"))
+        await referenced(self.ctx.cache).fetch_provider(self.ctx.client, provider)
         try:
             conn = remembered_connection_for(provider, self.ctx.cache)
         except ConnectionConfigError as err:
@@ -188,6 +194,14 @@ class ProviderReconciler:
             await self.execute(provider, plan)
         except NotFound:
             return Result()  # deleted meanwhile
+        if provider.spec.connection.insecure_skip_tls_verify and plan.write_status:
+            # Whoever answers on the endpoint gets the credentials: say so where the namespace's
+            # users look (issue 23). On status changes only; the recorder counts repeats.
+            self.ctx.recorder.event(
+                provider.to_wire(), "Warning", INSECURE_SKIP_TLS_VERIFY,
+                "spec.connection.insecureSkipTLSVerify is set: the vCenter's certificate is not verified, so the "
+                "credentials go to whoever answers on the endpoint; set spec.connection.caBundle instead",
+            )
         ready = next((c for c in plan.status.conditions or [] if c.type == "Ready"), None)
         log.debug(
             "reconciled",
@@ -205,6 +219,7 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     and ConfigMap -> the Providers that reference them (indexes ``providerSecrets``,
     ``providerConfigMaps``), VSphereMachine -> the deleting Providers it uses, and the backend's
     reachability transitions -> the Providers on that vCenter (``provider.reachability``)."""
+    referenced(ctx.cache).allow_http_endpoints = ctx.allow_http_endpoints
     ctx.cache.add_indexer(PROVIDER, SECRETS_INDEX, secrets_index)
     ctx.cache.add_indexer(PROVIDER, CONFIG_MAPS_INDEX, config_maps_index)
 
@@ -234,12 +249,15 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
 
     secret_map = by_index(SECRETS_INDEX)
     config_map_map = by_index(CONFIG_MAPS_INDEX)
+
+    def referenced_map(obj: Object) -> Iterable[Request]:
+        return secret_map(obj) if obj.get("kind") == SECRET.kind else config_map_map(obj)
+
     builder = (
         ControllerBuilder(mgr)
         .named("provider")
         .for_(PROVIDER, predicates=[GenerationChangedPredicate()])
-        .watches(SECRET, secret_map, predicates=[ResourceVersionChangedPredicate()])
-        .watches(CONFIG_MAP, config_map_map, predicates=[ResourceVersionChangedPredicate()])
+        .watches_channel(referenced(ctx.cache).changes(ctx.client, ctx.secret_resync_period), referenced_map)
         .watches(VSPHERE_MACHINE, machine_map)
     )
     # A machine provisioned or deleted: re-measure its Providers' capacity a few seconds later

@@ -230,7 +230,7 @@ def failure_domains_of(provider: Provider, inventory: Inventory, now: datetime) 
 def reason_of(failure: Failure) -> str:
     """The SPEC §2 condition reason of a gather failure (module docstring table)."""
     if failure.stage == "config":
-        config_reasons = (R.SECRET_MISSING, R.SECRET_INVALID, R.TLS_VERIFY_FAILED)
+        config_reasons = (R.SECRET_MISSING, R.SECRET_INVALID, R.TLS_VERIFY_FAILED, R.INSECURE_ENDPOINT)
         return failure.reason if failure.reason in config_reasons else R.SECRET_INVALID
     if failure.reason == AuthFailed.__name__:
         return R.SECRET_INVALID

@@ -3,7 +3,8 @@
 Gather: the VMImage and every Provider from the cache; for each target Provider
 (``vmimage.decide.targets``) build its Connection (cache reads) and call
 ``backend.find_template`` once per known datacenter; Providers are looked up concurrently
-(one task each in a TaskGroup; calls to one vCenter never wait for another). Paused Providers
+(one task each in a TaskGroup; calls to one vCenter never wait for another), each within
+``LOOKUP_DEADLINE_SECONDS`` so a silent vCenter delays no other Provider's row. Paused Providers
 are still looked up: a read changes nothing on the vCenter. Execute: server-side apply of the
 full status when it changed; an Event on Ready transitions; requeue after
 ``vmimage.decide.REFRESH_SECONDS`` (templates appear without notification).
@@ -24,10 +25,11 @@ from pydantic import ValidationError
 
 from banlieue.api.provider import Provider
 from banlieue.api.vmimage import VMImage
-from banlieue.backends.base import BackendError, TemplateInfo, taxonomy
+from banlieue.backends.base import BackendError, TemplateInfo, Transient, taxonomy
 from banlieue.reconcilers.connection import ConnectionConfigError, connection_for
 from banlieue.reconcilers.context import RoleContext
-from banlieue.reconcilers.kinds import CONFIG_MAP, PROVIDER, SECRET, VM_IMAGE
+from banlieue.reconcilers.kinds import PROVIDER, VM_IMAGE
+from banlieue.reconcilers.referenced import referenced
 from banlieue.reconcilers.vmimage.decide import Lookup, Plan, Snapshot, Target, decide, targets
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
@@ -63,6 +65,11 @@ def _lookup_inputs(obj: Mapping[str, Any]) -> tuple[Any, ...]:
     return ((obj.get("metadata") or {}).get("generation"), tuple(dcs), ready)
 
 
+LOOKUP_DEADLINE_SECONDS = 15.0
+"""Longest one Provider's template lookup may take before its row reports ``ConnectFailed``
+(seconds); the other Providers' rows are written without waiting for it."""
+
+
 class ProviderLookupChanged(Predicate):
     """Passes Provider updates that change a VMImage lookup: generation, datacenters of the
     failure domains, or the Ready condition's status (create/delete/generic pass)."""
@@ -81,16 +88,26 @@ class VMImageReconciler:
         backend = self.ctx.backend
         if backend is None:
             return Lookup(backend_error=("NoBackend", "this role has no vSphere backend"))
+        await referenced(self.ctx.cache).fetch_provider(self.ctx.client, provider)
         try:
             conn = connection_for(provider, self.ctx.cache)
         except ConnectionConfigError as err:
             return Lookup(config_error=(err.reason, err.message))
         found: list[tuple[str | None, TemplateInfo | None]] = []
         try:
-            for dc in target.datacenters or (None,):
-                found.append((dc, await backend.find_template(conn, dc, target.ref)))
+            # One Provider's vCenter that accepts and never answers must not hold every other
+            # Provider's row back (issue 23): the lookup has its own deadline, and the row says
+            # so; the SOAP call left behind ends on the session's request timeout in that
+            # vCenter's own thread pool.
+            async with asyncio.timeout(LOOKUP_DEADLINE_SECONDS):
+                for dc in target.datacenters or (None,):
+                    found.append((dc, await backend.find_template(conn, dc, target.ref)))
         except BackendError as err:
             return Lookup(backend_error=(taxonomy(err), str(err)))
+        except TimeoutError:
+            log.info("vmimage lookup deadline passed", provider=f"{provider.metadata.namespace}/{provider.metadata.name}",
+                     endpoint=conn.endpoint, deadline_seconds=LOOKUP_DEADLINE_SECONDS)
+            return Lookup(backend_error=(Transient.__name__, f"vCenter did not answer within {LOOKUP_DEADLINE_SECONDS:g} s"))
         return Lookup(found=tuple(found))
 
     async def gather(self, image: VMImage) -> Snapshot:
@@ -142,11 +159,7 @@ class VMImageReconciler:
 def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     """Register the ``vmimage`` controller: for VMImage (generation changes), watches Provider
     -> every VMImage (``ProviderLookupChanged``)."""
-
-    # connection_for reads Secrets and ConfigMaps from the cache: make sure their informers
-    # exist before the manager starts (so they are synced when the first reconcile runs).
-    mgr.get_informer(SECRET)
-    mgr.get_informer(CONFIG_MAP)
+    referenced(ctx.cache).allow_http_endpoints = ctx.allow_http_endpoints
 
     def provider_to_images(obj: Object) -> list[Request]:
         return [Request("", n) for n in sorted(o["metadata"]["name"] for o in ctx.cache.list(VM_IMAGE))]

@@ -34,7 +34,6 @@ from banlieue.reconcilers.kinds import (
     CAPI_LABEL_CLUSTER_NAME,
     CAPI_LABEL_WATCH_FILTER,
     CAPI_MACHINE,
-    CONFIG_MAP,
     FINALIZER_VSPHERE_MACHINE,
     PROVIDER,
     SECRET,
@@ -42,6 +41,7 @@ from banlieue.reconcilers.kinds import (
 )
 from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
 from banlieue.reconcilers.parsed import ParsedCache, parse_provider
+from banlieue.reconcilers.referenced import referenced
 from banlieue.reconcilers.vspheremachine.decide import (
     Action,
     Event,
@@ -141,7 +141,7 @@ class VSphereMachineReconciler:
             return False
         return True
 
-    def _gather(self, machine: VSphereMachine) -> Snapshot | None:
+    async def _gather(self, machine: VSphereMachine) -> Snapshot | None:
         cache = self.ctx.cache
         ns = machine.metadata.namespace
         capi = is_capi_path(machine, CAPI_LABEL_CLUSTER_NAME)
@@ -157,7 +157,8 @@ class VSphereMachineReconciler:
         bootstrap = bootstrap_error = None
         ref = bootstrap_secret_ref(machine, capi_machine, capi)
         if ref is not None:
-            secret = cache.get(SECRET, ref[0], ns)
+            # A direct GET of the referenced name (reconcilers.referenced): Secrets are never listed.
+            secret = await referenced(cache).fetch(self.ctx.client, SECRET, ref[0], ns)
             if secret is None:
                 bootstrap_error = f"bootstrap data Secret {ns}/{ref[0]} not found"
             else:
@@ -182,7 +183,7 @@ class VSphereMachineReconciler:
         return self._converged.get(uid)
 
     # --- execute ------------------------------------------------------------------------
-    def _connection(self, snap: Snapshot, plan: Plan) -> tuple[Snapshot, Connection | None]:
+    async def _connection(self, snap: Snapshot, plan: Plan) -> tuple[Snapshot, Connection | None]:
         """The connection the plan asks for (no backend call); None with the snapshot updated
         when there is none."""
         if plan.last_known is not None:
@@ -193,6 +194,7 @@ class VSphereMachineReconciler:
             conn = known
         else:
             assert plan.provider is not None
+            await referenced(self.ctx.cache).fetch_provider(self.ctx.client, plan.provider)
             try:
                 conn = remembered_connection_for(plan.provider, self.ctx.cache)
             except ConnectionConfigError as err:
@@ -303,7 +305,7 @@ class VSphereMachineReconciler:
             return Result()
         if machine.spec.provider_id and self._written_provider_id.get(machine.metadata.uid or "") == machine.spec.provider_id:
             del self._written_provider_id[machine.metadata.uid or ""]  # stored now: memo done (as in _write_status)
-        snap = self._gather(machine)
+        snap = await self._gather(machine)
         if snap is None:
             # CAPI path before the CAPI kinds can be read: say so (Ready False) rather than
             # leave the machine without a status, and look again shortly.
@@ -333,7 +335,7 @@ class VSphereMachineReconciler:
                     snap = replace(snap, machine=VSphereMachine.from_wire(raw))
                     continue
                 if plan.connect:
-                    snap, conn = self._connection(snap, plan)
+                    snap, conn = await self._connection(snap, plan)
                     if conn is not None:
                         if slot is None:
                             if not self.slots.try_acquire(conn.endpoint, request):
@@ -398,14 +400,15 @@ class VSphereMachineReconciler:
 
 def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     """Register the ``vspheremachine`` controller: for VSphereMachine (``--watch-filter`` applies
-    to it), watches Provider, Secret, ConfigMap, the optional CAPI Machine/Cluster, and the
+    to it), watches Provider, the referenced Secrets and ConfigMaps (re-read by name), the optional CAPI Machine/Cluster, and the
     vCenter property collector of every vSphere Provider. Raises ValueError without a backend."""
+    referenced(ctx.cache).allow_http_endpoints = ctx.allow_http_endpoints
     if ctx.backend is None:
         raise ValueError("the vspheremachine controller needs a backend (provider role)")
     register_indexes(ctx.cache)
     maps = MapFuncs(ctx.cache)
     capi = CapiWatch(mgr, ctx.client, maps)
-    vm_watch = VMWatch(ctx.backend, ctx.cache, maps, ctx.namespace, providers=mgr.get_informer(PROVIDER))
+    vm_watch = VMWatch(ctx.backend, ctx.cache, maps, ctx.namespace, providers=mgr.get_informer(PROVIDER), client=ctx.client)
     writes = OwnWrites()
     reconciler = VSphereMachineReconciler(ctx, ctx.backend, capi, writes)
     return (
@@ -415,8 +418,8 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
         # vspheremachine.writes. First, so it sees every update.
         .for_(VSPHERE_MACHINE, predicates=[writes.predicate(), watch_filter_predicate(ctx.watch_filter or "")])
         .watches(PROVIDER, maps.provider)
-        .watches(SECRET, maps.secret)
-        .watches(CONFIG_MAP, maps.config_map)
+        # Referenced Secrets/ConfigMaps that changed (re-read by name, never watched).
+        .watches_channel(referenced(ctx.cache).changes(ctx.client, ctx.secret_resync_period), maps.referenced)
         .watches_channel(capi.requests())
         .watches_channel(vm_watch.requests())
         .watches_channel(reconciler.slots.requests())

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
@@ -41,6 +42,7 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.parsed import parse_provider
+from banlieue.reconcilers.referenced import referenced
 from banlieue.reconcilers.vspheremachine.reconnect import ReconnectNotifier, machines_waiting_on
 from banlieue.runtime.cache import Cache
 from banlieue.runtime.client import Client
@@ -138,6 +140,10 @@ class MapFuncs:
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         out = [_request(m) for m in self.cache.by_index(VSPHERE_MACHINE, INDEX_BOOTSTRAP_SECRET, key)]
         return list(dict.fromkeys(out + self._providers_using(meta.get("namespace"), str(meta.get("name")), "Secret")))
+
+    def referenced(self, obj: Object) -> list[Request]:
+        """A changed referenced Secret or ConfigMap (``reconcilers.referenced.changes``)."""
+        return self.secret(obj) if obj.get("kind") == "Secret" else self.config_map(obj)
 
     def config_map(self, obj: Object) -> list[Request]:
         """ConfigMap -> machines of Providers whose CA bundle it holds."""
@@ -256,8 +262,9 @@ class VMWatch:
     batch)."""
 
     def __init__(self, backend: Backend, cache: Cache, maps: MapFuncs, namespace: str | None,
-                 providers: Informer | None = None) -> None:
+                 providers: Informer | None = None, client: Client | None = None) -> None:
         self.backend = backend
+        self.client = client
         self.cache = cache
         self.maps = maps
         self.namespace = namespace
@@ -282,6 +289,14 @@ class VMWatch:
         self._wake_pending = True
         self.wakes += 1
         self._queue.put_nowait(_WAKE)
+
+    async def _fetch_referenced(self) -> None:
+        """GET (by name, when stale) the Secrets/ConfigMaps of every Provider before ``_connections``."""
+        for raw in self.cache.list(PROVIDER, self.namespace):
+            provider = parse_provider(raw)
+            if provider is not None and self.client is not None:
+                # Only a first read here (max_age inf): changes come from the store's resync.
+                await referenced(self.cache).fetch_provider(self.client, provider, max_age=math.inf)
 
     def _connections(self) -> dict[tuple[str, str, str], Connection]:
         out: dict[tuple[str, str, str], Connection] = {}
@@ -348,6 +363,7 @@ class VMWatch:
                 if loop.time() >= resync_at:
                     # Only when woken or on the resync timer: not per VM change (a burst of
                     # changes must not re-parse every Provider each time).
+                    await self._fetch_referenced()
                     self._sync_watches(tasks, queue)
                     resync_at = loop.time() + WATCH_RESYNC_SECONDS
                 try:

@@ -36,6 +36,7 @@ async def running_role(apiserver: Any, setups: Sequence[Setup], backend: VSphere
     ctx = RoleContext(
         client=client, cache=mgr.cache, recorder=mgr.get_event_recorder(FIELD_MANAGER_PROVIDER_VSPHERE),
         field_manager=FIELD_MANAGER_PROVIDER_VSPHERE, backend=backend, max_concurrent_reconciles=4,
+        secret_resync_period=0.5,  # Secrets are re-read by name (reconcilers.referenced), not watched
     )
     for setup in setups:
         setup(mgr, ctx)

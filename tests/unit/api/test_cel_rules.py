@@ -98,7 +98,7 @@ def test_immutable_refs(old: dict[str, str], new: dict[str, str], ok: bool) -> N
         assert evaluate(rule, self=new, oldSelf=old) is ok
     vm_old = {"spec": {"classRef": old, "imageRef": old}}
     vm_new = {"spec": {"classRef": new, "imageRef": new}}
-    policy = next(p for p in admission.POLICIES if p.resource == "virtualmachines")
+    policy = next(p for p in admission.POLICIES if p.name == "banlieue-virtualmachine-immutable-refs")
     for validation in policy.validations:
         assert evaluate(validation.expression, object=vm_new, oldObject=vm_old) is ok
     pol = next(p for p in admission.POLICIES if p.name == "banlieue-provider-immutable-class")

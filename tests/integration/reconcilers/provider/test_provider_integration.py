@@ -143,6 +143,15 @@ async def test_no_ca_bundle_is_tls_verify_failed_insecure_works(
     async with running_role(apiserver, [provider_reconciler.setup], backend):
         await provider_with(client, "strict", namespace, "TLSVerifyFailed", "False")
         obj = await provider_with(client, "insecure", namespace, "Reconciled", "True")
+
+        async def warned() -> bool:
+            items = (await client.list(EVENT, namespace)).get("items", [])
+            return any(e.get("reason") == "InsecureSkipTLSVerify" and e.get("type") == "Warning"
+                       and (e.get("regarding") or {}).get("name") == "insecure" for e in items)
+
+        await eventually(warned, timeout=20.0, what="a Warning event InsecureSkipTLSVerify on the insecure Provider")
+        events = (await client.list(EVENT, namespace)).get("items", [])
+        assert not [e for e in events if e.get("reason") == "InsecureSkipTLSVerify" and (e.get("regarding") or {}).get("name") == "strict"]
     assert len(obj["status"]["failureDomains"]) == 6
 
 

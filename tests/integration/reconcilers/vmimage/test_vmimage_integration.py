@@ -3,6 +3,10 @@ API-server double and two vcsims (one with the template in both datacenters, one
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -130,3 +134,58 @@ async def test_unparsable_ca_bundle_same_reason_and_message_on_provider_and_imag
     assert message.startswith("spec.connection.caBundle is not a valid PEM certificate bundle: ") and "(read from inline)" in message
     assert condition(prov, "ProviderReachable")["reason"] == "TLSVerifyFailed"
     assert got["message"] == message and got["ready"] is False
+
+
+@pytest.mark.vcsim
+async def test_a_silent_vcenter_delays_no_other_providers_row(
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 23 case 4: a Provider whose endpoint accepts TCP and never answers (a listener on
+    127.0.0.1 that accepts and reads nothing) held every VMImage's status back until the SOAP
+    request timeout (120 s). With a per-Provider lookup deadline the other row is written at once
+    and the silent one reports ConnectFailed after the deadline."""
+    monkeypatch.setattr(vmimage_reconciler, "LOOKUP_DEADLINE_SECONDS", 3.0)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        silent.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                accepted.append(silent.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    name = f"ubuntu-{namespace}"
+    try:
+        for prov in ("good", "silent"):
+            await client.create(SECRET, secret_body(f"{prov}-creds", namespace, username=vcsim.username, password=vcsim.password))
+        await client.create(PROVIDER, provider_body("good", namespace, vcsim))
+        hung = provider_body("silent", namespace, vcsim)
+        hung["spec"]["connection"]["endpoint"] = f"127.0.0.1:{silent.getsockname()[1]}"
+        await client.create(PROVIDER, hung)
+        await client.create(VM_IMAGE, image_body(name))
+        async with running_role(apiserver, [vmimage_reconciler.setup], backend):
+            started = time.monotonic()
+
+            async def both_rows() -> dict[str, Any] | None:
+                obj = await client.get(VM_IMAGE, name)
+                rows = {r["providerName"]: r for r in (obj.get("status") or {}).get("perProvider") or []}
+                return obj if rows.get("good", {}).get("ready") and "silent" in rows else None
+
+            obj = await eventually(both_rows, timeout=20.0, what="the good Provider's row next to the silent one's")
+            took = time.monotonic() - started
+        rows = {r["providerName"]: r for r in obj["status"]["perProvider"]}
+        assert rows["silent"]["ready"] is False and rows["silent"]["reason"] == "ConnectFailed", rows["silent"]
+        assert accepted, "the silent listener was never dialled: the test proves nothing"
+        assert took < 15.0, f"status took {took:.1f} s"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        silent.close()

@@ -1,0 +1,170 @@
+"""Tenant safety on kube-apiserver (issue 23, docs/security.md): a tenant holding only the Roles
+the case names - a ServiceAccount token bound to them, used through kubectl - cannot reach through
+banlieue what it could not reach itself.
+
+The tenant (``tenant/writer``) may write Providers, VirtualMachines, VSphereMachines and
+VSphereMachineTemplates of namespace ``tenant`` and ``get`` only its own Secret ``tenant-creds``;
+the namespace also holds the administrator's ``admin-creds``. banlieue is installed from
+config/default (CRDs, RBAC, admission policies), as an operator installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from banlieue.api.admission import RAW_PLACEMENT_VERB
+from banlieue.testing.apiservers import ApiServerUnderTest
+from banlieue.testing.envtest import Envtest, envtest_binaries_missing
+
+from .test_admission import Kubectl, kubectl_path
+
+pytestmark = [pytest.mark.kubectl,
+              pytest.mark.skipif(envtest_binaries_missing() is not None, reason=str(envtest_binaries_missing())),
+              pytest.mark.skipif(kubectl_path() is None, reason="kubectl not installed")]
+
+NS = "tenant"
+WRITE = ["create", "delete", "get", "list", "patch", "update", "watch"]
+
+
+def _role(name: str, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name, "namespace": NS}, "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "namespace": NS},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NS}]},
+    ]
+
+
+def _secret(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},
+            "stringData": {"username": "u", "password": "p", "ca.crt": "pem"}}
+
+
+def _provider(name: str, creds: str, endpoint: str = "https://127.0.0.1:1/sdk", **extra: Any) -> dict[str, Any]:
+    connection: dict[str, Any] = {"endpoint": endpoint, "credentialsRef": {"name": creds}, **extra}
+    return {"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": NS},
+            "spec": {"providerClassRef": {"name": "vsphere"}, "connection": connection}}
+
+
+def _vm(name: str, secret: str) -> dict[str, Any]:
+    return {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": NS},
+            "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "ubuntu"},
+                     "userData": {"secretRef": {"name": secret}}}}
+
+
+def _machine(name: str, **disk: str) -> dict[str, Any]:
+    return {"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachine",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"providerRef": {"name": "p"}, "template": "ubuntu",
+                     "disks": [{"name": "root", "sizeGiB": 10, **disk}]}}
+
+
+class Tenant:
+    """kubectl as the admin (``admin``) and as ServiceAccounts holding only given Roles."""
+
+    def __init__(self, envtest: Envtest, admin: Kubectl, tmp: Path) -> None:
+        self.envtest, self.admin, self.tmp = envtest, admin, tmp
+
+    def as_sa(self, name: str) -> Kubectl:
+        self.envtest.ensure_service_account(NS, name)
+        path = self.envtest.write_token_kubeconfig(self.tmp / f"{name}.kubeconfig", self.envtest.token_for(NS, name), namespace=NS)
+        return Kubectl(ApiServerUnderTest("real", self.envtest.url, path, envtest=self.envtest))
+
+
+@pytest.fixture(scope="module")
+def tenant(envtest: Envtest, tmp_path_factory: pytest.TempPathFactory) -> Tenant:
+    api = ApiServerUnderTest("real", envtest.url, envtest.kubeconfig_path, envtest=envtest)
+    admin = Kubectl(api)
+    api.install(admin.kubectl)
+    admin.run("create", "namespace", NS)
+    t = Tenant(envtest, admin, tmp_path_factory.mktemp("tenant"))
+    writer_rules = [
+        {"apiGroups": ["banlieue.io"], "resources": ["providers", "virtualmachines"], "verbs": WRITE},
+        {"apiGroups": ["infrastructure.banlieue.io"], "resources": ["vspheremachines", "vspheremachinetemplates"], "verbs": WRITE},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["tenant-creds"]},
+    ]
+    placer_rules = [*writer_rules, {"apiGroups": ["infrastructure.banlieue.io"], "resources": ["vspheremachines"],
+                                    "verbs": [RAW_PLACEMENT_VERB]}]
+    admin.ok("apply", "--server-side", "-f", "-", docs=[
+        _secret("admin-creds"), _secret("tenant-creds"), *_role("writer", writer_rules), *_role("placer", placer_rules)])
+    # Policies and RBAC take effect a moment after they are created: wait until the writer is
+    # refused what the policy refuses (dry run), or fail after 30 s.
+    writer = t.as_sa("writer")
+    deadline = time.monotonic() + 30
+    while writer.run("apply", "--server-side", "--dry-run=server", "-f", "-",
+                     docs=[_provider("probe", "admin-creds")]).returncode == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return t
+
+
+def test_provider_pointing_at_a_secret_the_writer_cannot_read_is_refused(tenant: Tenant) -> None:
+    writer = tenant.as_sa("writer")
+    # The writer really cannot read it: the precondition of the case.
+    assert "forbidden" in writer.rejected("get", "secret", "admin-creds")
+    err = writer.rejected("apply", "--server-side", "-f", "-", docs=[_provider("stolen", "admin-creds")])
+    assert "banlieue-provider-secret-access" in err and "credentialsRef" in err, err
+    # Its own Secret: accepted.
+    writer.ok("apply", "--server-side", "-f", "-", docs=[_provider("own", "tenant-creds")])
+    # A CA from a Secret it cannot read: refused.
+    err = writer.rejected("apply", "--server-side", "-f", "-", docs=[
+        _provider("own", "tenant-creds", caBundle={"secretRef": {"name": "admin-creds", "key": "ca.crt"}})])
+    assert "caBundle.secretRef" in err, err
+
+
+def test_changing_the_endpoint_of_an_admin_provider_is_refused(tenant: Tenant) -> None:
+    tenant.admin.ok("apply", "--server-side", "-f", "-", docs=[_provider("admins", "admin-creds")])
+    writer = tenant.as_sa("writer")
+    for patch in ({"endpoint": "https://127.0.0.2:1/sdk"}, {"insecureSkipTLSVerify": True}):
+        err = writer.rejected("patch", "provider", "admins", "--type=merge", "-p", json.dumps({"spec": {"connection": patch}}))
+        assert "banlieue-provider-secret-access" in err, err
+    # What does not move the credentials stays allowed (a label).
+    writer.ok("label", "provider", "admins", "team=a")
+    stored = json.loads(tenant.admin.ok("get", "provider", "-n", NS, "admins", "-o", "json"))
+    assert stored["spec"]["connection"]["endpoint"] == "https://127.0.0.1:1/sdk"
+
+
+def test_http_endpoints_are_refused_for_everyone(tenant: Tenant) -> None:
+    err = tenant.admin.rejected("apply", "--server-side", "-f", "-", docs=[_provider("plain", "admin-creds", "HTTP://127.0.0.1:1/sdk")])
+    assert "banlieue-provider-https-endpoint" in err and "clear text" in err, err
+
+
+def test_user_data_from_a_secret_the_writer_cannot_read_is_refused(tenant: Tenant) -> None:
+    writer = tenant.as_sa("writer")
+    err = writer.rejected("apply", "--server-side", "-f", "-", docs=[_vm("copy", "admin-creds")])
+    assert "banlieue-virtualmachine-userdata-access" in err, err
+    writer.ok("apply", "--server-side", "-f", "-", docs=[_vm("mine", "tenant-creds")])
+
+
+def test_raw_placement_needs_the_custom_verb(tenant: Tenant) -> None:
+    writer = tenant.as_sa("writer")
+    err = writer.rejected("apply", "--server-side", "-f", "-", docs=[_machine("raw", datastore="LocalDS_0")])
+    assert "banlieue-vspheremachine-raw-placement" in err and RAW_PLACEMENT_VERB in err, err
+    writer.ok("apply", "--server-side", "-f", "-", docs=[_machine("classed", storageClass="standard")])
+    tenant.as_sa("placer").ok("apply", "--server-side", "-f", "-", docs=[_machine("raw", datastore="LocalDS_0")])
+    template = {"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachineTemplate",
+                "metadata": {"name": "t", "namespace": NS},
+                "spec": {"template": {"spec": {"template": "ubuntu", "folder": "/dc0/vm/other-team"}}}}
+    err = writer.rejected("apply", "--server-side", "-f", "-", docs=[template])
+    assert "banlieue-vspheremachinetemplate-raw-placement" in err, err
+
+
+def test_the_manager_may_not_list_or_watch_secrets(tenant: Tenant) -> None:
+    """config/rbac: the manager's ServiceAccount gets referenced Secrets by name only."""
+    k = tenant.admin
+    sa = "system:serviceaccount:banlieue-system:banlieue-manager"
+    for verb in ("list", "watch"):
+        for resource in ("secrets", "configmaps"):
+            proc = k.run("auth", "can-i", verb, resource, "--all-namespaces", "--as", sa)
+            assert proc.stdout.strip() == "no", (verb, resource, proc.stdout, proc.stderr)
+    assert k.run("auth", "can-i", "get", "secrets", "-n", NS, "--as", sa).stdout.strip() == "yes"
+    docs = [d for d in yaml.safe_load_all((Path(__file__).resolve().parents[2] / "config/rbac/provider_vsphere.yaml").read_text()) if d]
+    for doc in docs:
+        for rule in doc.get("rules") or []:
+            if set(rule["resources"]) & {"secrets", "configmaps"}:
+                assert rule["verbs"] == ["get"], rule
