@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 ARGS ?=
 GOENV := GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(CURDIR)/.cache/go-build GOFLAGS=-mod=mod
 
-.PHONY: dev test lint check-generated unit vcsim deps venv clean generate release image e2e-kind
+.PHONY: dev test lint check-generated unit vcsim capi deps venv clean generate release image e2e-kind
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -24,6 +24,28 @@ bin/vcsim: $(wildcard hack/vcsim/*.go)
 	$(GOENV) go build -o bin/vcsim ./hack/vcsim
 
 vcsim: deps bin/vcsim
+
+# Cluster API: core manager, kubeadm bootstrap and control-plane managers and clusterctl, built
+# from the pinned wrapper module hack/capi (go.mod + go.sum, no code: each binary is an upstream
+# `package main` built by its package path). Module mode, the shared default GOCACHE/GOMODCACHE,
+# the installed Go (GOTOOLCHAIN=local). The version is stamped at link time as upstream's release
+# build does (clusterctl reads it).
+CAPI_VERSION := v1.14.2
+CAPI_GOENV := GO111MODULE=on GOTOOLCHAIN=local GOFLAGS='-mod=readonly -buildvcs=false'
+CAPI_LDFLAGS := -X sigs.k8s.io/cluster-api/version.gitVersion=$(CAPI_VERSION) \
+	-X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=14 \
+	-X sigs.k8s.io/cluster-api/version.gitTreeState=clean
+CAPI_BINS := bin/capi-manager bin/capi-kubeadm-bootstrap-manager bin/capi-kubeadm-control-plane-manager bin/clusterctl
+bin/capi-manager: CAPI_PKG := core
+bin/capi-kubeadm-bootstrap-manager: CAPI_PKG := bootstrap/kubeadm
+bin/capi-kubeadm-control-plane-manager: CAPI_PKG := controlplane/kubeadm
+bin/clusterctl: CAPI_PKG := cmd/clusterctl
+
+$(CAPI_BINS): hack/capi/go.mod hack/capi/go.sum
+	@mkdir -p bin
+	cd hack/capi && $(CAPI_GOENV) go build -trimpath -ldflags "$(strip $(CAPI_LDFLAGS))" -o $(CURDIR)/$@ sigs.k8s.io/cluster-api/$(CAPI_PKG)
+
+capi: $(CAPI_BINS)
 
 lint: venv
 	$(VENV)/bin/ruff check banlieue tests bench hack
