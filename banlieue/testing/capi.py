@@ -258,6 +258,14 @@ def binary(name: str) -> Path:
     return path
 
 
+def binaries_missing() -> str | None:
+    """None when every ``make capi`` binary exists, else a skip reason naming the missing ones."""
+    directory = Path(os.environ.get("BANLIEUE_CAPI_BIN_DIR") or REPO_ROOT / "bin")
+    names = [c.binary for c in COMPONENTS] + ["clusterctl"]
+    missing = [n for n in names if not os.access(directory / n, os.X_OK)]
+    return f"CAPI binaries missing ({', '.join(missing)} in {directory}): run 'make capi'" if missing else None
+
+
 def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
     """Run ``kubectl --kubeconfig KUBECONFIG ARGS``; RuntimeError with its stderr on failure."""
     proc = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args], input=stdin, capture_output=True, text=True, check=False)
