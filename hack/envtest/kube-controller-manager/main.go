@@ -1,0 +1,17 @@
+// kube-controller-manager from the pinned k8s.io/kubernetes module (see ../go.mod); envtest runs
+// only the controllers the API itself relies on (garbage collector, namespace, service accounts).
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewControllerManagerCommand()))
+}
