@@ -78,8 +78,8 @@ generate: venv
 check-generated: venv
 	bash hack/check-generated.sh
 
-# The README's test command: everything CI runs.
-test: deps venv bin/vcsim lint check-generated
+# The README's test command: everything CI runs (the e2e suite also against envtest's kube-apiserver).
+test: deps venv bin/vcsim envtest lint check-generated
 	$(VENV)/bin/pytest -q -p no:cacheprovider $(ARGS)
 
 unit: venv

@@ -1,9 +1,12 @@
-"""End-to-end harness: ``banlieue manager`` as a subprocess against the API-server double (its own
-process) and two vcsims, driven with kubectl and plain HTTP. vcsim guests report no address on
+"""End-to-end harness: ``banlieue manager`` as a subprocess against an API server (the double in
+its own process, or envtest's kube-apiserver: :mod:`banlieue.testing.apiservers`) and two vcsims, driven with kubectl and plain HTTP. vcsim guests report no address on
 their own; the simulators play DHCP and VMware Tools (``start_vcsim(guest_ip=...)``, as
 ``banlieue dev`` starts them).
 
-``manager_env`` (module scope) installs config/crd, starts the manager with leader election,
+``manager_env`` (module scope, parametrized over :func:`banlieue.testing.apiservers.kinds`: the
+double and the real server unless ``$BANLIEUE_TEST_APISERVER`` picks one) installs config/crd
+(on the real server all of config/default but the Deployment, server-side, and the manager runs
+with a ServiceAccount token bound only to config/rbac), starts the manager with leader election,
 waits for ``/readyz``, then applies config/samples with each Provider pointed at its vcsim (the
 same rewrite ``banlieue dev`` does). Everything started is stopped at teardown. The process
 harness itself (``start_banlieue``, ``http``, ``wait_for``, ``condition``, ``crd_files``) is
@@ -26,13 +29,13 @@ from pyVim.connect import Disconnect, SmartConnect
 
 from banlieue.cmd.dev import find_kubectl, point_providers_at, sample_documents
 from banlieue.options import StartupError
-from banlieue.testing.apiserver.fixture import ApiServerProcess, start_subprocess
+from banlieue.testing.apiservers import ApiServerUnderTest, kinds, start_api_server
 from banlieue.testing.stack import BanlieueProcess, condition, crd_files, http, start_banlieue, wait_for
 from banlieue.testing.vcsim import GUEST_IP_RANGES, VcsimProcess, VcsimUnavailable, start_vcsim, vcsim_binary
 
 REPO = Path(__file__).resolve().parents[2]
 
-__all__ = ["REPO", "ManagerEnv", "VcsimClient", "condition", "crd_files", "http", "kubectl_path", "manager_env",
+__all__ = ["REPO", "ManagerEnv", "VcsimClient", "apply_flags", "condition", "crd_files", "http", "kubectl_path", "manager_env",
            "requirements_skip", "start_manager_env", "wait_for"]
 
 
@@ -57,15 +60,20 @@ def requirements_skip() -> pytest.MarkDecorator:
 
 @dataclass
 class ManagerEnv:
-    """The running environment of one test module: the API double, its vcsims (by Provider name)
-    and ``banlieue manager`` (:class:`~banlieue.testing.stack.BanlieueProcess`)."""
+    """The running environment of one test module: the API server (``api``: double or real), its
+    vcsims (by Provider name) and ``banlieue manager`` (:class:`~banlieue.testing.stack.BanlieueProcess`).
+    ``kubeconfig`` has all rights (kubectl of the tests); the manager's may have fewer."""
 
-    api_url: str
+    api: ApiServerUnderTest
     kubeconfig: Path
     vcsims: dict[str, VcsimProcess]
     manager: BanlieueProcess
     kubectl: str
     docs: list[dict[str, Any]]
+
+    @property
+    def api_url(self) -> str:
+        return self.api.url
 
     @property
     def metrics_url(self) -> str:
@@ -78,7 +86,7 @@ class ManagerEnv:
         return self.manager.probes_url
 
     def kubectl_run(self, *args: str, stdin: str | None = None, timeout: float = 90) -> str:
-        """``kubectl --kubeconfig <double> ARGS`` (``timeout`` s); asserts exit 0, returns stdout."""
+        """``kubectl --kubeconfig <all rights> ARGS`` (``timeout`` s); asserts exit 0, returns stdout."""
         proc = subprocess.run(
             [self.kubectl, "--kubeconfig", str(self.kubeconfig), *args], input=stdin, capture_output=True,
             text=True, timeout=timeout, check=False,
@@ -87,7 +95,11 @@ class ManagerEnv:
         return proc.stdout
 
     def get(self, path: str) -> tuple[int, Any]:
-        return http("GET", self.api_url + path, timeout=10.0)
+        return self.api.request("GET", path, timeout=10.0)
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """One request to the API server with all rights: ``(status, decoded body)``."""
+        return self.api.request(method, path, body)
 
     def log_tail(self, lines: int = 40) -> str:
         return self.manager.tail(lines)
@@ -98,6 +110,12 @@ class ManagerEnv:
         if not self.manager.stop(timeout):
             pytest.fail(f"manager did not exit within {timeout:g} s of SIGTERM:\n{self.log_tail()}")
         return int(self.manager.process.returncode)
+
+
+def apply_flags(env: ManagerEnv) -> tuple[str, ...]:
+    """``kubectl apply`` flags for test documents: ``--validate=false`` on the double (it serves
+    no OpenAPI v3 for kubectl's field validation); none on the real server (strict validation)."""
+    return ("--validate=false",) if env.api.kind == "double" else ()
 
 
 class VcsimClient:
@@ -115,39 +133,39 @@ class VcsimClient:
         Disconnect(self.si)
 
 
-def start_manager_env(stack: ExitStack, tmp: Path, api: ApiServerProcess,
+def start_manager_env(stack: ExitStack, tmp: Path, api: ApiServerUnderTest,
                       vcsims: dict[str, VcsimProcess]) -> ManagerEnv:
-    """Install config/crd into the running API double ``api`` with kubectl, start ``banlieue
-    manager --leader-elect`` (console logs into ``tmp/manager.log``) and wait (30 s) for its
-    ``/readyz``. The manager is stopped (SIGTERM) when ``stack`` closes, before what was
-    entered into ``stack`` earlier."""
+    """Install banlieue's API into the running API server ``api`` with kubectl
+    (:meth:`~banlieue.testing.apiservers.ApiServerUnderTest.install`), start ``banlieue manager
+    --leader-elect`` with :meth:`~banlieue.testing.apiservers.ApiServerUnderTest.manager_kubeconfig`
+    (console logs into ``tmp/manager.log``) and wait (30 s) for its ``/readyz``. The manager is
+    stopped (SIGTERM) when ``stack`` closes, before what was entered into ``stack`` earlier."""
     kubectl = kubectl_path()
     assert kubectl is not None
-    args = [a for p in crd_files() for a in ("-f", str(p))]
-    subprocess.run([kubectl, "--kubeconfig", str(api.kubeconfig_path), "apply", "--validate=false", *args],
-                   check=True, capture_output=True, timeout=60)
-    manager = start_banlieue(api.kubeconfig_path, tmp / "manager.log", log_format="console")
-    env = ManagerEnv(api.url, api.kubeconfig_path, vcsims, manager, kubectl, [])
+    api.install(kubectl)
+    manager = start_banlieue(api.manager_kubeconfig(kubectl, tmp), tmp / "manager.log", log_format="console")
+    env = ManagerEnv(api, api.kubeconfig_path, vcsims, manager, kubectl, [])
     stack.callback(env.stop_manager)
     manager.wait_ready(30)
     return env
 
 
-@pytest.fixture(scope="module")
-def manager_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagerEnv]:
-    """API double + vcsim per sample Provider + ``banlieue manager``, samples applied."""
+@pytest.fixture(scope="module", params=kinds(both_by_default=True))
+def manager_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagerEnv]:
+    """API server (``request.param``: double or real) + vcsim per sample Provider + ``banlieue
+    manager``, samples applied."""
     kubectl = kubectl_path()
     assert kubectl is not None
     tmp = tmp_path_factory.mktemp("manager-e2e")
     docs = sample_documents(REPO / "config/samples")
     providers = [d["metadata"]["name"] for d in docs if d.get("kind") == "Provider"]
     with ExitStack() as stack:
-        api = stack.enter_context(start_subprocess(bookmark_interval=5.0))
+        api = stack.enter_context(start_api_server(request.param, tmp, bookmark_interval=5.0))
         # 4 hosts per cluster: the sample class medium needs 8 GiB free in one cluster.
         vcsims = {name: stack.enter_context(start_vcsim(host=4, guest_ip=GUEST_IP_RANGES[i % len(GUEST_IP_RANGES)]))
                   for i, name in enumerate(providers)}
         env = start_manager_env(stack, tmp, api, vcsims)
         endpoints = {name: (vc.url, vc.ca_pem) for name, vc in vcsims.items()}
         env.docs = point_providers_at(docs, endpoints)
-        env.kubectl_run("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(env.docs))
+        env.kubectl_run("apply", *apply_flags(env), "-f", "-", stdin=yaml.safe_dump_all(env.docs))
         yield env

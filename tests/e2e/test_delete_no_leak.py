@@ -1,5 +1,5 @@
-"""No VM leaks on deletion: ``banlieue manager`` (subprocess) + the API-server double (its own
-process) + vcsim, driven with kubectl.
+"""No VM leaks on deletion: ``banlieue manager`` (subprocess) + an API server (the double in its
+own process, and envtest's kube-apiserver with its namespace controller) + vcsim, driven with kubectl.
 
 (a) ``kubectl delete ns`` of a namespace holding a Secret, a Provider and a Ready VirtualMachine:
 the namespace controller deletes the credentials Secret at once, the Provider waits on its
@@ -23,13 +23,14 @@ import pytest
 import yaml
 
 from banlieue.cmd.dev import point_providers_at, sample_documents
-from banlieue.testing.apiserver.fixture import start_subprocess
+from banlieue.testing.apiservers import kinds, start_api_server
 from banlieue.testing.vcsim import GUEST_IP_RANGES, start_vcsim
 
 from .harness import (
     REPO,
     ManagerEnv,
     VcsimClient,
+    apply_flags,
     condition,
     requirements_skip,
     start_manager_env,
@@ -43,11 +44,11 @@ READY_TIMEOUT = 90.0
 GONE_TIMEOUT = 60.0
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagerEnv]:
+@pytest.fixture(scope="module", params=kinds(both_by_default=True))
+def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagerEnv]:
     tmp = tmp_path_factory.mktemp("delete-no-leak")
     with ExitStack() as stack:
-        api = stack.enter_context(start_subprocess(bookmark_interval=5.0))
+        api = stack.enter_context(start_api_server(request.param, tmp, bookmark_interval=5.0))
         vc = stack.enter_context(start_vcsim(host=4, guest_ip=GUEST_IP_RANGES[0]))
         env = start_manager_env(stack, tmp, api, {PROVIDER: vc})
         env.docs = point_providers_at(sample_documents(REPO / "config/samples"), {PROVIDER: (vc.url, vc.ca_pem)})
@@ -106,7 +107,7 @@ def in_vcsim(env: ManagerEnv, bios_uuids: dict[str, str]) -> list[str]:
 
 def test_namespace_deletion_destroys_the_vm_then_the_namespace_goes(env: ManagerEnv) -> None:
     ns = "t4"
-    env.kubectl_run("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(namespace_docs(env, ns, ("web-1",))))
+    env.kubectl_run("apply", *apply_flags(env), "-f", "-", stdin=yaml.safe_dump_all(namespace_docs(env, ns, ("web-1",))))
     uuids = wait_ready(env, ns, ("web-1",))
     assert in_vcsim(env, uuids) == ["web-1"]
     status, provider = env.get(provider_path(ns))
@@ -121,7 +122,7 @@ def test_namespace_deletion_destroys_the_vm_then_the_namespace_goes(env: Manager
 def test_provider_in_use_waits_for_its_vms(env: ManagerEnv) -> None:
     ns = "t5"
     names = ("web-1", "web-2")
-    env.kubectl_run("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(namespace_docs(env, ns, names)))
+    env.kubectl_run("apply", *apply_flags(env), "-f", "-", stdin=yaml.safe_dump_all(namespace_docs(env, ns, names)))
     uuids = wait_ready(env, ns, names)
 
     env.kubectl_run("delete", "provider", PROVIDER, "-n", ns, "--wait=false")

@@ -1,6 +1,7 @@
 """``banlieue manager`` end to end: real processes, real HTTP, real SOAP.
 
-The API-server double runs in its own process, one vcsim per sample Provider, and the manager
+The API server (the double in its own process, then envtest's kube-apiserver, where the manager
+runs with a ServiceAccount token bound only to config/rbac), one vcsim per sample Provider, and the manager
 as ``python -m banlieue.cli manager --leader-elect``. config/crd and config/samples go in with
 kubectl. Checked: probes and metrics, the sample VMs Ready in vcsim with their class's shape,
 deletion removing the vSphere VM before the objects, and SIGTERM exiting 0 with both Leases
@@ -121,17 +122,33 @@ def test_sample_vms_become_ready_in_vcsim(manager_env: ManagerEnv) -> None:
     assert ready
 
 
+AUDIT_METHODS = {"create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE"}
+
+
+def _requests(env: ManagerEnv, name: str) -> list[tuple[str, str, str, int]]:
+    """``(method, path, query, status)`` of the requests whose path contains ``/<name>``: the
+    double's request log, or kube-apiserver's audit log (written before each answer: blocking mode)."""
+    if env.api.envtest is None:
+        status, body = http("GET", env.api_url + f"/debug/requests?pathContains=/{name}")
+        assert status == 200
+        return [(r["method"], r["path"], r["query"], r["status"]) for r in body["items"]]
+    out = []
+    for e in env.api.envtest.audit_events():
+        path, _, query = e["requestURI"].partition("?")
+        if f"/{name}" in path and e["verb"] in AUDIT_METHODS:
+            out.append((AUDIT_METHODS[e["verb"]], path, query, int(e.get("responseStatus", {}).get("code", 0))))
+    return out
+
+
 def _writes_to(env: ManagerEnv, name: str) -> Counter[str]:
-    """Successful writes to VirtualMachine and VSphereMachine ``name`` in the double's request
-    log, as ``"<verb> <resource>[/status] (apply|merge)"`` (server-side apply carries a
-    fieldManager; banlieue's finalizer patches are merge patches without one)."""
-    status, body = http("GET", env.api_url + f"/debug/requests?pathContains=/{name}")
-    assert status == 200
+    """Successful writes to VirtualMachine and VSphereMachine ``name``, as ``"<verb>
+    <resource>[/status] (apply|merge)"`` (server-side apply carries a fieldManager; banlieue's
+    finalizer patches are merge patches without one)."""
     out: Counter[str] = Counter()
-    for r in body["items"]:
-        resource = r["path"].split("/namespaces/default/", 1)[-1].replace(f"/{name}", "")
-        if r["method"] in ("POST", "PUT", "PATCH", "DELETE") and r["status"] < 300 and r["path"].split("/")[-1] in (name, "status"):
-            out[f"{r['method']} {resource} ({'apply' if 'fieldManager=' in r['query'] else 'merge'})"] += 1
+    for method, path, query, code in _requests(env, name):
+        resource = path.split("/namespaces/default/", 1)[-1].replace(f"/{name}", "")
+        if method in ("POST", "PUT", "PATCH", "DELETE") and code < 300 and path.split("/")[-1] in (name, "status"):
+            out[f"{method} {resource} ({'apply' if 'fieldManager=' in query else 'merge'})"] += 1
     return out
 
 
@@ -146,7 +163,7 @@ def test_a_new_vm_takes_eight_writes_from_create_to_ready(manager_env: ManagerEn
     name = "writes-1"
     body = {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": "default"},
             "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "ubuntu-22.04"}}}
-    status, created = http("POST", env.api_url + VMS, body)
+    status, created = env.request("POST", VMS, body)
     assert status == 201, created
     wait_for(f"{name} Ready", lambda: condition(env.get(f"{VMS}/{name}")[1], "Ready").get("status") == "True", READY_TIMEOUT)
     time.sleep(1.0)  # anything written after Ready would show up now
@@ -184,6 +201,19 @@ def test_deleting_a_vm_removes_it_from_vcsim_then_the_objects(manager_env: Manag
         client.close()
     status, body = env.get(VMS)
     assert status == 200 and "web-1" not in {v["metadata"]["name"] for v in body["items"]}
+
+
+def test_the_manager_was_never_forbidden(manager_env: ManagerEnv) -> None:
+    """RBAC is the truth: on kube-apiserver the manager runs with a ServiceAccount token bound
+    only to config/rbac; every request it made so far was allowed (the audit log has no 403)."""
+    env = manager_env
+    if env.api.envtest is None:
+        pytest.skip("the API double authorizes every request (no RBAC)")
+    events = env.api.envtest.audit_events()
+    mine = [e for e in events if e.get("user", {}).get("username") == "system:serviceaccount:banlieue-system:banlieue-manager"]
+    assert len(mine) > 100, f"the manager's requests are not in the audit log ({len(mine)})"
+    denied = [f"{e['verb']} {e['requestURI']}" for e in mine if e.get("responseStatus", {}).get("code") == 403]
+    assert denied == [], denied
 
 
 def test_sigterm_exits_0_and_releases_the_leases(manager_env: ManagerEnv) -> None:
