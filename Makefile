@@ -79,7 +79,7 @@ check-generated: venv
 	bash hack/check-generated.sh
 
 # The README's test command: everything CI runs (the e2e suite also against envtest's kube-apiserver).
-test: deps venv bin/vcsim envtest lint check-generated
+test: deps venv bin/vcsim envtest capi lint check-generated
 	$(VENV)/bin/pytest -q -p no:cacheprovider $(ARGS)
 
 unit: venv
