@@ -137,3 +137,13 @@ class RealCapi:
     def logs(self) -> str:
         """The tails of banlieue's and the CAPI managers' logs (for assertion messages)."""
         return f"--- banlieue manager\n{self.env.log_tail(30)}\n{self.managers.log_tails(15)}"
+
+
+def kubeadm_control_plane(name: str, namespace: str, template: str, *, replicas: int, version: str) -> dict[str, Any]:
+    """A KubeadmControlPlane whose Machines clone ``template``; node names from the datasource's
+    hostname (what a vSphere guest's cloud-init reads from guestinfo)."""
+    node = {"nodeRegistration": {"name": "{{ ds.meta_data.hostname }}"}}
+    return {"apiVersion": KUBEADM_CONTROL_PLANE.api_version, "kind": "KubeadmControlPlane", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": replicas, "version": version,
+                     "machineTemplate": {"spec": {"infrastructureRef": ref("VSphereMachineTemplate", template)}},
+                     "kubeadmConfigSpec": {"initConfiguration": node, "joinConfiguration": node}}}

@@ -35,8 +35,10 @@ from capi.real import (
     RealCapi,
     bootstrap_secret,
     cluster,
+    kubeadm_control_plane,
     machine_deployment,
     machine_template,
+    ref,
     vsphere_cluster,
 )
 from capi.simulator import condition
@@ -232,3 +234,47 @@ async def test_machine_deployments_per_failure_domain_on_real_capi(real_capi: Re
     await eventually(all_gone, timeout=PROVISION_TIMEOUT, what="Cluster and every Machine/VSphereMachine/VSphereCluster deleted", interval=1.0)
     assert await env.inventory() == baseline
     assert await r.get_or_none(SECRET, DATA_SECRET) is not None  # the user's Secret is the user's
+
+
+KUBERNETES_VERSION = "v1.34.4"
+CP_TEMPLATE = "demo-control-plane"
+
+
+async def test_kubeadm_control_plane_first_machine_in_a_control_plane_domain(real_capi: RealCapi) -> None:
+    """Real KCP + CABPK: with control-plane failure domains only in vcenter-a, KCP's first
+    Machine lands in one of them, CABPK's kubeadm init cloud-config reaches the VM's guestinfo,
+    and CAPI copies providerID and failure domain. KCP then waits for the workload API server on
+    the Cluster's loopback endpoint (nobody serves it here), so it creates no second Machine."""
+    r, env = real_capi, real_capi.env
+    ns = env.namespace
+    await env.wait_providers_ready()
+    vsc = vsphere_cluster(NAME, ns, list(env.vcsims), "127.17.0.2")
+    vsc["spec"]["controlPlaneFailureDomainSelector"] = {"matchLabels": {"provider": "vcenter-a"}}
+    await r.create(vsc)
+    await r.create(machine_template(CP_TEMPLATE, ns))
+    await r.create(kubeadm_control_plane(f"{NAME}-cp", ns, CP_TEMPLATE, replicas=3, version=KUBERNETES_VERSION))
+    await r.create(cluster(NAME, ns, control_plane_ref=ref("KubeadmControlPlane", f"{NAME}-cp", "controlplane.cluster.x-k8s.io")))
+    c = await wait_cluster_provisioned(r, domains=6)
+    domains = {fd["name"]: fd for fd in c["status"]["failureDomains"]}
+    cp_domains = {n for n, fd in domains.items() if fd.get("controlPlane")}
+    assert cp_domains == {n for n, fd in domains.items() if fd["attributes"]["provider"] == "vcenter-a"} and len(cp_domains) == 3
+
+    [machine] = await wait_machines_provisioned(r, 1)
+    assert machine["metadata"]["labels"].get("cluster.x-k8s.io/control-plane") == ""
+    fd = machine["spec"]["failureDomain"]
+    assert fd in cp_domains, (fd, cp_domains)
+    vsm = await r.get(VSPHERE_MACHINE, machine["spec"]["infrastructureRef"]["name"])
+    check_infra_machine(vsm, step="KCP machine provisioned")
+    assert vsm["status"]["failureDomain"] == fd and machine["spec"]["providerID"] == vsm["spec"]["providerID"]
+    [loc] = await env.locate(vsm["spec"]["providerID"].removeprefix("vsphere://"))
+    attrs = domains[fd]["attributes"]
+    assert (loc.vcenter, loc.datacenter, loc.cluster) == (attrs["provider"], attrs["datacenter"], attrs["cluster"])
+    secret = await r.get(SECRET, machine["spec"]["bootstrap"]["dataSecretName"])
+    user_data = base64.b64decode(loc.extra_config["guestinfo.userdata"]).decode()
+    assert user_data == base64.b64decode(secret["data"]["value"]).decode()
+    assert user_data.startswith("## template: jinja\n#cloud-config") and "kubeadm init" in user_data, user_data[:400]
+    assert "controlPlaneEndpoint: 127.17.0.2:6443" in user_data
+
+    # KCP waits for the control plane it cannot reach: still one Machine a while later.
+    await asyncio.sleep(PAUSE_OBSERVE_SECONDS)
+    assert len(await machines_of(r)) == 1
