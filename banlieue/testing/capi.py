@@ -117,7 +117,8 @@ def _url_host(url: str) -> str:
 
 def loopback_violations(objs: Iterable[Mapping[str, Any]]) -> list[str]:
     """Every non-loopback endpoint in ``objs`` (Kubernetes objects as dicts), one line each:
-    ``spec.controlPlaneEndpoint.host`` of any object (Cluster, VSphereCluster, …), a Provider's
+    ``spec.controlPlaneEndpoint.host`` of any object (Cluster, VSphereCluster, …) and
+    ``spec.template.spec.controlPlaneEndpoint.host`` of a template (VSphereClusterTemplate), a Provider's
     ``spec.connection.endpoint``, the ``clientConfig.url`` of admission webhooks and of CRD
     conversion webhooks (a ``clientConfig.service`` is a violation too: it would be dialled
     through a cluster Service address)."""
@@ -125,9 +126,11 @@ def loopback_violations(objs: Iterable[Mapping[str, Any]]) -> list[str]:
     for obj in objs:
         kind, name = obj.get("kind", "?"), (obj.get("metadata") or {}).get("name", "?")
         spec = obj.get("spec") or {}
-        cpe = spec.get("controlPlaneEndpoint") or {}
-        if cpe.get("host") and not is_loopback(str(cpe["host"])):
-            out.append(f"{kind}/{name}: spec.controlPlaneEndpoint.host {cpe['host']!r} is not on loopback (127.0.0.0/8)")
+        template_spec = (spec.get("template") or {}).get("spec") or {}
+        for path, where in (("spec", spec), ("spec.template.spec", template_spec)):  # an object, or a template of one
+            cpe = where.get("controlPlaneEndpoint") or {}
+            if cpe.get("host") and not is_loopback(str(cpe["host"])):
+                out.append(f"{kind}/{name}: {path}.controlPlaneEndpoint.host {cpe['host']!r} is not on loopback (127.0.0.0/8)")
         endpoint = (spec.get("connection") or {}).get("endpoint") if kind == "Provider" else None
         if endpoint and not is_loopback(_url_host(str(endpoint)) or str(endpoint).split(":")[0]):
             out.append(f"{kind}/{name}: spec.connection.endpoint {endpoint!r} is not on loopback (127.0.0.0/8)")

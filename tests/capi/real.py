@@ -17,6 +17,7 @@ from banlieue.reconcilers.kinds import (
     CAPI_CLUSTER,
     CAPI_MACHINE,
     VSPHERE_CLUSTER,
+    VSPHERE_CLUSTER_TEMPLATE,
     VSPHERE_MACHINE,
     VSPHERE_MACHINE_TEMPLATE,
 )
@@ -33,6 +34,7 @@ INFRA_GROUP = "infrastructure.banlieue.io"
 CAPI_GROUP = "cluster.x-k8s.io"
 LABEL_CLUSTER_NAME = "cluster.x-k8s.io/cluster-name"
 LABEL_DEPLOYMENT_NAME = "cluster.x-k8s.io/deployment-name"
+LABEL_CONTROL_PLANE = "cluster.x-k8s.io/control-plane"
 KINDS: dict[str, ResourceKind] = {k.kind: k for k in (CAPI_CLUSTER, CAPI_MACHINE, MACHINE_DEPLOYMENT, MACHINE_SET, KUBEADM_CONTROL_PLANE,
                                                      KUBEADM_CONFIG, VSPHERE_CLUSTER, VSPHERE_MACHINE, VSPHERE_MACHINE_TEMPLATE, SECRET)}
 
@@ -147,3 +149,51 @@ def kubeadm_control_plane(name: str, namespace: str, template: str, *, replicas:
             "spec": {"replicas": replicas, "version": version,
                      "machineTemplate": {"spec": {"infrastructureRef": ref("VSphereMachineTemplate", template)}},
                      "kubeadmConfigSpec": {"initConfiguration": node, "joinConfiguration": node}}}
+
+
+CLUSTER_CLASS = ResourceKind("cluster.x-k8s.io", "v1beta2", "ClusterClass", "clusterclasses")
+KCP_TEMPLATE = ResourceKind("controlplane.cluster.x-k8s.io", "v1beta2", "KubeadmControlPlaneTemplate", "kubeadmcontrolplanetemplates")
+KUBEADM_CONFIG_TEMPLATE = ResourceKind("bootstrap.cluster.x-k8s.io", "v1beta2", "KubeadmConfigTemplate", "kubeadmconfigtemplates")
+KINDS.update({k.kind: k for k in (CLUSTER_CLASS, KCP_TEMPLATE, KUBEADM_CONFIG_TEMPLATE, VSPHERE_CLUSTER_TEMPLATE)})
+
+
+def template_ref(kind: ResourceKind, name: str) -> dict[str, str]:
+    """A ClusterClass ``templateRef`` ({apiVersion, kind, name})."""
+    return {"apiVersion": kind.api_version, "kind": kind.kind, "name": name}
+
+
+def cluster_class_objects(name: str, namespace: str, providers: list[str], endpoint_host: str) -> list[dict[str, Any]]:
+    """A ClusterClass on banlieue's templates (VSphereClusterTemplate over ``providers`` with the
+    control-plane endpoint ``endpoint_host:6443``, one VSphereMachineTemplate for the control
+    plane and one for the ``default-worker`` MachineDeployment class), KCP and kubeadm config
+    templates, in creation order (templates first)."""
+    node = {"nodeRegistration": {"name": "{{ ds.meta_data.hostname }}"}}
+    meta = {"namespace": namespace}
+    return [
+        {"apiVersion": VSPHERE_CLUSTER_TEMPLATE.api_version, "kind": "VSphereClusterTemplate", "metadata": {"name": name, **meta},
+         "spec": {"template": {"spec": {"controlPlaneEndpoint": {"host": endpoint_host, "port": 6443},
+                                        "providerRefs": [{"name": p} for p in providers]}}}},
+        machine_template(f"{name}-control-plane", namespace),
+        machine_template(f"{name}-worker", namespace),
+        {"apiVersion": KCP_TEMPLATE.api_version, "kind": "KubeadmControlPlaneTemplate", "metadata": {"name": name, **meta},
+         "spec": {"template": {"spec": {"kubeadmConfigSpec": {"initConfiguration": node, "joinConfiguration": node}}}}},
+        {"apiVersion": KUBEADM_CONFIG_TEMPLATE.api_version, "kind": "KubeadmConfigTemplate", "metadata": {"name": f"{name}-worker", **meta},
+         "spec": {"template": {"spec": {"joinConfiguration": node}}}},
+        {"apiVersion": CLUSTER_CLASS.api_version, "kind": "ClusterClass", "metadata": {"name": name, **meta},
+         "spec": {"infrastructure": {"templateRef": template_ref(VSPHERE_CLUSTER_TEMPLATE, name)},
+                  "controlPlane": {"templateRef": template_ref(KCP_TEMPLATE, name),
+                                   "machineInfrastructure": {"templateRef": template_ref(VSPHERE_MACHINE_TEMPLATE, f"{name}-control-plane")}},
+                  "workers": {"machineDeployments": [{
+                      "class": "default-worker",
+                      "bootstrap": {"templateRef": template_ref(KUBEADM_CONFIG_TEMPLATE, f"{name}-worker")},
+                      "infrastructure": {"templateRef": template_ref(VSPHERE_MACHINE_TEMPLATE, f"{name}-worker")}}]}}},
+    ]
+
+
+def topology_cluster(name: str, namespace: str, class_name: str, version: str, *, control_plane_replicas: int,
+                     workers: int) -> dict[str, Any]:
+    return {"apiVersion": CAPI_CLUSTER.api_version, "kind": "Cluster", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}},
+                     "topology": {"classRef": {"name": class_name}, "version": version,
+                                  "controlPlane": {"replicas": control_plane_replicas},
+                                  "workers": {"machineDeployments": [{"class": "default-worker", "name": "md-0", "replicas": workers}]}}}}

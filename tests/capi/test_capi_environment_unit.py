@@ -75,3 +75,10 @@ def test_rendered_core_configuration_is_rewritten_to_loopback(tmp_path: Path) ->
     [vwc] = [d for d in out if d["kind"] == "ValidatingWebhookConfiguration"]
     assert all(w["clientConfig"]["url"].startswith("https://127.0.0.1:40123/validate-") for w in vwc["webhooks"])
     assert (tmp_path / "tls.crt").is_file() and (tmp_path / "tls.key").is_file()
+
+
+def test_cluster_template_endpoint_is_checked() -> None:
+    tmpl = {"kind": "VSphereClusterTemplate", "metadata": {"name": "t"},
+            "spec": {"template": {"spec": {"controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443}}}}}
+    with pytest.raises(capi.NetworkRuleViolation, match=r"VSphereClusterTemplate/t: spec.template.spec.controlPlaneEndpoint.host '10.0.0.100'"):
+        capi.check_loopback([tmpl])

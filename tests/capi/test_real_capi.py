@@ -30,15 +30,18 @@ from capi.contract import check_infra_cluster, check_infra_machine, check_infra_
 from capi.env import eventually
 from capi.real import (
     LABEL_CLUSTER_NAME,
+    LABEL_CONTROL_PLANE,
     LABEL_DEPLOYMENT_NAME,
     MACHINE_DEPLOYMENT,
     RealCapi,
     bootstrap_secret,
     cluster,
+    cluster_class_objects,
     kubeadm_control_plane,
     machine_deployment,
     machine_template,
     ref,
+    topology_cluster,
     vsphere_cluster,
 )
 from capi.simulator import condition
@@ -65,16 +68,21 @@ async def wait_cluster_provisioned(r: RealCapi, domains: int) -> dict[str, Any]:
         raise AssertionError(f"{e}\nCluster: {(await r.get(CAPI_CLUSTER, NAME)).get('status')}\n{r.logs()}") from None
 
 
-async def machines_of(r: RealCapi, deployment: str | None = None) -> list[dict[str, Any]]:
+async def machines_of(r: RealCapi, deployment: str | None = None, *, control_plane: bool = False) -> list[dict[str, Any]]:
+    """The Cluster's Machines (of ``deployment``; only control-plane ones when ``control_plane``)."""
     labels = {LABEL_CLUSTER_NAME: NAME} | ({LABEL_DEPLOYMENT_NAME: deployment} if deployment else {})
-    return sorted(await r.list(CAPI_MACHINE, labels), key=lambda m: m["metadata"]["name"])
+    ms = await r.list(CAPI_MACHINE, labels)
+    if control_plane:
+        ms = [m for m in ms if LABEL_CONTROL_PLANE in m["metadata"].get("labels", {})]
+    return sorted(ms, key=lambda m: m["metadata"]["name"])
 
 
-async def wait_machines_provisioned(r: RealCapi, count: int, deployment: str | None = None) -> list[dict[str, Any]]:
-    """``count`` Machines (of ``deployment``) whose providerID CAPI copied from their
-    VSphereMachine (the InfraMachine reported ``initialization.provisioned``)."""
+async def wait_machines_provisioned(r: RealCapi, count: int, deployment: str | None = None, *,
+                                    control_plane: bool = False) -> list[dict[str, Any]]:
+    """``count`` Machines (of ``deployment``, or control-plane ones) whose providerID CAPI copied
+    from their VSphereMachine (the InfraMachine reported ``initialization.provisioned``)."""
     async def check() -> list[dict[str, Any]] | None:
-        ms = [m for m in await machines_of(r, deployment) if not m["metadata"].get("deletionTimestamp")]
+        ms = [m for m in await machines_of(r, deployment, control_plane=control_plane) if not m["metadata"].get("deletionTimestamp")]
         return ms if len(ms) == count and all(m["spec"].get("providerID") for m in ms) else None
     try:
         return await eventually(check, timeout=PROVISION_TIMEOUT, what=f"{count} Machines with providerID", interval=1.0)
@@ -278,3 +286,51 @@ async def test_kubeadm_control_plane_first_machine_in_a_control_plane_domain(rea
     # KCP waits for the control plane it cannot reach: still one Machine a while later.
     await asyncio.sleep(PAUSE_OBSERVE_SECONDS)
     assert len(await machines_of(r)) == 1
+
+
+async def test_cluster_class_topology_on_banlieue_templates(real_capi: RealCapi) -> None:
+    """ClusterClass on VSphereClusterTemplate + VSphereMachineTemplate: the topology controller
+    creates the VSphereCluster (controller-owned by the Cluster) and the KCP, whose first Machine
+    banlieue provisions; its server-side-apply dry runs of banlieue's templates and objects are
+    not rejected (TopologyReconciled True); the worker MachineDeployment exists and waits for
+    kubeadm join data (the control plane is never initialized here)."""
+    r, env = real_capi, real_capi.env
+    ns = env.namespace
+    await env.wait_providers_ready()
+    for obj in cluster_class_objects("banlieue", ns, list(env.vcsims), "127.17.0.3"):
+        await r.create(obj)
+    await r.create(topology_cluster(NAME, ns, "banlieue", KUBERNETES_VERSION, control_plane_replicas=1, workers=1))
+    c = await wait_cluster_provisioned(r, domains=6)
+    assert c["spec"]["controlPlaneEndpoint"] == {"host": "127.17.0.3", "port": 6443}
+    vsc_ref = c["spec"]["infrastructureRef"]
+    assert (vsc_ref["apiGroup"], vsc_ref["kind"]) == ("infrastructure.banlieue.io", "VSphereCluster")
+    vsc = await r.get(VSPHERE_CLUSTER, vsc_ref["name"])
+    check_infra_cluster(vsc, step="created by the topology controller")
+    [owner] = [o for o in vsc["metadata"]["ownerReferences"] if o["kind"] == "Cluster"]
+    assert owner["controller"] is True  # with a topology CAPI controls the InfraCluster
+    assert vsc["metadata"]["annotations"]["cluster.x-k8s.io/cloned-from-name"] == "banlieue"
+
+    [machine] = await wait_machines_provisioned(r, 1, control_plane=True)
+    vsm = await r.get(VSPHERE_MACHINE, machine["spec"]["infrastructureRef"]["name"])
+    check_infra_machine(vsm, step="topology control-plane machine")
+    assert vsm["status"]["failureDomain"] == machine["spec"]["failureDomain"]
+    [loc] = await env.locate(vsm["spec"]["providerID"].removeprefix("vsphere://"))
+    assert loc.power_state == "poweredOn"
+
+    async def topology_reconciled() -> dict[str, Any] | None:
+        obj = await r.get(CAPI_CLUSTER, NAME)
+        cond = condition(obj, "TopologyReconciled") or {}
+        return cond if cond.get("status") == "True" else None
+    try:
+        await eventually(topology_reconciled, timeout=60, what="Cluster TopologyReconciled True", interval=1.0)
+    except AssertionError:
+        cond = condition(await r.get(CAPI_CLUSTER, NAME), "TopologyReconciled")
+        raise AssertionError(f"TopologyReconciled: {cond}\n{r.logs()}") from None
+    [md] = await r.list(MACHINE_DEPLOYMENT, {LABEL_CLUSTER_NAME: NAME})
+    assert md["spec"]["template"]["spec"]["infrastructureRef"]["kind"] == "VSphereMachineTemplate"
+    # The worker's VSphereMachine exists and waits for kubeadm join data (CABPK: only once the
+    # control plane is initialized, which needs a workload API server this test does not run).
+    [worker] = [m for m in await machines_of(r) if LABEL_CONTROL_PLANE not in m["metadata"]["labels"]]
+    wvsm = await r.get(VSPHERE_MACHINE, worker["spec"]["infrastructureRef"]["name"])
+    assert (condition(wvsm, "Ready") or {}).get("reason") == "WaitingForBootstrapData"
+    assert await env.find_vms(uid=wvsm["metadata"]["uid"]) == []
