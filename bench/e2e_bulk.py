@@ -230,7 +230,7 @@ def scale_point(work: Path, n: int, entries: list[dict[str, Any]], record: Any) 
         assert env.manager is not None
         rss = rss_mib(env.manager.pid)
         if e2e_env.MEMPROBE:
-            env.manager.send_signal(signal.SIGUSR1)
+            env.manager.process.send_signal(signal.SIGUSR1)
             time.sleep(30.0)
         cpu = cpu_seconds(env.manager.pid)
         soap = env.soap_requests()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import subprocess
 import sys
 import time
 from contextlib import ExitStack
@@ -27,8 +26,9 @@ sys.path.insert(0, str(REPO))
 
 from e2e_guests import EventGuestNetwork  # noqa: E402
 
-from banlieue.cmd.dev import GuestNetwork, free_port  # noqa: E402
+from banlieue.cmd.dev import GuestNetwork  # noqa: E402
 from banlieue.testing.apiserver.fixture import ApiServerProcess, start_subprocess  # noqa: E402
+from banlieue.testing.stack import BanlieueProcess, start_banlieue  # noqa: E402
 from banlieue.testing.stack import http as stack_http  # noqa: E402
 from banlieue.testing.vcsim import VcsimProcess, start_vcsim  # noqa: E402
 
@@ -139,9 +139,7 @@ class Env:
     stack: ExitStack = field(default_factory=ExitStack)
     api: ApiServerProcess | None = None
     vcsims: dict[str, VcsimProcess] = field(default_factory=dict)
-    manager: subprocess.Popen[bytes] | None = None
-    metrics_url: str = ""
-    probes_url: str = ""
+    manager: BanlieueProcess | None = None
     manager_started: float = 0.0
     guests: str | None = None
     """``vcsim``, ``event`` or ``poll`` for this Env (default: GUESTS)."""
@@ -218,32 +216,31 @@ class Env:
         self.create(VMIMAGES, IMAGE_DOC)
 
     def start_manager(self, *extra: str, env: dict[str, str] | None = None) -> None:
-        """``banlieue manager --leader-elect`` (log level warning) on free ports; returns at once."""
-        kubeconfig = self.api.kubeconfig_path if self.api else None
-        metrics, probes = free_port(), free_port()
-        self.metrics_url = f"http://127.0.0.1:{metrics}/metrics"
-        self.probes_url = f"http://127.0.0.1:{probes}"
-        probe = [str(REPO / "bench" / "e2e_memprobe.py")] if MEMPROBE else ["-m", "banlieue.cli"]
+        """``banlieue manager --leader-elect`` (log level warning) on free ports
+        (``banlieue.testing.stack.start_banlieue``); returns at once."""
+        assert self.api is not None
+        entry = (str(REPO / "bench" / "e2e_memprobe.py"),) if MEMPROBE else ("-m", "banlieue.cli")
         if MEMPROBE:
             env = {**(env or {}), "BENCH_MEMPROBE_OUT": str(self.workdir / "memprobe.txt")}
-        argv = [sys.executable, *probe, "manager", "--kubeconfig", str(kubeconfig), "--leader-elect",
-                "--leader-election-namespace", NS, "--metrics-bind-address", f"127.0.0.1:{metrics}",
-                "--health-probe-bind-address", f"127.0.0.1:{probes}", "--log-format", "json",
-                "--log-level", "warning", *self.manager_args, *extra]
-        log = self.workdir / "manager.log"
         self.manager_started = time.monotonic()
-        with log.open("ab") as sink:
-            self.manager = subprocess.Popen(argv, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL, cwd=REPO,
-                                            env={**os.environ, **(env or {})})
+        self.manager = start_banlieue(self.api.kubeconfig_path, self.workdir / "manager.log", "manager",
+                                      *self.manager_args, *extra, leader_election_namespace=NS, log_level="warning",
+                                      entry=entry, extra_env=env)
+
+    @property
+    def metrics_url(self) -> str:
+        """The manager's ``/metrics`` URL (127.0.0.1, free port)."""
+        assert self.manager is not None
+        return self.manager.metrics_url
 
     def wait_ready(self, timeout: float = 600.0) -> float:
         """Poll /readyz every 20 ms until 200; returns seconds since :meth:`start_manager`."""
         assert self.manager is not None
         deadline = time.monotonic() + timeout
         while True:
-            if self.manager.poll() is not None:
+            if not self.manager.alive():
                 raise RuntimeError(f"manager exited {self.manager.returncode}: {self.log_tail()}")
-            if http("GET", self.probes_url + "/readyz", timeout=2.0)[0] == 200:
+            if http("GET", self.manager.probes_url + "/readyz", timeout=2.0)[0] == 200:
                 return time.monotonic() - self.manager_started
             if time.monotonic() > deadline:
                 raise RuntimeError(f"/readyz not 200 within {timeout} s: {self.log_tail()}")
@@ -253,13 +250,7 @@ class Env:
         """SIGTERM the manager (it drains and releases its Leases), kill after 40 s."""
         if self.manager is None:
             return
-        if self.manager.poll() is None:
-            self.manager.terminate()
-            try:
-                self.manager.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                self.manager.kill()
-                self.manager.wait(timeout=10)
+        self.manager.stop(timeout=40)
         self.manager = None
 
     def log_tail(self, lines: int = 20) -> str:

@@ -306,6 +306,17 @@ class VMChange:
     kind: Literal["modified", "removed"]
 
 
+def taxonomy(err: BackendError) -> str:
+    """The taxonomy name of a backend error (``AuthFailed``, ``TLSVerifyFailed``, ``Transient``,
+    ``NotFound``, ``InvalidSpec``, ``TaskFailed``) from its class, else its ``reason``: the
+    vSphere backend gives some errors a more specific ``reason`` (a Transient with reason
+    ``ConnectFailed``), and the mapping to SPEC reasons goes by the class."""
+    for cls in (AuthFailed, TLSVerifyFailed, Transient, NotFound, InvalidSpec, TaskFailed):
+        if isinstance(err, cls):
+            return cls.__name__
+    return err.reason
+
+
 # --- protocol -----------------------------------------------------------------------------------
 
 
@@ -318,6 +329,13 @@ class Backend(Protocol):
 
     async def check_connection(self, conn: Connection) -> str:
         """Log in (or reuse the session); return the vCenter's API version (e.g. ``"6.5"``)."""
+        ...
+
+    def spec_error(self, spec: VMSpec) -> str | None:
+        """Why no vCenter could take ``spec`` (a hard limit of the hypervisor, e.g. the 64 KiB
+        of a vSphere guestinfo value), as an actionable message; None when it fits. Pure and
+        cheap, no call: the VSphereMachine reconciler checks it before cloning or reconfiguring
+        (``create_vm`` would raise InvalidSpec for the same spec)."""
         ...
 
     async def inventory(self, conn: Connection, capabilities: Capabilities) -> Inventory:

@@ -41,17 +41,15 @@ from kubernetes_asyncio.client import Configuration
 
 from banlieue.backends.base import Backend
 from banlieue.options import Options, StartupError
-from banlieue.reconcilers import (
-    kinds,
-    provider,
-    virtualmachine,
-    vmimage,
-    vspherecluster,
-    vspheremachine,
-    vspheremachinetemplate,
-)
+from banlieue.reconcilers import kinds
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.metrics import Source, bind_source, informer_source
+from banlieue.reconcilers.provider import controller as provider
+from banlieue.reconcilers.virtualmachine import controller as virtualmachine
+from banlieue.reconcilers.vmimage import controller as vmimage
+from banlieue.reconcilers.vspherecluster import controller as vspherecluster
+from banlieue.reconcilers.vspheremachine import controller as vspheremachine
+from banlieue.reconcilers.vspheremachinetemplate import controller as vspheremachinetemplate
 from banlieue.runtime.client import Client
 from banlieue.runtime.config import KubeconfigError, Timeouts, load_config
 from banlieue.runtime.controller import Controller

@@ -1,1 +1,2 @@
-"""Reconcilers: one module per CRD, ``decide(snapshot) -> Plan`` plus thin wiring."""
+"""Reconcilers: one package per controller (``<kind>/controller.py`` wiring + ``decide.py`` pure
+step), and the modules several controllers share (docs/layout.md)."""

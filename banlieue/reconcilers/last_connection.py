@@ -5,7 +5,7 @@ finalizer), while the VSphereMachines and the Provider wait on their finalizers.
 Secret no Connection can be built and the VM could not be destroyed. So every Connection built
 successfully by ``remembered_connection_for`` is kept here, keyed by ``<namespace>/<provider>``,
 and a machine being deleted whose Provider's Secret is gone (or whose Provider object is gone)
-uses the last one (``vspheremachine_decide``). Only deletion uses it: a running machine still
+uses the last one (``vspheremachine.decide``). Only deletion uses it: a running machine still
 reports ``SecretMissing``.
 
 The store lives only in this process's memory (one per manager ``Cache``, i.e. per role
@@ -21,9 +21,8 @@ import weakref
 
 from banlieue.api.provider import Provider
 from banlieue.backends.base import Connection
+from banlieue.reconcilers.connection import connection_for
 from banlieue.runtime.cache import Cache
-
-from .vsphere_connection import connection_for
 
 
 class LastKnownConnections:
@@ -66,7 +65,7 @@ def last_known(cache: Cache) -> LastKnownConnections:
 
 
 def remembered_connection_for(provider: Provider, cache: Cache) -> Connection:
-    """``vsphere_connection.connection_for`` that also remembers a successful result in
+    """``connection.connection_for`` that also remembers a successful result in
     ``last_known(cache)``. Raises ConnectionConfigError like ``connection_for``."""
     conn = connection_for(provider, cache)
     last_known(cache).remember(conn)

@@ -277,7 +277,7 @@ def test_malformed_secrets_and_ca_bundles_are_config_errors(secret: dict[str, An
     returns a Connection or raises ConnectionConfigError with a SPEC reason and a message that
     quotes no value: never any other exception."""
     from banlieue.api.provider import Provider
-    from banlieue.reconcilers.vsphere_connection import ConnectionConfigError, connection_from_objects
+    from banlieue.reconcilers.connection import ConnectionConfigError, connection_from_objects
 
     connection: dict[str, Any] = {"endpoint": "https://vc.example/sdk", "credentialsRef": {"name": "s"},
                                   "insecureSkipTLSVerify": insecure}

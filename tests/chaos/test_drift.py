@@ -1,5 +1,5 @@
 """VMs changed behind banlieue's back (issue 10, fifth bullet), with the expected behaviour of
-SPEC §3 and ``banlieue/reconcilers/vspheremachine_decide.py``:
+SPEC §3 and ``banlieue/reconcilers/vspheremachine/decide.py``:
 
 - powered off in vCenter -> powered back on (desired ``PoweredOn``), Ready again;
 - deleted in vCenter -> reported (VSphereMachine ``Ready=False``, reason ``VMNotFound``, a Warning

@@ -153,6 +153,11 @@ class VSphereBackend:
 
     # --- Backend ----------------------------------------------------------------------------
 
+    def spec_error(self, spec: VMSpec) -> str | None:
+        """The guestinfo size limit (``guestinfo.spec_error``): base64 user data or metadata
+        over 64 KiB."""
+        return guestinfo.spec_error(spec)
+
     async def check_connection(self, conn: Connection) -> str:
         # CurrentTime needs a live session: one request proves reachability and credentials.
         await self.sessions.run(conn, lambda s: s.si.CurrentTime())

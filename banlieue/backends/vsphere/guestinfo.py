@@ -20,7 +20,7 @@ import base64
 import json
 from typing import Any
 
-from banlieue.backends.base import InvalidSpec, NicSpec
+from banlieue.backends.base import InvalidSpec, NicSpec, VMSpec
 
 USERDATA = "guestinfo.userdata"
 USERDATA_ENCODING = "guestinfo.userdata.encoding"
@@ -86,6 +86,12 @@ def size_error(instance_id: str, hostname: str, nics: list[NicSpec], user_data: 
             "use fewer addresses, routes or name servers"
         )
     return None
+
+
+def spec_error(spec: VMSpec) -> str | None:
+    """``size_error`` of what ``spec`` would put in guestinfo (host name, NICs, user data): the
+    vSphere backend's ``Backend.spec_error``."""
+    return size_error(spec.uid, spec.hostname or spec.name, list(spec.nics), spec.user_data)
 
 
 def _metadata_bytes(instance_id: str, hostname: str, nics: list[tuple[NicSpec, str]]) -> bytes:

@@ -88,7 +88,7 @@ def ssl_context(conn: Connection) -> ssl.SSLContext:
             return ssl.create_default_context(cadata=conn.ca_bundle)
         except (ssl.SSLError, ValueError, TypeError) as exc:  # TypeError: text that is not ASCII
             # A configuration error, reported as TLSVerifyFailed like the reconcilers' own check
-            # (vsphere_connection.check_ca_bundle), which normally catches it before any call.
+            # (connection.check_ca_bundle), which normally catches it before any call.
             raise TLSVerifyFailed(f"spec.connection.caBundle is not a valid PEM certificate bundle: {exc}") from exc
     return ssl.create_default_context()
 

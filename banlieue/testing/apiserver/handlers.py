@@ -9,8 +9,7 @@ URL shapes (API concepts, "Resource URIs"): ``/api/v1/<plural>[/<name>[/<sub>]]`
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 from aiohttp import web
@@ -18,53 +17,29 @@ from multidict import CIMultiDict
 
 from . import builtin, errors, protobuf, scale
 from .errors import ApiError
+from .faults import Faults
 from .listing import list_objects, selector_matcher, validate_list_options
 from .patching import apply_patch
 from .resources import ResourceType
-from .rest import WriteOptions
+from .rest import Rest, WriteOptions
+from .store import Store
 from .tables import to_table
+from .target import Target
 from .views import json_response, partial_metadata, present, wants_partial_metadata, wants_table
 from .watch import DEFAULT_WATCH_TIMEOUT, WatchRequest, serve_watch
 
-if TYPE_CHECKING:
-    from .server import ApiServer
-
 JSON = dict[str, Any]
-NOT_FOUND_PATH = ApiError(404, "NotFound", "the server could not find the requested resource", details={})
 
 
-@dataclass
-class Target:
-    """A parsed resource URL."""
+class Backing(Protocol):
+    """What the handlers read and write through: the server's store and REST layer, its fault
+    injection and watch bookmark interval (``ApiServer`` has them; the handlers need no more,
+    and do not import the server)."""
 
-    rt: ResourceType
-    namespace: str | None
-    name: str | None
-    subresource: str | None
-    watch_path: bool
-
-
-def parse_target(server: ApiServer, group: str, version: str, segs: list[str]) -> Target:
-    """Resolve path segments after ``/api/v1`` or ``/apis/<g>/<v>``; 404 when not served."""
-    watch_path = bool(segs) and segs[0] == "watch"
-    if watch_path:
-        segs = segs[1:]
-    ns: str | None = None
-    if len(segs) >= 3 and segs[0] == "namespaces" and segs[2] not in ("status", "finalize"):
-        ns, segs = segs[1], segs[2:]
-    if not segs or len(segs) > 3:
-        raise NOT_FOUND_PATH
-    rt = server.registry.get(group, version, segs[0])
-    if rt is None:
-        raise NOT_FOUND_PATH
-    name = segs[1] if len(segs) > 1 else None
-    sub = segs[2] if len(segs) > 2 else None
-    if sub is not None and not ((sub == "status" and rt.status_subresource) or (sub == "scale" and rt.scale_subresource)
-                                or (sub == "finalize" and rt.plural == "namespaces")):
-        raise NOT_FOUND_PATH
-    if (ns is not None and not rt.namespaced) or (rt.namespaced and ns is None and name is not None):
-        raise NOT_FOUND_PATH
-    return Target(rt, ns, name, sub, watch_path)
+    store: Store
+    rest: Rest
+    faults: Faults
+    bookmark_interval: float
 
 
 def _bool(v: str | None) -> bool:
@@ -163,7 +138,7 @@ def write_options(request: web.Request) -> WriteOptions:
                         user_agent=request.headers.get("User-Agent", ""))
 
 
-async def watch_objects(server: ApiServer, t: Target, request: web.Request) -> web.StreamResponse:
+async def watch_objects(server: Backing, t: Target, request: web.Request) -> web.StreamResponse:
     """WATCH (``?watch=1`` or the ``/watch/`` prefix)."""
     rt, q = t.rt, request.query
     base = selector_matcher(rt, request)
@@ -228,7 +203,7 @@ def negotiate(rt: ResourceType, accept: str) -> str:
     raise ApiError(406, "NotAcceptable", f"only the following media types are accepted: {ACCEPTABLE}")
 
 
-async def handle_resource(server: ApiServer, t: Target, request: web.Request) -> web.StreamResponse:
+async def handle_resource(server: Backing, t: Target, request: web.Request) -> web.StreamResponse:
     """Dispatch a resource request by method; answers YAML when the client prefers it."""
     form = negotiate(t.rt, request.headers.get("Accept", ""))
     resp = await _handle_resource(server, t, request)
@@ -240,7 +215,7 @@ async def handle_resource(server: ApiServer, t: Target, request: web.Request) ->
     return resp
 
 
-async def _handle_scale(server: ApiServer, t: Target, request: web.Request) -> web.Response:
+async def _handle_scale(server: Backing, t: Target, request: web.Request) -> web.Response:
     """GET/PUT/PATCH of ``/scale`` (autoscaling/v1 Scale)."""
     rt, ns, name = t.rt, t.namespace or "", t.name or ""
     if request.method == "GET":
@@ -254,7 +229,7 @@ async def _handle_scale(server: ApiServer, t: Target, request: web.Request) -> w
     raise errors.method_not_allowed(rt.group, rt.plural, request.method)
 
 
-async def _handle_resource(server: ApiServer, t: Target, request: web.Request) -> web.StreamResponse:
+async def _handle_resource(server: Backing, t: Target, request: web.Request) -> web.StreamResponse:
     rt, method, q = t.rt, request.method, request.query
     verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
     if verb is None:
@@ -266,7 +241,7 @@ async def _handle_resource(server: ApiServer, t: Target, request: web.Request) -
         if t.watch_path or _bool(q.get("watch")):
             return await watch_objects(server, t, request)
         if t.name is None:
-            return list_objects(server, t, request)
+            return list_objects(server.store, t, request)
         rv_q = q.get("resourceVersion", "")
         if rv_q.isdigit() and int(rv_q) > server.store.rv:
             raise errors.too_large_resource_version(int(rv_q), server.store.rv)
@@ -320,7 +295,7 @@ async def _handle_resource(server: ApiServer, t: Target, request: web.Request) -
     return json_response(present(rt, out) if out.get("kind") != "Status" else out, 200)
 
 
-def delete_collection(server: ApiServer, t: Target, request: web.Request, options: JSON,
+def delete_collection(server: Backing, t: Target, request: web.Request, options: JSON,
                       opts: WriteOptions) -> web.Response:
     """DELETE on a collection: delete every matching object; returns the list of them."""
     rt = t.rt

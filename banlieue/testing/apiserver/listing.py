@@ -11,19 +11,17 @@ import base64
 import binascii
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from . import builtin, errors
 from .resources import ResourceType
 from .selectors import parse_field_selector, parse_label_selector
+from .store import Store
 from .tables import to_table
+from .target import Target
 from .views import json_response, partial_metadata, present, wants_partial_metadata, wants_table
-
-if TYPE_CHECKING:
-    from .handlers import Target
-    from .server import ApiServer
 
 JSON = dict[str, Any]
 
@@ -109,7 +107,7 @@ def validate_list_options(request: web.Request, *, watch: bool) -> None:
         raise errors.invalid("meta.k8s.io", "ListOptions", "", causes)
 
 
-def list_objects(server: ApiServer, t: Target, request: web.Request) -> web.Response:
+def list_objects(store: Store, t: Target, request: web.Request) -> web.Response:
     """LIST with selectors and limit/continue pagination.
 
     Pages of one list are a consistent snapshot at the first page's resourceVersion (rebuilt
@@ -119,7 +117,6 @@ def list_objects(server: ApiServer, t: Target, request: web.Request) -> web.Resp
     validate_list_options(request, watch=False)
     rt, q = t.rt, request.query
     matches = selector_matcher(rt, request)
-    store = server.store
     limit = 0
     if q.get("limit"):
         try:

@@ -28,10 +28,11 @@ from .builtin import builtin_types
 from .errors import ApiError
 from .faults import Faults
 from .gc import GarbageCollector
-from .handlers import NOT_FOUND_PATH, handle_resource, parse_target
+from .handlers import handle_resource
 from .resources import Registry, ResourceType
 from .rest import Rest, WriteOptions
 from .store import DEFAULT_HISTORY, Store
+from .target import NOT_FOUND_PATH, parse_target
 from .views import json_response
 
 JSON = dict[str, Any]
@@ -231,7 +232,7 @@ class ApiServer:
                 raise NOT_FOUND_PATH
             if len(segs) == 2:
                 return json_response(discovery.api_resource_list(self.registry, "", "v1") or {})
-            return await handle_resource(self, parse_target(self, "", "v1", segs[2:]), request)
+            return await handle_resource(self, parse_target(self.registry, "", "v1", segs[2:]), request)
         if len(segs) >= 2 and segs[0] == "apis":
             group = segs[1]
             if len(segs) == 2:
@@ -244,7 +245,7 @@ class ApiServer:
                 if doc is None:
                     raise NOT_FOUND_PATH
                 return json_response(doc)
-            return await handle_resource(self, parse_target(self, group, segs[2], segs[3:]), request)
+            return await handle_resource(self, parse_target(self.registry, group, segs[2], segs[3:]), request)
         raise NOT_FOUND_PATH
 
     @staticmethod

@@ -1,6 +1,9 @@
-"""Fixtures shared by the reconciler integration tests: a Client of the API-server double with the
-banlieue CRDs installed, ``ns`` (the fresh per-test namespace under a short name), a pyVmomi
-session to vcsim and a VSphereBackend for the provider role.
+"""Fixtures shared by the reconciler integration tests (one directory per controller package of
+banlieue/reconcilers): a Client of the API-server double with the banlieue CRDs installed,
+``ns`` (the fresh per-test namespace under a short name), a pyVmomi session to vcsim and a
+VSphereBackend for the provider role. Loading this file puts this directory on ``sys.path``
+(pytest's ``prepend`` import mode): the tests import reconciler_harness, provider_role and
+controller_role from here.
 
 ``apiserver`` and ``vcsim`` come from tests/conftest.py; ``namespace`` (created with this
 directory's ``client``) from tests/integration/conftest.py."""

@@ -1,7 +1,9 @@
-"""Plain helpers shared by the reconciler integration tests (fixtures are in conftest.py).
+"""Plain helpers shared by the reconciler integration tests (fixtures are in conftest.py; the
+role harnesses in provider_role.py and controller_role.py).
 
-Imported by the test modules as ``from reconciler_harness import ...`` (the test directory is on
-``sys.path`` in pytest's default ``prepend`` import mode, as for ``runtime_helpers`` next door).
+The tests live in one directory per controller package of banlieue/reconcilers and import these
+as ``from reconciler_harness import ...``: pytest's default ``prepend`` import mode puts this
+directory on ``sys.path`` when it loads the conftest.py beside it, before any test below it.
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ import pytest
 from pyVmomi import vim
 
 from banlieue.api.provider import ProviderConditionReason
-from banlieue.backends.base import AuthFailed, BackendError, Connection, TLSVerifyFailed, Transient
+from banlieue.backends.base import AuthFailed, BackendError, Connection, TLSVerifyFailed, Transient, taxonomy
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.backends.vsphere.faults import map_exception
-from banlieue.reconcilers.provider_decide import Failure, reason_of, taxonomy
+from banlieue.reconcilers.provider.decide import Failure, reason_of
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,0 +1,235 @@
+"""Provider reconciler (provider-vsphere role): gather -> ``provider.decide.decide`` -> execute.
+
+Gather: the Provider from the cache; for a vsphere, unpaused Provider its ``Connection`` from
+the credentials Secret and CA bundle (``connection.connection_for``, cache reads), then
+``backend.check_connection`` and ``backend.inventory``; each failure is recorded with its stage
+(config / connect / inventory) and the backend's reason, and decide maps it to the SPEC §2
+reason. Execute: server-side apply of the full status on ``/status`` (field manager of the role,
+force) when it changed, Events on Ready transitions, and the requeue decide asked for.
+
+Watches: Secrets and ConfigMaps map back to the Providers that reference them through the
+indexes ``providerSecrets`` / ``providerConfigMaps`` (values ``<namespace>/<name>``), so fixing
+a Secret or rotating a CA recovers without a restart (SPEC §4 "Secrets -> Providers that use
+them"). The Provider itself is watched for generation changes only, so the controller's own
+status writes do not trigger a new inventory walk; the periodic refresh is
+``provider.decide.REFRESH_SECONDS`` (capacity changes are not notified by vCenter).
+
+Deletion (``provider.deletion``): a vSphere Provider gets the finalizer ``banlieue.io/provider``
+first; a deleting one keeps it while VSphereMachines of its namespace use it (``Ready`` False
+``Deleting``) and drops it when none does. VSphereMachine events map to the deleting Providers
+they use, so the last machine going away releases the Provider at once. Every Connection built
+here is remembered (``last_connection``) for machine deletions after the Secret is gone.
+"""
+
+from __future__ import annotations
+
+import structlog
+from pydantic import ValidationError
+
+from banlieue.api.provider import Provider
+from banlieue.backends.base import BackendError, taxonomy
+from banlieue.reconcilers.connection import (
+    ConnectionConfigError,
+    referenced_config_maps,
+    referenced_secrets,
+)
+from banlieue.reconcilers.context import RoleContext
+from banlieue.reconcilers.kinds import (
+    CONFIG_MAP,
+    FINALIZER_PROVIDER,
+    PROVIDER,
+    PROVIDER_CLASS_VSPHERE,
+    SECRET,
+    VSPHERE_MACHINE,
+)
+from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
+from banlieue.reconcilers.provider.decide import Failure, Plan, Snapshot, capabilities_of, decide
+from banlieue.reconcilers.provider.deletion import (
+    DeletionPlan,
+    decide_deletion,
+    machine_uses_provider,
+)
+from banlieue.reconcilers.provider.reachability import ReachabilityNotifier, reachability_requests
+from banlieue.runtime.builder import ControllerBuilder
+from banlieue.runtime.controller import Controller
+from banlieue.runtime.errors import NotFound
+from banlieue.runtime.event import Object
+from banlieue.runtime.handler import MapFunc
+from banlieue.runtime.manager import Manager
+from banlieue.runtime.predicate import GenerationChangedPredicate, ResourceVersionChangedPredicate
+from banlieue.runtime.reconcile import Request, Result, TerminalError
+
+log = structlog.get_logger("banlieue.reconcilers.provider.controller")
+
+SECRETS_INDEX = "providerSecrets"
+"""Provider index: ``<namespace>/<name>`` of every Secret it reads (credentials, CA secretRef)."""
+CONFIG_MAPS_INDEX = "providerConfigMaps"
+"""Provider index: ``<namespace>/<name>`` of the ConfigMap its CA bundle comes from."""
+
+
+def _parse(obj: Object) -> Provider | None:
+    try:
+        return Provider.model_validate(obj)
+    except ValidationError:
+        return None
+
+
+def secrets_index(obj: Object) -> list[str]:
+    """Index function: ``<namespace>/<secret>`` for each Secret the Provider reads."""
+    p = _parse(obj)
+    return [f"{p.metadata.namespace}/{n}" for n in referenced_secrets(p)] if p is not None else []
+
+
+def config_maps_index(obj: Object) -> list[str]:
+    """Index function: ``<namespace>/<configmap>`` of the Provider's CA ConfigMap."""
+    p = _parse(obj)
+    return [f"{p.metadata.namespace}/{n}" for n in referenced_config_maps(p)] if p is not None else []
+
+
+class ProviderReconciler:
+    """Reconciles one Provider per request (see module docstring)."""
+
+    def __init__(self, ctx: RoleContext) -> None:
+        self.ctx = ctx
+
+    async def gather(self, provider: Provider) -> Snapshot:
+        """The Snapshot of ``provider``: nothing is read from the backend when the class is not
+        vsphere or the Provider is paused. Raises only what the backend raises outside its
+        taxonomy (a bug: the controller retries with back-off)."""
+        now = self.ctx.now()
+        if provider.spec.provider_class_ref.name != PROVIDER_CLASS_VSPHERE or provider.spec.paused:
+            return Snapshot(provider, now)
+        backend = self.ctx.backend
+        if backend is None:
+            return Snapshot(provider, now, failure=Failure("connect", "NoBackend", "this role has no vSphere backend"))
+        try:
+            conn = remembered_connection_for(provider, self.ctx.cache)
+        except ConnectionConfigError as err:
+            return Snapshot(provider, now, failure=Failure("config", err.reason, err.message))
+        try:
+            version = await backend.check_connection(conn)
+        except BackendError as err:
+            return Snapshot(provider, now, failure=Failure("connect", taxonomy(err), str(err)))
+        try:
+            inventory = await backend.inventory(conn, capabilities_of(provider))
+        except BackendError as err:
+            return Snapshot(provider, now, failure=Failure("inventory", taxonomy(err), str(err)), api_version=version)
+        return Snapshot(provider, now, inventory=inventory, api_version=version)
+
+    async def execute(self, provider: Provider, plan: Plan) -> None:
+        """Write the status (when changed) and record the plan's Events."""
+        if plan.write_status:
+            body = {
+                "apiVersion": provider.api_version,
+                "kind": provider.kind,
+                "metadata": {"name": provider.metadata.name, "namespace": provider.metadata.namespace},
+                "status": plan.status.to_wire(),
+            }
+            await self.ctx.client.apply_status(PROVIDER, body, field_manager=self.ctx.field_manager)
+        wire = provider.to_wire()
+        for event in plan.events:
+            self.ctx.recorder.event(wire, event.type, event.reason, event.message)
+
+    def users(self, provider: Provider) -> list[str]:
+        """Sorted names of the VSphereMachines (cache) that use ``provider``. Goes through the
+        namespace's machines one decoded object at a time (``Cache.iter_objects``): decoding
+        10,000 at once raised the manager's RSS by ~140 MiB."""
+        machines = self.ctx.cache.iter_objects(VSPHERE_MACHINE, provider.metadata.namespace)
+        return sorted(str(m["metadata"]["name"]) for m in machines if machine_uses_provider(m, provider))
+
+    async def reconcile_delete(self, raw: Object, provider: Provider) -> Result:
+        """A deleting Provider: keep the finalizer while machines use it, else drop it."""
+        plan: DeletionPlan = decide_deletion(provider, self.users(provider), self.ctx.now())
+        try:
+            if plan.write_status:
+                await self.execute(provider, Plan(status=plan.status, write_status=True))
+            for event in plan.events:
+                self.ctx.recorder.event(provider.to_wire(), event.type, event.reason, event.message)
+            if plan.remove_finalizer:
+                await self.ctx.client.remove_finalizer(PROVIDER, raw, FINALIZER_PROVIDER)
+                last_known(self.ctx.cache).forget(f"{provider.metadata.namespace}/{provider.metadata.name}")
+                log.info("provider released", provider=f"{provider.metadata.namespace}/{provider.metadata.name}")
+        except NotFound:
+            return Result()
+        return Result(requeue_after=plan.requeue_after)
+
+    async def reconcile(self, request: Request) -> Result:
+        """Gather -> decide -> execute; the Result carries decide's requeue."""
+        raw = self.ctx.cache.get(PROVIDER, request.name, request.namespace)
+        if raw is None:
+            return Result()
+        provider = _parse(raw)
+        if provider is None:
+            raise TerminalError(f"Provider {request} does not match the schema")
+        if provider.metadata.deletion_timestamp is not None:
+            return await self.reconcile_delete(raw, provider)
+        if provider.spec.provider_class_ref.name == PROVIDER_CLASS_VSPHERE and FINALIZER_PROVIDER not in (provider.metadata.finalizers or ()):
+            try:
+                raw = await self.ctx.client.add_finalizer(PROVIDER, raw, FINALIZER_PROVIDER)
+            except NotFound:
+                return Result()
+            provider = _parse(raw) or provider
+        plan = decide(await self.gather(provider))
+        try:
+            await self.execute(provider, plan)
+        except NotFound:
+            return Result()  # deleted meanwhile
+        ready = next((c for c in plan.status.conditions or [] if c.type == "Ready"), None)
+        log.debug(
+            "reconciled",
+            provider=str(request),
+            ready=ready.status if ready else None,
+            reason=ready.reason if ready else None,
+            failure_domains=len(plan.status.failure_domains or []),
+            wrote=plan.write_status,
+        )
+        return Result(requeue=plan.requeue, requeue_after=plan.requeue_after)
+
+
+def setup(mgr: Manager, ctx: RoleContext) -> Controller:
+    """Register the ``provider`` controller: for Provider (generation changes), watches Secret
+    and ConfigMap -> the Providers that reference them (indexes ``providerSecrets``,
+    ``providerConfigMaps``), VSphereMachine -> the deleting Providers it uses, and the backend's
+    reachability transitions -> the Providers on that vCenter (``provider.reachability``)."""
+    ctx.cache.add_indexer(PROVIDER, SECRETS_INDEX, secrets_index)
+    ctx.cache.add_indexer(PROVIDER, CONFIG_MAPS_INDEX, config_maps_index)
+
+    def by_index(index: str) -> MapFunc:
+        def map_fn(obj: Object) -> list[Request]:
+            meta = obj["metadata"]
+            key = f"{meta.get('namespace') or ''}/{meta['name']}"
+            return sorted(
+                {Request(p["metadata"].get("namespace") or "", p["metadata"]["name"]) for p in ctx.cache.by_index(PROVIDER, index, key)},
+                key=lambda r: (r.namespace, r.name),
+            )
+
+        return map_fn
+
+    def machine_map(obj: Object) -> list[Request]:
+        # Only deleting Providers care about machines (an inventory walk per machine event
+        # would be waste): the one(s) this machine uses get re-checked when it changes or goes.
+        ns = (obj.get("metadata") or {}).get("namespace")
+        out: list[Request] = []
+        for raw in ctx.cache.list(PROVIDER, ns):
+            if not (raw.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            p = _parse(raw)
+            if p is not None and machine_uses_provider(obj, p):
+                out.append(Request(p.metadata.namespace or "", p.metadata.name or ""))
+        return out
+
+    secret_map = by_index(SECRETS_INDEX)
+    config_map_map = by_index(CONFIG_MAPS_INDEX)
+    builder = (
+        ControllerBuilder(mgr)
+        .named("provider")
+        .for_(PROVIDER, predicates=[GenerationChangedPredicate()])
+        .watches(SECRET, secret_map, predicates=[ResourceVersionChangedPredicate()])
+        .watches(CONFIG_MAP, config_map_map, predicates=[ResourceVersionChangedPredicate()])
+        .watches(VSPHERE_MACHINE, machine_map)
+    )
+    if isinstance(ctx.backend, ReachabilityNotifier):
+        # A vCenter that stops or starts answering: re-check its Providers now, not at the next
+        # refresh (provider.reachability).
+        builder = builder.watches_channel(reachability_requests(ctx.backend, ctx.cache))
+    return builder.with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles).complete(ProviderReconciler(ctx))

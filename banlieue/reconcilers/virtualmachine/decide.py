@@ -1,0 +1,451 @@
+"""VirtualMachine: the pure ``decide(snapshot) -> Plan`` (SPEC §2 VirtualMachine, §4).
+
+Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmachine.controller`` executes):
+
+1. ``spec.paused``: ``Paused`` True, nothing else (CAPI v1beta2 Paused condition; as in CAPI,
+   paused wins over deletion; the finalizer is not added and status.observedGeneration does not
+   advance while paused).
+2. Deleting: delete the VSphereMachine, wait until it is gone (Ready False ``Deleting``), then drop
+   the finalizer ``banlieue.io/virtualmachine``.
+3. Add the finalizer; resolve VMClass and VMImage (missing -> ``Scheduled`` False
+   ``ClassNotFound``/``ImageNotFound``, the message listing up to ``MAX_LISTED_NAMES`` existing
+   names, the closest ones first, to help with typos).
+4. Schedule (``banlieue.reconcilers.virtualmachine.scheduler``), keeping the current placement while valid.
+5. Drift (current placement invalid): ``automatic`` (or ``manual`` with annotation
+   ``banlieue.io/migrate: "true"``) deletes the VSphereMachine, waits until it is gone, then
+   places again (``Migrating`` True ``ProviderChanged``/``FailureDomainChanged`` until the new
+   machine is Ready; the annotation is cleared when the new placement is written); ``manual``
+   without the annotation and ``never`` keep the old placement with ``PlacementValid`` False.
+   When nothing else fits, the old placement is kept too. An annotation set while the placement
+   is valid is cleared (there is nothing to migrate; it must not authorise a later move).
+6. Apply the VSphereMachine (only when it differs from the cached one), mirror its status through
+   ``InfraMachineRead`` (held while the machine is in a provisioning step, see ``in_progress``),
+   and compute ``Ready``: True only when InfrastructureReady is True, the
+   machine is provisioned and the observed power state is the desired one. With no
+   VSphereMachine and none being created (the VM is not scheduled), InfrastructureReady is False
+   ``WaitingForInfrastructure`` "no VSphereMachine yet: ..." pointing at ``Scheduled``.
+
+The status in the plan is the full desired status, or None when it equals the current one.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from banlieue.api.conditions import get_condition, set_condition
+from banlieue.api.infrastructure import GROUP as INFRA_GROUP
+from banlieue.api.infrastructure import VSphereMachine, VSphereMachineReason
+from banlieue.api.meta import Condition, ConditionStatus, ContractVersionedObjectReference, Initialization
+from banlieue.api.provider import Provider
+from banlieue.api.virtualmachine import (
+    MigrationPolicy,
+    ScheduledPlacement,
+    VirtualMachine,
+    VirtualMachineReason,
+    VirtualMachineStatus,
+)
+from banlieue.api.virtualmachine import VirtualMachineConditionType as C
+from banlieue.api.vmclass import VMClass
+from banlieue.api.vmimage import VMImage
+from banlieue.reconcilers.kinds import (
+    ANNOTATION_MIGRATE,
+    FINALIZER_VIRTUAL_MACHINE,
+    PROVIDER_CLASS_VSPHERE,
+)
+from banlieue.reconcilers.virtualmachine.machine_decide import desired_machine, machine_differs, owns
+from banlieue.reconcilers.virtualmachine.scheduler import (
+    PeerPlacement,
+    PeerTotals,
+    Placement,
+    SchedulingDecision,
+    SchedulingInput,
+    image_template,
+    schedule,
+)
+from banlieue.reconcilers.virtualmachine.status_mirror import InfraMachineRead
+
+Reason = VirtualMachineReason
+"""Condition reasons (SPEC §4's and banlieue's own; docs/operations.md lists them for operators)."""
+
+
+PROGRESS_REASONS = frozenset(
+    {VSphereMachineReason.CLONING, VSphereMachineReason.POWERING_ON, VSphereMachineReason.WAITING_FOR_IP_ADDRESS}
+)
+"""VSphereMachine Ready reasons mirrored as ``WaitingForInfrastructure``: each step would otherwise
+cost a VirtualMachine status write (the write budget per VM is small). Failure reasons
+(``CloneFailed``, ``TemplateNotFound``, ``InvalidSpec``...) are mirrored as they are."""
+
+MAX_LISTED_NAMES = 10
+"""How many existing VMClass/VMImage names a ``ClassNotFound``/``ImageNotFound`` message lists."""
+NOT_SCHEDULED_INFRA_MESSAGE = "no VSphereMachine yet: the VirtualMachine is not scheduled (see the Scheduled condition)"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The VM, what it references (None when missing), every Provider of its namespace, the
+    placements of the other VMs of the namespace, its VSphereMachine (None when absent), now.
+    ``class_names`` / ``image_names``: the existing VMClass / VMImage names, gathered only when
+    the referenced one is missing (for the not-found message; empty otherwise). ``peer_totals``:
+    the peers' sums for capacity and ranking when the caller keeps them (``SchedulingInput.totals``;
+    ``peers`` then holds only the peers anti-affinity reads)."""
+
+    vm: VirtualMachine
+    vm_class: VMClass | None
+    image: VMImage | None
+    providers: tuple[Provider, ...]
+    peers: tuple[PeerPlacement, ...]
+    machine: VSphereMachine | None
+    now: datetime
+    class_names: tuple[str, ...] = ()
+    image_names: tuple[str, ...] = ()
+    peer_totals: PeerTotals | None = None
+
+
+def not_found_message(kind: str, wanted: str, existing: Sequence[str]) -> str:
+    """``VMClass "smal" not found; existing classes: medium, small``: at most
+    ``MAX_LISTED_NAMES`` names, sorted, the closest to ``wanted`` (difflib) kept first when there
+    are more, then "and N more"; "no VMClass exists" when there is none."""
+    noun = "classes" if kind == "VMClass" else "images"
+    names = sorted(set(existing))
+    if not names:
+        return f'{kind} "{wanted}" not found; no {kind} exists'
+    close = difflib.get_close_matches(wanted, names, n=MAX_LISTED_NAMES, cutoff=0.6)
+    listed = sorted([*close, *(n for n in names if n not in close)][:MAX_LISTED_NAMES])
+    more = f" and {len(names) - len(listed)} more" if len(names) > len(listed) else ""
+    return f'{kind} "{wanted}" not found; existing {noun}: {", ".join(listed)}{more}'
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """A Kubernetes Event to record about the VM."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do, in order: add finalizer, delete machine, apply machine (full SSA body), clear
+    the migrate annotation, write status (full desired status; None = unchanged), remove the
+    finalizer. ``placement``: (provider, failure domain) the VM is placed on, for the
+    reconciler's assumed-placement cache."""
+
+    add_finalizer: bool = False
+    delete_machine: bool = False
+    apply_machine: dict[str, Any] | None = None
+    clear_migrate_annotation: bool = False
+    status: dict[str, Any] | None = None
+    remove_finalizer: bool = False
+    placement: tuple[str, str] | None = None
+    events: tuple[RecordedEvent, ...] = ()
+
+
+class _Conds:
+    """Accumulates condition changes (set_condition semantics) for one generation."""
+
+    def __init__(self, current: Sequence[Condition] | None, generation: int | None, now: datetime) -> None:
+        self.items = list(current or ())
+        self.generation = generation
+        self.now = now
+
+    def set(self, type_: str, status: ConditionStatus | bool, reason: str, message: str = "") -> None:
+        # metav1.Condition caps messages at 32768 characters; scheduler messages quote user input.
+        self.items = set_condition(self.items, type_, status, reason, message[:32768], self.generation, self.now)
+
+
+def current_placement(vm: VirtualMachine, machine: InfraMachineRead | None) -> tuple[str, str] | None:
+    """(provider, failure domain) the VM is placed on: ``status.scheduled``, else the placement of
+    its VSphereMachine (status lost); None when unplaced."""
+    sched = vm.status.scheduled if vm.status else None
+    if sched is not None and sched.provider_name and sched.failure_domain:
+        return (sched.provider_name, sched.failure_domain)
+    if machine is not None and machine.provider_name and machine.failure_domain:
+        # Status lost (restored from a backup, wiped): adopt the machine's placement.
+        return (machine.provider_name, machine.failure_domain)
+    return None
+
+
+def _old_placement(s: Snapshot, current: tuple[str, str]) -> Placement:
+    sched = s.vm.status.scheduled if s.vm.status else None
+    pclass = (sched.provider_class if sched else None) or PROVIDER_CLASS_VSPHERE
+    same = sched is not None and (sched.provider_name, sched.failure_domain) == current
+    return Placement(
+        provider_name=current[0],
+        provider_class=pclass,
+        failure_domain=current[1],
+        template=image_template(s.image, pclass) if s.image else None,
+        resolved_storage=tuple((sched.resolved_storage if sched and same else None) or ()),
+        resolved_networks=tuple((sched.resolved_networks if sched and same else None) or ()),
+    )
+
+
+def _scheduled(s: Snapshot, target: Placement) -> ScheduledPlacement:
+    old = s.vm.status.scheduled if s.vm.status else None
+    same = old is not None and (old.provider_name, old.failure_domain) == (target.provider_name, target.failure_domain)
+    return ScheduledPlacement(
+        provider_name=target.provider_name,
+        provider_class=target.provider_class,
+        failure_domain=target.failure_domain,
+        resolved_storage=list(target.resolved_storage) or None,
+        resolved_networks=list(target.resolved_networks) or None,
+        scheduled_at=(old.scheduled_at if same and old is not None else None) or s.now,
+    )
+
+
+def _infra_condition(conds: _Conds, machine: InfraMachineRead | None, name: str, will_exist: bool = True) -> None:
+    """InfrastructureReady from the machine; ``will_exist`` False: there is no VSphereMachine and
+    none is being applied (the VM is not scheduled)."""
+    ready = machine.ready if machine is not None else None
+    if machine is None and not will_exist:
+        conds.set(C.INFRASTRUCTURE_READY, False, Reason.WAITING_FOR_INFRASTRUCTURE, NOT_SCHEDULED_INFRA_MESSAGE)
+    elif ready is None or (ready.status is not ConditionStatus.TRUE and ready.reason in PROGRESS_REASONS):
+        # One reason and message for "absent", "no Ready yet" and every progress step, so the
+        # VM's status is written once while the machine is being provisioned.
+        conds.set(C.INFRASTRUCTURE_READY, False, Reason.WAITING_FOR_INFRASTRUCTURE, f"VSphereMachine {name} is not Ready yet")
+    else:
+        conds.set(C.INFRASTRUCTURE_READY, ready.status, ready.reason, ready.message)
+
+
+def _finish(s: Snapshot, conds: _Conds, status: VirtualMachineStatus, **plan: Any) -> Plan:
+    status.conditions = conds.items
+    desired = status.to_wire()
+    current = (s.vm.status or VirtualMachineStatus()).to_wire()
+    return Plan(status=None if desired == current else desired, **plan)
+
+
+def _ready(conds: _Conds, s: Snapshot, machine: InfraMachineRead | None, blocked: tuple[str, str] | None) -> None:
+    name = s.vm.metadata.name or ""
+    infra = get_condition(conds.items, C.INFRASTRUCTURE_READY)
+    desired_power = s.vm.spec.desired_power_state
+    if blocked is not None:
+        conds.set(C.READY, False, *blocked)
+    elif infra is None or infra.status is not ConditionStatus.TRUE:
+        conds.set(C.READY, False, infra.reason if infra else Reason.WAITING_FOR_INFRASTRUCTURE,
+                  infra.message if infra else "")
+    elif machine is None or not machine.provisioned:
+        conds.set(C.READY, False, Reason.WAITING_FOR_INFRASTRUCTURE, f"VSphereMachine {name} is not provisioned yet")
+    elif machine.power_state is not desired_power:
+        observed = machine.power_state.value if machine.power_state else "unknown"
+        conds.set(C.READY, False, Reason.WAITING_FOR_POWER_STATE, f"desired {desired_power.value}, observed {observed}")
+    else:
+        conds.set(C.READY, True, Reason.READY)
+
+
+def in_progress(machine: InfraMachineRead | None) -> bool:
+    """Whether the machine is still being provisioned: no Ready condition yet, or Ready False
+    with a progress reason (``PROGRESS_REASONS``)."""
+    if machine is None:
+        return False
+    ready = machine.ready
+    return ready is None or (ready.status is not ConditionStatus.TRUE and ready.reason in PROGRESS_REASONS)
+
+
+def _mirror(status: VirtualMachineStatus, machine: InfraMachineRead | None, name: str, exists: bool) -> None:
+    status.infrastructure_ref = (
+        ContractVersionedObjectReference(api_group=INFRA_GROUP, kind="VSphereMachine", name=name) if exists else None
+    )
+    if in_progress(machine):
+        # While the provider steps through cloning, powering on and waiting for an address, the
+        # mirrored fields keep their last written values: one VM status write when the step
+        # sequence ends instead of one per step (the write budget per VM is small).
+        return
+    status.initialization = Initialization(provisioned=True) if machine and machine.provisioned else None
+    status.addresses = list(machine.addresses) or None if machine else None
+    # CAPI's Machine controller copies spec.providerID once the InfraMachine is provisioned.
+    status.provider_id = machine.provider_id if machine and machine.provisioned else None
+    status.observed_power_state = machine.power_state if machine else None
+
+
+@dataclass
+class _Placing:
+    """Where this reconcile leaves the VM: ``target`` to apply (None: nothing to apply) and
+    whether it is ``valid`` (False: an invalid placement kept by policy), what blocks Ready
+    (reason, message), and the side effects of a migration."""
+
+    target: Placement | None = None
+    valid: bool = True
+    blocked: tuple[str, str] | None = None
+    delete_machine: bool = False
+    clear_annotation: bool = False
+
+
+class _Decider:
+    """One run of ``decide``: the snapshot, the conditions being built, the events to record."""
+
+    def __init__(self, s: Snapshot) -> None:
+        self.s = s
+        self.vm = s.vm
+        self.name = s.vm.metadata.name or ""
+        self.conds = _Conds(s.vm.status.conditions if s.vm.status else None, s.vm.metadata.generation, s.now)
+        self.machine = InfraMachineRead.from_machine(s.machine) if s.machine is not None else None
+        self.status = (s.vm.status or VirtualMachineStatus()).model_copy(deep=True)
+        self.events: list[RecordedEvent] = []
+        self.was_scheduled = get_condition(self.conds.items, C.SCHEDULED)
+        migrating = get_condition(self.conds.items, C.MIGRATING)
+        self.was_migrating = migrating is not None and migrating.status is ConditionStatus.TRUE
+        self.annotated = (s.vm.metadata.annotations or {}).get(ANNOTATION_MIGRATE) == "true"
+
+    def unschedulable(self, reason: str, message: str) -> tuple[str, str]:
+        self.conds.set(C.SCHEDULED, False, reason, message)
+        if self.was_scheduled is None or self.was_scheduled.reason != reason:
+            self.events.append(RecordedEvent("Warning", "FailedScheduling", message))
+        return (reason, message)
+
+    def paused(self) -> Plan:
+        self.conds.set(C.PAUSED, True, Reason.PAUSED, "spec.paused is true")
+        if get_condition(self.conds.items, C.READY) is None:
+            self.conds.set(C.READY, False, Reason.PAUSED, "spec.paused is true")
+        return _finish(self.s, self.conds, self.status)
+
+    def deleting(self) -> Plan:
+        if FINALIZER_VIRTUAL_MACHINE not in (self.vm.metadata.finalizers or ()):
+            return Plan()
+        if self.machine is None:
+            return Plan(remove_finalizer=True)
+        _infra_condition(self.conds, self.machine, self.name)
+        self.conds.set(C.READY, False, Reason.DELETING, f"waiting for VSphereMachine {self.name} to be deleted")
+        return _finish(self.s, self.conds, self.status, delete_machine=not self.machine.deleting)
+
+    def conflict(self) -> Plan:
+        """A VSphereMachine of the VM's name belongs to something else: leave it alone."""
+        if self.vm.metadata.deletion_timestamp is not None:
+            return Plan(remove_finalizer=FINALIZER_VIRTUAL_MACHINE in (self.vm.metadata.finalizers or ()))
+        message = (f"VSphereMachine {self.name} exists and belongs to another object; delete it or give this "
+                   "VirtualMachine another name")
+        self.conds.set(C.PAUSED, False, Reason.NOT_PAUSED)
+        self.status.observed_generation = self.vm.metadata.generation
+        for type_ in (C.SCHEDULED, C.INFRASTRUCTURE_READY, C.READY):
+            self.conds.set(type_, False, Reason.INFRASTRUCTURE_CONFLICT, message)
+        if self.was_scheduled is None or self.was_scheduled.reason != Reason.INFRASTRUCTURE_CONFLICT:
+            self.events.append(RecordedEvent("Warning", Reason.INFRASTRUCTURE_CONFLICT, message))
+        return _finish(self.s, self.conds, self.status, events=tuple(self.events))
+
+    def unresolved(self) -> _Placing:
+        """The VMClass or VMImage is missing: nothing can be placed or applied."""
+        vm = self.vm
+        if self.s.vm_class is None:
+            message = not_found_message("VMClass", vm.spec.class_ref.name, self.s.class_names)
+            blocked = self.unschedulable(VirtualMachineReason.CLASS_NOT_FOUND, message)
+        else:
+            message = not_found_message("VMImage", vm.spec.image_ref.name, self.s.image_names)
+            blocked = self.unschedulable(VirtualMachineReason.IMAGE_NOT_FOUND, message)
+        if get_condition(self.conds.items, C.PLACEMENT_VALID) is None:
+            self.conds.set(C.PLACEMENT_VALID, ConditionStatus.UNKNOWN, Reason.NOT_SCHEDULED, "not scheduled yet")
+        if get_condition(self.conds.items, C.MIGRATING) is None:
+            self.conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+        return _Placing(blocked=blocked)
+
+    def drift(self, decision: SchedulingDecision, current: tuple[str, str], invalid: tuple[str, str]) -> _Placing:
+        """The current placement is no longer valid, ``invalid`` = (reason, message) (SPEC §4
+        drift, migration policies)."""
+        bad_reason, bad_message = invalid
+        policy = self.vm.spec.migration_policy
+        may_move = policy is MigrationPolicy.AUTOMATIC or (policy is MigrationPolicy.MANUAL and self.annotated)
+        new = decision.placement
+        if may_move and new is not None:
+            reason = (VirtualMachineReason.PROVIDER_CHANGED if new.provider_name != current[0]
+                      else VirtualMachineReason.FAILURE_DOMAIN_CHANGED)
+            message = f"moving from {current[0]}/{current[1]} to {new.provider_name}/{new.failure_domain}: {bad_message}"
+            self.conds.set(C.MIGRATING, True, reason, message)
+            if not self.was_migrating:
+                self.events.append(RecordedEvent("Normal", reason, message))
+            if self.machine is None:
+                # The old machine is gone: place again (the annotation is used up now).
+                return _Placing(target=new, clear_annotation=self.annotated)
+            self.conds.set(C.PLACEMENT_VALID, False, bad_reason, bad_message)
+            wait = f"waiting for VSphereMachine {self.name} to be deleted before placing it on {new.provider_name}/{new.failure_domain}"
+            return _Placing(blocked=(reason, wait), delete_machine=not self.machine.deleting)
+        if may_move and self.machine is None:
+            # The old machine is gone and nothing else fits: wait rather than recreate the VM on
+            # a placement known to be invalid.
+            self.conds.set(C.PLACEMENT_VALID, False, bad_reason, bad_message)
+            reason = decision.reason or VirtualMachineReason.NO_FAILURE_DOMAIN_MATCHED
+            return _Placing(blocked=self.unschedulable(reason, decision.message))
+        if policy is MigrationPolicy.NEVER:
+            hint = "migrationPolicy is never: the VM stays where it is"
+        elif new is None:
+            hint = f"no other placement fits ({decision.reason}: {decision.message})"
+        else:
+            hint = f'annotate {ANNOTATION_MIGRATE}="true" to move it to {new.provider_name}/{new.failure_domain}'
+        self.conds.set(C.PLACEMENT_VALID, False, bad_reason, f"{bad_message}; {hint}")
+        self.conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+        return _Placing(target=_old_placement(self.s, current), valid=False)
+
+    def place(self, decision: SchedulingDecision, current: tuple[str, str] | None) -> _Placing:
+        """Schedule, or handle drift of the current placement."""
+        if current is not None and decision.current_invalid is not None:
+            return self.drift(decision, current, decision.current_invalid)
+        if decision.placement is None:
+            reason = decision.reason or VirtualMachineReason.NO_PROVIDER_MATCHED
+            blocked = self.unschedulable(reason, decision.message)
+            self.conds.set(C.PLACEMENT_VALID, ConditionStatus.UNKNOWN, Reason.NOT_SCHEDULED, "not scheduled yet")
+            self.conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+            return _Placing(blocked=blocked)
+        if not self.was_migrating:
+            self.conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+        elif self.machine is not None and self.machine.provisioned and self.machine.ready is not None and \
+                self.machine.ready.status is ConditionStatus.TRUE:
+            # A migration ends when the machine on the new placement is Ready.
+            self.conds.set(C.MIGRATING, False, Reason.NOT_MIGRATING)
+        # A migrate annotation on a valid placement has nothing to authorise: clear it.
+        return _Placing(target=decision.placement, clear_annotation=self.annotated)
+
+    def apply(self, placing: _Placing, current: tuple[str, str] | None) -> dict[str, Any] | None:
+        """Record ``placing.target`` as the placement; the VSphereMachine body when it differs."""
+        target = placing.target
+        if target is None or self.s.vm_class is None:
+            return None
+        where = (target.provider_name, target.failure_domain)
+        if placing.valid:
+            self.conds.set(C.PLACEMENT_VALID, True, Reason.VALID)
+        scheduled_before = self.was_scheduled is not None and self.was_scheduled.status is ConditionStatus.TRUE
+        if not scheduled_before or where != current:
+            self.events.append(RecordedEvent("Normal", Reason.SCHEDULED, f"placed on {where[0]}/{where[1]}"))
+        self.conds.set(C.SCHEDULED, True, Reason.SCHEDULED, f"on {where[0]}/{where[1]}")
+        self.status.scheduled = _scheduled(self.s, target)
+        if self.machine is not None and self.machine.deleting:
+            return None  # recreated once gone
+        wanted = desired_machine(self.vm, self.s.vm_class, target)
+        return wanted if machine_differs(self.s.machine, wanted) else None
+
+
+def decide(s: Snapshot) -> Plan:
+    """The plan for one reconcile of ``s.vm`` (module docstring). Never raises."""
+    d = _Decider(s)
+    if s.vm.spec.paused:
+        return d.paused()
+    if s.machine is not None and not owns(s.vm, s.machine):
+        return d.conflict()
+    if s.vm.metadata.deletion_timestamp is not None:
+        return d.deleting()
+    d.conds.set(C.PAUSED, False, Reason.NOT_PAUSED)
+    d.status.observed_generation = s.vm.metadata.generation
+    current = current_placement(s.vm, d.machine)
+    if s.vm_class is None or s.image is None:
+        placing = d.unresolved()
+    else:
+        decision = schedule(SchedulingInput(s.vm, s.vm_class, s.image, s.providers, s.peers, current, totals=s.peer_totals))
+        placing = d.place(decision, current)
+    apply_machine = d.apply(placing, current)
+    blocked = placing.blocked
+    migrating = get_condition(d.conds.items, C.MIGRATING)
+    if blocked is None and migrating is not None and migrating.status is ConditionStatus.TRUE:
+        blocked = (migrating.reason, migrating.message)
+    _infra_condition(d.conds, d.machine, d.name, will_exist=d.machine is not None or apply_machine is not None)
+    _mirror(d.status, d.machine, d.name, d.machine is not None or apply_machine is not None)
+    _ready(d.conds, s, d.machine, blocked)
+    target = placing.target
+    return _finish(
+        s, d.conds, d.status,
+        add_finalizer=FINALIZER_VIRTUAL_MACHINE not in (s.vm.metadata.finalizers or ()),
+        delete_machine=placing.delete_machine,
+        apply_machine=apply_machine,
+        clear_migrate_annotation=placing.clear_annotation,
+        placement=(target.provider_name, target.failure_domain) if target is not None else None,
+        events=tuple(d.events),
+    )

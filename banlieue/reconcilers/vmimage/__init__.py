@@ -1,0 +1,1 @@
+"""The VMImage controller (provider role): per-Provider template lookup rows (``decide``)."""

@@ -1,0 +1,1 @@
+"""The VSphereCluster controller (controller role): the CAPI InfraCluster of banlieue."""

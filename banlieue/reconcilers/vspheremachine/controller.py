@@ -1,0 +1,401 @@
+"""VSphereMachine controller of the ``provider vsphere`` role (SPEC §3, §4; field manager
+``banlieue.io/provider-vsphere``): gather -> ``vspheremachine.decide.decide`` -> execute.
+
+One reconcile walks the machine as far as it can: decide, do the one thing the plan asks (add
+the finalizer, connect and look the VM up, clone/converge, power, destroy), feed the outcome
+back into the snapshot and decide again (at most ``MAX_STEPS`` times). Writes per machine on
+the happy path: status ``Cloning`` before the clone (1), ``spec.providerID`` (server-side apply
+of that field alone, 1), final status (1); plus the finalizer (1) only when the machine came
+without it (the VirtualMachine controller's apply carries it, ADR 0011; CAPI-created machines do
+not), and ``WaitingForIPAddress`` (1) only when the IP comes more than
+``PROGRESS_WRITE_INTERVAL_SECONDS`` after the clone started (progress-only status changes are
+coalesced, ``vspheremachine.progress``). Status is written only when it differs from the stored
+one (both normalised through the model). Backend errors never escape as exceptions except when the plan asks for a retry
+with backoff (``VSphereMachineRetry``, after the status has been written).
+
+Public API: ``setup(mgr, ctx) -> Controller`` (name ``vspheremachine``); indexes
+``INDEX_UID``, ``INDEX_INSTANCE_UUID``, ``INDEX_BOOTSTRAP_SECRET`` on VSphereMachine
+(``vspheremachine.sources``). Reasons: see ``vspheremachine.decide``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from banlieue.api.infrastructure import VSphereMachine, VSphereMachineStatus
+from banlieue.backends.base import Backend, BackendError, Connection, VMSpec
+from banlieue.reconcilers.connection import ConnectionConfigError
+from banlieue.reconcilers.context import RoleContext
+from banlieue.reconcilers.kinds import (
+    CAPI_CLUSTER,
+    CAPI_LABEL_CLUSTER_NAME,
+    CAPI_LABEL_WATCH_FILTER,
+    CAPI_MACHINE,
+    CONFIG_MAP,
+    FINALIZER_VSPHERE_MACHINE,
+    PROVIDER,
+    SECRET,
+    VSPHERE_MACHINE,
+)
+from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
+from banlieue.reconcilers.parsed import ParsedCache, parse_provider
+from banlieue.reconcilers.vspheremachine.decide import (
+    Action,
+    Event,
+    Failure,
+    Plan,
+    Snapshot,
+    decide,
+    ready_reason,
+)
+from banlieue.reconcilers.vspheremachine.placement import (
+    PlacementError,
+    bootstrap_secret_ref,
+    capi_machine_owner,
+    is_capi_path,
+    read_bootstrap,
+)
+from banlieue.reconcilers.vspheremachine.sources import (
+    INDEX_BOOTSTRAP_SECRET,
+    INDEX_INSTANCE_UUID,
+    INDEX_UID,
+    CapiWatch,
+    MapFuncs,
+    VMWatch,
+    register_indexes,
+)
+from banlieue.reconcilers.vspheremachine.vcenter_slots import VCenterSlots, cap_for_workers
+from banlieue.reconcilers.vspheremachine.writes import OwnWrites, recordable
+from banlieue.runtime.builder import ControllerBuilder
+from banlieue.runtime.controller import Controller
+from banlieue.runtime.errors import NotFound
+from banlieue.runtime.log import get_logger
+from banlieue.runtime.manager import Manager
+from banlieue.runtime.predicate import watch_filter_predicate
+from banlieue.runtime.reconcile import Request, Result, RetryError
+
+__all__ = ["INDEX_BOOTSTRAP_SECRET", "INDEX_INSTANCE_UUID", "INDEX_UID", "VSphereMachineReconciler", "VSphereMachineRetry", "setup"]
+
+log = get_logger("banlieue.reconcilers.vspheremachine.controller")
+
+MAX_STEPS = 8
+"""Decide/act rounds per reconcile (finalizer, connect, converge, power and the final status)."""
+CAPI_NOT_SYNCED_REQUEUE = 2.0
+"""Seconds to wait when a CAPI-path machine arrives before the CAPI caches are synced."""
+VCENTER_BUSY_REQUEUE = 1.0
+"""Seconds before retrying a reconcile deferred because its vCenter holds all its slots, when
+no wake channel runs (``vspheremachine.vcenter_slots``; the controller built by ``setup`` runs one, and then a
+deferred request waits in line instead)."""
+
+
+class VSphereMachineRetry(RetryError):
+    """Raised after the status is written when the plan asks for a retry with backoff (logged
+    without a traceback: the condition already says what failed)."""
+
+
+class VSphereMachineReconciler:
+    """Reconciles one VSphereMachine (see the module docstring). ``capi`` answers whether the
+    CAPI Machine/Cluster caches can be read (None: CAPI is never consulted). ``slots`` caps
+    the workers one vCenter may hold (default: ``cap_for_workers(ctx.max_concurrent_reconciles)``
+    per Connection ``endpoint``); a reconcile that finds its vCenter full returns before any
+    backend call: ``Result()`` in the vCenter's waiting list while the slots' wake channel runs,
+    else ``Result(requeue_after=VCENTER_BUSY_REQUEUE)``."""
+
+    def __init__(self, ctx: RoleContext, backend: Backend, capi: CapiWatch | None = None,
+                 writes: OwnWrites | None = None, slots: VCenterSlots | None = None) -> None:
+        self.ctx = ctx
+        self.slots = slots if slots is not None else VCenterSlots(cap_for_workers(ctx.max_concurrent_reconciles))
+        self.backend = backend
+        self.capi = capi
+        self.writes = writes if writes is not None else OwnWrites()
+        # Ready reason of the last transition Event recorded per UID: the same reason twice is
+        # no transition (a failing retry loop must not post an Event per attempt).
+        self._last_transition: dict[str, str] = {}
+        # Last status / providerID this process wrote, by object UID: a reconcile that runs on a
+        # cache not yet updated by our own write must not write the same thing again (only this
+        # role writes VSphereMachine status and spec.providerID).
+        self._written_status: dict[str, dict[str, Any]] = {}
+        self._written_provider_id: dict[str, str] = {}
+        # Spec this process last converged each VM to (create succeeded), by UID, until a stored
+        # status says provisioned: a deferred progress status (ADR 0011) must not cost a second
+        # converge (Snapshot.converged_spec).
+        self._converged: dict[str, VMSpec] = {}
+        # Providers validated once per resourceVersion (every reconcile reads its namespace's).
+        self._parsed = ParsedCache()
+
+    # --- gather -------------------------------------------------------------------------
+    def _in_scope(self, raw: dict[str, Any]) -> bool:
+        meta = raw.get("metadata") or {}
+        if self.ctx.namespace and meta.get("namespace") != self.ctx.namespace:
+            return False
+        if self.ctx.watch_filter and (meta.get("labels") or {}).get(CAPI_LABEL_WATCH_FILTER) != self.ctx.watch_filter:
+            return False
+        return True
+
+    def _gather(self, machine: VSphereMachine) -> Snapshot | None:
+        cache = self.ctx.cache
+        ns = machine.metadata.namespace
+        capi = is_capi_path(machine, CAPI_LABEL_CLUSTER_NAME)
+        capi_machine = cluster = None
+        if capi:
+            if self.capi is None or not self.capi.ready():
+                return None
+            owner = capi_machine_owner(machine)
+            capi_machine = cache.get(CAPI_MACHINE, owner, ns) if owner else None
+            cluster_name = (machine.metadata.labels or {}).get(CAPI_LABEL_CLUSTER_NAME) or ((capi_machine or {}).get("spec") or {}).get("clusterName")
+            cluster = cache.get(CAPI_CLUSTER, str(cluster_name), ns) if cluster_name else None
+        providers = tuple(p for p in (parse_provider(raw, self._parsed) for raw in cache.list(PROVIDER, ns)) if p is not None)
+        bootstrap = bootstrap_error = None
+        ref = bootstrap_secret_ref(machine, capi_machine, capi)
+        if ref is not None:
+            secret = cache.get(SECRET, ref[0], ns)
+            if secret is None:
+                bootstrap_error = f"bootstrap data Secret {ns}/{ref[0]} not found"
+            else:
+                try:
+                    bootstrap = read_bootstrap(secret, ref[1])
+                except PlacementError as err:
+                    bootstrap_error = err.message
+        return Snapshot(
+            machine=machine, now=self.ctx.now(), capi_machine=capi_machine, cluster=cluster, providers=providers,
+            bootstrap=bootstrap, bootstrap_error=bootstrap_error, clone_grace_seconds=self.ctx.vsphere_task_timeout,
+            known_connections=last_known(cache).known(ns) if machine.metadata.deletion_timestamp is not None else frozenset(),
+            converged_spec=self._converged_spec(machine), spec_error=self.backend.spec_error,
+        )
+
+    def _converged_spec(self, machine: VSphereMachine) -> VMSpec | None:
+        uid = machine.metadata.uid or ""
+        status = machine.status
+        if status is not None and status.initialization is not None and status.initialization.provisioned:
+            self._converged.pop(uid, None)  # recorded in the status now: the memory is not needed
+            return None
+        return self._converged.get(uid)
+
+    # --- execute ------------------------------------------------------------------------
+    def _connection(self, snap: Snapshot, plan: Plan) -> tuple[Snapshot, Connection | None]:
+        """The connection the plan asks for (no backend call); None with the snapshot updated
+        when there is none."""
+        if plan.last_known is not None:
+            # Deleting after the Secret (or the Provider) went: the last connection built here.
+            known = last_known(self.ctx.cache).get(f"{snap.machine.metadata.namespace}/{plan.last_known}")
+            if known is None:
+                return replace(snap, known_connections=snap.known_connections - {plan.last_known}), None
+            conn = known
+        else:
+            assert plan.provider is not None
+            try:
+                conn = remembered_connection_for(plan.provider, self.ctx.cache)
+            except ConnectionConfigError as err:
+                return replace(snap, connection_error=(err.reason, err.message)), None
+        return snap, conn
+
+    async def _look_up(self, snap: Snapshot, conn: Connection) -> Snapshot:
+        status = snap.machine.status
+        try:
+            vm = await self.backend.find_vm(conn, snap.machine.metadata.uid or "", status.instance_uuid if status else None)
+        except BackendError as err:
+            return replace(snap, looked_up=True, failure=Failure("lookup", err.reason, str(err)))
+        return replace(snap, looked_up=True, vm=vm)
+
+    async def _act(self, snap: Snapshot, action: Action, conn: Connection) -> Snapshot:
+        uid = snap.machine.metadata.uid or ""
+        try:
+            if action.kind == "create":
+                assert action.spec is not None
+                result = await self.backend.create_vm(conn, action.spec)
+                self._converged[uid] = action.spec
+                if result.message:
+                    self._event(snap, Event("Normal", "CloneModeChanged", result.message))
+                return replace(snap, vm=result.vm, converged=True, failure=None)
+            if action.kind == "power":
+                info = await self.backend.set_power_state(conn, uid, action.state, action.off_mode, action.soft_timeout)
+                return replace(snap, vm=info, powered=True, failure=None)
+            destroyed = await self.backend.destroy_vm(conn, uid, action.off_mode, action.soft_timeout)
+            return replace(snap, vm=None, destroyed=destroyed, failure=None)
+        except BackendError as err:
+            log.info("vsphere action failed", machine=str(snap.machine.metadata.name), action=action.kind, reason=err.reason, error=str(err))
+            if action.kind == "create" and err.reason == "VMNotFound":
+                # The backend returned this UID's VM before and it is gone now (removed by hand,
+                # or it vanished while configured): VMNotFound, never a second clone.
+                return replace(snap, vm=None, failure=Failure("create", "VMNotFound", str(err)))
+            return replace(snap, failure=Failure(action.kind, err.reason, str(err)))
+
+    def _event(self, snap: Snapshot, event: Event) -> None:
+        obj = {"apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind, "metadata": snap.machine.metadata.to_wire()}
+        self.ctx.recorder.event(obj, event.type, event.reason, event.message)
+
+    async def _write_status(self, raw: dict[str, Any], status: VSphereMachineStatus) -> dict[str, Any]:
+        desired = status.to_wire()
+        current = VSphereMachineStatus.from_wire(raw.get("status") or {}).to_wire()
+        meta = raw["metadata"]
+        if desired == current:
+            # The object shows it: the memo has done its job. Dropped, so it costs nothing per
+            # machine once provisioned (10,000 status copies otherwise) and cannot hide a later
+            # change made by someone else.
+            self._written_status.pop(meta["uid"], None)
+            return raw
+        if self._written_status.get(meta["uid"]) == desired:
+            return raw
+        body = {
+            "apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind,
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "status": desired,
+        }
+        written = await self.ctx.client.apply_status(VSPHERE_MACHINE, body, field_manager=self.ctx.field_manager, force=True)
+        self._written_status[meta["uid"]] = desired
+        self.writes.wrote(written, status=True)
+        return written
+
+    async def _write_provider_id(self, raw: dict[str, Any], provider_id: str) -> dict[str, Any]:
+        # Server-side apply of spec.providerID alone: the VirtualMachine controller applies the
+        # rest of the spec under its own field manager, so the two never conflict.
+        meta = raw["metadata"]
+        if self._written_provider_id.get(meta["uid"]) == provider_id:
+            return raw
+        body = {
+            "apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind,
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "spec": {"providerID": provider_id},
+        }
+        written = await self.ctx.client.apply(VSPHERE_MACHINE, body, field_manager=self.ctx.field_manager, force=True)
+        self._written_provider_id[meta["uid"]] = provider_id
+        self.writes.wrote(written, status=False)
+        return written
+
+    async def reconcile(self, request: Request) -> Result:
+        """Reconcile one VSphereMachine (module docstring); ends every reconcile with
+        ``slots.settle`` so a wake token this request did not use goes to the next waiter."""
+        try:
+            return await self._reconcile(request)
+        finally:
+            self.slots.settle(request)
+
+    async def _reconcile(self, request: Request) -> Result:
+        cached = self.ctx.cache.get(VSPHERE_MACHINE, request.name, request.namespace)
+        if cached is None:
+            return Result()
+        raw = dict(cached)
+        if self.writes.cache_behind(raw):
+            # Our last write is not in the cache yet: decide on the server's copy, never on one
+            # older than what this process last wrote.
+            try:
+                raw = await self.ctx.client.get(VSPHERE_MACHINE, request.name, request.namespace)
+            except NotFound:
+                return Result()
+            self.writes.observed(raw)
+        if not self._in_scope(raw):
+            return Result()
+        try:
+            machine = VSphereMachine.from_wire(raw)
+        except ValidationError as err:
+            log.warning("malformed VSphereMachine", machine=str(request), error=str(err))
+            return Result()
+        if machine.spec.provider_id and self._written_provider_id.get(machine.metadata.uid or "") == machine.spec.provider_id:
+            del self._written_provider_id[machine.metadata.uid or ""]  # stored now: memo done (as in _write_status)
+        snap = self._gather(machine)
+        if snap is None:
+            return Result(requeue_after=CAPI_NOT_SYNCED_REQUEUE)
+        initial = ready_reason(machine.status)
+        # Ready reason of the last status this reconcile wrote (a coalesced final step writes
+        # none, ADR 0011: the Cloning written before the clone is then the transition to report).
+        final = initial
+        conn: Connection | None = None
+        slot: str | None = None  # vCenter whose slot this reconcile holds (released in finally)
+        events: list[Event] = []
+        plan = Plan()
+        try:
+            for _ in range(MAX_STEPS):
+                plan = decide(snap)
+                if plan.add_finalizer:
+                    raw = await self.ctx.client.add_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
+                    self.writes.wrote(raw, status=False)
+                    snap = replace(snap, machine=VSphereMachine.from_wire(raw))
+                    continue
+                if plan.connect:
+                    snap, conn = self._connection(snap, plan)
+                    if conn is not None:
+                        if slot is None:
+                            if not self.slots.try_acquire(conn.endpoint, request):
+                                if self.slots.waking:
+                                    # In line for the vCenter: the next release enqueues it.
+                                    log.debug("vcenter busy, waiting for a slot", machine=str(request),
+                                              endpoint=conn.endpoint, cap=self.slots.cap)
+                                    return Result()
+                                log.debug("vcenter busy, deferring", machine=str(request), endpoint=conn.endpoint,
+                                          cap=self.slots.cap, requeue_after=VCENTER_BUSY_REQUEUE)
+                                return Result(requeue_after=VCENTER_BUSY_REQUEUE)
+                            slot = conn.endpoint
+                        snap = await self._look_up(snap, conn)
+                    continue
+                if plan.action is None or conn is None:
+                    break
+                events.extend(plan.events)
+                if plan.write_status_first and plan.status is not None:
+                    raw = await self._write_status(raw, plan.status)
+                    final = ready_reason(plan.status)
+                    snap = replace(snap, machine=VSphereMachine.from_wire(raw))
+                snap = await self._act(snap, plan.action, conn)
+            else:
+                log.warning("vspheremachine reconcile did not settle", machine=str(request), steps=MAX_STEPS)
+            events.extend(plan.events)
+            if plan.provider_id is not None:
+                # Writing spec bumps metadata.generation: decide again so the status written
+                # below carries the new observedGeneration (no second status write later).
+                raw = await self._write_provider_id(raw, plan.provider_id)
+                snap = replace(snap, machine=VSphereMachine.from_wire(raw))
+                plan = decide(snap)
+                events.extend(plan.events)
+            if plan.status is not None:
+                raw = await self._write_status(raw, plan.status)
+                final = ready_reason(plan.status)
+            if plan.remove_finalizer:
+                await self.ctx.client.remove_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
+                uid = str(raw["metadata"].get("uid"))
+                for table in (self._written_status, self._written_provider_id, self._last_transition, self._converged):
+                    table.pop(uid, None)
+                self.writes.forget(uid)
+        except NotFound:
+            return Result()  # deleted while we worked: nothing left to report on
+        finally:
+            if slot is not None:
+                self.slots.release(slot)
+            uid = str(machine.metadata.uid or "")
+            recorded, last = recordable(events, initial, final, self._last_transition.get(uid))
+            if last is not None and not plan.remove_finalizer:  # nothing kept once the finalizer went
+                self._last_transition[uid] = last
+            for event in recorded:
+                self._event(snap, event)
+        if plan.retry:
+            ready = [c for c in (plan.status.conditions if plan.status else None) or [] if c.type == "Ready"]
+            raise VSphereMachineRetry(ready[0].message if ready else "retrying")
+        return Result(requeue_after=plan.requeue_after)
+
+
+def setup(mgr: Manager, ctx: RoleContext) -> Controller:
+    """Register the ``vspheremachine`` controller: for VSphereMachine (``--watch-filter`` applies
+    to it), watches Provider, Secret, ConfigMap, the optional CAPI Machine/Cluster, and the
+    vCenter property collector of every vSphere Provider. Raises ValueError without a backend."""
+    if ctx.backend is None:
+        raise ValueError("the vspheremachine controller needs a backend (provider role)")
+    register_indexes(ctx.cache)
+    maps = MapFuncs(ctx.cache)
+    capi = CapiWatch(mgr, ctx.client, maps)
+    vm_watch = VMWatch(ctx.backend, ctx.cache, maps, ctx.namespace, providers=mgr.get_informer(PROVIDER))
+    writes = OwnWrites()
+    reconciler = VSphereMachineReconciler(ctx, ctx.backend, capi, writes)
+    return (
+        ControllerBuilder(mgr)
+        .named("vspheremachine")
+        # Our own status writes do not re-enqueue (backoff applies to failures); see
+        # vspheremachine.writes. First, so it sees every update.
+        .for_(VSPHERE_MACHINE, predicates=[writes.predicate(), watch_filter_predicate(ctx.watch_filter or "")])
+        .watches(PROVIDER, maps.provider)
+        .watches(SECRET, maps.secret)
+        .watches(CONFIG_MAP, maps.config_map)
+        .watches_channel(capi.requests())
+        .watches_channel(vm_watch.requests())
+        .watches_channel(reconciler.slots.requests())
+        .with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles)
+        .complete(reconciler)
+    )

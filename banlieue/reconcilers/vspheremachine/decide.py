@@ -1,0 +1,563 @@
+"""VSphereMachine: the pure ``decide(snapshot) -> Plan`` of the provider role (SPEC §3, §4).
+
+Ready reasons are SPEC §3's (``WaitingForBootstrapData``, ``WaitingForClusterInfrastructure``,
+``Cloning``, ``PoweringOn``, ``WaitingForIPAddress``, ``Provisioned``, ``TemplateNotFound``,
+``InvalidSpec``, ``CloneFailed``, ``Deleting``, ``Paused``), the Provider's connection reasons of
+SPEC §2 (``SecretMissing``, ``SecretInvalid``, ``ConnectFailed``, ``TLSVerifyFailed``) and these,
+introduced here:
+
+- ``WaitingForOwner``: CAPI path (label ``cluster.x-k8s.io/cluster-name``) but no Machine owner
+  yet, or the owner is not in the cache (CAPV returns early the same way; no finalizer yet).
+- ``WaitingForCluster``: the CAPI Cluster named by the label is not found.
+- ``ProviderNotFound``: ``spec.providerRef`` names no Provider in the namespace.
+- ``FailureDomainNotFound``: no Provider lists the failure domain in ``status.failureDomains``.
+- ``VMNotFound``: the VM was provisioned (``status.instanceUUID`` known) but is gone from vCenter:
+  reported with a Warning event, never silently re-created (delete the object to recover).
+- ``PoweringOff``: a soft power-off (``powerOffMode`` soft/trySoft) is still waiting for the guest.
+
+Paused (``Cluster.spec.paused`` or the ``cluster.x-k8s.io/paused`` annotation on the machine or
+its Cluster): ``Paused`` True and nothing else happens, deletion included; a ``Ready`` True
+stays True (a running machine stays Ready while paused), any other becomes False ``Paused``.
+
+Deletion: ``Ready`` False ``Deleting``; destroy (power-off per ``powerOffMode``) then drop the
+finalizer; a VM already gone is success. The Provider's finalizer keeps it while machines use it
+(``provider.deletion``), but its credentials Secret has none (a namespace deletion removes it at
+once): when the Secret is missing or invalid, or the Provider object is gone (its finalizer
+removed by hand; the machine's Provider is ``spec.providerRef`` or the ``banlieue.io/provider``
+label), the last Connection this process built for that Provider
+(``Snapshot.known_connections``, ``last_connection``) is used to destroy the VM. With none known,
+a Provider that no longer exists cannot reach the VM: the finalizer is dropped with a Warning
+event ``ProviderGone``; a Secret that is missing or a vCenter that cannot be reached keeps
+``Deleting`` with the cause in the message and retries every ``RETRY_SECONDS`` (and on every
+Secret/Provider change).
+
+Never clone twice: the VM is looked up by UID (then instance UUID) first; the ``Cloning``
+message records when the clone started (``... since <RFC 3339>``), and a later reconcile that
+does not find the VM while that clone may still run (younger than ``--vsphere-task-timeout``)
+waits for it instead of cloning again (the process that started it may have died mid-task).
+
+Other rules: ``providerID = vsphere://<BIOS UUID>`` is written before
+``status.initialization.provisioned`` (True once the VM exists in the desired power state);
+``Ready`` True (``Provisioned``) needs an IP when the desired state is PoweredOn; a VM powered
+off as asked is Ready. ``status.addresses`` holds one ``InternalIP`` per IP from VMware Tools
+(link-local IPv6 left out; no ``Hostname`` entry). A status change that only moves ``Ready`` False
+between progress reasons is deferred while our last status write is younger than
+``vspheremachine.progress.PROGRESS_WRITE_INTERVAL_SECONDS`` (ADR 0011): the plan then writes no
+status and requeues for the rest of the interval. ``Snapshot.converged_spec`` (this process's
+memory of the spec it last converged the VM to) spares a second converge while such a deferred
+status has not recorded ``provisioned`` yet. Bootstrap data in the ``ignition`` format is
+``InvalidSpec`` (the backend delivers cloud-init guestinfo only), and so is user data or
+metadata whose base64 exceeds a guestinfo value's 64 KiB (the backend's ``spec_error``, given as
+``Snapshot.spec_error``), before any vCenter call. Hardware drift (CPU, memory,
+cores, disk count or growth) is re-converged; NIC and guestinfo changes apply until provisioned.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Literal, cast
+
+from banlieue.api.conditions import PAUSED, READY, get_condition, is_true, set_condition
+from banlieue.api.infrastructure import (
+    DEFAULT_GUEST_SOFT_POWER_OFF_TIMEOUT_SECONDS,
+    VSphereMachine,
+    VSphereMachineReason,
+    VSphereMachineStatus,
+)
+from banlieue.api.meta import Initialization, MachineAddress, MachineAddressType
+from banlieue.api.provider import Provider
+from banlieue.api.virtualmachine import PowerState
+from banlieue.backends.base import AuthFailed, InvalidSpec, TLSVerifyFailed, Transient, VMInfo, VMSpec
+from banlieue.backends.base import PowerOffMode as OffMode
+from banlieue.backends.base import PowerState as PowerStateName
+from banlieue.reconcilers.kinds import (
+    CAPI_ANNOTATION_PAUSED,
+    CAPI_LABEL_CLUSTER_NAME,
+    FINALIZER_VSPHERE_MACHINE,
+    LABEL_PROVIDER,
+)
+from banlieue.reconcilers.vspheremachine.placement import (
+    BootstrapData,
+    PlacementError,
+    build_vm_spec,
+    capi_failure_domain,
+    capi_machine_owner,
+    cluster_infrastructure_provisioned,
+    cluster_paused,
+    is_capi_path,
+    resolve_placement,
+)
+from banlieue.reconcilers.vspheremachine.progress import progress_write_wait
+
+REPLACE_HINT = ("to get a new VM, delete this VSphereMachine if a banlieue VirtualMachine owns it (the "
+                "VirtualMachine creates a new one), or its Machine under Cluster API (its MachineSet or "
+                "control plane creates a new one)")
+"""What a VMNotFound message tells the user. It is mirrored onto the owning VirtualMachine, where
+"delete this object" read as "delete the VirtualMachine", which only removes it."""
+
+R = VSphereMachineReason
+"""Ready reasons (SPEC §3 plus the ones documented in the module docstring)."""
+
+WARNING_REASONS = frozenset(
+    {R.TEMPLATE_NOT_FOUND, R.INVALID_SPEC, R.CLONE_FAILED, R.VM_NOT_FOUND, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED,
+     R.SECRET_MISSING, R.SECRET_INVALID, R.PROVIDER_NOT_FOUND, R.FAILURE_DOMAIN_NOT_FOUND}
+)
+RETRY_SECONDS = 60.0
+"""Re-check interval for conditions nothing notifies about (template created, vCenter back)."""
+IP_POLL_SECONDS = 60.0
+"""Safety re-check while waiting for an IP (the property-collector watch normally reports it)."""
+STEADY_RESYNC_SECONDS = 36000.0
+"""Re-check of a provisioned machine: 10 h, controller-runtime's default SyncPeriod. The property
+collector is the signal (a re-created collector's first batch re-delivers every VM, and a vCenter
+coming back re-enqueues its machines), so a shorter period would only cost SOAP requests in
+steady state (600 s cost 290 requests/min at 1,000 VMs: docs/performance.md)."""
+POWER_OFF_POLL_SECONDS = 10.0
+"""Re-check interval while a guest shuts down (soft power-off)."""
+BOOTSTRAP_POLL_SECONDS = 30.0
+"""Re-check interval while a named bootstrap data Secret is missing or incomplete."""
+CLONE_WAIT_SECONDS = 5.0
+"""Re-check interval while waiting for a clone an earlier reconcile started."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A backend error as seen by decide: which ``step`` (lookup, create, power, destroy), the
+    backend ``reason`` (``BackendError.reason``) and its message."""
+
+    step: Literal["connect", "lookup", "create", "power", "destroy"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything decide needs. ``capi_machine``/``cluster`` are wire dicts from the cache;
+    ``providers`` the Providers of the namespace; ``bootstrap`` the decoded data (None: none or
+    not readable, see ``bootstrap_error``); ``looked_up`` whether the backend was asked (it is
+    only asked once a Provider and connection are known); ``vm`` its answer; ``failure`` the
+    last backend error; ``converged``/``destroyed``/``powered`` record what this reconcile did;
+    ``known_connections``: names of the namespace's Providers this process has a last known good
+    Connection for (used only to delete); ``converged_spec``: the spec this process last
+    converged the VM to (``create`` succeeded), kept in memory until a stored status says
+    ``provisioned`` (None after a restart: the VM is converged again, which is idempotent);
+    ``spec_error``: the backend's ``Backend.spec_error`` (a message when no vCenter could take
+    the built spec; None: no limit is checked)."""
+
+    machine: VSphereMachine
+    now: datetime
+    capi_machine: Mapping[str, Any] | None = None
+    cluster: Mapping[str, Any] | None = None
+    providers: tuple[Provider, ...] = ()
+    bootstrap: BootstrapData | None = None
+    bootstrap_error: str | None = None
+    connection_error: tuple[str, str] | None = None
+    looked_up: bool = False
+    vm: VMInfo | None = None
+    failure: Failure | None = None
+    converged: bool = False
+    clone_grace_seconds: float = 600.0
+    destroyed: bool = False
+    powered: bool = False
+    known_connections: frozenset[str] = frozenset()
+    converged_spec: VMSpec | None = None
+    spec_error: Callable[[VMSpec], str | None] | None = None
+
+
+@dataclass(frozen=True)
+class Action:
+    """One backend call: ``create`` (find-or-clone + converge ``spec``), ``power`` to ``state``,
+    or ``destroy`` (power off per ``off_mode`` within ``soft_timeout`` seconds)."""
+
+    kind: Literal["create", "power", "destroy"]
+    spec: VMSpec | None = None
+    state: PowerStateName = "PoweredOn"
+    off_mode: OffMode = "trySoft"
+    soft_timeout: float = float(DEFAULT_GUEST_SOFT_POWER_OFF_TIMEOUT_SECONDS)
+
+
+@dataclass(frozen=True)
+class Event:
+    """An Event to record on the machine; ``transition``: it reports a change of the Ready
+    reason (the reconciler records those only on a real change, never twice in a row)."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+    transition: bool = False
+
+
+def ready_reason(status: VSphereMachineStatus | None) -> str | None:
+    """The ``Ready`` condition's reason (None without a status or a Ready condition)."""
+    cond = get_condition(status.conditions if status else None, READY)
+    return cond.reason if cond is not None else None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do. ``connect``: the reconciler must build the connection of ``provider`` and
+    look up the VM (``Snapshot.looked_up``) before deciding further; ``provider`` is the Provider
+    backend calls go to. ``status`` is the full desired status (None: leave it);
+    ``write_status_first``: write it before ``action`` (a clone takes minutes); ``provider_id``:
+    value to write to ``spec.providerID``; ``retry``: fail the reconcile after writing (backoff);
+    ``last_known``: with ``connect``, use the last known Connection of this Provider (name, same
+    namespace) instead of building one from its Secret."""
+
+    status: VSphereMachineStatus | None = None
+    add_finalizer: bool = False
+    remove_finalizer: bool = False
+    action: Action | None = None
+    write_status_first: bool = False
+    provider_id: str | None = None
+    events: tuple[Event, ...] = ()
+    requeue_after: float | None = None
+    retry: bool = False
+    provider: Provider | None = None
+    connect: bool = False
+    last_known: str | None = None
+
+
+@dataclass
+class _Status:
+    """Builder of the desired status from the current one."""
+
+    snap: Snapshot
+    status: VSphereMachineStatus = field(init=False)
+
+    def __post_init__(self) -> None:
+        current = self.snap.machine.status or VSphereMachineStatus()
+        self.status = current.model_copy(deep=True)
+        self.status.observed_generation = self.snap.machine.metadata.generation
+
+    def cond(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.status.conditions = set_condition(
+            self.status.conditions, type_, status, reason, message, self.snap.machine.metadata.generation, self.snap.now
+        )
+
+    def ready(self, status: bool, reason: str, message: str) -> None:
+        self.cond(READY, status, reason, message)
+
+    def vm(self, vm: VMInfo, failure_domain: str | None) -> None:
+        self.status.instance_uuid = vm.instance_uuid
+        self.status.bios_uuid = vm.bios_uuid
+        self.status.vm_ref = vm.moref
+        self.status.power_state = PowerState(vm.power_state)
+        self.status.addresses = machine_addresses(vm) or None
+        if failure_domain is not None:
+            self.status.failure_domain = failure_domain
+
+
+def machine_addresses(vm: VMInfo) -> list[MachineAddress]:
+    """CAPI MachineAddresses: one ``InternalIP`` per IP VMware Tools reports (link-local IPv6
+    left out, as kubelet does)."""
+    return [MachineAddress(type=MachineAddressType.INTERNAL_IP, address=ip) for ip in vm.addresses if not ip.lower().startswith("fe80:")]
+
+
+def provider_id(vm: VMInfo) -> str:
+    """``vsphere://<BIOS UUID>``: what vSphere's cloud provider puts on the Node (SPEC §3)."""
+    return f"vsphere://{vm.bios_uuid}"
+
+
+def _events(before: VSphereMachineStatus | None, after: VSphereMachineStatus | None, extra: Sequence[Event] = ()) -> tuple[Event, ...]:
+    """``extra`` plus one Event when the Ready reason changes (Warning for failure reasons)."""
+    out = list(extra)
+    old = get_condition(before.conditions if before else None, READY)
+    new = get_condition(after.conditions if after else None, READY)
+    if new is not None and (old is None or (old.reason, old.status) != (new.reason, new.status)):
+        if not any(e.reason == new.reason for e in out):
+            out.append(Event("Warning" if new.reason in WARNING_REASONS else "Normal", new.reason, new.message or new.reason, transition=True))
+    return tuple(out)
+
+
+def _failure_reason(failure: Failure) -> str:
+    # failure.reason is BackendError.reason: the taxonomy class's name, or a more specific word
+    # the vSphere backend gives (``TemplateNotFound``, ``TaskTimeout``...).
+    if failure.reason == AuthFailed.reason or failure.step == "connect":
+        return R.CONNECT_FAILED
+    if failure.reason == TLSVerifyFailed.reason:
+        return R.TLS_VERIFY_FAILED
+    if failure.reason == Transient.reason:
+        return R.CONNECT_FAILED
+    if failure.step == "create":
+        if failure.reason == "VMNotFound":
+            return R.VM_NOT_FOUND
+        if failure.reason == "TemplateNotFound":
+            return R.TEMPLATE_NOT_FOUND
+        if failure.reason == InvalidSpec.reason or failure.reason.endswith("NotFound"):
+            return R.INVALID_SPEC
+        return R.CLONE_FAILED
+    return R.CONNECT_FAILED if failure.step == "lookup" else failure.reason
+
+
+def decide(snap: Snapshot) -> Plan:
+    """The plan for one step of the machine's life. Never raises: malformed input becomes a
+    ``Ready`` condition with a reason and an actionable message."""
+    try:
+        plan = _coalesce(snap, _decide(snap))
+    except Exception as exc:  # decide must never raise; surface the bug as a condition
+        st = _Status(snap)
+        st.ready(False, R.INVALID_SPEC, f"internal error deciding this machine: {type(exc).__name__}: {exc}")
+        return Plan(status=st.status, events=_events(snap.machine.status, st.status), retry=True)
+    return plan
+
+
+def _coalesce(snap: Snapshot, plan: Plan) -> Plan:
+    """Defer a progress-only status change (``vspheremachine.progress``, ADR 0011): no status,
+    no Ready-transition Event, requeue when the interval is over. Plans that act, write first
+    (``Cloning`` before a clone, ``Deleting`` before a destroy), retry or drop the finalizer are
+    never deferred."""
+    if plan.status is None or plan.action is not None or plan.write_status_first or plan.retry or plan.remove_finalizer:
+        return plan
+    if snap.machine.metadata.deletion_timestamp is not None:
+        return plan
+    stored = snap.machine.status
+    wait = progress_write_wait(stored, plan.status, snap.now, clone_started(stored) if stored else None)
+    if wait is None:
+        return plan
+    requeue = wait if plan.requeue_after is None else min(plan.requeue_after, wait)
+    events = tuple(e for e in plan.events if not e.transition)
+    return replace(plan, status=None, events=events, requeue_after=requeue)
+
+
+def _with_events(snap: Snapshot, plan: Plan, extra: Sequence[Event] = ()) -> Plan:
+    return replace(plan, events=_events(snap.machine.status, plan.status, (*plan.events, *extra)))
+
+
+def _decide(snap: Snapshot) -> Plan:
+    m = snap.machine
+    meta = m.metadata
+    st = _Status(snap)
+    has_finalizer = FINALIZER_VSPHERE_MACHINE in (meta.finalizers or ())
+    deleting = meta.deletion_timestamp is not None
+    capi = is_capi_path(m, CAPI_LABEL_CLUSTER_NAME)
+
+    # CAPI: wait for the owner and the Cluster (no finalizer yet: CAPV returns early too).
+    if capi and not deleting:
+        if capi_machine_owner(m) is None or snap.capi_machine is None:
+            st.ready(False, R.WAITING_FOR_OWNER, "waiting for the Machine controller to set an owner reference")
+            return _with_events(snap, Plan(status=st.status))
+        if snap.cluster is None:
+            name = (meta.labels or {}).get(CAPI_LABEL_CLUSTER_NAME) or "?"
+            st.ready(False, R.WAITING_FOR_CLUSTER, f"waiting for Cluster {name} (label {CAPI_LABEL_CLUSTER_NAME})")
+            return _with_events(snap, Plan(status=st.status))
+
+    # Pause: Paused True and nothing else, on every path (deletion included).
+    paused = CAPI_ANNOTATION_PAUSED in (meta.annotations or {}) or (capi and cluster_paused(snap.cluster, CAPI_ANNOTATION_PAUSED))
+    if paused:
+        st.cond(PAUSED, True, R.PAUSED, "reconciliation is paused (Cluster.spec.paused or the cluster.x-k8s.io/paused annotation)")
+        if not is_true(st.status.conditions, READY):
+            st.ready(False, R.PAUSED, "reconciliation is paused")
+        return _with_events(snap, Plan(status=st.status))
+    st.cond(PAUSED, False, R.NOT_PAUSED, "")
+
+    if deleting:
+        return _decide_delete(snap, st, has_finalizer, capi)
+    if not has_finalizer:
+        # First write of a machine: the finalizer, before anything exists on vCenter.
+        return Plan(add_finalizer=True, provider=None)
+
+    if capi:
+        if not cluster_infrastructure_provisioned(snap.cluster):
+            st.ready(False, R.WAITING_FOR_CLUSTER_INFRASTRUCTURE, "waiting for Cluster status.initialization.infrastructureProvisioned")
+            return _with_events(snap, Plan(status=st.status))
+
+    needs_bootstrap = capi or m.spec.bootstrap_data_secret_ref is not None
+    vm_exists = snap.vm is not None
+    if needs_bootstrap and snap.bootstrap is None and not vm_exists and not (m.status and m.status.instance_uuid):
+        st.ready(False, R.WAITING_FOR_BOOTSTRAP_DATA, snap.bootstrap_error or "waiting for Machine.spec.bootstrap.dataSecretName")
+        # A named Secret that is missing or incomplete: a CAPI bootstrap Secret is not indexed
+        # back to its machine, so look again now and then (the Machine update usually comes first).
+        return _with_events(snap, Plan(status=st.status, requeue_after=BOOTSTRAP_POLL_SECONDS if snap.bootstrap_error else None))
+    if snap.bootstrap is not None and snap.bootstrap.format not in ("cloud-config", ""):
+        st.ready(False, R.INVALID_SPEC, f"bootstrap format {snap.bootstrap.format!r} is not supported by this provider (cloud-config only)")
+        return _with_events(snap, Plan(status=st.status))
+
+    fd_name = capi_failure_domain(snap.capi_machine) if capi else None
+    fd_name = fd_name or m.spec.failure_domain
+    try:
+        placement = resolve_placement(m, fd_name, snap.providers, capi=capi)
+        vm_spec = build_vm_spec(m, placement, snap.bootstrap.data if snap.bootstrap else None)
+    except PlacementError as err:
+        st.ready(False, err.reason, err.message)
+        return _with_events(snap, Plan(status=st.status))
+    too_big = snap.spec_error(vm_spec) if snap.spec_error is not None else None
+    if too_big is not None:
+        # Before any vCenter call: nothing is cloned, an existing VM is not reconfigured.
+        st.ready(False, R.INVALID_SPEC, too_big)
+        return _with_events(snap, Plan(status=st.status))
+
+    if snap.connection_error is not None:
+        reason, message = snap.connection_error
+        st.ready(False, reason, f"Provider {placement.provider.metadata.name}: {message}")
+        return _with_events(snap, Plan(status=st.status))
+    if not snap.looked_up:
+        return Plan(provider=placement.provider, connect=True)
+
+    failure = snap.failure
+    if failure is not None and failure.step in ("connect", "lookup"):
+        st.ready(False, _failure_reason(failure), failure.message)
+        return _with_events(snap, Plan(status=st.status, requeue_after=RETRY_SECONDS))
+
+    vm = snap.vm
+    status_now = m.status or VSphereMachineStatus()
+    if vm is None:
+        if status_now.instance_uuid and not (failure and failure.step == "create"):
+            st.ready(False, R.VM_NOT_FOUND, f"VM {status_now.instance_uuid} ({status_now.vm_ref}) is no longer in vCenter: {REPLACE_HINT}")
+            return _with_events(snap, Plan(status=st.status))
+        if failure is not None and failure.step == "create":
+            reason = _failure_reason(failure)
+            if reason == R.VM_NOT_FOUND:
+                # create_vm returned this UID's VM before and it is gone: never clone it again,
+                # even when the status this reconcile started from has no instanceUUID yet.
+                st.ready(False, R.VM_NOT_FOUND, f"{failure.message}: {REPLACE_HINT}")
+                return _with_events(snap, Plan(status=st.status))
+            st.ready(False, reason, failure.message)
+            retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
+            return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else RETRY_SECONDS))
+        started = clone_started(status_now)
+        if started is not None:
+            waited = (snap.now - started).total_seconds()
+            if 0 <= waited < snap.clone_grace_seconds:
+                # A clone started by an earlier reconcile (another process, or one cancelled
+                # mid-task) may still be running in vCenter: wait for it to land instead of
+                # cloning a second VM; clone again only once the task would have timed out.
+                st.ready(False, R.CLONING, _cloning_message(status_now))
+                return _with_events(snap, Plan(status=st.status, requeue_after=min(CLONE_WAIT_SECONDS, snap.clone_grace_seconds - waited)))
+        since = snap.now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        st.ready(False, R.CLONING, f"cloning template {vm_spec.template} into {placement.datacenter}/{placement.cluster} since {since}")
+        st.status.failure_domain = placement.failure_domain
+        return _with_events(snap, Plan(status=st.status, action=Action("create", spec=vm_spec), write_status_first=True))
+
+    # The VM exists: converge hardware when it drifted, or until provisioned once.
+    if failure is not None and failure.step == "create":
+        reason = _failure_reason(failure)
+        st.vm(vm, placement.failure_domain)
+        st.ready(False, reason, failure.message)
+        retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
+        return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else RETRY_SECONDS))
+    provisioned_before = bool(status_now.initialization and status_now.initialization.provisioned)
+    # Converged by this process to this very spec, its status write deferred (ADR 0011): no
+    # second converge. Once provisioned is stored, drift is checked as usual.
+    converged = snap.converged or (not provisioned_before and snap.converged_spec == vm_spec)
+    if not converged and (not provisioned_before or _drifted(vm, vm_spec)):
+        return Plan(action=Action("create", spec=vm_spec), provider=placement.provider)
+
+    st.vm(vm, placement.failure_domain)
+    want = m.spec.power_state.value
+    if failure is not None and failure.step == "power":
+        pending = failure.reason == "PowerOffPending"
+        st.ready(False, R.POWERING_OFF if pending else R.CONNECT_FAILED, failure.message)
+        return _with_events(snap, Plan(status=st.status, requeue_after=POWER_OFF_POLL_SECONDS if pending else None, retry=not pending))
+    if vm.power_state != want and not snap.powered:
+        action = Action("power", state=cast(PowerStateName, want), off_mode=m.spec.power_off_mode.value, soft_timeout=_soft_timeout(m))
+        return Plan(action=action, provider=placement.provider)
+
+    events: list[Event] = []
+    if snap.powered:
+        events.append(Event("Normal", vm.power_state, f"VM {vm.name} is {vm.power_state}"))
+    pid = provider_id(vm)
+    write_pid = pid if m.spec.provider_id != pid else None
+    if vm.power_state != want:
+        st.ready(False, R.POWERING_ON if want == "PoweredOn" else R.POWERING_OFF, f"VM is {vm.power_state}, want {want}")
+        return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=POWER_OFF_POLL_SECONDS), events)
+    st.status.initialization = Initialization(provisioned=True)
+    if want == "PoweredOn" and not st.status.addresses:
+        st.ready(False, R.WAITING_FOR_IP_ADDRESS, "waiting for VMware Tools to report an IP address")
+        return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=IP_POLL_SECONDS), events)
+    st.ready(True, R.PROVISIONED, f"VM {vm.name} is {vm.power_state}" + (f" at {st.status.addresses[0].address}" if st.status.addresses else ""))
+    return _with_events(snap, Plan(status=st.status, provider_id=write_pid, requeue_after=STEADY_RESYNC_SECONDS), events)
+
+
+_SINCE = re.compile(r" since (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)$")
+
+
+def _cloning_message(status: VSphereMachineStatus) -> str:
+    cond = get_condition(status.conditions, READY)
+    return cond.message if cond is not None else ""
+
+
+def clone_started(status: VSphereMachineStatus) -> datetime | None:
+    """When the clone recorded in a ``Ready`` False ``Cloning`` condition started: its message
+    ends with ``since <RFC 3339>`` (lastTransitionTime cannot tell: it keeps the time the status
+    became False). None when Ready is not Cloning or the time is absent."""
+    cond = get_condition(status.conditions, READY)
+    if cond is None or cond.reason != R.CLONING:
+        return None
+    match = _SINCE.search(cond.message or "")
+    if match is None:
+        return None
+    return datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def _drifted(vm: VMInfo, spec: VMSpec) -> bool:
+    """Hardware that differs from the spec (CPU, cores, memory, disk count/growth)."""
+    if vm.num_cpus != spec.num_cpus or vm.memory_mib != spec.memory_mib:
+        return True
+    if spec.num_cores_per_socket and vm.num_cores_per_socket != spec.num_cores_per_socket:
+        return True
+    if spec.disks and len(vm.disks_gib) < len(spec.disks):
+        return True
+    return any(have < disk.size_gib for have, disk in zip(vm.disks_gib, spec.disks, strict=False))
+
+
+def recorded_provider(m: VSphereMachine) -> str | None:
+    """The Provider a machine records: ``spec.providerRef.name``, else the
+    ``banlieue.io/provider`` label the VirtualMachine controller sets; None when neither."""
+    if m.spec.provider_ref is not None and m.spec.provider_ref.name:
+        return m.spec.provider_ref.name
+    return (m.metadata.labels or {}).get(LABEL_PROVIDER) or None
+
+
+def _decide_delete(snap: Snapshot, st: _Status, has_finalizer: bool, capi: bool) -> Plan:
+    m = snap.machine
+    if not has_finalizer:
+        return Plan()
+    st.ready(False, R.DELETING, "deleting the VM")
+    fd_name = (capi_failure_domain(snap.capi_machine) if capi else None) or m.spec.failure_domain or (m.status.failure_domain if m.status else None)
+    provider: Provider | None = None
+    last: str | None = None
+    try:
+        provider = resolve_placement(m, fd_name, snap.providers, capi=capi).provider
+    except PlacementError as err:
+        recorded = recorded_provider(m)
+        if recorded is not None and recorded in snap.known_connections:
+            # The Provider object is gone but this process still holds its last connection.
+            last = recorded
+            st.ready(False, R.DELETING, f"deleting the VM with the last known connection of Provider {recorded} ({err.message})")
+        elif m.status is not None and m.status.instance_uuid:
+            # The Provider (or its failure domain) is gone: nothing can reach the VM any more.
+            note = f"{err.message}; dropping the finalizer without deleting VM {m.status.instance_uuid}: delete it in vCenter by hand"
+            return Plan(status=st.status, remove_finalizer=True, events=(Event("Warning", "ProviderGone", note),))
+        else:
+            # Never provisioned and no place resolves: no VM can exist for it.
+            return Plan(status=st.status, remove_finalizer=True, events=(Event("Normal", "Deleted", f"nothing to delete: {err.message}"),))
+    if provider is not None and snap.connection_error is not None:
+        reason, message = snap.connection_error
+        name = provider.metadata.name or ""
+        if name in snap.known_connections:
+            # The Secret went first (namespace deletion): the last good connection still works.
+            last = name
+            st.ready(False, R.DELETING, f"deleting the VM with the last known connection of Provider {name} ({reason}: {message})")
+        else:
+            st.ready(False, R.DELETING, f"cannot reach vCenter to delete the VM ({reason}: {message}); retrying")
+            return _with_events(snap, Plan(status=st.status, requeue_after=RETRY_SECONDS))
+    if not snap.looked_up:
+        return Plan(status=st.status, provider=provider, connect=True, last_known=last)
+    failure = snap.failure
+    if failure is not None:
+        if failure.reason == "PowerOffPending":
+            st.ready(False, R.DELETING, f"waiting for the guest to shut down: {failure.message}")
+            return _with_events(snap, Plan(status=st.status, requeue_after=POWER_OFF_POLL_SECONDS))
+        st.ready(False, R.DELETING, f"cannot delete the VM yet ({failure.reason}: {failure.message}); retrying")
+        return _with_events(snap, Plan(status=st.status, requeue_after=RETRY_SECONDS))
+    if snap.destroyed or snap.vm is None:
+        events = [Event("Normal", "Deleted", f"VM {m.metadata.name} destroyed")] if snap.destroyed else []
+        return Plan(status=st.status, remove_finalizer=True, events=tuple(events))
+    action = Action("destroy", off_mode=m.spec.power_off_mode.value, soft_timeout=_soft_timeout(m))
+    return _with_events(snap, Plan(status=st.status, action=action, write_status_first=True, provider=provider, last_known=last))
+
+
+def _soft_timeout(m: VSphereMachine) -> float:
+    return float(m.spec.guest_soft_power_off_timeout_seconds or DEFAULT_GUEST_SOFT_POWER_OFF_TIMEOUT_SECONDS)

@@ -1,0 +1,289 @@
+"""Pure helpers of the VSphereMachine reconciler: which path, which Provider, where, what to build.
+
+Everything here is a pure function of API objects (models or wire dicts); ``vspheremachine.decide``
+calls them and turns a ``PlacementError`` into a ``Ready`` condition. SPEC §3: with
+``spec.failureDomain`` (or the CAPI ``Machine.spec.failureDomain``) the Provider, datacenter and
+cluster come from the Provider whose ``status.failureDomains[].name`` matches (its
+``attributes.raw``); otherwise ``spec.providerRef`` + ``spec.datacenter``/``spec.cluster`` (a
+Provider with exactly one failure domain supplies them when absent). Abstract ``storageClass`` /
+``networkClass`` resolve through that Provider's ``spec.capabilities``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from banlieue.api.infrastructure import BOOTSTRAP_DATA_DEFAULT_KEY, VSphereMachine
+from banlieue.api.infrastructure import VSphereMachineReason as Reason
+from banlieue.api.provider import Provider, ProviderFailureDomain
+from banlieue.backends.base import DiskSpec, NicSpec, VMSpec
+from banlieue.runtime.event import nested
+
+CAPI_GROUP = "cluster.x-k8s.io"
+BOOTSTRAP_FORMAT_KEY = "format"
+"""Key of a CAPI bootstrap data Secret naming the format (``cloud-config`` or ``ignition``)."""
+
+
+class PlacementError(Exception):
+    """The machine cannot be placed: ``reason`` (a Ready reason) and an actionable message."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the machine goes: the Provider, the failure domain name (None on the explicit
+    path), datacenter and compute cluster."""
+
+    provider: Provider
+    failure_domain: str | None
+    datacenter: str
+    cluster: str
+
+
+def capi_machine_owner(machine: VSphereMachine) -> str | None:
+    """Name of the ``cluster.x-k8s.io`` Machine in ``ownerReferences`` (CAPI InfraMachine
+    contract: the Machine controller sets it), None when absent."""
+    for ref in machine.metadata.owner_references or ():
+        if ref.kind == "Machine" and ref.api_version.split("/")[0] == CAPI_GROUP:
+            return ref.name
+    return None
+
+
+def owned_by_other_controller(machine: VSphereMachine) -> bool:
+    """Whether a non-CAPI controller owns it (a banlieue VirtualMachine): the standalone path."""
+    return any(
+        ref.controller and ref.api_version.split("/")[0] != CAPI_GROUP for ref in machine.metadata.owner_references or ()
+    )
+
+
+def is_capi_path(machine: VSphereMachine, cluster_label: str) -> bool:
+    """CAPI path: a Machine owner, or (awaiting one) the ``cluster.x-k8s.io/cluster-name`` label
+    on an object no other controller owns. Otherwise standalone."""
+    if capi_machine_owner(machine) is not None:
+        return True
+    return bool((machine.metadata.labels or {}).get(cluster_label)) and not owned_by_other_controller(machine)
+
+
+def capi_failure_domain(capi_machine: Mapping[str, Any] | None) -> str | None:
+    """``Machine.spec.failureDomain`` (CAPI v1beta2), None when unset."""
+    value = nested(capi_machine, "spec", "failureDomain")
+    return str(value) if value else None
+
+
+def capi_bootstrap_secret(capi_machine: Mapping[str, Any] | None) -> str | None:
+    """``Machine.spec.bootstrap.dataSecretName`` (CAPI bootstrap contract), None until set."""
+    value = nested(capi_machine, "spec", "bootstrap", "dataSecretName")
+    return str(value) if value else None
+
+
+def cluster_infrastructure_provisioned(cluster: Mapping[str, Any] | None) -> bool:
+    """``Cluster.status.initialization.infrastructureProvisioned`` (CAPI v1beta2)."""
+    return nested(cluster, "status", "initialization", "infrastructureProvisioned") is True
+
+
+def cluster_paused(cluster: Mapping[str, Any] | None, paused_annotation: str) -> bool:
+    """``Cluster.spec.paused`` or the ``cluster.x-k8s.io/paused`` annotation on the Cluster."""
+    if cluster is None:
+        return False
+    annotations = nested(cluster, "metadata", "annotations") or {}
+    return nested(cluster, "spec", "paused") is True or paused_annotation in annotations
+
+
+def bootstrap_secret_ref(machine: VSphereMachine, capi_machine: Mapping[str, Any] | None, capi: bool) -> tuple[str, str] | None:
+    """(Secret name, key) of the bootstrap data: the CAPI Machine's dataSecretName (key
+    ``value``) on the CAPI path, ``spec.bootstrapDataSecretRef`` otherwise; None when none."""
+    if capi:
+        name = capi_bootstrap_secret(capi_machine)
+        return (name, BOOTSTRAP_DATA_DEFAULT_KEY) if name else None
+    ref = machine.spec.bootstrap_data_secret_ref
+    return (ref.name, ref.key) if ref is not None else None
+
+
+@dataclass(frozen=True)
+class BootstrapData:
+    """Decoded bootstrap data: the bytes and the format (``cloud-config`` or ``ignition``)."""
+
+    data: bytes
+    format: str
+
+
+def read_bootstrap(secret: Mapping[str, Any], key: str) -> BootstrapData:
+    """Bootstrap data from a Secret's ``data`` (base64) or ``stringData``. Raises PlacementError
+    (``WaitingForBootstrapData``) when the key is missing or not base64."""
+    name = nested(secret, "metadata", "name") or "?"
+    raw = (secret.get("data") or {}).get(key)
+    fmt_raw = (secret.get("data") or {}).get(BOOTSTRAP_FORMAT_KEY)
+    try:
+        if raw is not None:
+            data = base64.b64decode(str(raw), validate=True)
+        elif key in (secret.get("stringData") or {}):
+            data = str(secret["stringData"][key]).encode()
+        else:
+            raise PlacementError(Reason.WAITING_FOR_BOOTSTRAP_DATA, f"bootstrap data Secret {name} has no key {key!r}")
+        fmt = base64.b64decode(str(fmt_raw), validate=True).decode() if fmt_raw else "cloud-config"
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise PlacementError(Reason.WAITING_FOR_BOOTSTRAP_DATA, f"bootstrap data Secret {name} key {key!r} is not valid base64") from exc
+    return BootstrapData(data=data, format=fmt or "cloud-config")
+
+
+def _raw_of(fd: ProviderFailureDomain) -> tuple[str, str] | None:
+    raw = fd.attributes.raw if fd.attributes is not None else None
+    if raw is None or not raw.datacenter or not raw.cluster:
+        return None
+    return raw.datacenter, raw.cluster
+
+
+def resolve_placement(
+    machine: VSphereMachine, failure_domain: str | None, providers: Sequence[Provider], *, capi: bool = False
+) -> Placement:
+    """Provider, failure domain, datacenter and cluster of ``machine`` among ``providers`` (its
+    namespace). ``capi``: the machine is on the CAPI path, where the failure domain comes from
+    ``Machine.spec.failureDomain`` (messages name that field). Raises PlacementError
+    (InvalidSpec, ProviderNotFound, FailureDomainNotFound)."""
+    spec = machine.spec
+    ref = spec.provider_ref.name if spec.provider_ref is not None else None
+    if ref is not None and not any(p.metadata.name == ref for p in providers):
+        # The named Provider is gone (or never existed): say so, whatever the failure domain.
+        raise PlacementError(Reason.PROVIDER_NOT_FOUND, f"Provider {ref} not found in namespace {machine.metadata.namespace}")
+    if failure_domain:
+        for provider in providers:
+            if ref is not None and provider.metadata.name != ref:
+                continue
+            for fd in (provider.status.failure_domains if provider.status else None) or ():
+                if fd.name != failure_domain:
+                    continue
+                where = _raw_of(fd)
+                if where is None:
+                    raise PlacementError(
+                        Reason.FAILURE_DOMAIN_NOT_FOUND,
+                        f"failure domain {failure_domain!r} of Provider {provider.metadata.name} has no attributes.raw datacenter/cluster",
+                    )
+                return Placement(provider, failure_domain, where[0], where[1])
+        scope = f"Provider {ref}" if ref else "any Provider in this namespace"
+        raise PlacementError(
+            Reason.FAILURE_DOMAIN_NOT_FOUND,
+            f"failure domain {failure_domain!r} is not in status.failureDomains of {scope}: check the name or wait for the Provider to be reconciled",
+        )
+    if ref is None:
+        if capi:
+            raise PlacementError(
+                Reason.INVALID_SPEC,
+                "Machine.spec.failureDomain is not set and spec.providerRef.name is empty: give the Machine a "
+                "failure domain (MachineDeployment spec.template.spec.failureDomain; a control-plane provider picks one "
+                "of the Cluster's failure domains, which the VSphereCluster publishes) or set providerRef in the "
+                "VSphereMachineTemplate",
+            )
+        raise PlacementError(Reason.INVALID_SPEC, "set spec.failureDomain or spec.providerRef.name")
+    chosen = next((p for p in providers if p.metadata.name == ref), None)
+    if chosen is None:
+        raise PlacementError(Reason.PROVIDER_NOT_FOUND, f"Provider {ref} not found in namespace {machine.metadata.namespace}")
+    provider = chosen
+    datacenter, cluster = spec.datacenter, spec.cluster
+    if not datacenter or not cluster:
+        fds = [(fd, _raw_of(fd)) for fd in (provider.status.failure_domains if provider.status else None) or ()]
+        fds_ok = [(fd, w) for fd, w in fds if w is not None and (not datacenter or w[0] == datacenter)]
+        if len(fds_ok) != 1:
+            raise PlacementError(
+                Reason.INVALID_SPEC,
+                f"set spec.datacenter and spec.cluster (or spec.failureDomain): Provider {ref} offers {len(fds_ok)} matching failure domains",
+            )
+        fd, where = fds_ok[0]
+        assert where is not None
+        return Placement(provider, fd.name, where[0], where[1])
+    named = next((fd.name for fd in (provider.status.failure_domains if provider.status else None) or () if _raw_of(fd) == (datacenter, cluster)), None)
+    return Placement(provider, named, datacenter, cluster)
+
+
+def _datastore_for(provider: Provider, storage_class: str) -> str:
+    caps = provider.spec.capabilities
+    for sc in (caps.storage_classes if caps else None) or ():
+        if sc.name == storage_class:
+            if sc.target.datastore:
+                return sc.target.datastore
+            raise PlacementError(
+                Reason.INVALID_SPEC,
+                f"storage class {storage_class!r} maps to datastore cluster {sc.target.datastore_cluster!r}, "
+                "which VSphereMachine disks do not support yet: map it to a datastore",
+            )
+    offered = sorted(sc.name for sc in (caps.storage_classes if caps else None) or ())
+    raise PlacementError(
+        Reason.INVALID_SPEC,
+        f"storage class {storage_class!r} is not offered by Provider {provider.metadata.name} (offered: {offered}): "
+        "fix the disk's storageClass or add it to the Provider's spec.capabilities.storageClasses",
+    )
+
+
+def _network_for(provider: Provider, network_class: str) -> str:
+    caps = provider.spec.capabilities
+    for nc in (caps.network_classes if caps else None) or ():
+        if nc.name == network_class:
+            name = nc.target.port_group or nc.target.distributed_port_group
+            if name:
+                return name
+    offered = sorted(nc.name for nc in (caps.network_classes if caps else None) or ())
+    raise PlacementError(
+        Reason.INVALID_SPEC,
+        f"network class {network_class!r} is not offered by Provider {provider.metadata.name} (offered: {offered}): "
+        "fix the device's networkClass or add it to the Provider's spec.capabilities.networkClasses",
+    )
+
+
+def build_vm_spec(machine: VSphereMachine, placement: Placement, user_data: bytes | None) -> VMSpec:
+    """The backend VMSpec for ``machine`` at ``placement``; the VM and host name are the object
+    name, ``uid`` the object's UID. Raises PlacementError(InvalidSpec) for a missing template,
+    CPU or memory, or an unknown storage/network class."""
+    spec = machine.spec
+    if not spec.template:
+        raise PlacementError(Reason.INVALID_SPEC, "spec.template is required: name the vSphere template to clone")
+    if spec.num_cpus is None or spec.memory_mib is None:
+        raise PlacementError(Reason.INVALID_SPEC, "spec.numCPUs and spec.memoryMiB are required")
+    disks: list[DiskSpec] = []
+    for disk in spec.disks or ():
+        datastore = _datastore_for(placement.provider, disk.storage_class) if disk.storage_class else disk.datastore
+        disks.append(DiskSpec(disk.name, disk.size_gib, disk.provisioning.value, datastore))
+    nics: list[NicSpec] = []
+    for dev in (spec.network.devices if spec.network else None) or ():
+        network = _network_for(placement.provider, dev.network_class) if dev.network_class else dev.port_group
+        if not network:
+            raise PlacementError(Reason.INVALID_SPEC, f"network device {dev.name!r} needs portGroup or networkClass")
+        addresses = tuple(dev.addresses or ())
+        nics.append(
+            NicSpec(
+                name=dev.name,
+                network=network,
+                mac_address=dev.mac_address,
+                dhcp4=dev.dhcp4 if dev.dhcp4 is not None else not addresses,
+                dhcp6=bool(dev.dhcp6),
+                addresses=addresses,
+                gateway4=dev.gateway4,
+                gateway6=dev.gateway6,
+                nameservers=tuple(dev.nameservers or ()),
+            )
+        )
+    return VMSpec(
+        uid=machine.metadata.uid or "",
+        name=machine.metadata.name or "",
+        datacenter=placement.datacenter,
+        cluster=placement.cluster,
+        template=spec.template,
+        num_cpus=spec.num_cpus,
+        memory_mib=spec.memory_mib,
+        num_cores_per_socket=spec.num_cores_per_socket or 0,
+        resource_pool=spec.resource_pool,
+        folder=spec.folder,
+        datastore=disks[0].datastore if disks else None,
+        clone_mode=spec.clone_mode.value,
+        firmware=spec.firmware.value if spec.firmware is not None else None,
+        disks=tuple(disks),
+        nics=tuple(nics),
+        user_data=user_data,
+        hostname=machine.metadata.name,
+    )

@@ -1,0 +1,379 @@
+"""Event sources of the VSphereMachine controller: cache indexes, map functions, the CAPI watch
+and the vCenter property-collector watch (SPEC §4 "Secondary watches map back to primaries").
+
+- Provider -> the machines of its namespace that use it or are not Ready yet (a Provider
+  change can resolve a ``ProviderNotFound``/``FailureDomainNotFound``/``SecretMissing``).
+- Secret -> machines whose bootstrap Secret it is (index ``INDEX_BOOTSTRAP_SECRET``), and via
+  Providers whose credentials/CA it holds; ConfigMap -> via Providers whose CA it holds.
+- CAPI Machine -> its ``spec.infrastructureRef`` VSphereMachine; CAPI Cluster -> machines
+  labelled ``cluster.x-k8s.io/cluster-name=<name>``. The CAPI kinds are optional: ``capi_requests``
+  looks them up in discovery (every ``CAPI_DISCOVERY_SECONDS``) and creates their informers only
+  once they are served, so a cluster without CAPI never waits for their cache sync.
+- vCenter: ``VMWatch.requests`` runs ``backend.watch(conn)`` once per vSphere Provider
+  connection and maps each ``VMChange`` to the machine by UID (index ``INDEX_UID``) or, for a
+  removal without UID, by ``status.instanceUUID`` (index ``INDEX_INSTANCE_UUID``). Provider
+  add/update/delete events wake it at once to start or stop watches (``ProviderWake``);
+  ``WATCH_RESYNC_SECONDS`` remains as a safety net. When the backend reports a vCenter that
+  answers again, the machines waiting on it are enqueued (``vspheremachine.reconnect``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+from banlieue.api.conditions import READY, is_true
+from banlieue.api.infrastructure import VSphereMachineStatus
+from banlieue.backends.base import Backend, BackendError, Connection, VMChange
+from banlieue.reconcilers.connection import (
+    ConnectionConfigError,
+    connection_for,
+    referenced_config_maps,
+    referenced_secrets,
+)
+from banlieue.reconcilers.kinds import (
+    CAPI_CLUSTER,
+    CAPI_LABEL_CLUSTER_NAME,
+    CAPI_MACHINE,
+    PROVIDER,
+    VSPHERE_MACHINE,
+)
+from banlieue.reconcilers.parsed import parse_provider
+from banlieue.reconcilers.vspheremachine.reconnect import ReconnectNotifier, machines_waiting_on
+from banlieue.runtime.cache import Cache
+from banlieue.runtime.client import Client
+from banlieue.runtime.event import DeletedFinalStateUnknown, Object
+from banlieue.runtime.handler import EnqueueRequestsFromMapFunc
+from banlieue.runtime.informer import Informer
+from banlieue.runtime.log import get_logger
+from banlieue.runtime.manager import Manager
+from banlieue.runtime.reconcile import Request
+
+log = get_logger("banlieue.reconcilers.vspheremachine.controller")
+
+INDEX_UID = "vspheremachine.uid"
+"""VSphereMachine index: ``metadata.uid`` (VMChange.uid -> machine)."""
+INDEX_INSTANCE_UUID = "vspheremachine.instanceUUID"
+"""VSphereMachine index: ``status.instanceUUID``."""
+INDEX_BOOTSTRAP_SECRET = "vspheremachine.bootstrapSecret"
+"""VSphereMachine index: ``<namespace>/<spec.bootstrapDataSecretRef.name>``."""
+CAPI_DISCOVERY_SECONDS = 300.0
+"""How often to look for the CAPI kinds in discovery until they are served: CAPI is installed
+once, so a few minutes to notice it costs little, and a cluster without CAPI stays quiet."""
+WATCH_RESYNC_SECONDS = 5.0
+"""How often the set of watched vCenter connections is compared with the Providers when no
+Provider event woke the watcher first (a safety net: Provider events wake it at once)."""
+WATCH_RESTART_SECONDS = 5.0
+"""Pause before a failed vCenter watch is restarted."""
+
+
+def _meta(obj: Object) -> dict[str, Any]:
+    meta: dict[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def index_uid(obj: Object) -> list[str]:
+    uid = _meta(obj).get("uid")
+    return [str(uid)] if uid else []
+
+
+def index_instance_uuid(obj: Object) -> list[str]:
+    value = (obj.get("status") or {}).get("instanceUUID")
+    return [str(value)] if value else []
+
+
+def index_bootstrap_secret(obj: Object) -> list[str]:
+    ref = (obj.get("spec") or {}).get("bootstrapDataSecretRef") or {}
+    return [f"{_meta(obj).get('namespace')}/{ref['name']}"] if ref.get("name") else []
+
+
+def register_indexes(cache: Cache) -> None:
+    """Add this controller's VSphereMachine indexes (names above) to the shared cache."""
+    for name, fn in ((INDEX_UID, index_uid), (INDEX_INSTANCE_UUID, index_instance_uuid), (INDEX_BOOTSTRAP_SECRET, index_bootstrap_secret)):
+        cache.add_indexer(VSPHERE_MACHINE, name, fn)
+
+
+def _request(obj: Object) -> Request:
+    meta = _meta(obj)
+    return Request(str(meta.get("namespace") or ""), str(meta["name"]))
+
+
+class MapFuncs:
+    """Map functions over the manager's cache (plain functions: they read, never await)."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+
+    def provider(self, obj: Object) -> list[Request]:
+        """Provider -> machines in its namespace that name it or are not Ready (or deleting)."""
+        meta = _meta(obj)
+        out: list[Request] = []
+        # One decoded machine at a time (Cache.iter_objects): a namespace may hold 10,000.
+        for m in self.cache.iter_objects(VSPHERE_MACHINE, meta.get("namespace")):
+            ref = ((m.get("spec") or {}).get("providerRef") or {}).get("name")
+            conditions = VSphereMachineStatus.from_wire(m.get("status") or {}).conditions if m.get("status") else None
+            if ref == meta.get("name") or not is_true(conditions, READY) or _meta(m).get("deletionTimestamp"):
+                out.append(_request(m))
+        return out
+
+    def _providers_using(self, namespace: str | None, name: str, kind: str) -> list[Request]:
+        out: list[Request] = []
+        for raw in self.cache.list(PROVIDER, namespace):
+            provider = parse_provider(raw)
+            if provider is None:
+                continue
+            names = referenced_secrets(provider) if kind == "Secret" else referenced_config_maps(provider)
+            if name in names:
+                out.extend(self.provider(raw))
+        return out
+
+    def secret(self, obj: Object) -> list[Request]:
+        """Secret -> machines bootstrapped from it, and machines of Providers reading it."""
+        meta = _meta(obj)
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        out = [_request(m) for m in self.cache.by_index(VSPHERE_MACHINE, INDEX_BOOTSTRAP_SECRET, key)]
+        return list(dict.fromkeys(out + self._providers_using(meta.get("namespace"), str(meta.get("name")), "Secret")))
+
+    def config_map(self, obj: Object) -> list[Request]:
+        """ConfigMap -> machines of Providers whose CA bundle it holds."""
+        meta = _meta(obj)
+        return self._providers_using(meta.get("namespace"), str(meta.get("name")), "ConfigMap")
+
+    def capi_machine(self, obj: Object) -> list[Request]:
+        """CAPI Machine -> the VSphereMachine of its ``spec.infrastructureRef`` (v1beta2
+        ContractVersionedObjectReference: apiGroup, kind, name)."""
+        ref = (obj.get("spec") or {}).get("infrastructureRef") or {}
+        if ref.get("kind") != VSPHERE_MACHINE.kind or ref.get("apiGroup", VSPHERE_MACHINE.group) != VSPHERE_MACHINE.group or not ref.get("name"):
+            return []
+        return [Request(str(_meta(obj).get("namespace") or ""), str(ref["name"]))]
+
+    def capi_cluster(self, obj: Object) -> list[Request]:
+        """CAPI Cluster -> machines labelled with its name."""
+        meta = _meta(obj)
+        return [_request(m) for m in self.cache.iter_objects(VSPHERE_MACHINE, meta.get("namespace"), {CAPI_LABEL_CLUSTER_NAME: str(meta.get("name"))})]
+
+    def vm_change(self, change: VMChange) -> list[Request]:
+        """VMChange -> the machine carrying its UID, else the one with its instance UUID."""
+        if change.uid:
+            found = self.cache.by_index(VSPHERE_MACHINE, INDEX_UID, change.uid)
+            if found:
+                return [_request(m) for m in found]
+        if change.instance_uuid:
+            return [_request(m) for m in self.cache.by_index(VSPHERE_MACHINE, INDEX_INSTANCE_UUID, change.instance_uuid)]
+        return []
+
+
+class _QueueAdapter:
+    """Lets an informer handler put Requests on an asyncio.Queue (handler ``RequestQueue``)."""
+
+    def __init__(self, queue: asyncio.Queue[Request]) -> None:
+        self.queue = queue
+
+    def add(self, item: Request) -> None:
+        self.queue.put_nowait(item)
+
+
+class CapiWatch:
+    """The optional CAPI Machine/Cluster watch. ``ready()`` is True once both informers exist
+    and have synced; until then the reconciler treats CAPI-path machines as not yet decidable."""
+
+    def __init__(self, mgr: Manager, client: Client, maps: MapFuncs) -> None:
+        self.mgr = mgr
+        self.client = client
+        self.maps = maps
+        self.started = False
+
+    def ready(self) -> bool:
+        if not self.started:
+            return False
+        return all(self.mgr.get_informer(k).has_synced() for k in (CAPI_MACHINE, CAPI_CLUSTER))
+
+    async def served(self) -> bool:
+        """Whether discovery serves Machines and Clusters in cluster.x-k8s.io/v1beta2."""
+        try:
+            doc = await self.client.request("GET", f"/apis/{CAPI_MACHINE.group}/{CAPI_MACHINE.version}")
+        except Exception as exc:  # any failure means "not (yet) served": look again later
+            log.debug("CAPI kinds not served", error=str(exc))
+            return False
+        names = {r.get("name") for r in doc.get("resources") or []}
+        return {CAPI_MACHINE.plural, CAPI_CLUSTER.plural} <= names
+
+    async def requests(self) -> AsyncIterator[Request]:
+        """Requests from CAPI Machine and Cluster events, once those kinds are served."""
+        while not await self.served():
+            await asyncio.sleep(CAPI_DISCOVERY_SECONDS)
+        queue: asyncio.Queue[Request] = asyncio.Queue()
+        adapter = _QueueAdapter(queue)
+        self.mgr.get_informer(CAPI_MACHINE).add_event_handler(EnqueueRequestsFromMapFunc(adapter, self.maps.capi_machine))
+        self.mgr.get_informer(CAPI_CLUSTER).add_event_handler(EnqueueRequestsFromMapFunc(adapter, self.maps.capi_cluster))
+        self.started = True
+        log.info("watching CAPI Machines and Clusters")
+        while True:
+            yield await queue.get()
+
+
+class ProviderWake:
+    """A ``ResourceEventHandler`` for the Provider informer: every add, update (status included:
+    a Provider becomes reachable when its credentials Secret appears) and delete calls ``wake()``.
+    Handlers run on the informer's task and must not block; ``wake`` only enqueues."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.wake = wake
+
+    def on_add(self, obj: Object, is_in_initial_list: bool) -> None:
+        self.wake()
+
+    def on_update(self, old: Object, new: Object) -> None:
+        self.wake()
+
+    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
+        self.wake()
+
+
+_WAKE: Final = object()
+"""Queue item: re-evaluate the watched connections now (a Provider changed)."""
+
+
+class _Back(str):
+    """Queue item: the vCenter with this endpoint label answers again."""
+
+
+class VMWatch:
+    """One ``backend.watch(conn)`` per vSphere Provider connection in ``namespace`` (None: all);
+    changes become Requests. The set of watches is re-evaluated when ``providers`` (the Provider
+    informer, optional) reports an add/update/delete, and at the latest every
+    ``WATCH_RESYNC_SECONDS`` (the safety net; before Provider events woke it, a new Provider waited
+    up to that long for its watch). When a watch delivers its first batch, every machine of the
+    Provider's namespace is enqueued once (a VM removed before the watch was live appears in no
+    batch)."""
+
+    def __init__(self, backend: Backend, cache: Cache, maps: MapFuncs, namespace: str | None,
+                 providers: Informer | None = None) -> None:
+        self.backend = backend
+        self.cache = cache
+        self.maps = maps
+        self.namespace = namespace
+        self.providers = providers
+        self.wakes = 0
+        """How many Provider events woke the watcher (coalesced: one per pending re-evaluation)."""
+        self._queue: asyncio.Queue[VMChange | str | object] | None = None
+        self._wake_pending = False
+        self._watched: dict[tuple[str, str, str], str] = {}
+
+    @property
+    def watched(self) -> frozenset[str]:
+        """The Providers (``namespace/name``) whose vCenter is being watched now."""
+        return frozenset(self._watched.values())
+
+    def wake(self) -> None:
+        """Re-evaluate the watched connections as soon as the watcher runs again (coalesced: a
+        burst of Provider events before it runs causes one re-evaluation). No-op before
+        ``requests()`` has started."""
+        if self._queue is None or self._wake_pending:
+            return
+        self._wake_pending = True
+        self.wakes += 1
+        self._queue.put_nowait(_WAKE)
+
+    def _connections(self) -> dict[tuple[str, str, str], Connection]:
+        out: dict[tuple[str, str, str], Connection] = {}
+        for raw in self.cache.list(PROVIDER, self.namespace):
+            provider = parse_provider(raw)
+            if provider is None:
+                continue
+            try:
+                conn = connection_for(provider, self.cache)
+            except ConnectionConfigError:
+                continue  # the reconcilers report it; nothing to watch yet
+            out[conn.session_key] = conn
+        return out
+
+    async def _pump(self, conn: Connection, queue: asyncio.Queue[VMChange | str | object]) -> None:
+        while True:
+            first = True
+            try:
+                async for change in self.backend.watch(conn):
+                    queue.put_nowait(change)
+                    if first:
+                        # A VM removed while the watch was being set up is in no batch:
+                        # once the watch is live, look at every machine of the namespace once.
+                        queue.put_nowait(conn.provider)
+                        first = False
+            except BackendError as exc:
+                log.info("vcenter watch failed, restarting", provider=conn.provider, reason=exc.reason, error=str(exc))
+            except Exception:  # a bug must not end the watch for good: log it and restart
+                log.exception("vcenter watch crashed, restarting", provider=conn.provider)
+            await asyncio.sleep(WATCH_RESTART_SECONDS)
+
+    def _sync_watches(self, tasks: dict[tuple[str, str, str], asyncio.Task[None]],
+                      queue: asyncio.Queue[VMChange | str | object]) -> None:
+        """Start a watch per wanted connection, cancel those no Provider wants any more."""
+        wanted = self._connections()
+        for key in [k for k in tasks if k not in wanted]:
+            tasks.pop(key).cancel()
+            log.info("stopped watching vcenter", provider=self._watched.pop(key, ""))
+        for key, conn in wanted.items():
+            if key not in tasks:
+                log.info("watching vcenter", provider=conn.provider, endpoint=conn.endpoint)
+                tasks[key] = asyncio.create_task(self._pump(conn, queue), name=f"vcenter watch {conn.provider}")
+                self._watched[key] = conn.provider
+
+    async def requests(self) -> AsyncIterator[Request]:
+        """Requests for machines whose VM changed (power, IPs, config, removal)."""
+        queue: asyncio.Queue[VMChange | str | object] = asyncio.Queue()
+        self._queue = queue
+        if self.providers is not None:
+            self.providers.add_event_handler(ProviderWake(self.wake))
+        tasks: dict[tuple[str, str, str], asyncio.Task[None]] = {}
+        loop = asyncio.get_running_loop()
+        notifier = self.backend if isinstance(self.backend, ReconnectNotifier) else None
+        unsubscribe: Callable[[], None] = lambda: None  # noqa: E731
+        if notifier is not None:
+            # Called from a vCenter pool thread: hand over to the loop, never block it.
+            def back(label: str) -> None:
+                loop.call_soon_threadsafe(queue.put_nowait, _Back(label))
+
+            unsubscribe = notifier.add_reconnect_listener(back)
+        resync_at = loop.time()  # evaluate at once
+        try:
+            while True:
+                if loop.time() >= resync_at:
+                    # Only when woken or on the resync timer: not per VM change (a burst of
+                    # changes must not re-parse every Provider each time).
+                    self._sync_watches(tasks, queue)
+                    resync_at = loop.time() + WATCH_RESYNC_SECONDS
+                try:
+                    async with asyncio.timeout_at(resync_at):
+                        change = await queue.get()
+                except TimeoutError:
+                    continue
+                if change is _WAKE:
+                    # Cleared before the re-evaluation at the top of the loop, so an event
+                    # arriving during it wakes the loop once more.
+                    self._wake_pending = False
+                    resync_at = loop.time()
+                    continue
+                if isinstance(change, _Back):
+                    if notifier is not None:
+                        for request in machines_waiting_on(str(change), self._connections().values(), notifier, self.cache):
+                            yield request
+                    continue
+                if isinstance(change, str):
+                    for raw in self.cache.iter_objects(VSPHERE_MACHINE, change.partition("/")[0]):
+                        yield _request(raw)
+                    continue
+                if isinstance(change, VMChange):
+                    for request in self.maps.vm_change(change):
+                        yield request
+        finally:
+            unsubscribe()
+            self._watched.clear()
+            for task in tasks.values():
+                task.cancel()
+            for task in tasks.values():
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+

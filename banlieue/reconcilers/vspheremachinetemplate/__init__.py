@@ -1,0 +1,1 @@
+"""The VSphereMachineTemplate controller (provider role): capacity and node info for CAPI autoscaling."""

@@ -1,0 +1,216 @@
+"""Provider reconciler end to end: a real Manager against the API-server double (HTTP) and the
+vSphere backend against vcsim (SOAP). Objects are created over HTTP; the reconciler's status
+is read back over HTTP.
+
+The provider-role harness (``running_role``, ``provider_body``, ``secret_body``, ``provider_with``)
+is in ../provider_role.py, shared with the VMImage and VSphereMachineTemplate tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+from provider_role import condition, provider_body, provider_with, running_role, secret_body
+from reconciler_harness import eventually
+
+from banlieue.api.provider import PROVIDER_REACHABLE
+from banlieue.backends.vsphere.backend import VSphereBackend
+from banlieue.reconcilers.kinds import CONFIG_MAP, PROVIDER, SECRET
+from banlieue.reconcilers.provider import controller as provider_reconciler
+from banlieue.runtime.client import Client
+from banlieue.runtime.kinds import EVENT
+from banlieue.runtime.metrics import RECONCILE_RESULTS
+from banlieue.testing.vcsim import VcsimProcess
+
+
+def reconciles(controller: str) -> float:
+    """Finished reconciles of ``controller`` so far (controller_runtime_reconcile_total)."""
+    return sum(
+        REGISTRY.get_sample_value("controller_runtime_reconcile_total", {"controller": controller, "result": r}) or 0.0
+        for r in RECONCILE_RESULTS
+    )
+
+
+async def _more(than: float) -> bool:
+    return reconciles("provider") > than
+
+
+@pytest.mark.vcsim
+async def test_provider_reports_six_failure_domains(apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
+    secret = secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password)
+    await client.create(SECRET, secret)
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+    start = reconciles("provider")
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        obj = await provider_with(client, "vc1", namespace, "Reconciled", "True")
+        # Another reconcile (Secret touched) that observes the same inventory writes nothing.
+        await eventually(lambda: _more(start), timeout=20.0, what="the first reconcile counted")
+        before = reconciles("provider")
+        secret["metadata"]["annotations"] = {"touched": "1"}
+        await client.update(SECRET, secret)
+        await eventually(lambda: _more(before), timeout=20.0, what="a second reconcile")
+        again = await client.get(PROVIDER, "vc1", namespace)
+        assert again["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
+    status = obj["status"]
+    assert status["observedGeneration"] == obj["metadata"]["generation"]
+    assert condition(obj, PROVIDER_REACHABLE)["status"] == "True"
+    assert "storageClass ghost" in condition(obj, "Ready")["message"]
+    fds = {fd["name"]: fd for fd in status["failureDomains"]}
+    assert sorted(fds) == [f"vc1-dc{d}-dc{d}-c{c}" for d in (0, 1) for c in (0, 1, 2)]
+    fd = fds["vc1-dc0-dc0-c1"]
+    assert fd["labels"] == {"dc": "DC0", "cluster": "DC0_C1"}
+    attrs = fd["attributes"]
+    assert attrs["raw"] == {"datacenter": "DC0", "cluster": "DC0_C1"}
+    assert attrs["availableStorageClasses"] == ["local"]
+    assert attrs["availableNetworkClasses"] == ["dc0-only", "lan"]
+    assert fds["vc1-dc1-dc1-c0"]["attributes"]["availableNetworkClasses"] == ["lan"]
+    cap = attrs["capacity"]
+    assert cap["cpuMHz"] > 0 and cap["memoryMiB"] > 0 and cap["storageGiB"] > 0
+    assert isinstance(attrs.get("features"), list)
+    events = await client.list(EVENT, namespace)
+    assert any(e.get("reason") == "Reconciled" and (e.get("regarding") or e.get("involvedObject") or {}).get("name") == "vc1" for e in events.get("items", []))
+
+
+@pytest.mark.vcsim
+async def test_missing_secret_then_created_recovers(apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        obj = await provider_with(client, "vc1", namespace, "SecretMissing", "False")
+        assert "vc1-creds" in condition(obj, "Ready")["message"]
+        assert condition(obj, PROVIDER_REACHABLE)["reason"] == "SecretMissing"
+        await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+        obj = await provider_with(client, "vc1", namespace, "Reconciled", "True")
+    assert len(obj["status"]["failureDomains"]) == 6
+
+
+@pytest.mark.vcsim
+async def test_secret_without_password_is_invalid(apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        obj = await provider_with(client, "vc1", namespace, "SecretInvalid", "False")
+    assert "password" in condition(obj, "Ready")["message"]
+
+
+@pytest.mark.vcsim
+async def test_wrong_password_is_secret_invalid_and_fixing_the_secret_recovers(
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
+) -> None:
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password="hunter2-bad"))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        obj = await provider_with(client, "vc1", namespace, "SecretInvalid", "False")
+        message = condition(obj, "Ready")["message"]
+        assert "refused the credentials" in message and "hunter2-bad" not in message
+        assert "failureDomains" not in obj["status"]
+        await client.update(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+        obj = await provider_with(client, "vc1", namespace, "Reconciled", "True")
+    assert len(obj["status"]["failureDomains"]) == 6
+
+
+@pytest.mark.vcsim
+async def test_wrong_ca_is_tls_verify_failed_and_fixing_the_configmap_recovers(
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
+) -> None:
+    other = vcsim_factory(dc=1, cluster=1)  # a valid CA that did not sign vcsim's certificate
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "vc-ca", "namespace": namespace}, "data": {"ca.crt": other.ca_pem}}
+    await client.create(CONFIG_MAP, cm)
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim, ca={"configMapRef": {"name": "vc-ca"}}))
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        obj = await provider_with(client, "vc1", namespace, "TLSVerifyFailed", "False")
+        assert "caBundle" in condition(obj, "Ready")["message"]
+        assert condition(obj, PROVIDER_REACHABLE)["reason"] == "TLSVerifyFailed"
+        await client.update(CONFIG_MAP, {**cm, "data": {"ca.crt": vcsim.ca_pem}})
+        await provider_with(client, "vc1", namespace, "Reconciled", "True")
+
+
+@pytest.mark.vcsim
+async def test_no_ca_bundle_is_tls_verify_failed_insecure_works(
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
+) -> None:
+    for name in ("strict", "insecure"):
+        await client.create(SECRET, secret_body(f"{name}-creds", namespace, username=vcsim.username, password=vcsim.password))
+    await client.create(PROVIDER, provider_body("strict", namespace, vcsim, ca={}))
+    insecure = provider_body("insecure", namespace, vcsim, ca={})
+    insecure["spec"]["connection"]["insecureSkipTLSVerify"] = True
+    await client.create(PROVIDER, insecure)
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        await provider_with(client, "strict", namespace, "TLSVerifyFailed", "False")
+        obj = await provider_with(client, "insecure", namespace, "Reconciled", "True")
+    assert len(obj["status"]["failureDomains"]) == 6
+
+
+@pytest.mark.vcsim
+async def test_vcenter_down_keeps_failure_domains_and_changes_conditions(
+    apiserver: Any, client: Client, namespace: str, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
+) -> None:
+    vc = vcsim_factory()
+    secret = secret_body("vc1-creds", namespace, username=vc.username, password=vc.password)
+    await client.create(SECRET, secret)
+    await client.create(PROVIDER, provider_body("vc1", namespace, vc))
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        before = await provider_with(client, "vc1", namespace, "Reconciled", "True")
+        vc.stop()
+        # Touch the Secret: the Secret watch reconciles the Provider now (the refresh is 5 min).
+        secret["metadata"]["annotations"] = {"touched": "1"}
+        await client.update(SECRET, secret)
+        after = await provider_with(client, "vc1", namespace, "ConnectFailed", "False")
+    assert condition(after, PROVIDER_REACHABLE)["status"] == "False"
+    assert after["status"]["failureDomains"] == before["status"]["failureDomains"]
+
+
+@pytest.mark.vcsim
+async def test_paused_and_unsupported_class(apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend) -> None:
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+    other = provider_body("kv", namespace, vcsim)
+    other["spec"]["providerClassRef"] = {"name": "kubevirt"}
+    await client.create(PROVIDER, other)
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        before = await provider_with(client, "vc1", namespace, "Reconciled", "True")
+        obj = await provider_with(client, "kv", namespace, "UnsupportedProviderClass", "False")
+        assert "kubevirt" in condition(obj, "Ready")["message"]
+        await client.patch(PROVIDER, "vc1", namespace, {"spec": {"paused": True}})
+        paused = await provider_with(client, "vc1", namespace, "Paused", "True")
+    assert condition(paused, PROVIDER_REACHABLE)["reason"] == "Paused"
+    assert paused["status"]["failureDomains"] == before["status"]["failureDomains"]
+    assert paused["status"]["observedGeneration"] == paused["metadata"]["generation"] > before["metadata"]["generation"]
+
+
+@pytest.mark.vcsim
+async def test_vcenter_that_stops_answering_is_reported_without_waiting_for_the_refresh(
+    apiserver: Any, client: Client, namespace: str, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
+) -> None:
+    # The provider role's change watch polls the vCenter; when a round trip goes unanswered the
+    # backend tells the Provider controller (provider.reachability), which re-checks at once
+    # instead of at the next 5-minute refresh. Nothing else touches the Provider here.
+    from banlieue.backends.base import Connection
+
+    vc = vcsim_factory()
+    await client.create(SECRET, secret_body("vc1-creds", namespace, username=vc.username, password=vc.password))
+    await client.create(PROVIDER, provider_body("vc1", namespace, vc))
+    conn = Connection(provider=f"{namespace}/vc1", endpoint=vc.endpoint, username=vc.username, password=vc.password,
+                      ca_bundle=vc.ca_pem)
+
+    async def watch() -> None:  # what the VSphereMachine controller's vCenter watch does
+        async for _ in backend.watch(conn):
+            pass
+
+    async with running_role(apiserver, [provider_reconciler.setup], backend):
+        await provider_with(client, "vc1", namespace, "Reconciled", "True")
+        watcher = asyncio.create_task(watch())
+        try:
+            await asyncio.sleep(1.0)  # the watch is polling
+            vc.stop()
+            after = await provider_with(client, "vc1", namespace, "ConnectFailed", "False")
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+    assert condition(after, PROVIDER_REACHABLE)["status"] == "False"

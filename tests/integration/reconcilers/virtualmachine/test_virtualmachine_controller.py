@@ -1,0 +1,501 @@
+"""The VirtualMachine controller in a real Manager against the API-server double (CRDs from
+config/crd). The test plays the provider role itself: it writes Provider.status.failureDomains,
+VMImage.status.perProvider and the VSphereMachine's status over the API (``Env``, in
+../controller_role.py, shared with the VSphereCluster tests)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+from controller_role import Env, cond, eventually, fd, running_controllers
+
+from banlieue.reconcilers.kinds import (
+    FIELD_MANAGER_CONTROLLER,
+    VIRTUAL_MACHINE,
+    VM_CLASS,
+    VM_IMAGE,
+    VSPHERE_MACHINE,
+)
+from banlieue.reconcilers.virtualmachine import controller as virtualmachine
+from banlieue.runtime.errors import Invalid, NotFound
+from banlieue.runtime.kinds import EVENT
+
+FIN_VSM = "infrastructure.banlieue.io/vspheremachine"
+
+
+@pytest.fixture
+async def env(apiserver: Any) -> AsyncIterator[Env]:
+    async with running_controllers(apiserver) as e:
+        await e.provider("vc-a", [fd("vc-a-dc0-c0", "c0", mem=8192), fd("vc-a-dc0-c1", "c1", mem=16384)], {"site": "a"})
+        await e.provider("vc-b", [fd("vc-b-dc0-c0", "c0", mem=4096)], {"site": "b"})
+        await e.image_ready(["vc-a", "vc-b"])
+        yield e
+
+
+async def test_schedules_applies_machine_mirrors_status_and_is_ready_only_once_provisioned(env: Env) -> None:
+    created = await env.vm("web-1", userData={"secretRef": {"name": "web-1-userdata"}})
+    vsm = await eventually(lambda: env.get_vsm("web-1"))
+    meta, spec = vsm["metadata"], vsm["spec"]
+    assert meta["labels"] == {"app": "web", "banlieue.io/owned-by": "web-1", "banlieue.io/provider": "vc-a"}
+    owner = meta["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"], owner["blockOwnerDeletion"]) == (
+        "VirtualMachine", "web-1", created["metadata"]["uid"], True, True)
+    assert spec["providerRef"] == {"name": "vc-a"} and spec["failureDomain"] == "vc-a-dc0-c1"  # most free memory
+    assert (spec["template"], spec["numCPUs"], spec["memoryMiB"], spec["firmware"], spec["powerState"]) == (
+        "ubuntu-2204", 2, 4096, "efi", "PoweredOn")
+    assert spec["disks"] == [{"name": "os", "sizeGiB": 20, "provisioning": "thin", "storageClass": "standard"}]
+    assert spec["network"] == {"devices": [{"name": "eth0", "networkClass": "default", "dhcp4": True}]}
+    assert spec["bootstrapDataSecretRef"] == {"name": "web-1-userdata", "key": "user-data"}
+
+    async def scheduled() -> dict[str, Any] | None:
+        vm = await env.get_vm("web-1")
+        return vm if (vm.get("status") or {}).get("scheduled") else None
+
+    vm = await eventually(scheduled)
+    assert vm["metadata"]["finalizers"] == ["banlieue.io/virtualmachine"]
+    status = vm["status"]
+    assert {k: status["scheduled"][k] for k in ("providerName", "providerClass", "failureDomain")} == {
+        "providerName": "vc-a", "providerClass": "vsphere", "failureDomain": "vc-a-dc0-c1"}
+    assert status["scheduled"]["resolvedStorage"] == [{"name": "os", "storageClass": "standard", "datastore": "LocalDS_0"}]
+    assert status["scheduled"]["resolvedNetworks"] == [{"name": "eth0", "networkClass": "default", "portGroup": "VM Network"}]
+    assert status["infrastructureRef"] == {"apiGroup": "infrastructure.banlieue.io", "kind": "VSphereMachine", "name": "web-1"}
+    assert status["observedGeneration"] == vm["metadata"]["generation"]
+    conds = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert conds["Scheduled"] == ("True", "Scheduled") and conds["Ready"] == ("False", "WaitingForInfrastructure")
+
+    # Provisioning steps are not mirrored one by one (write budget): the VM is written again
+    # only when the machine is Ready (or fails).
+    await env.machine_status("web-1", {"conditions": [cond("Ready", "False", "Cloning")], "powerState": "PoweredOff"})
+    await env.machine_status("web-1", {"conditions": [cond("Ready", "False", "WaitingForIPAddress")],
+                                       "powerState": "PoweredOn", "initialization": {"provisioned": True}},
+                             provider_id="vsphere://web-1-uuid")
+    await asyncio.sleep(0.5)
+    assert "observedPowerState" not in (await env.get_vm("web-1"))["status"]
+    assert (await env.condition("web-1", "Ready"))["reason"] == "WaitingForInfrastructure"
+
+    await env.provision("web-1")
+    ready = await eventually(lambda: _is(env, "web-1", "Ready", "True"))
+    assert ready["reason"] == "Ready"
+    status = (await env.get_vm("web-1"))["status"]
+    assert status["initialization"] == {"provisioned": True}
+    assert status["addresses"] == [{"type": "InternalIP", "address": "10.0.0.5"}]
+    assert status["providerID"] == "vsphere://web-1-uuid" and status["observedPowerState"] == "PoweredOn"
+    assert (await env.condition("web-1", "InfrastructureReady"))["reason"] == "Provisioned"
+
+    writes = env.controller_writes("web-1")
+    print("controller writes for web-1:", *writes, sep="\n  ")
+    # finalizer + VSphereMachine apply + status when scheduled + status when Ready.
+    assert len(writes) == 4, writes
+
+    # No-op reconciles write nothing: a class relabel and a Provider capacity change re-enqueue the VM.
+    await env.client.patch(VM_CLASS, "small", None, {"metadata": {"labels": {"touched": "1"}}})
+    await env.provider_status("vc-a", [fd("vc-a-dc0-c0", "c0", mem=8000), fd("vc-a-dc0-c1", "c1", mem=12000)])
+    await asyncio.sleep(1.0)
+    assert env.controller_writes("web-1") == writes
+
+
+async def _has(env: Env, name: str, field: str, value: Any) -> bool:
+    return bool(((await env.get_vm(name)).get("status") or {}).get(field) == value)
+
+
+async def _is(env: Env, name: str, type_: str, status: str, reason: str | None = None) -> dict[str, Any] | None:
+    cond = await env.condition(name, type_)
+    ok = cond.get("status") == status and (reason is None or cond.get("reason") == reason)
+    return cond if ok else None
+
+
+async def test_powered_off_desired_state_is_propagated(env: Env) -> None:
+    await env.vm("off-1", desiredPowerState="PoweredOff")
+    vsm = await eventually(lambda: env.get_vsm("off-1"))
+    assert vsm["spec"]["powerState"] == "PoweredOff"
+    await env.provision("off-1", power="PoweredOn")
+    cond = await eventually(lambda: _is(env, "off-1", "Ready", "False", "WaitingForPowerState"))
+    assert "desired PoweredOff, observed PoweredOn" in cond["message"]
+    await env.machine_status("off-1", {"powerState": "PoweredOff"})
+    await eventually(lambda: _is(env, "off-1", "Ready", "True"))
+    await env.client.patch(VIRTUAL_MACHINE, "off-1", env.namespace, {"spec": {"desiredPowerState": "PoweredOn"}})
+    await eventually(lambda: _machine_field(env, "off-1", "powerState", "PoweredOn"))
+
+
+async def _machine_field(env: Env, name: str, field: str, value: Any) -> bool:
+    return bool((await env.get_vsm(name))["spec"].get(field) == value)
+
+
+async def _placed_on(env: Env, name: str, provider: str) -> dict[str, Any] | None:
+    try:
+        vsm = await env.get_vsm(name)
+    except NotFound:
+        return None
+    return vsm if vsm["spec"]["providerRef"]["name"] == provider and not vsm["metadata"].get("deletionTimestamp") else None
+
+
+async def test_automatic_migration_waits_for_the_old_machine_then_recreates(env: Env) -> None:
+    await env.vm("mig-1", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
+    old = await eventually(lambda: _placed_on(env, "mig-1", "vc-a"))
+    # The provider's finalizer keeps the old machine while it is torn down.
+    await env.client.patch(VSPHERE_MACHINE, "mig-1", env.namespace, {"metadata": {"finalizers": ["test/provider"]}})
+    await env.client.patch(VIRTUAL_MACHINE, "mig-1", env.namespace,
+                           {"spec": {"placement": {"providerSelector": {"matchLabels": {"site": "b"}}}}})
+    await eventually(lambda: _is(env, "mig-1", "Migrating", "True", "ProviderChanged"))
+    deleting = await eventually(lambda: env.get_vsm("mig-1"))
+    assert deleting["metadata"].get("deletionTimestamp") and deleting["spec"]["providerRef"]["name"] == "vc-a"
+    assert (await env.get_vm("mig-1"))["status"]["scheduled"]["providerName"] == "vc-a"  # not placed again yet
+    await env.client.patch(VSPHERE_MACHINE, "mig-1", env.namespace, {"metadata": {"finalizers": None}})
+    new = await eventually(lambda: _placed_on(env, "mig-1", "vc-b"))
+    assert new["metadata"]["uid"] != old["metadata"]["uid"] and new["metadata"]["labels"]["banlieue.io/provider"] == "vc-b"
+    assert (await env.get_vm("mig-1"))["status"]["scheduled"]["providerName"] == "vc-b"
+    assert (await env.condition("mig-1", "Migrating"))["status"] == "True"  # until the new machine is Ready
+    await env.provision("mig-1")
+    await eventually(lambda: _is(env, "mig-1", "Migrating", "False", "NotMigrating"))
+    await eventually(lambda: _is(env, "mig-1", "Ready", "True"))
+
+
+def _applies(env: Env, name: str) -> list[tuple[int, str]]:
+    """(status, query) of every server-side apply the controller sent to VSphereMachine ``name``."""
+    return [(r.status, r.query) for r in env.server.request_log(method="PATCH", path_contains=f"/vspheremachines/{name}")
+            if r.path.endswith(f"/vspheremachines/{name}") and parse_qs(r.query).get("fieldManager") == [FIELD_MANAGER_CONTROLLER]]
+
+
+async def _deleting(env: Env, name: str) -> dict[str, Any] | None:
+    vsm = await env.get_vsm(name)
+    return vsm if vsm["metadata"].get("deletionTimestamp") else None
+
+
+async def test_machine_is_born_with_the_provider_finalizer_and_never_regains_it_while_deleting(env: Env) -> None:
+    """ADR 0011: the controller's apply carries the provider's finalizer (so the provider sends
+    no finalizer patch); the controller's field manager owns that value, yet a removal by
+    merge patch (the provider after destroying the VM, or a user) is allowed; a removal by hand
+    causes no fight; a machine being deleted is never applied to, and kube would refuse the
+    finalizer anyway."""
+    ns = env.namespace
+    await env.vm("fin-1", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
+    vsm = await eventually(lambda: _placed_on(env, "fin-1", "vc-a"))
+    assert vsm["metadata"]["finalizers"] == [FIN_VSM]
+    [entry] = [m for m in vsm["metadata"]["managedFields"] if m["manager"] == FIELD_MANAGER_CONTROLLER and m["operation"] == "Apply"]
+    assert f'v:"{FIN_VSM}"' in entry["fieldsV1"]["f:metadata"]["f:finalizers"]
+
+    # Removed by hand on a live machine: allowed, and the controller does not write for it...
+    await env.client.patch(VSPHERE_MACHINE, "fin-1", ns, {"metadata": {"finalizers": None}})
+    applies = _applies(env, "fin-1")
+    await asyncio.sleep(0.5)
+    assert _applies(env, "fin-1") == applies
+    # ...its next apply (the VM's labels changed) carries it again, without a conflict.
+    await env.client.patch(VIRTUAL_MACHINE, "fin-1", ns, {"metadata": {"labels": {"app": "web", "tier": "1"}}})
+
+    async def relabelled() -> dict[str, Any] | None:
+        vsm = await env.get_vsm("fin-1")
+        return vsm if vsm["metadata"]["labels"].get("tier") == "1" else None
+
+    assert (await eventually(relabelled))["metadata"]["finalizers"] == [FIN_VSM]
+
+    # Migration: the controller deletes the machine; another finalizer keeps it after the
+    # provider drops its own with a merge patch, although the controller's apply owns that value.
+    await env.client.patch(VSPHERE_MACHINE, "fin-1", ns, {"metadata": {"finalizers": [FIN_VSM, "test/hold"]}})
+    await env.client.patch(VIRTUAL_MACHINE, "fin-1", ns, {"spec": {"placement": {"providerSelector": {"matchLabels": {"site": "b"}}}}})
+    deleting = await eventually(lambda: _deleting(env, "fin-1"))
+    released = await env.client.remove_finalizer(VSPHERE_MACHINE, deleting, FIN_VSM)
+    assert released["metadata"]["finalizers"] == ["test/hold"]
+    # A VM change that would re-apply a live machine: nothing is applied to this one.
+    applies = _applies(env, "fin-1")
+    await env.client.patch(VIRTUAL_MACHINE, "fin-1", ns, {"metadata": {"labels": {"app": "web", "tier": "2"}}})
+    await asyncio.sleep(1.0)
+    assert _applies(env, "fin-1") == applies
+    assert (await env.get_vsm("fin-1"))["metadata"]["finalizers"] == ["test/hold"]
+    # The API server (double, as kube) refuses the finalizer on an object being deleted, and the
+    # controller recognises that answer should its cache ever lag behind the deletion.
+    body = {"apiVersion": VSPHERE_MACHINE.api_version, "kind": "VSphereMachine",
+            "metadata": {"name": "fin-1", "namespace": ns, "finalizers": [FIN_VSM]}}
+    with pytest.raises(Invalid) as refused:
+        await env.client.apply(VSPHERE_MACHINE, body, field_manager=FIELD_MANAGER_CONTROLLER, force=True)
+    assert "no new finalizers can be added if the object is being deleted" in refused.value.message
+    assert virtualmachine._finalizer_refused(refused.value)
+
+    # Released: the new machine on site b is born with the finalizer too.
+    await env.client.patch(VSPHERE_MACHINE, "fin-1", ns, {"metadata": {"finalizers": None}})
+    new = await eventually(lambda: _placed_on(env, "fin-1", "vc-b"))
+    assert new["metadata"]["finalizers"] == [FIN_VSM]
+
+
+async def test_manual_migration_waits_for_the_annotation_and_clears_it(env: Env) -> None:
+    await env.vm("man-1", migrationPolicy="manual", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
+    old = await eventually(lambda: _placed_on(env, "man-1", "vc-a"))
+    await env.client.patch(VIRTUAL_MACHINE, "man-1", env.namespace,
+                           {"spec": {"placement": {"providerSelector": {"matchLabels": {"site": "b"}}}}})
+    cond = await eventually(lambda: _is(env, "man-1", "PlacementValid", "False", "NoProviderMatched"))
+    assert 'banlieue.io/migrate="true"' in cond["message"] and "vc-b/vc-b-dc0-c0" in cond["message"]
+    await asyncio.sleep(0.5)
+    assert (await env.get_vsm("man-1"))["metadata"]["uid"] == old["metadata"]["uid"]
+    await env.client.patch(VIRTUAL_MACHINE, "man-1", env.namespace, {"metadata": {"annotations": {"banlieue.io/migrate": "true"}}})
+    # The old machine was born with the provider's finalizer: the provider (played here) drops it.
+    await env.client.remove_finalizer(VSPHERE_MACHINE, await eventually(lambda: _deleting(env, "man-1")), FIN_VSM)
+    await eventually(lambda: _placed_on(env, "man-1", "vc-b"))
+
+    async def annotation_cleared() -> bool:
+        vm = await env.get_vm("man-1")
+        return "banlieue.io/migrate" not in (vm["metadata"].get("annotations") or {})
+
+    await eventually(annotation_cleared)
+    await eventually(lambda: _is(env, "man-1", "PlacementValid", "True", "Valid"))
+
+
+async def test_never_policy_keeps_the_old_placement(env: Env) -> None:
+    await env.vm("nev-1", migrationPolicy="never", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
+    old = await eventually(lambda: _placed_on(env, "nev-1", "vc-a"))
+    await env.client.patch(VIRTUAL_MACHINE, "nev-1", env.namespace,
+                           {"spec": {"placement": {"providerSelector": {"matchLabels": {"site": "b"}}}}})
+    cond = await eventually(lambda: _is(env, "nev-1", "PlacementValid", "False", "NoProviderMatched"))
+    assert "migrationPolicy is never" in cond["message"]
+    await asyncio.sleep(0.5)
+    vsm = await env.get_vsm("nev-1")
+    assert vsm["metadata"]["uid"] == old["metadata"]["uid"] and vsm["spec"]["providerRef"]["name"] == "vc-a"
+    assert (await env.condition("nev-1", "Migrating"))["status"] == "False"
+
+
+async def test_deletion_waits_for_the_machine_then_drops_the_finalizer(env: Env) -> None:
+    await env.vm("del-1")
+    await eventually(lambda: env.get_vsm("del-1"))
+    await env.client.patch(VSPHERE_MACHINE, "del-1", env.namespace, {"metadata": {"finalizers": ["test/provider"]}})
+    await env.client.delete(VIRTUAL_MACHINE, "del-1", env.namespace)
+    await eventually(lambda: _is(env, "del-1", "Ready", "False", "Deleting"))
+
+    async def machine_deleting() -> bool:
+        return bool((await env.get_vsm("del-1"))["metadata"].get("deletionTimestamp"))
+
+    await eventually(machine_deleting)
+    assert (await env.get_vm("del-1"))["metadata"]["finalizers"] == ["banlieue.io/virtualmachine"]
+    await env.client.patch(VSPHERE_MACHINE, "del-1", env.namespace, {"metadata": {"finalizers": None}})
+
+    async def vm_gone() -> bool:
+        try:
+            await env.get_vm("del-1")
+        except NotFound:
+            return True
+        return False
+
+    await eventually(vm_gone)
+
+
+async def test_missing_class_then_image_then_scheduled(apiserver: Any) -> None:
+    async with running_controllers(apiserver, shared=False) as env:
+        await env.provider("vc-a", [fd("vc-a-dc0-c0", "c0")])
+        await env.client.create(VM_CLASS, {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "medium"},
+                                           "spec": {"hardware": {"cpus": 2, "memoryMiB": 1024}}})
+        await env.vm("late-1")
+        cond = await eventually(lambda: _is(env, "late-1", "Scheduled", "False", "ClassNotFound"))
+        # The listing is what the controller's cache held at that reconcile (exact texts: unit tests).
+        assert cond["message"].startswith('VMClass "small" not found; ')
+        assert (await env.condition("late-1", "Ready"))["reason"] == "ClassNotFound"
+        infra = await env.condition("late-1", "InfrastructureReady")
+        assert (infra["status"], infra["reason"]) == ("False", "WaitingForInfrastructure")
+        assert infra["message"] == "no VSphereMachine yet: the VirtualMachine is not scheduled (see the Scheduled condition)"
+        await env.client.create(VM_CLASS, {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "small"},
+                                           "spec": {"hardware": {"cpus": 1, "memoryMiB": 512}}})
+        cond = await eventually(lambda: _is(env, "late-1", "Scheduled", "False", "ImageNotFound"))
+        assert cond["message"] == 'VMImage "ubuntu" not found; no VMImage exists'
+        await env.client.create(VM_IMAGE, {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "ubuntu"},
+                                           "spec": {"sources": [{"providerClass": "vsphere", "kind": "Template", "ref": "t"}]}})
+        await eventually(lambda: _is(env, "late-1", "Scheduled", "False", "ImageNotReady"))
+        await env.image_ready(["vc-a"])
+        await eventually(lambda: _is(env, "late-1", "Scheduled", "True"))
+        await eventually(lambda: env.get_vsm("late-1"))
+
+
+async def test_paused_vm_is_left_alone_until_unpaused(env: Env) -> None:
+    await env.vm("pau-1", paused=True)
+    await eventually(lambda: _is(env, "pau-1", "Paused", "True", "Paused"))
+    await asyncio.sleep(0.5)
+    vm = await env.get_vm("pau-1")
+    assert not vm["metadata"].get("finalizers") and "scheduled" not in vm["status"]
+    with pytest.raises(NotFound):
+        await env.get_vsm("pau-1")
+    await env.client.patch(VIRTUAL_MACHINE, "pau-1", env.namespace, {"spec": {"paused": False}})
+    await eventually(lambda: env.get_vsm("pau-1"))
+    await eventually(lambda: _is(env, "pau-1", "Paused", "False", "NotPaused"))
+
+
+async def test_required_anti_affinity_spreads_vms_over_clusters(env: Env) -> None:
+    term = {"topologyKey": "cluster", "mode": "required", "labelSelector": {"matchLabels": {"app": "db"}}}
+    placement = {"providerSelector": {"matchLabels": {"site": "a"}}, "antiAffinity": [term]}
+    for name in ("db-0", "db-1", "db-2"):
+        await env.vm(name, labels={"app": "db"}, placement=placement)
+    first = await eventually(lambda: env.get_vsm("db-0"))
+    second = await eventually(lambda: env.get_vsm("db-1"))
+    assert {first["spec"]["failureDomain"], second["spec"]["failureDomain"]} == {"vc-a-dc0-c0", "vc-a-dc0-c1"}
+    cond = await eventually(lambda: _is(env, "db-2", "Scheduled", "False", "AntiAffinityUnsatisfied"))
+    assert "db-0" in cond["message"] or "db-1" in cond["message"]
+    await env.client.delete(VIRTUAL_MACHINE, "db-0", env.namespace)
+    # db-0's machine carries the provider's finalizer: the provider (played here) drops it.
+    await env.client.remove_finalizer(VSPHERE_MACHINE, await eventually(lambda: _deleting(env, "db-0")), FIN_VSM)
+    await eventually(lambda: env.get_vsm("db-2"), timeout=15)
+
+
+async def test_burst_counts_pending_vms_against_free_capacity(apiserver: Any) -> None:
+    """Machines placed but not provisioned yet are not in the Provider's free capacity: a burst of
+    VMs is spread and stops at what fits instead of all counting the same free memory."""
+    async with running_controllers(apiserver) as env:
+        await env.provider("vc-a", [fd("vc-a-dc0-c0", "c0", mem=8192), fd("vc-a-dc0-c1", "c1", mem=8192)])
+        await env.image_ready(["vc-a"])
+        names = [f"burst-{i}" for i in range(5)]
+        for name in names:
+            await env.vm(name)
+
+        async def all_decided() -> list[dict[str, Any]] | None:
+            conds = [await env.condition(n, "Scheduled") for n in names]
+            return conds if all(c.get("status") in ("True", "False") for c in conds) else None
+
+        conds = await eventually(all_decided)
+        placed = [(await env.get_vm(n))["status"].get("scheduled", {}).get("failureDomain") for n in names]
+        assert sorted(p for p in placed if p) == ["vc-a-dc0-c0", "vc-a-dc0-c0", "vc-a-dc0-c1", "vc-a-dc0-c1"]
+        refused = [c for c in conds if c["status"] == "False"]
+        assert [c["reason"] for c in refused] == ["InsufficientCapacity"]
+        assert "memory 4096 MiB needed, 0 free" in refused[0]["message"]
+
+
+async def test_a_deleted_pending_vm_frees_its_capacity_for_a_refused_one(apiserver: Any) -> None:
+    """The placement sums follow deletions: a VM refused for capacity is placed once a pending
+    peer holding the room is gone."""
+    async with running_controllers(apiserver) as env:
+        await env.provider("vc-a", [fd("vc-a-dc0-c0", "c0", mem=8192)])
+        await env.image_ready(["vc-a"])
+        for name in ("hold-0", "hold-1"):
+            await env.vm(name)
+            await eventually(lambda name=name: env.get_vsm(name))
+        await env.vm("late")
+        await eventually(lambda: _is(env, "late", "Scheduled", "False", "InsufficientCapacity"))
+        await env.client.delete(VIRTUAL_MACHINE, "hold-0", env.namespace)
+        await env.client.remove_finalizer(VSPHERE_MACHINE, await eventually(lambda: _deleting(env, "hold-0")), FIN_VSM)
+        vsm = await eventually(lambda: env.get_vsm("late"))
+        assert vsm["spec"]["failureDomain"] == "vc-a-dc0-c0"
+
+
+async def test_provisioned_vms_count_until_the_provider_reports_capacity_after_them(apiserver: Any) -> None:
+    """A VM provisioned since the Provider's last capacity report (``capacity.updateTime``) is
+    not in its figures yet (refreshed every 300 s; never on vcsim): it keeps counting against
+    the domain, so a domain with room for 3 takes exactly 3 of 5, before and after they are
+    provisioned, and again once a newer report (lower figures) is written."""
+    reported = datetime.now(UTC) - timedelta(hours=1)
+
+    def domain(mem: int, at: datetime) -> list[dict[str, Any]]:
+        d = fd("vc-a-dc0-c0", "c0", mem=mem)
+        d["attributes"]["capacity"]["updateTime"] = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return [d]
+
+    async with running_controllers(apiserver) as env:
+        await env.provider("vc-a", domain(3 * 4096, reported))
+        await env.image_ready(["vc-a"])
+        names = [f"fill-{i}" for i in range(5)]
+        for name in names:
+            await env.vm(name)
+
+        async def decided() -> dict[str, str] | None:
+            conds = {n: await env.condition(n, "Scheduled") for n in names}
+            if not all(c.get("status") in ("True", "False") for c in conds.values()):
+                return None
+            return {n: c["reason"] for n, c in conds.items()}
+
+        async def placed() -> list[str]:
+            reasons = await eventually(decided)
+            assert set(reasons.values()) <= {"Scheduled", "InsufficientCapacity"}, reasons
+            return sorted(n for n, r in reasons.items() if r == "Scheduled")
+
+        first = await placed()
+        assert len(first) == 3
+        for name in first:
+            await eventually(lambda name=name: env.get_vsm(name))
+            await env.provision(name)
+        for name in first:
+            await eventually(lambda name=name: _is(env, name, "InfrastructureReady", "True"))
+        # A Provider status write re-enqueues the refused VMs: the same figures, reported (as
+        # before) before the 3 were provisioned, leave no room.
+        await env.provider_status("vc-a", domain(3 * 4096, reported - timedelta(minutes=5)))
+        await asyncio.sleep(1.0)
+        assert await placed() == first
+        refused = await env.condition(next(n for n in names if n not in first), "Scheduled")
+        assert "memory 4096 MiB needed, 0 free" in refused["message"]
+
+        # A report taken after they were provisioned includes them: 0 free, still 3.
+        after = datetime.now(UTC) + timedelta(seconds=2)
+        await env.provider_status("vc-a", domain(0, after))
+        await asyncio.sleep(1.0)
+        assert await placed() == first
+        # Room for one more in a later report: exactly one more is placed.
+        await env.provider_status("vc-a", domain(4096, after + timedelta(seconds=1)))
+        await eventually(lambda: _at_least(placed, 4))
+        await asyncio.sleep(1.0)
+        assert len(await placed()) == 4
+
+
+async def _at_least(placed: Callable[[], Awaitable[list[str]]], n: int) -> bool:
+    return len(await placed()) >= n
+
+
+async def test_provisioned_vms_count_when_equal_capacity_is_spread(apiserver: Any) -> None:
+    """Capacity that already includes the provisioned VMs (vcsim never lowers it) ties, so the
+    peer counts spread the next VM: provisioned peers count too (scheduler docstring, "Peers")."""
+    async with running_controllers(apiserver) as env:
+        await env.provider("vc-a", [fd("vc-a-dc0-c0", "c0")])
+        await env.provider("vc-b", [fd("vc-b-dc0-c0", "c0")])
+        await env.image_ready(["vc-a", "vc-b"])
+        await env.vm("first")
+        assert (await eventually(lambda: env.get_vsm("first")))["spec"]["providerRef"] == {"name": "vc-a"}
+        await env.provision("first")
+        await eventually(lambda: _has(env, "first", "initialization", {"provisioned": True}))
+        await env.vm("second")
+        assert (await eventually(lambda: env.get_vsm("second")))["spec"]["providerRef"] == {"name": "vc-b"}
+
+
+async def test_a_same_named_machine_of_another_owner_is_left_alone(env: Env) -> None:
+    foreign = await env.client.create(VSPHERE_MACHINE, {
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachine",
+        "metadata": {"name": "taken", "namespace": env.namespace, "labels": {"cluster.x-k8s.io/cluster-name": "c"}},
+        "spec": {"providerRef": {"name": "vc-b"}, "failureDomain": "vc-b-dc0-c0", "numCPUs": 8}})
+    await env.vm("taken")
+    cond = await eventually(lambda: _is(env, "taken", "Ready", "False", "InfrastructureConflict"))
+    assert "belongs to another object" in cond["message"]
+    vsm = await env.get_vsm("taken")
+    assert vsm["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]  # untouched
+    await env.client.delete(VIRTUAL_MACHINE, "taken", env.namespace)
+
+    async def vm_gone() -> bool:
+        try:
+            await env.get_vm("taken")
+        except NotFound:
+            return True
+        return False
+
+    await eventually(vm_gone)
+    assert (await env.get_vsm("taken"))["spec"]["numCPUs"] == 8  # still there
+
+
+async def test_scheduling_is_recorded_as_an_event(env: Env) -> None:
+    await env.vm("evt-1")
+
+    async def scheduled_event() -> bool:
+        events = await env.client.list(EVENT, env.namespace)
+        return any(e.get("reason") == "Scheduled" and e.get("regarding", {}).get("name") == "evt-1"
+                   for e in events.get("items") or [])
+
+    await eventually(scheduled_event)
+
+
+async def test_watch_filter_leaves_unlabelled_vms_alone_even_through_map_functions(apiserver: Any) -> None:
+    async with running_controllers(apiserver, watch_filter="blue") as env:
+        await env.provider("vc-a", [fd("vc-a-dc0-c0", "c0")])
+        await env.image_ready(["vc-a"])
+        await env.vm("blue-1", labels={"cluster.x-k8s.io/watch-filter": "blue"})
+        await env.vm("plain-1")
+        await eventually(lambda: env.get_vsm("blue-1"))
+        # VMClass, VMImage and Provider changes map to the VMs that use them: still not plain-1.
+        await env.client.patch(VM_CLASS, "small", None, {"metadata": {"labels": {"touched": "1"}}})
+        await env.image_ready(["vc-a"], image="ubuntu")
+        await env.provider_status("vc-a", [fd("vc-a-dc0-c0", "c0", mem=1000)])
+        await asyncio.sleep(1.0)
+        plain = await env.get_vm("plain-1")
+        assert not plain.get("status") and not plain["metadata"].get("finalizers")
+        with pytest.raises(NotFound):
+            await env.get_vsm("plain-1")

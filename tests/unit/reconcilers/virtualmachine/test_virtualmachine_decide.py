@@ -1,0 +1,391 @@
+"""Table tests of the VirtualMachine ``decide`` (banlieue.reconcilers.virtualmachine.decide), one
+row per rule, and a hypothesis test that no snapshot makes it raise."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reconciler_objects import fd, image, provider, vm_class
+
+from banlieue.api.conditions import get_condition
+from banlieue.api.infrastructure import VSphereMachine
+from banlieue.api.provider import Provider
+from banlieue.api.virtualmachine import VirtualMachine, VirtualMachineStatus
+from banlieue.reconcilers.virtualmachine.decide import (
+    MAX_LISTED_NAMES,
+    NOT_SCHEDULED_INFRA_MESSAGE,
+    Plan,
+    Snapshot,
+    decide,
+    not_found_message,
+)
+from banlieue.reconcilers.virtualmachine.machine_decide import desired_machine, machine_differs, owns
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+NS = "default"
+FIN = "banlieue.io/virtualmachine"
+PROVIDERS = [provider("a", [fd("a-dc0-c0", cluster="c0", mem=2000), fd("a-dc0-c1", cluster="c1", mem=1000)], {"site": "a"}),
+             provider("b", [fd("b-dc0-c0", cluster="c0", mem=500)], {"site": "b"})]
+IMAGE = image({"a": True, "b": True})
+CLASS = vm_class(mem=100)
+
+
+def vm(*, placement: dict[str, Any] | None = None, scheduled: tuple[str, str] | None = None, finalizer: bool = True,
+       power: str = "PoweredOn", policy: str = "automatic", annotations: dict[str, str] | None = None,
+       deleting: bool = False, paused: bool = False, user_data: bool = False, conditions: list[dict[str, Any]] | None = None,
+       status: dict[str, Any] | None = None) -> VirtualMachine:
+    st_: dict[str, Any] = dict(status or {})
+    if scheduled:
+        st_["scheduled"] = {"providerName": scheduled[0], "providerClass": "vsphere", "failureDomain": scheduled[1],
+                            "scheduledAt": "2026-01-01T00:00:00Z"}
+    if conditions:
+        st_["conditions"] = conditions
+    meta: dict[str, Any] = {"name": "vm-1", "namespace": NS, "uid": "uid-1", "generation": 3,
+                            "labels": {"app": "web"}, "finalizers": [FIN] if finalizer else [],
+                            "annotations": annotations or {}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-02T00:00:00Z"
+    spec: dict[str, Any] = {"classRef": {"name": "small"}, "imageRef": {"name": "ubuntu"}, "placement": placement or {},
+                            "desiredPowerState": power, "migrationPolicy": policy, "paused": paused}
+    if user_data:
+        spec["userData"] = {"secretRef": {"name": "ud"}}
+    return VirtualMachine.from_wire({"metadata": meta, "spec": spec, "status": st_})
+
+
+def machine(where: tuple[str, str] = ("a", "a-dc0-c0"), *, ready: tuple[str, str] | None = None, provisioned: bool = False,
+            power: str | None = None, deleting: bool = False, spec: dict[str, Any] | None = None) -> VSphereMachine:
+    status: dict[str, Any] = {}
+    if ready:
+        status["conditions"] = [{"type": "Ready", "status": ready[0], "reason": ready[1], "message": f"{ready[1]} msg",
+                                 "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    if provisioned:
+        status.update(initialization={"provisioned": True}, addresses=[{"type": "InternalIP", "address": "10.0.0.9"}])
+    if power:
+        status["powerState"] = power
+    meta: dict[str, Any] = {"name": "vm-1", "namespace": NS, "labels": {"banlieue.io/owned-by": "vm-1"}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-02T00:00:00Z"
+    return VSphereMachine.from_wire({"metadata": meta, "spec": {"providerRef": {"name": where[0]}, "failureDomain": where[1],
+                                                                "providerID": "vsphere://x" if provisioned else None,
+                                                                **(spec or {})}, "status": status})
+
+
+def snap(the_vm: VirtualMachine, *, m: VSphereMachine | None = None, cls: Any = CLASS, img: Any = IMAGE,
+         providers: list[Provider] = PROVIDERS) -> Snapshot:
+    return Snapshot(the_vm, cls, img, tuple(providers), (), m, NOW)
+
+
+def cond(plan: Plan, type_: str) -> tuple[str, str]:
+    assert plan.status is not None
+    c = get_condition(VirtualMachineStatus.from_wire(plan.status).conditions, type_)
+    assert c is not None, type_
+    return (c.status.value, c.reason)
+
+
+READY_MACHINE = machine(ready=("True", "Provisioned"), provisioned=True, power="PoweredOn")
+MOVE = {"providerSelector": {"matchLabels": {"site": "b"}}}
+
+# (id, snapshot, expected plan flags, expected conditions {type: (status, reason)})
+ROWS: list[tuple[str, Snapshot, dict[str, Any], dict[str, tuple[str, str]]]] = [
+    ("new-vm-scheduled-and-machine-applied", snap(vm(finalizer=False)),
+     {"add_finalizer": True, "apply": ("a", "a-dc0-c0"), "placement": ("a", "a-dc0-c0")},
+     {"Scheduled": ("True", "Scheduled"), "PlacementValid": ("True", "Valid"), "Ready": ("False", "WaitingForInfrastructure"),
+      "InfrastructureReady": ("False", "WaitingForInfrastructure"), "Migrating": ("False", "NotMigrating"),
+      "Paused": ("False", "NotPaused")}),
+    ("class-not-found", snap(vm(), cls=None), {},
+     {"Scheduled": ("False", "ClassNotFound"), "Ready": ("False", "ClassNotFound"), "PlacementValid": ("Unknown", "NotScheduled")}),
+    ("image-not-found", snap(vm(), img=None), {}, {"Scheduled": ("False", "ImageNotFound"), "Ready": ("False", "ImageNotFound")}),
+    ("nothing-fits", snap(vm(placement={"providerSelector": {"matchLabels": {"site": "z"}}})), {},
+     {"Scheduled": ("False", "NoProviderMatched"), "Ready": ("False", "NoProviderMatched")}),
+    ("image-not-ready", snap(vm(), img=image({"a": False})), {}, {"Scheduled": ("False", "ImageNotReady")}),
+    ("provisioning-progress-collapsed", snap(vm(scheduled=("a", "a-dc0-c0")), m=machine(ready=("False", "Cloning"))), {},
+     {"InfrastructureReady": ("False", "WaitingForInfrastructure"), "Ready": ("False", "WaitingForInfrastructure")}),
+    ("infrastructure-failure-mirrored", snap(vm(scheduled=("a", "a-dc0-c0")), m=machine(ready=("False", "CloneFailed"))), {},
+     {"InfrastructureReady": ("False", "CloneFailed"), "Ready": ("False", "CloneFailed")}),
+    ("ready-needs-provisioned", snap(vm(scheduled=("a", "a-dc0-c0")), m=machine(ready=("True", "Provisioned"), power="PoweredOn")),
+     {}, {"InfrastructureReady": ("True", "Provisioned"), "Ready": ("False", "WaitingForInfrastructure")}),
+    ("ready-when-infra-ready-provisioned-and-powered", snap(vm(scheduled=("a", "a-dc0-c0")), m=READY_MACHINE), {},
+     {"Ready": ("True", "Ready"), "InfrastructureReady": ("True", "Provisioned")}),
+    ("powered-off-desired-not-yet-observed", snap(vm(scheduled=("a", "a-dc0-c0"), power="PoweredOff"), m=READY_MACHINE),
+     {"apply": ("a", "a-dc0-c0")}, {"Ready": ("False", "WaitingForPowerState")}),
+    ("automatic-drift-deletes-machine-first", snap(vm(placement=MOVE, scheduled=("a", "a-dc0-c0")), m=READY_MACHINE),
+     {"delete_machine": True}, {"Migrating": ("True", "ProviderChanged"), "PlacementValid": ("False", "NoProviderMatched"),
+                                "Ready": ("False", "ProviderChanged")}),
+    ("automatic-drift-waits-while-machine-deleting",
+     snap(vm(placement=MOVE, scheduled=("a", "a-dc0-c0")), m=machine(deleting=True)), {}, {"Migrating": ("True", "ProviderChanged")}),
+    ("automatic-drift-places-again-once-machine-gone", snap(vm(placement=MOVE, scheduled=("a", "a-dc0-c0"))),
+     {"apply": ("b", "b-dc0-c0"), "placement": ("b", "b-dc0-c0")},
+     {"Migrating": ("True", "ProviderChanged"), "PlacementValid": ("True", "Valid"), "Scheduled": ("True", "Scheduled"),
+      "Ready": ("False", "ProviderChanged")}),
+    ("failure-domain-changed-reason",
+     snap(vm(placement={"failureDomainSelector": {"matchLabels": {"cluster": "c1"}}}, scheduled=("a", "a-dc0-c0")), m=READY_MACHINE),
+     {"delete_machine": True}, {"Migrating": ("True", "FailureDomainChanged")}),
+    ("migration-finishes-when-new-machine-ready",
+     snap(vm(placement=MOVE, scheduled=("b", "b-dc0-c0"), conditions=[
+         {"type": "Migrating", "status": "True", "reason": "ProviderChanged", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]),
+          m=machine(("b", "b-dc0-c0"), ready=("True", "Provisioned"), provisioned=True, power="PoweredOn")),
+     {"apply": ("b", "b-dc0-c0")}, {"Migrating": ("False", "NotMigrating"), "Ready": ("True", "Ready")}),
+    ("manual-drift-waits-for-annotation", snap(vm(placement=MOVE, scheduled=("a", "a-dc0-c0"), policy="manual"), m=READY_MACHINE),
+     {"apply": ("a", "a-dc0-c0")}, {"PlacementValid": ("False", "NoProviderMatched"), "Migrating": ("False", "NotMigrating"),
+                                    "Scheduled": ("True", "Scheduled")}),
+    ("manual-drift-with-annotation-deletes", snap(vm(placement=MOVE, scheduled=("a", "a-dc0-c0"), policy="manual",
+                                                     annotations={"banlieue.io/migrate": "true"}), m=READY_MACHINE),
+     {"delete_machine": True}, {"Migrating": ("True", "ProviderChanged")}),
+    ("manual-migration-clears-annotation", snap(vm(placement=MOVE, scheduled=("a", "a-dc0-c0"), policy="manual",
+                                                   annotations={"banlieue.io/migrate": "true"})),
+     {"apply": ("b", "b-dc0-c0"), "clear_migrate_annotation": True}, {"Migrating": ("True", "ProviderChanged")}),
+    ("never-keeps-old-placement", snap(vm(placement=MOVE, scheduled=("a", "a-dc0-c0"), policy="never"), m=READY_MACHINE),
+     {"apply": ("a", "a-dc0-c0")}, {"PlacementValid": ("False", "NoProviderMatched"), "Migrating": ("False", "NotMigrating")}),
+    ("automatic-drift-nowhere-to-go-keeps-machine",
+     snap(vm(placement={"providerSelector": {"matchLabels": {"site": "z"}}}, scheduled=("a", "a-dc0-c0")), m=READY_MACHINE),
+     {"apply": ("a", "a-dc0-c0")}, {"PlacementValid": ("False", "NoProviderMatched"), "Ready": ("True", "Ready")}),
+    ("paused-does-nothing-else", snap(vm(paused=True, finalizer=False)), {},
+     {"Paused": ("True", "Paused"), "Ready": ("False", "Paused")}),
+    ("deleting-deletes-machine", snap(vm(deleting=True, scheduled=("a", "a-dc0-c0")), m=READY_MACHINE),
+     {"delete_machine": True}, {"Ready": ("False", "Deleting")}),
+    ("deleting-waits-for-machine", snap(vm(deleting=True, scheduled=("a", "a-dc0-c0")), m=machine(deleting=True)), {},
+     {"Ready": ("False", "Deleting")}),
+    ("paused-wins-over-deletion", snap(vm(paused=True, deleting=True, scheduled=("a", "a-dc0-c0")), m=READY_MACHINE), {},
+     {"Paused": ("True", "Paused")}),
+    ("annotation-without-drift-is-cleared", snap(vm(scheduled=("a", "a-dc0-c0"), policy="manual",
+                                                    annotations={"banlieue.io/migrate": "true"}), m=READY_MACHINE),
+     {"apply": ("a", "a-dc0-c0"), "clear_migrate_annotation": True}, {"PlacementValid": ("True", "Valid")}),
+    ("status-lost-adopts-machine-placement", snap(vm(), m=machine(("a", "a-dc0-c1"))),
+     {"apply": ("a", "a-dc0-c1"), "placement": ("a", "a-dc0-c1")}, {"Scheduled": ("True", "Scheduled")}),
+]
+
+
+@pytest.mark.parametrize(("snapshot", "flags", "conds"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_decide_rules(snapshot: Snapshot, flags: dict[str, Any], conds: dict[str, tuple[str, str]]) -> None:
+    plan = decide(snapshot)
+    assert plan.add_finalizer is flags.get("add_finalizer", False)
+    assert plan.delete_machine is flags.get("delete_machine", False)
+    assert plan.clear_migrate_annotation is flags.get("clear_migrate_annotation", False)
+    assert not plan.remove_finalizer
+    if "apply" in flags:
+        assert plan.apply_machine is not None
+        assert (plan.apply_machine["spec"]["providerRef"]["name"], plan.apply_machine["spec"]["failureDomain"]) == flags["apply"]
+    elif "apply" not in flags and snapshot.machine is None:
+        assert plan.apply_machine is None
+    if "placement" in flags:
+        assert plan.placement == flags["placement"]
+    for type_, expected in conds.items():
+        assert cond(plan, type_) == expected
+
+
+def test_mirror_is_held_while_the_machine_is_provisioning() -> None:
+    cloning = machine(ready=("False", "WaitingForIPAddress"), provisioned=True, power="PoweredOn")
+    plan = decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=cloning))
+    assert plan.status is not None
+    assert not {"observedPowerState", "addresses", "providerID", "initialization"} & set(plan.status)
+    done = decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=READY_MACHINE))
+    assert done.status is not None
+    assert {"observedPowerState", "addresses", "providerID", "initialization"} <= set(done.status)
+
+
+FOREIGN = VSphereMachine.from_wire({"metadata": {"name": "vm-1", "namespace": NS, "ownerReferences": [
+    {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "m", "uid": "m-uid", "controller": True}]},
+    "spec": {"providerRef": {"name": "a"}}})
+
+
+def test_foreign_machine_is_never_applied_deleted_or_mirrored() -> None:
+    plan = decide(snap(vm(finalizer=False), m=FOREIGN))
+    assert (plan.apply_machine, plan.delete_machine, plan.add_finalizer) == (None, False, False)
+    assert cond(plan, "Ready") == ("False", "InfrastructureConflict")
+    assert cond(plan, "Scheduled") == ("False", "InfrastructureConflict")
+    assert decide(snap(vm(deleting=True), m=FOREIGN)) == Plan(remove_finalizer=True)
+
+
+def test_machine_owned_by_uid_or_label() -> None:
+    the_vm = vm()
+    ours = VSphereMachine.from_wire(desired_machine(the_vm, CLASS, _placement(Plan(placement=("a", "a-dc0-c0")))))
+    assert owns(the_vm, ours)
+    assert owns(the_vm, machine())  # no controller reference: the owned-by label decides
+    assert not owns(the_vm, FOREIGN)
+    recreated = VirtualMachine.from_wire({**the_vm.to_wire(), "metadata": {**the_vm.to_wire()["metadata"], "uid": "uid-2"}})
+    assert not owns(recreated, ours)
+
+
+def test_deleted_vm_without_machine_drops_finalizer_and_writes_nothing_else() -> None:
+    plan = decide(snap(vm(deleting=True, scheduled=("a", "a-dc0-c0"))))
+    assert plan == Plan(remove_finalizer=True)
+    assert decide(snap(vm(deleting=True, finalizer=False))) == Plan()
+
+
+def test_paused_does_not_apply_or_add_finalizer() -> None:
+    plan = decide(snap(vm(paused=True, finalizer=False)))
+    assert (plan.add_finalizer, plan.apply_machine, plan.delete_machine) == (False, None, False)
+
+
+def test_second_decide_on_its_own_result_changes_nothing() -> None:
+    """Writes that change nothing are skipped: feed the written status back in."""
+    first = decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=READY_MACHINE))
+    assert first.status is not None
+    again = vm(status=first.status)
+    wanted = desired_machine(again, CLASS, _placement(first))
+    applied = VSphereMachine.from_wire({**wanted, "spec": {**wanted["spec"], "providerID": "vsphere://x"},
+                                        "status": READY_MACHINE.to_wire()["status"]})
+    second = decide(snap(again, m=applied))
+    assert second.status is None
+    assert second.apply_machine is None
+    assert not second.events
+
+
+def _placement(plan: Plan) -> Any:
+    from banlieue.reconcilers.virtualmachine.scheduler import Placement
+
+    assert plan.placement is not None
+    return Placement(plan.placement[0], "vsphere", plan.placement[1], "ubuntu-tpl")
+
+
+def test_machine_spec_labels_owner_and_user_data_reference() -> None:
+    cls = vm_class(mem=100).model_copy(deep=True)
+    cls = type(cls).from_wire({**cls.to_wire(), "spec": {**cls.to_wire()["spec"], "network": {"interfaces": [
+        {"name": "eth0", "networkClass": "default",
+         "ipam": {"source": "static", "static": {"addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.1"}}}]}}})
+    plan = decide(snap(vm(user_data=True, power="PoweredOff"), cls=cls))
+    body = plan.apply_machine
+    assert body is not None
+    assert body["metadata"]["labels"] == {"app": "web", "banlieue.io/owned-by": "vm-1", "banlieue.io/provider": "a"}
+    assert body["metadata"]["ownerReferences"] == [{"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "name": "vm-1",
+                                                   "uid": "uid-1", "controller": True, "blockOwnerDeletion": True}]
+    # ADR 0011: born with the provider's finalizer, so the provider sends no finalizer patch.
+    assert body["metadata"]["finalizers"] == ["infrastructure.banlieue.io/vspheremachine"]
+    spec = body["spec"]
+    assert spec["template"] == "ubuntu-tpl"
+    assert (spec["numCPUs"], spec["memoryMiB"], spec["firmware"], spec["powerState"]) == (2, 100, "efi", "PoweredOff")
+    assert spec["disks"] == [{"name": "d0", "sizeGiB": 20, "provisioning": "thin", "storageClass": "standard"}]
+    assert spec["network"]["devices"] == [{"name": "eth0", "networkClass": "default", "dhcp4": False,
+                                           "addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.1"}]
+    assert spec["bootstrapDataSecretRef"] == {"name": "ud", "key": "user-data"}
+    VSphereMachine.from_wire(body)  # the body is a valid VSphereMachine
+
+
+def test_machine_differs_detects_removed_field_and_ignores_defaults() -> None:
+    wanted = desired_machine(vm(), CLASS, _placement(Plan(placement=("a", "a-dc0-c0"))))
+    live = VSphereMachine.from_wire(wanted)  # adds server defaults (cloneMode, powerOffMode)
+    assert not machine_differs(live, wanted)
+    with_ref = VSphereMachine.from_wire({**wanted, "spec": {**wanted["spec"], "bootstrapDataSecretRef": {"name": "x"}}})
+    assert machine_differs(with_ref, wanted)
+    relabelled = VSphereMachine.from_wire({**wanted, "metadata": {**wanted["metadata"], "labels": {"x": "y"}}})
+    assert machine_differs(relabelled, wanted)
+    # A finalizer removed by hand is the provider's to restore: no apply (no fight over it).
+    unfinalized = VSphereMachine.from_wire({**wanted, "metadata": {**wanted["metadata"], "finalizers": []}})
+    assert not machine_differs(unfinalized, wanted)
+
+
+def test_deleting_machine_is_never_applied_to() -> None:
+    """ADR 0011: the apply carries the provider's finalizer, and a machine being deleted must
+    never get it back (kube refuses new finalizers then): no apply while it is deleting, even
+    when it differs from the desired body."""
+    wanted = desired_machine(vm(), CLASS, _placement(Plan(placement=("a", "a-dc0-c0"))))
+    deleting = VSphereMachine.from_wire({**wanted, "metadata": {**wanted["metadata"], "finalizers": [],
+                                                                "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                                         "spec": {**wanted["spec"], "numCPUs": 7}})
+    plan = decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=deleting))
+    assert plan.apply_machine is None
+
+
+_cond_types = st.sampled_from(["Ready", "Scheduled", "Migrating", "PlacementValid"])
+_conds = st.lists(st.builds(lambda t, s, r: {"type": t, "status": s, "reason": r, "message": "",
+                                             "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                            _cond_types, st.sampled_from(["True", "False", "Unknown"]), st.sampled_from(["A", "ProviderChanged"])),
+                  max_size=4, unique_by=lambda c: c["type"])
+_where = st.tuples(st.sampled_from(["a", "b", "z"]), st.sampled_from(["a-dc0-c0", "a-dc0-c1", "b-dc0-c0", "q"]))
+
+
+def message(plan: Plan, type_: str) -> str:
+    assert plan.status is not None
+    c = get_condition(VirtualMachineStatus.from_wire(plan.status).conditions, type_)
+    assert c is not None, type_
+    return c.message
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "scheduled_message"),
+    [
+        pytest.param(Snapshot(vm(), None, IMAGE, tuple(PROVIDERS), (), None, NOW, class_names=("smal", "medium")),
+                     'VMClass "small" not found; existing classes: medium, smal', id="class-not-found-lists-classes"),
+        pytest.param(Snapshot(vm(), None, IMAGE, tuple(PROVIDERS), (), None, NOW),
+                     'VMClass "small" not found; no VMClass exists', id="class-not-found-none-exists"),
+        pytest.param(Snapshot(vm(), CLASS, None, tuple(PROVIDERS), (), None, NOW, image_names=("ubuntu-22.04", "debian")),
+                     'VMImage "ubuntu" not found; existing images: debian, ubuntu-22.04', id="image-not-found-lists-images"),
+        pytest.param(snap(vm(placement={"providerSelector": {"matchLabels": {"site": "z"}}})), None, id="nothing-fits"),
+    ],
+)
+def test_unscheduled_vm_without_machine_says_there_is_none(snapshot: Snapshot, scheduled_message: str | None) -> None:
+    plan = decide(snapshot)
+    assert cond(plan, "InfrastructureReady") == ("False", "WaitingForInfrastructure")
+    assert message(plan, "InfrastructureReady") == NOT_SCHEDULED_INFRA_MESSAGE
+    assert "VSphereMachine vm-1" not in message(plan, "InfrastructureReady")
+    assert cond(plan, "Scheduled")[0] == "False"
+    if scheduled_message is not None:
+        assert message(plan, "Scheduled") == scheduled_message
+        # Ready carries the Scheduled reason and message (what blocks the VM).
+        assert message(plan, "Ready") == scheduled_message
+
+
+def test_machine_being_created_is_waited_for_by_name() -> None:
+    plan = decide(snap(vm()))
+    assert plan.apply_machine is not None
+    assert message(plan, "InfrastructureReady") == "VSphereMachine vm-1 is not Ready yet"
+
+
+def test_unscheduled_vm_with_a_leftover_machine_mirrors_the_machine() -> None:
+    plan = decide(Snapshot(vm(), None, IMAGE, tuple(PROVIDERS), (), machine(ready=("False", "CloneFailed")), NOW))
+    assert cond(plan, "InfrastructureReady") == ("False", "CloneFailed")
+
+
+@pytest.mark.parametrize(
+    ("kind", "wanted", "existing", "expected"),
+    [
+        pytest.param("VMClass", "smal", ["small", "medium", "small"], 'VMClass "smal" not found; existing classes: medium, small',
+                     id="sorted-deduplicated"),
+        pytest.param("VMImage", "x", [], 'VMImage "x" not found; no VMImage exists', id="none"),
+        pytest.param("VMClass", "zz", [f"c{i:02d}" for i in range(12)],
+                     'VMClass "zz" not found; existing classes: ' + ", ".join(f"c{i:02d}" for i in range(10)) + " and 2 more",
+                     id="capped-with-count"),
+        pytest.param("VMClass", "large-x", [f"c{i:02d}" for i in range(12)] + ["large-xl"],
+                     'VMClass "large-x" not found; existing classes: ' + ", ".join(f"c{i:02d}" for i in range(9))
+                     + ", large-xl and 3 more", id="closest-kept-when-capped"),
+    ],
+)
+def test_not_found_message(kind: str, wanted: str, existing: list[str], expected: str) -> None:
+    assert MAX_LISTED_NAMES == 10
+    assert not_found_message(kind, wanted, existing) == expected
+
+
+@st.composite
+def _snapshots(draw: st.DrawFn) -> Snapshot:
+    the_vm = vm(placement=draw(st.sampled_from([{}, MOVE, {"providerSelector": {"matchLabels": {"site": "z"}}},
+                                                {"failureDomainSelector": {"matchLabels": {"cluster": "c1"}}}])),
+                scheduled=draw(st.one_of(st.none(), _where)), finalizer=draw(st.booleans()),
+                power=draw(st.sampled_from(["PoweredOn", "PoweredOff", "Suspended"])),
+                policy=draw(st.sampled_from(["automatic", "manual", "never"])),
+                annotations=draw(st.sampled_from([{}, {"banlieue.io/migrate": "true"}])), deleting=draw(st.booleans()),
+                paused=draw(st.booleans()), user_data=draw(st.booleans()), conditions=draw(_conds))
+    m = draw(st.one_of(st.none(), st.builds(
+        lambda w, r, p, pw, d: machine(w, ready=r, provisioned=p, power=pw, deleting=d), _where,
+        st.one_of(st.none(), st.tuples(st.sampled_from(["True", "False"]), st.sampled_from(["Cloning", "CloneFailed", "Provisioned"]))),
+        st.booleans(), st.one_of(st.none(), st.sampled_from(["PoweredOn", "PoweredOff"])), st.booleans())))
+    base = snap(the_vm, m=m, cls=draw(st.sampled_from([None, CLASS])), img=draw(st.sampled_from([None, IMAGE, image({})])),
+                providers=draw(st.sampled_from([[], PROVIDERS, PROVIDERS[:1]])))
+    names = st.lists(st.text(max_size=30), max_size=15).map(tuple)
+    return Snapshot(base.vm, base.vm_class, base.image, base.providers, base.peers, base.machine, base.now,
+                    class_names=draw(names), image_names=draw(names))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_snapshots())
+def test_decide_never_raises_and_always_has_ready(snapshot: Snapshot) -> None:
+    plan = decide(snapshot)
+    if plan.status is not None:
+        status = VirtualMachineStatus.from_wire(plan.status)
+        assert get_condition(status.conditions, "Ready") is not None
+    if plan.apply_machine is not None:
+        VSphereMachine.from_wire(plan.apply_machine)
+    assert not (plan.remove_finalizer and plan.apply_machine)

@@ -1,0 +1,475 @@
+"""VSphereMachine decide: one table row per rule (SPEC §3), and no input makes it raise."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from banlieue.api.conditions import PAUSED, READY, get_condition
+from banlieue.api.infrastructure import VSphereMachine
+from banlieue.api.provider import Provider
+from banlieue.backends.base import VMInfo
+from banlieue.backends.vsphere import guestinfo
+from banlieue.reconcilers.vspheremachine.decide import (
+    STEADY_RESYNC_SECONDS,
+    Failure,
+    Plan,
+    Snapshot,
+    decide,
+    machine_addresses,
+)
+from banlieue.reconcilers.vspheremachine.placement import BootstrapData, read_bootstrap
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+FIN = "infrastructure.banlieue.io/vspheremachine"
+UID = "11111111-2222-3333-4444-555555555555"
+
+
+def machine(
+    spec: dict[str, Any] | None = None, *, finalizer: bool = True, deleting: bool = False, status: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None, capi_owner: bool = False,
+) -> VSphereMachine:
+    meta: dict[str, Any] = {"name": "m1", "namespace": "ns", "uid": UID, "generation": 2}
+    if finalizer:
+        meta["finalizers"] = [FIN]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-02T03:00:00Z"
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    if capi_owner:
+        meta["ownerReferences"] = [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "cm1", "uid": "u", "controller": True}]
+    base = {"providerRef": {"name": "vc1"}, "datacenter": "DC0", "cluster": "DC0_C0", "template": "ubuntu", "numCPUs": 2, "memoryMiB": 2048}
+    return VSphereMachine.from_wire({"metadata": meta, "spec": {**base, **(spec or {})}, **({"status": status} if status else {})})
+
+
+def provider(name: str = "vc1", fds: tuple[tuple[str, str, str], ...] = (("vc1-dc0-c0", "DC0", "DC0_C0"),)) -> Provider:
+    return Provider.from_wire({
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {
+            "providerClassRef": {"name": "vsphere"},
+            "connection": {"endpoint": "vc", "credentialsRef": {"name": "creds"}},
+            "capabilities": {
+                "storageClasses": [{"name": "gold", "target": {"datastore": "LocalDS_0"}}, {"name": "pod", "target": {"datastoreCluster": "POD"}}],
+                "networkClasses": [{"name": "prod", "target": {"distributedPortGroup": "DC0_DVPG0"}}],
+            },
+        },
+        "status": {"failureDomains": [{"name": n, "attributes": {"raw": {"datacenter": d, "cluster": c}}} for n, d, c in fds]},
+    })
+
+
+def vm(power: str = "PoweredOn", ips: tuple[str, ...] = ("10.0.0.5",), cpus: int = 2, mem: int = 2048) -> VMInfo:
+    return VMInfo(uid=UID, moref="vm-42", name="m1", power_state=power, bios_uuid="bios-1", instance_uuid="inst-1",  # type: ignore[arg-type]
+                  num_cpus=cpus, num_cores_per_socket=1, memory_mib=mem, disks_gib=(20,), nics=(), ip_address=ips[0] if ips else None)
+
+
+PROV = (provider(),)
+CAPI_MACHINE = {"metadata": {"name": "cm1"}, "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "boot"}, "failureDomain": "vc1-dc0-c0"}}
+CLUSTER = {"metadata": {"name": "c1"}, "spec": {}, "status": {"initialization": {"infrastructureProvisioned": True}}}
+BOOT = BootstrapData(b"#cloud-config\n", "cloud-config")
+CAPI_LABELS = {"cluster.x-k8s.io/cluster-name": "c1"}
+PROVISIONED = {"instanceUUID": "inst-1", "initialization": {"provisioned": True}}
+RECENT_CLONING = {"failureDomain": "vc1-dc0-c0", "conditions": [
+    {"type": "Ready", "status": "False", "reason": "Cloning", "message": "cloning template ubuntu into DC0/DC0_C0 since 2026-01-02T03:04:03Z",
+     "lastTransitionTime": "2026-01-02T03:04:03Z"},
+    {"type": "Paused", "status": "False", "reason": "NotPaused", "message": "", "lastTransitionTime": "2026-01-02T03:04:03Z"}]}
+"""A machine whose Cloning status was written 2 s before NOW (progress changes are deferred)."""
+
+
+def cloning_since(since: str) -> dict[str, Any]:
+    return {"type": "Ready", "status": "False", "reason": "Cloning", "message": f"cloning template ubuntu into DC0/DC0_C0 since {since}",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+
+def snap(m: VSphereMachine, **kw: Any) -> Snapshot:
+    return Snapshot(machine=m, now=NOW, **kw)
+
+
+def ready(plan: Plan) -> tuple[str, str] | None:
+    cond = get_condition(plan.status.conditions if plan.status else None, READY)
+    return (cond.status.value, cond.reason) if cond else None
+
+
+def looked(m: VSphereMachine, v: VMInfo | None = None, **kw: Any) -> Snapshot:
+    return snap(m, providers=PROV, looked_up=True, vm=v, **kw)
+
+
+CASES: list[Any] = [
+    # (snapshot, expected Ready (status, reason) or None, checks on the plan)
+    pytest.param(snap(machine(finalizer=False)), None, {"add_finalizer": True}, id="standalone-adds-finalizer-first"),
+    pytest.param(snap(machine(), providers=PROV), None, {"connect": True}, id="resolved-then-connect-and-look-up"),
+    pytest.param(snap(machine({"providerRef": {"name": "nope"}})), ("False", "ProviderNotFound"), {}, id="provider-missing"),
+    pytest.param(snap(machine({"providerRef": None})), ("False", "InvalidSpec"), {"message": "set spec.failureDomain or spec.providerRef.name"},
+                 id="no-provider-nor-failure-domain"),
+    pytest.param(snap(machine({"failureDomain": "zz"}), providers=PROV), ("False", "FailureDomainNotFound"), {}, id="failure-domain-unknown"),
+    pytest.param(snap(machine({"template": None}), providers=PROV), ("False", "InvalidSpec"), {}, id="template-required"),
+    pytest.param(snap(machine({"disks": [{"name": "os", "sizeGiB": 20, "storageClass": "silver"}]}), providers=PROV),
+                 ("False", "InvalidSpec"), {"message": "storage class 'silver' is not offered"}, id="unknown-storage-class"),
+    pytest.param(snap(machine({"disks": [{"name": "os", "sizeGiB": 20, "storageClass": "pod"}]}), providers=PROV),
+                 ("False", "InvalidSpec"), {"message": "datastore cluster"}, id="datastore-cluster-unsupported"),
+    pytest.param(snap(machine({"network": {"devices": [{"name": "eth0", "networkClass": "dev"}]}}), providers=PROV),
+                 ("False", "InvalidSpec"), {"message": "network class 'dev'"}, id="unknown-network-class"),
+    pytest.param(snap(machine({"bootstrapDataSecretRef": {"name": "b"}}), providers=PROV, bootstrap_error="Secret b not found"),
+                 ("False", "WaitingForBootstrapData"), {"message": "Secret b not found", "requeue_after": 30.0}, id="standalone-waits-for-bootstrap-secret"),
+    pytest.param(snap(machine(), providers=PROV, connection_error=("SecretMissing", "Secret ns/creds not found")),
+                 ("False", "SecretMissing"), {}, id="credentials-secret-missing"),
+    pytest.param(looked(machine(), failure=Failure("lookup", "TLSVerifyFailed", "bad cert")), ("False", "TLSVerifyFailed"),
+                 {"requeue_after": 60.0}, id="lookup-tls-failure"),
+    pytest.param(looked(machine()), ("False", "Cloning"), {"action": "create", "write_status_first": True}, id="not-found-clones"),
+    pytest.param(looked(machine(status={"conditions": [cloning_since("2026-01-02T03:00:05Z")]})), ("False", "Cloning"),
+                 {"action": None, "requeue_after": 5.0, "message": "since 2026-01-02T03:00:05Z"}, id="clone-started-earlier-waits-for-it"),
+    pytest.param(looked(machine(status={"conditions": [cloning_since("2026-01-02T02:50:00Z")]})), ("False", "Cloning"),
+                 {"action": "create", "message": "since 2026-01-02T03:04:05Z"}, id="clone-grace-expired-clones-again"),
+    pytest.param(looked(machine(), failure=Failure("create", "TemplateNotFound", "no tpl")), ("False", "TemplateNotFound"),
+                 {"requeue_after": 60.0, "retry": False}, id="template-not-found"),
+    pytest.param(looked(machine(), failure=Failure("create", "DatastoreNotFound", "no ds")), ("False", "InvalidSpec"), {}, id="datastore-not-found"),
+    pytest.param(looked(machine(), failure=Failure("create", "TaskFailed", "boom")), ("False", "CloneFailed"), {"retry": True}, id="clone-failed-retries"),
+    pytest.param(looked(machine(status=PROVISIONED)), ("False", "VMNotFound"), {"action": None}, id="vm-removed-by-hand-not-recreated"),
+    pytest.param(looked(machine(), vm("PoweredOff")), None, {"action": "create"}, id="existing-unprovisioned-converges"),
+    pytest.param(looked(machine(), vm("PoweredOff"), converged=True), None, {"action": "power"}, id="converged-then-power-on"),
+    pytest.param(looked(machine(), vm(ips=()), converged=True, powered=True), ("False", "WaitingForIPAddress"),
+                 {"provider_id": "vsphere://bios-1", "provisioned": True}, id="powered-on-waits-for-ip"),
+    pytest.param(looked(machine(), vm(), converged=True), ("True", "Provisioned"), {"provider_id": "vsphere://bios-1"}, id="provisioned"),
+    pytest.param(looked(machine({"providerID": "vsphere://bios-1"}, status=PROVISIONED), vm()), ("True", "Provisioned"),
+                 {"provider_id": None, "action": None, "requeue_after": STEADY_RESYNC_SECONDS}, id="steady-state-no-action-slow-resync"),
+    pytest.param(looked(machine({"numCPUs": 4}, status=PROVISIONED), vm()), None, {"action": "create"}, id="cpu-drift-reconfigures"),
+    pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm()), None, {"action": "power"}, id="power-off-requested"),
+    pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm("PoweredOff", ips=())), ("True", "Provisioned"), {}, id="powered-off-as-requested-is-ready"),
+    pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm(), failure=Failure("power", "PowerOffPending", "guest")),
+                 ("False", "PoweringOff"), {"requeue_after": 10.0}, id="soft-power-off-pending"),
+    pytest.param(snap(machine(annotations={"cluster.x-k8s.io/paused": ""}), providers=PROV), ("False", "Paused"),
+                 {"paused": True, "action": None}, id="paused-annotation-standalone"),
+    pytest.param(looked(machine(annotations={"cluster.x-k8s.io/paused": ""}, status={**PROVISIONED, "conditions": [
+        {"type": "Ready", "status": "True", "reason": "Provisioned", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}), vm()),
+                 ("True", "Provisioned"), {"paused": True, "action": None}, id="paused-keeps-ready-true"),
+    # deletion
+    pytest.param(snap(machine(deleting=True), providers=PROV), None, {"connect": True}, id="delete-connects-first"),
+    pytest.param(looked(machine(deleting=True), vm()), ("False", "Deleting"), {"action": "destroy"}, id="delete-destroys"),
+    pytest.param(looked(machine(deleting=True, status=PROVISIONED)), ("False", "Deleting"), {"remove_finalizer": True}, id="delete-vm-already-gone"),
+    pytest.param(looked(machine(deleting=True), destroyed=True), ("False", "Deleting"), {"remove_finalizer": True, "event": "Deleted"}, id="delete-done"),
+    pytest.param(snap(machine(deleting=True, status=PROVISIONED), providers=()), ("False", "Deleting"),
+                 {"remove_finalizer": True, "event": "ProviderGone"}, id="delete-provider-gone"),
+    pytest.param(snap(machine(deleting=True), providers=PROV, connection_error=("SecretMissing", "gone")), ("False", "Deleting"),
+                 {"remove_finalizer": False, "requeue_after": 60.0, "message": "SecretMissing"}, id="delete-secret-missing-retries"),
+    pytest.param(looked(machine(deleting=True), vm(), failure=Failure("destroy", "PowerOffPending", "guest")), ("False", "Deleting"),
+                 {"requeue_after": 10.0}, id="delete-waits-for-guest-shutdown"),
+    pytest.param(snap(machine(deleting=True, finalizer=False)), None, {"remove_finalizer": False}, id="delete-without-finalizer-noop"),
+    # CAPI path
+    pytest.param(snap(machine(finalizer=False, labels=CAPI_LABELS)), ("False", "WaitingForOwner"), {"add_finalizer": False}, id="capi-waits-for-owner"),
+    pytest.param(snap(machine(finalizer=False, labels=CAPI_LABELS, capi_owner=True), capi_machine=CAPI_MACHINE), ("False", "WaitingForCluster"),
+                 {"add_finalizer": False}, id="capi-waits-for-cluster"),
+    pytest.param(snap(machine(finalizer=False, labels=CAPI_LABELS, capi_owner=True), capi_machine=CAPI_MACHINE,
+                      cluster={**CLUSTER, "spec": {"paused": True}}), ("False", "Paused"), {"paused": True, "add_finalizer": False}, id="capi-cluster-paused"),
+    pytest.param(snap(machine(deleting=True, labels=CAPI_LABELS, capi_owner=True), capi_machine=CAPI_MACHINE, providers=PROV,
+                      cluster={**CLUSTER, "metadata": {"name": "c1", "annotations": {"cluster.x-k8s.io/paused": "true"}}}),
+                 ("False", "Paused"), {"paused": True, "action": None, "remove_finalizer": False}, id="capi-paused-blocks-deletion"),
+    pytest.param(snap(machine(finalizer=False, labels=CAPI_LABELS, capi_owner=True), capi_machine=CAPI_MACHINE, cluster=CLUSTER), None,
+                 {"add_finalizer": True}, id="capi-adds-finalizer-once-cluster-found"),
+    pytest.param(snap(machine(labels=CAPI_LABELS, capi_owner=True), capi_machine=CAPI_MACHINE, cluster={**CLUSTER, "status": {}}),
+                 ("False", "WaitingForClusterInfrastructure"), {}, id="capi-waits-for-cluster-infrastructure"),
+    pytest.param(snap(machine(labels=CAPI_LABELS, capi_owner=True), capi_machine={"spec": {}}, cluster=CLUSTER, providers=PROV),
+                 ("False", "WaitingForBootstrapData"), {"requeue_after": None}, id="capi-waits-for-bootstrap-data"),
+    pytest.param(snap(machine(labels=CAPI_LABELS, capi_owner=True), capi_machine=CAPI_MACHINE, cluster=CLUSTER, providers=PROV,
+                      bootstrap=BootstrapData(b"{}", "ignition")), ("False", "InvalidSpec"), {"message": "ignition"}, id="capi-ignition-unsupported"),
+    pytest.param(snap(machine({"providerRef": None, "datacenter": None, "cluster": None}, labels=CAPI_LABELS, capi_owner=True),
+                      capi_machine={**CAPI_MACHINE, "spec": {"bootstrap": {"dataSecretName": "boot"}}}, cluster=CLUSTER,
+                      bootstrap=BOOT, providers=PROV),
+                 ("False", "InvalidSpec"), {"message": "Machine.spec.failureDomain is not set"}, id="capi-no-failure-domain-names-machine-field"),
+    pytest.param(snap(machine({"providerRef": None, "datacenter": None, "cluster": None}, labels=CAPI_LABELS, capi_owner=True),
+                      capi_machine=CAPI_MACHINE, cluster=CLUSTER, bootstrap=BOOT,
+                      providers=(provider("vc0", (("other", "DC9", "C9"),)), provider())), None,
+                 {"connect": True, "provider": "vc1"}, id="capi-failure-domain-picks-provider"),
+    pytest.param(Snapshot(machine=machine({"providerRef": None, "datacenter": None, "cluster": None}, labels=CAPI_LABELS, capi_owner=True),
+                          now=NOW, capi_machine=CAPI_MACHINE, cluster=CLUSTER, bootstrap=BOOT, providers=PROV, looked_up=True),
+                 ("False", "Cloning"), {"action": "create", "spec_dc": ("DC0", "DC0_C0"), "user_data": b"#cloud-config\n",
+                                        "failure_domain": "vc1-dc0-c0"}, id="capi-clones-into-failure-domain"),
+]
+
+
+@pytest.mark.parametrize(("s", "want_ready", "checks"), CASES)
+def test_decide(s: Snapshot, want_ready: tuple[str, str] | None, checks: dict[str, Any]) -> None:
+    plan = decide(s)
+    if want_ready is not None:
+        assert ready(plan) == want_ready
+    cond = get_condition(plan.status.conditions if plan.status else None, READY)
+    for key, value in checks.items():
+        if key == "action":
+            assert (plan.action.kind if plan.action else None) == value
+        elif key == "message":
+            assert cond is not None and value in cond.message
+        elif key == "paused":
+            paused = get_condition(plan.status.conditions if plan.status else None, PAUSED)
+            assert paused is not None and (paused.status.value == "True") == value
+        elif key == "provisioned":
+            assert plan.status is not None and plan.status.initialization is not None
+            assert plan.status.initialization.provisioned is value
+        elif key == "event":
+            assert value in [e.reason for e in plan.events]
+        elif key == "provider":
+            assert plan.provider is not None and plan.provider.metadata.name == value
+        elif key == "spec_dc":
+            assert plan.action is not None and plan.action.spec is not None
+            assert (plan.action.spec.datacenter, plan.action.spec.cluster) == value
+        elif key == "user_data":
+            assert plan.action is not None and plan.action.spec is not None and plan.action.spec.user_data == value
+        elif key == "failure_domain":
+            assert plan.status is not None and plan.status.failure_domain == value
+        else:
+            assert getattr(plan, key) == value, key
+    if plan.status is not None:
+        assert get_condition(plan.status.conditions, READY) is not None, "Ready must always be present"
+        assert plan.status.observed_generation == 2
+
+
+def test_storage_and_network_classes_resolve_through_provider() -> None:
+    m = machine({"disks": [{"name": "os", "sizeGiB": 30, "storageClass": "gold"}, {"name": "data", "sizeGiB": 5, "datastore": "DS1"}],
+                 "network": {"devices": [{"name": "eth0", "networkClass": "prod"}, {"name": "eth1", "portGroup": "VM Network",
+                                                                                    "addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.1"}]}})
+    plan = decide(looked(m))
+    assert plan.action is not None and plan.action.spec is not None
+    spec = plan.action.spec
+    assert spec.datastore == "LocalDS_0" and [d.datastore for d in spec.disks] == ["LocalDS_0", "DS1"]
+    assert [(n.network, n.dhcp4) for n in spec.nics] == [("DC0_DVPG0", True), ("VM Network", False)]
+    assert (spec.uid, spec.name, spec.hostname) == (UID, "m1", "m1")
+
+
+def test_single_failure_domain_fills_datacenter_and_cluster() -> None:
+    plan = decide(looked(machine({"datacenter": None, "cluster": None})))
+    assert plan.action is not None and plan.action.spec is not None
+    assert (plan.action.spec.datacenter, plan.action.spec.cluster) == ("DC0", "DC0_C0")
+    assert plan.status is not None and plan.status.failure_domain == "vc1-dc0-c0"
+
+
+def test_status_mirrors_vm_and_skips_link_local() -> None:
+    v = replace(vm(), ip_address="10.0.0.5")
+    plan = decide(looked(machine(), v, converged=True))
+    assert plan.status is not None
+    assert (plan.status.instance_uuid, plan.status.bios_uuid, plan.status.vm_ref, plan.status.power_state) == ("inst-1", "bios-1", "vm-42", "PoweredOn")
+    assert [a.address for a in machine_addresses(replace(v, ip_address="fe80::1"))] == []
+
+
+def test_events_on_transitions_only() -> None:
+    first = decide(looked(machine(), vm(), converged=True))
+    assert [e.reason for e in first.events] == ["Provisioned"]
+    again = decide(looked(machine({"providerID": "vsphere://bios-1"}, status=first.status.to_wire() if first.status else None), vm()))
+    assert again.events == ()
+    assert again.status == first.status
+
+
+def test_read_bootstrap_formats() -> None:
+    b64 = base64.b64encode
+    got = read_bootstrap({"metadata": {"name": "b"}, "data": {"value": b64(b"{}").decode(), "format": b64(b"ignition").decode()}}, "value")
+    assert got == BootstrapData(b"{}", "ignition")
+    assert read_bootstrap({"stringData": {"value": "x"}}, "value").format == "cloud-config"
+
+
+_text = st.one_of(st.none(), st.text(max_size=8))
+_machine_specs = st.fixed_dictionaries({}, optional={
+    "providerRef": st.one_of(st.none(), st.just({"name": "vc1"}), st.just({"name": "x"})),
+    "failureDomain": st.one_of(st.none(), st.sampled_from(["vc1-dc0-c0", "zz", ""])),
+    "datacenter": _text, "cluster": _text, "template": _text,
+    "numCPUs": st.one_of(st.none(), st.integers(1, 8)), "memoryMiB": st.one_of(st.none(), st.integers(1, 9000)),
+    "powerState": st.sampled_from(["PoweredOn", "PoweredOff", "Suspended"]),
+    "powerOffMode": st.sampled_from(["hard", "soft", "trySoft"]),
+    "disks": st.lists(st.fixed_dictionaries({"name": st.sampled_from(["a", "b"]), "sizeGiB": st.integers(1, 50)},
+                                            optional={"storageClass": st.sampled_from(["gold", "pod", "x"])}), max_size=2),
+    "bootstrapDataSecretRef": st.one_of(st.none(), st.just({"name": "b"})),
+})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    spec=_machine_specs, finalizer=st.booleans(), deleting=st.booleans(), capi=st.booleans(), owner=st.booleans(),
+    status=st.sampled_from([None, PROVISIONED, {"failureDomain": "vc1-dc0-c0"}, RECENT_CLONING]),
+    vm_=st.one_of(st.none(), st.builds(vm, st.sampled_from(["PoweredOn", "PoweredOff", "Suspended"]), st.sampled_from([(), ("10.1.1.1",)]))),
+    failure=st.one_of(st.none(), st.builds(Failure, st.sampled_from(["connect", "lookup", "create", "power", "destroy"]),
+                                           st.sampled_from(["TemplateNotFound", "PowerOffPending", "Transient", "TaskFailed", "X"]), st.text(max_size=5))),
+    flags=st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.booleans()),
+    capi_machine=st.sampled_from([None, CAPI_MACHINE, {"spec": {}}, {"spec": {"bootstrap": 3}}]),
+    cluster=st.sampled_from([None, CLUSTER, {"spec": {"paused": True}}, {"status": {"initialization": None}}]),
+    providers=st.sampled_from([(), PROV, (provider("vc1", ()),)]),
+    conn_err=st.sampled_from([None, ("SecretInvalid", "x")]),
+)
+def test_decide_never_raises(spec: dict[str, Any], finalizer: bool, deleting: bool, capi: bool, owner: bool, status: dict[str, Any] | None,
+                             vm_: VMInfo | None, failure: Failure | None, flags: tuple[bool, bool, bool, bool, bool], capi_machine: Any,
+                             cluster: Any, providers: tuple[Provider, ...], conn_err: tuple[str, str] | None) -> None:
+    m = machine(spec, finalizer=finalizer, deleting=deleting, status=status, labels=CAPI_LABELS if capi else None, capi_owner=owner)
+    s = Snapshot(machine=m, now=NOW, capi_machine=capi_machine, cluster=cluster, providers=providers, bootstrap=BOOT if flags[3] else None,
+                 connection_error=conn_err, looked_up=flags[0], vm=vm_, failure=failure, converged=flags[1], destroyed=flags[2],
+                 converged_spec=_spec_of(machine()) if flags[4] else None)
+    plan = decide(s)
+    if plan.requeue_after is not None:
+        assert plan.requeue_after > 0
+    if plan.status is not None:
+        cond = get_condition(plan.status.conditions, READY)
+        assert cond is not None
+        assert not cond.message.startswith("internal error"), cond.message  # the guard in decide never fires
+    assert not (plan.add_finalizer and plan.remove_finalizer)
+
+
+# --- guestinfo size limit: a base64 value over 64 KiB is InvalidSpec before any vCenter call -------
+
+MAX_RAW = 65536 // 4 * 3  # 49152 bytes: exactly 65536 base64-encoded
+BIG_NICS = {"network": {"devices": [{"name": f"eth{i}", "portGroup": "VM Network", "nameservers": ["10.0.0.53"] * 40,
+                                     "addresses": [f"10.{i}.{j // 250}.{j % 250}/16" for j in range(300)]}
+                                    for i in range(10)]}}
+
+
+@pytest.mark.parametrize(("m", "data", "vm_found", "want"), [
+    pytest.param(machine(), b"x" * MAX_RAW, False, ("False", "Cloning"), id="user-data-at-the-limit-clones"),
+    pytest.param(machine(), b"x" * (MAX_RAW + 1), False, ("False", "InvalidSpec"), id="user-data-one-byte-over-is-invalid"),
+    pytest.param(machine(), b"y" * 70000, False, ("False", "InvalidSpec"), id="user-data-70000-bytes-names-sizes"),
+    pytest.param(machine(status=PROVISIONED), b"y" * 70000, True, ("False", "InvalidSpec"), id="existing-vm-not-reconfigured"),
+    pytest.param(machine(BIG_NICS), b"#cloud-config\n", False, ("False", "InvalidSpec"), id="metadata-over-the-limit-is-invalid"),
+])
+def test_guestinfo_size_limit(m: VSphereMachine, data: bytes, vm_found: bool, want: tuple[str, str]) -> None:
+    boot = BootstrapData(data, "cloud-config")
+    for looked_up in (False, True):
+        plan = decide(snap(m, bootstrap=boot, providers=PROV, looked_up=looked_up, vm=vm() if vm_found and looked_up else None,
+                           spec_error=guestinfo.spec_error))
+        if want[1] == "Cloning" and not looked_up:
+            assert plan.connect, "under the limit the machine goes on to vCenter"
+            continue
+        assert ready(plan) == want
+        if want[1] == "InvalidSpec":
+            assert plan.action is None and not plan.connect, "nothing is cloned or reconfigured"
+            cond = get_condition(plan.status.conditions if plan.status else None, READY)
+            assert cond is not None and "65536" in cond.message and "guestinfo" in cond.message
+    if len(data) == 70000:
+        assert cond is not None and cond.message == (
+            "bootstrap user data is 70000 bytes (93336 base64-encoded); a vSphere guestinfo value holds at most 65536 "
+            "bytes: shrink it, or gzip it (cloud-init detects gzip-compressed user data)")
+
+
+def test_backend_guestinfo_refuses_oversized_values() -> None:
+    from banlieue.backends.base import InvalidSpec, NicSpec
+    from banlieue.backends.vsphere import guestinfo
+
+    nic = NicSpec(name="eth0", network="VM Network")
+    assert guestinfo.encoded_size(b"x" * MAX_RAW) == 65536 and guestinfo.encoded_size(b"") == 0
+    ok = guestinfo.guestinfo(UID, "m1", [(nic, "00:50:56:00:00:01")], b"x" * MAX_RAW)
+    assert len(ok[guestinfo.USERDATA]) == 65536
+    with pytest.raises(InvalidSpec, match="70000 bytes"):
+        guestinfo.guestinfo(UID, "m1", [(nic, "00:50:56:00:00:01")], b"y" * 70000)
+
+
+
+async def test_vsphere_backend_spec_error_is_the_guestinfo_size_limit() -> None:
+    """The check decide is given in production (``Backend.spec_error`` of the VSphereBackend)."""
+    from banlieue.backends.base import NicSpec, VMSpec
+    from banlieue.backends.vsphere.backend import VSphereBackend
+
+    nic = NicSpec(name="eth0", network="VM Network")
+    spec = VMSpec(uid=UID, name="m1", datacenter="DC0", cluster="C0", template="t", num_cpus=1, memory_mib=512, nics=(nic,))
+    backend = VSphereBackend(max_workers=1)
+    try:
+        assert backend.spec_error(replace(spec, user_data=b"x" * MAX_RAW)) is None
+        assert backend.spec_error(replace(spec, user_data=b"y" * 70000)) == guestinfo.size_error(UID, "m1", [nic], b"y" * 70000)
+        assert "70000 bytes" in (backend.spec_error(replace(spec, user_data=b"y" * 70000)) or "")
+    finally:
+        await backend.close()
+
+
+@pytest.mark.parametrize("status", [
+    pytest.param({"conditions": [cloning_since("2026-01-02T03:04:00Z")]}, id="stale-copy-cloning-without-instance-uuid"),
+    pytest.param(PROVISIONED, id="provisioned"),
+])
+def test_vm_not_found_from_create_is_vm_not_found(status: dict[str, Any]) -> None:
+    """create_vm raises VMNotFound for a UID whose VM it returned before (removed by hand): the
+    machine is VMNotFound at once, whatever its copy says, and nothing is cloned or retried."""
+    failure = Failure("create", "VMNotFound", "the VM for u was removed from vCenter; not cloning it again")
+    plan = decide(looked(machine(status=status), None, failure=failure))
+    assert ready(plan) == ("False", "VMNotFound")
+    assert plan.action is None and not plan.retry and plan.requeue_after is None
+    cond = get_condition(plan.status.conditions if plan.status else None, READY)
+    assert cond is not None and "removed from vCenter" in cond.message and "delete this VSphereMachine" in cond.message
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "VMNotFound")]
+
+
+# --- ADR 0011: progress-only status changes are coalesced ------------------------------------------
+
+def _cloned_at(at: str) -> dict[str, Any]:
+    """The status a machine has right after the Cloning write at ``at`` (its first status)."""
+    return {"failureDomain": "vc1-dc0-c0", "conditions": [
+        {**cloning_since(at), "lastTransitionTime": at},
+        {"type": "Paused", "status": "False", "reason": "NotPaused", "message": "", "lastTransitionTime": at}]}
+
+
+def _spec_of(m: VSphereMachine) -> Any:
+    plan = decide(looked(m))
+    assert plan.action is not None and plan.action.spec is not None
+    return plan.action.spec
+
+
+@pytest.mark.parametrize(("s", "want_ready", "want_requeue"), [
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:03Z")), vm(ips=()), converged=True, powered=True), None, 8.1,
+                 id="waiting-for-ip-2s-after-cloning-deferred"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:03Z")), vm("PoweredOff"), converged=True, powered=True), None, 8.1,
+                 id="powering-on-2s-after-cloning-deferred"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:03:55Z")), vm(ips=()), converged=True, powered=True),
+                 ("False", "WaitingForIPAddress"), 60.0, id="waiting-for-ip-10s-after-cloning-written"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:03:56Z")), vm(ips=()), converged=True, powered=True), None, 1.1,
+                 id="waiting-for-ip-9s-after-cloning-deferred-for-the-rest"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:03Z")), vm(), converged=True, powered=True),
+                 ("True", "Provisioned"), STEADY_RESYNC_SECONDS, id="ready-transition-never-deferred"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:03Z")), failure=Failure("create", "TaskFailed", "boom")),
+                 ("False", "CloneFailed"), None, id="failure-never-deferred"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:03Z"), annotations={"cluster.x-k8s.io/paused": ""}), vm(ips=())),
+                 ("False", "Paused"), None, id="paused-never-deferred"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:03Z"), deleting=True), vm(ips=())),
+                 ("False", "Deleting"), None, id="deletion-never-deferred"),
+    pytest.param(looked(machine(status=_cloned_at("2026-01-02T03:04:09Z")), vm(ips=()), converged=True, powered=True),
+                 ("False", "WaitingForIPAddress"), 60.0, id="last-write-in-the-future-clock-skew-written"),
+    pytest.param(looked(machine(status={**_cloned_at("2026-01-02T03:04:03Z"), "conditions": [
+        {**cloning_since("2026-01-02T03:04:03Z"), "lastTransitionTime": "2026-01-02T03:04:03Z"}]}), vm(ips=()), converged=True, powered=True),
+                 ("False", "WaitingForIPAddress"), 60.0, id="another-condition-changes-written"),
+])
+def test_progress_only_changes_coalesced(s: Snapshot, want_ready: tuple[str, str] | None, want_requeue: float | None) -> None:
+    plan = decide(s)
+    assert ready(plan) == want_ready
+    if want_requeue is not None:
+        assert plan.requeue_after == pytest.approx(want_requeue)
+    if want_ready is None:
+        assert plan.status is None and not [e for e in plan.events if e.transition]
+        assert plan.provider_id == "vsphere://bios-1", "spec.providerID is still written (before provisioned, SPEC §3)"
+
+
+def test_clone_again_after_grace_is_written_even_right_after_a_status_write() -> None:
+    """A new clone start is the ADR 0009 record: never deferred, even though Ready stays Cloning."""
+    status = {"conditions": [{**cloning_since("2026-01-02T02:50:00Z"), "lastTransitionTime": "2026-01-02T03:04:03Z"}]}
+    plan = decide(looked(machine(status=status)))
+    assert ready(plan) == ("False", "Cloning") and plan.write_status_first
+    assert plan.status is not None and plan.action is not None
+
+
+def test_restart_safe_anchor_is_the_later_of_transition_and_clone_start() -> None:
+    """Ready became False long ago (WaitingForBootstrapData), but the clone started 2 s ago:
+    the Cloning write is the last one, so the next progress change is deferred."""
+    status = {"conditions": [{**cloning_since("2026-01-02T03:04:03Z"), "lastTransitionTime": "2026-01-02T02:00:00Z"},
+                             {"type": "Paused", "status": "False", "reason": "NotPaused", "message": "",
+                              "lastTransitionTime": "2026-01-02T02:00:00Z"}]}
+    plan = decide(looked(machine(status=status), vm(ips=()), converged=True, powered=True))
+    assert plan.status is None and plan.requeue_after == pytest.approx(8.1)
+
+
+def test_deferred_status_does_not_converge_twice() -> None:
+    """The status that would record provisioned was deferred: with the spec this process
+    converged to in memory, the next reconcile goes on to power and status, not a second
+    converge; after a restart (no memory) it converges again; a changed spec converges again."""
+    m = machine(status=_cloned_at("2026-01-02T03:04:03Z"))
+    spec = _spec_of(machine())
+    assert decide(looked(m, vm())).action is not None, "no memory: converge (idempotent)"
+    plan = decide(looked(m, vm(), converged_spec=spec))
+    assert plan.action is None and ready(plan) == ("True", "Provisioned")
+    changed = machine({"numCPUs": 4}, status=_cloned_at("2026-01-02T03:04:03Z"))
+    assert decide(looked(changed, vm(), converged_spec=spec)).action is not None
+    provisioned = machine({"numCPUs": 4}, status={**PROVISIONED, "conditions": _cloned_at("2026-01-02T03:04:03Z")["conditions"]})
+    assert decide(looked(provisioned, vm(), converged_spec=_spec_of(machine({"numCPUs": 4})))).action is not None, \
+        "once provisioned is stored, hardware drift is checked as before"
