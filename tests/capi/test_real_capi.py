@@ -334,3 +334,36 @@ async def test_cluster_class_topology_on_banlieue_templates(real_capi: RealCapi)
     wvsm = await r.get(VSPHERE_MACHINE, worker["spec"]["infrastructureRef"]["name"])
     assert (condition(wvsm, "Ready") or {}).get("reason") == "WaitingForBootstrapData"
     assert await env.find_vms(uid=wvsm["metadata"]["uid"]) == []
+
+
+async def test_machine_deployment_without_failure_domain_is_placed_by_banlieue(real_capi: RealCapi) -> None:
+    """Issue 17 item 6: a MachineDeployment with no failure domain whose template names no
+    Provider. banlieue places each Machine among the VSphereCluster's failure domains (spread:
+    three Machines, three domains), reports it in VSphereMachine status.failureDomain, and real
+    CAPI copies it to Machine.status.failureDomain; the VM is in that domain."""
+    r, env = real_capi, real_capi.env
+    ns = env.namespace
+    await env.wait_providers_ready()
+    await r.create(vsphere_cluster(NAME, ns, list(env.vcsims), "127.17.0.4"))
+    await r.create(cluster(NAME, ns))
+    c = await wait_cluster_provisioned(r, domains=6)
+    domains = {fd["name"]: fd for fd in c["status"]["failureDomains"]}
+    await r.create(machine_template(TEMPLATE, ns))
+    await r.create(bootstrap_secret(DATA_SECRET, ns, NAME, USER_DATA))
+    md = f"{NAME}-md-anywhere"
+    await r.create(machine_deployment(md, ns, NAME, TEMPLATE, replicas=3, failure_domain=None, data_secret=DATA_SECRET))
+    machines = await wait_machines_provisioned(r, 3, md)
+    chosen = []
+    for m in machines:
+        assert not m["spec"].get("failureDomain")  # CAPI gave none
+        vsm = await r.get(VSPHERE_MACHINE, m["spec"]["infrastructureRef"]["name"])
+        fd = vsm["status"].get("failureDomain")
+        assert fd in domains, (vsm["metadata"]["name"], fd, condition(vsm, "Ready"))
+        await verify_placed(r, m, domains, fd)
+        chosen.append(fd)
+    assert len(set(chosen)) == 3, chosen  # spread: one Machine per domain while domains are free
+
+    async def copied() -> bool:
+        ms = {m["metadata"]["name"]: m for m in await machines_of(r, md)}
+        return all((ms[m["metadata"]["name"]].get("status") or {}).get("failureDomain") == fd for m, fd in zip(machines, chosen, strict=True))
+    await eventually(copied, timeout=60, what="CAPI copied the chosen failure domains to Machine.status.failureDomain", interval=1.0)
