@@ -26,8 +26,10 @@ no host flag), so it listens on every interface of this network namespace; only 
 
 Command line: ``python -m banlieue.testing.capi up --kubeconfig KUBECONFIG --dir DIR`` starts the
 managers on an existing API server (as cluster-admin in KUBECONFIG), prints one line when all three
-are ready, and stops them on SIGTERM/SIGINT. ``python -m banlieue.testing.capi render --port-base
-N`` prints the rewritten documents (what the suite applies).
+are ready, and stops them on SIGTERM/SIGINT. ``python -m banlieue.testing.capi render --dir DIR``
+prints the rewritten documents (what the suite applies; the certificate goes to DIR).
+``python -m banlieue.testing.capi install-banlieue --kubeconfig KUBECONFIG`` installs banlieue as
+the suite does (``install_banlieue``).
 """
 
 from __future__ import annotations
@@ -277,6 +279,18 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
     return proc.stdout
 
 
+def install_banlieue(kubeconfig: Path) -> None:
+    """banlieue's CRDs, RBAC and admission policies as an operator installs them: ``kubectl
+    kustomize config/default`` without the Deployment and Service (the manager runs as a
+    process), ``kubectl apply --server-side``; then every CRD Established (60 s).
+    Raises RuntimeError with kubectl's stderr."""
+    rendered = kubectl(kubeconfig, "kustomize", str(REPO_ROOT / "config" / "default"))
+    docs = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") not in ("Deployment", "Service")]
+    kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    crds = [f"crd/{d['metadata']['name']}" for d in docs if d["kind"] == "CustomResourceDefinition"]
+    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", *crds)
+
+
 def token_kubeconfig(admin: Path, namespace: str, service_account: str, out: Path) -> Path:
     """A kubeconfig for ``system:serviceaccount:<namespace>:<service_account>``: the cluster of
     ``admin``'s current context with a TokenRequest token (``kubectl create token``)."""
@@ -422,10 +436,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--kubeconfig", type=Path, required=True, help="cluster-admin kubeconfig of a loopback API server")
     up.add_argument("--dir", type=Path, required=True, help="work directory (certificates, rendered YAML, logs)")
     up.add_argument("--rbac", choices=("own", "admin"), default="own")
+    install = sub.add_parser("install-banlieue", help="apply config/default minus the Deployment and Service (server-side)")
+    install.add_argument("--kubeconfig", type=Path, required=True)
     render = sub.add_parser("render", help="print the rewritten CAPI documents (webhooks on 127.0.0.1)")
     render.add_argument("--dir", type=Path, required=True, help="where the generated certificate goes")
     args = parser.parse_args(argv)
     try:
+        if args.cmd == "install-banlieue":
+            install_banlieue(args.kubeconfig)
+            print("capi: banlieue's CRDs, RBAC and admission policies installed", flush=True)
+            return 0
         if args.cmd == "render":
             env = CapiEnvironment(kubeconfig=Path(os.devnull), workdir=args.dir)
             for docs in env.render().values():

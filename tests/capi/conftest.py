@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from banlieue.runtime.client import Client
 from banlieue.runtime.config import Timeouts, config_for_url, load_config
@@ -50,17 +49,6 @@ async def capi_env(apiserver: Any, vcsim_factory: Callable[..., VcsimProcess], t
 # --- real Cluster API on the real API server (issue 17) ----------------------------------------
 
 
-def _install_banlieue(kubeconfig: Path) -> None:
-    """banlieue's CRDs, RBAC and admission policies as an operator installs them: ``kubectl
-    kustomize config/default`` without the Deployment and Service (the manager runs here as a
-    process), applied server-side; then every CRD Established."""
-    rendered = capi_testing.kubectl(kubeconfig, "kustomize", str(REPO / "config" / "default"))
-    docs = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") not in ("Deployment", "Service")]
-    capi_testing.kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(docs))
-    crds = [f"crd/{d['metadata']['name']}" for d in docs if d["kind"] == "CustomResourceDefinition"]
-    capi_testing.kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", *crds)
-
-
 @pytest.fixture(scope="session")
 def capi_managers(envtest: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[capi_testing.CapiEnvironment]:
     """The real CAPI managers (``make capi``) on the session's envtest kube-apiserver, each with
@@ -69,7 +57,7 @@ def capi_managers(envtest: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
     missing = capi_testing.binaries_missing()
     if missing:
         pytest.skip(missing)
-    _install_banlieue(envtest.kubeconfig_path)
+    capi_testing.install_banlieue(envtest.kubeconfig_path)
     env = capi_testing.CapiEnvironment(kubeconfig=envtest.kubeconfig_path, workdir=tmp_path_factory.mktemp("capi"))
     try:
         env.start()

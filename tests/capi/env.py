@@ -234,7 +234,7 @@ class CapiEnv:
     async def create_cluster_infra(self, name: str, control_plane_selector: dict[str, Any] | None = None) -> None:
         """The VSphereCluster over both Providers, with a control-plane endpoint (VIP) and
         optionally ``spec.controlPlaneFailureDomainSelector``."""
-        spec: dict[str, Any] = {"controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443}, "providerRefs": [{"name": n} for n in self.vcsims]}
+        spec: dict[str, Any] = {"controlPlaneEndpoint": {"host": "127.17.0.100", "port": 6443}, "providerRefs": [{"name": n} for n in self.vcsims]}
         if control_plane_selector is not None:
             spec["controlPlaneFailureDomainSelector"] = control_plane_selector
         await self.client.create(VSPHERE_CLUSTER, {

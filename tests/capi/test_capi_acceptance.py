@@ -93,10 +93,10 @@ async def bring_up(env: CapiEnv, control_plane_provider: str | None = None) -> t
     await sim.create_cluster()
     cluster = await sim.wait_infrastructure_provisioned()
     assert cluster["status"]["failureDomains"] == vsc["status"]["failureDomains"]
-    assert cluster["spec"]["controlPlaneEndpoint"] == {"host": "10.0.0.100", "port": 6443}
+    assert cluster["spec"]["controlPlaneEndpoint"] == {"host": "127.17.0.100", "port": 6443}
     vsc = await vsphere_cluster(env, "owned by the CAPI Cluster")
-    [owner] = [r for r in vsc["metadata"]["ownerReferences"] if r.get("controller")]
-    assert (owner["kind"], owner["name"], owner["uid"]) == ("Cluster", CLUSTER, cluster["metadata"]["uid"])
+    [owner] = [r for r in vsc["metadata"]["ownerReferences"] if r["kind"] == "Cluster"]
+    assert (owner["name"], owner["uid"], bool(owner.get("controller"))) == (CLUSTER, cluster["metadata"]["uid"], False)
     assert provisioned(vsc) and len(vsc["status"]["failureDomains"]) == 6  # unchanged by the owner reference
 
     await env.create_template(TEMPLATE)
