@@ -17,8 +17,8 @@ stays only where real CAPI cannot reach on these machines (``test_capi_acceptanc
   only after the control plane is initialized, which never happens here (real CAPI shows the
   waiting side: the ClusterClass worker stays ``WaitingForBootstrapData``).
 * **A VSphereCluster spec change while its Cluster is paused** (``pause``/``unpause`` around a
-  control-plane selector change) and **a Machine in a domain no Provider advertises**: not ported
-  to real CAPI yet (both reachable with a MachineDeployment); kept here.
+  control-plane selector change): reachable with real CAPI, not ported yet; kept here. (A Machine
+  in a domain no Provider advertises moved to the real suite.)
 * **No Go toolchain**: the CAPI tier on the API-server double runs without ``make capi`` /
   ``make envtest`` (a machine where they are missing skips the real-CAPI tests).
 

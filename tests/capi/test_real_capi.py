@@ -367,3 +367,39 @@ async def test_machine_deployment_without_failure_domain_is_placed_by_banlieue(r
         ms = {m["metadata"]["name"]: m for m in await machines_of(r, md)}
         return all((ms[m["metadata"]["name"]].get("status") or {}).get("failureDomain") == fd for m, fd in zip(machines, chosen, strict=True))
     await eventually(copied, timeout=60, what="CAPI copied the chosen failure domains to Machine.status.failureDomain", interval=1.0)
+
+
+async def test_machine_in_a_domain_nobody_advertises_is_a_condition_and_deletes_cleanly(real_capi: RealCapi) -> None:
+    """A MachineDeployment naming a failure domain the VSphereCluster does not publish: the
+    VSphereMachine reports FailureDomainNotFound through Ready, nothing is cloned, and scaling
+    the MachineDeployment to zero removes Machine and VSphereMachine."""
+    r, env = real_capi, real_capi.env
+    ns = env.namespace
+    baseline = await env.inventory()
+    await env.wait_providers_ready()
+    await r.create(vsphere_cluster(NAME, ns, list(env.vcsims), "127.17.0.5"))
+    await r.create(cluster(NAME, ns))
+    await wait_cluster_provisioned(r, domains=6)
+    await r.create(machine_template(TEMPLATE, ns))
+    await r.create(bootstrap_secret(DATA_SECRET, ns, NAME, USER_DATA))
+    md = f"{NAME}-md-lost"
+    await r.create(machine_deployment(md, ns, NAME, TEMPLATE, replicas=1, failure_domain="no-such-domain", data_secret=DATA_SECRET))
+
+    async def failed() -> dict[str, Any] | None:
+        for m in await machines_of(r, md):
+            vsm = await r.get_or_none(VSPHERE_MACHINE, m["spec"]["infrastructureRef"]["name"])
+            ready = condition(vsm, "Ready") or {} if vsm else {}
+            if ready.get("reason") == "FailureDomainNotFound":
+                return vsm
+        return None
+    vsm = await eventually(failed, timeout=PROVISION_TIMEOUT, what="VSphereMachine Ready False FailureDomainNotFound", interval=1.0)
+    assert "no-such-domain" in condition(vsm, "Ready")["message"]  # type: ignore[index]
+    check_infra_machine(vsm, step="unknown failure domain")
+    assert await env.find_vms(uid=vsm["metadata"]["uid"]) == [] and await env.inventory() == baseline
+
+    await r.patch(MACHINE_DEPLOYMENT, md, {"spec": {"replicas": 0}})
+
+    async def gone() -> bool:
+        return not await machines_of(r, md) and await r.get_or_none(VSPHERE_MACHINE, vsm["metadata"]["name"]) is None
+    await eventually(gone, timeout=PROVISION_TIMEOUT, what=f"{md} scaled to 0", interval=1.0)
+    assert await env.inventory() == baseline
