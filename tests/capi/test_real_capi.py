@@ -330,9 +330,14 @@ async def test_cluster_class_topology_on_banlieue_templates(real_capi: RealCapi)
     assert md["spec"]["template"]["spec"]["infrastructureRef"]["kind"] == "VSphereMachineTemplate"
     # The worker's VSphereMachine exists and waits for kubeadm join data (CABPK: only once the
     # control plane is initialized, which needs a workload API server this test does not run).
-    [worker] = [m for m in await machines_of(r) if LABEL_CONTROL_PLANE not in m["metadata"]["labels"]]
-    wvsm = await r.get(VSPHERE_MACHINE, worker["spec"]["infrastructureRef"]["name"])
-    assert (condition(wvsm, "Ready") or {}).get("reason") == "WaitingForBootstrapData"
+    async def worker_waiting() -> dict[str, Any] | None:
+        workers = [m for m in await machines_of(r) if LABEL_CONTROL_PLANE not in m["metadata"]["labels"]]
+        if len(workers) != 1:
+            return None
+        wvsm = await r.get_or_none(VSPHERE_MACHINE, workers[0]["spec"]["infrastructureRef"]["name"])
+        # WaitingForOwner first, while the Machine controller sets its owner reference.
+        return wvsm if wvsm and (condition(wvsm, "Ready") or {}).get("reason") == "WaitingForBootstrapData" else None
+    wvsm = await eventually(worker_waiting, timeout=60, what="the worker's VSphereMachine WaitingForBootstrapData", interval=1.0)
     assert await env.find_vms(uid=wvsm["metadata"]["uid"]) == []
 
 
