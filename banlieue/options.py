@@ -98,7 +98,9 @@ class DevOptions:
     Attributes:
         exit_when_ready: exit 0 as soon as the sample objects are Ready (CI smoke test).
         state_dir: directory for the kubeconfig, logs and vcsim state of the dev environment.
-        api_port: 127.0.0.1 port of the API-server double; 0 picks a free port.
+        api_port: 127.0.0.1 port of the API server; 0 picks a free port.
+        apiserver: ``double`` (the embedded API-server double) or ``real`` (kube-apiserver,
+            etcd and kube-controller-manager from ``make envtest``: banlieue.testing.envtest).
         vcsim_port: 127.0.0.1 port of vcsim; 0 picks a free port.
         options: options for the embedded manager (``kubeconfig`` is ``None``: dev writes its own).
     """
@@ -108,6 +110,7 @@ class DevOptions:
     api_port: int
     vcsim_port: int
     options: Options
+    apiserver: str = "double"
 
 
 # --- value parsers: str -> value, raising ValueError("must be ...") -------------------------
@@ -165,6 +168,13 @@ def parse_positive_int(value: str) -> int:
     if number < 1:
         raise ValueError("must be >= 1")
     return number
+
+
+def parse_apiserver_kind(value: str) -> str:
+    """``double`` or ``real`` (``banlieue dev --apiserver``)."""
+    if value not in ("double", "real"):
+        raise ValueError("must be double or real")
+    return value
 
 
 def parse_port(value: str) -> int:

@@ -6,7 +6,7 @@ from hypothesis import settings
 
 pytest_plugins = [
     "banlieue.testing.apiserver.fixture",
-    "banlieue.testing.envtest",
+    "banlieue.testing.envtest.fixture",
     "banlieue.testing.vcsim",
 ]
 

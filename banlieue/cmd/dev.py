@@ -2,7 +2,10 @@
 
 Stages, one progress line each (``[1/7] starting API server double ... ok (0.4 s)``):
 
-1. the API-server double (``python -m banlieue.testing.apiserver``), log ``apiserver.log``;
+1. the API-server double (``python -m banlieue.testing.apiserver``), log ``apiserver.log``; with
+   ``--apiserver real`` instead etcd + kube-apiserver + kube-controller-manager from ``make
+   envtest`` (``python -m banlieue.testing.envtest up --dir <state>/envtest``, log
+   ``envtest.log``, the components' logs in ``envtest/logs/``; kubeconfig: cluster-admin);
 2. one vcsim per sample Provider (``vcenter-a``, ``vcenter-b``: 2 datacenters x 3 clusters,
    template ``ubuntu-22.04``, TLS with a generated CA), state and log in ``vcsim-<provider>/``;
    each plays DHCP and VMware Tools (``--guest-ip``, ``hack/vcsim/guestnet.go``: a guest that
@@ -32,6 +35,7 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -305,7 +309,37 @@ class DevEnv:
             raise StartupError(f"kubectl {' '.join(args[:2])} failed: {' '.join(proc.stderr.split())[:500]}")
         return proc.stdout
 
+    @property
+    def real(self) -> bool:
+        """``--apiserver real``: kube-apiserver from ``make envtest`` instead of the double."""
+        return self.args.apiserver == "real"
+
+    def start_envtest(self) -> None:
+        from banlieue.testing.envtest import envtest_binaries_missing
+
+        missing = envtest_binaries_missing()
+        if missing:
+            raise StartupError(missing)
+        argv = [sys.executable, "-m", "banlieue.testing.envtest", "up", "--dir", str(self.state / "envtest"),
+                "--port", str(self.args.api_port)]
+        child = self.children.start("envtest", argv, self.state / "envtest.log", stdout_pipe=True)
+        assert child.process.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(child.process.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout=STARTUP_TIMEOUT + 30):
+                raise StartupError(f"envtest not ready within {STARTUP_TIMEOUT + 30:g} s (log {child.log})")
+        line = child.process.stdout.readline().decode(errors="replace").strip()
+        match = re.fullmatch(r"envtest ready in \S+ s: (https://127\.0\.0\.1:\d+) kubeconfig=(\S+)", line)
+        if match is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.process.wait(timeout=5)
+            raise StartupError(f"envtest failed: {child.tail(1) or line!r} (log {child.log})")
+        self.api_url, self.kubeconfig = match.group(1), Path(match.group(2))
+
     def start_apiserver(self) -> None:
+        if self.real:
+            self.start_envtest()
+            return
         child = self.children.start(
             "API server double",
             [sys.executable, "-m", "banlieue.testing.apiserver", "--host", "127.0.0.1", "--port", str(self.args.api_port)],
@@ -348,12 +382,19 @@ class DevEnv:
             time.sleep(0.05)
 
     def install_crds(self) -> int:
-        self.kubeconfig = write_kubeconfig(self.state / "kubeconfig", self.api_url)
+        if not self.real:
+            self.kubeconfig = write_kubeconfig(self.state / "kubeconfig", self.api_url)
         files = sorted(p for p in config_dir("crd").glob("*.yaml") if p.name.lower() != "kustomization.yaml")
         crds = [p for p in files if (yaml.safe_load(p.read_text(encoding="utf-8")) or {}).get("kind") == "CustomResourceDefinition"]
         if not crds:
             raise StartupError(f"no CustomResourceDefinition in {config_dir('crd')}")
-        self.run_kubectl("apply", "--validate=false", *(a for p in crds for a in ("-f", str(p))))
+        if self.real:
+            # As an operator would: server-side apply, then wait until the API serves them.
+            self.run_kubectl("apply", "--server-side", *(a for p in crds for a in ("-f", str(p))))
+            self.run_kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                             *(a for p in crds for a in ("-f", str(p))), timeout=90)
+        else:
+            self.run_kubectl("apply", "--validate=false", *(a for p in crds for a in ("-f", str(p))))
         return len(crds)
 
     def start_manager(self) -> None:
@@ -394,10 +435,14 @@ class DevEnv:
             str(d["metadata"]["name"]) for d in docs
             if d.get("kind") == "VirtualMachine" and str(d.get("apiVersion", "")).startswith("banlieue.io/")
         )
-        self.run_kubectl("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(docs, sort_keys=False))
+        validate = () if self.real else ("--validate=false",)  # the double serves no OpenAPI v3 for kubectl
+        self.run_kubectl("apply", *validate, "-f", "-", stdin=yaml.safe_dump_all(docs, sort_keys=False))
         return len(docs)
 
     def virtual_machines(self) -> dict[str, dict[str, Any]]:
+        if self.real:  # TLS and a client certificate: kubectl has them from the kubeconfig
+            items = json.loads(self.run_kubectl("get", "virtualmachines.banlieue.io", "-A", "-o", "json")).get("items") or []
+            return {str(vm["metadata"]["name"]): vm for vm in items if vm["metadata"].get("namespace") == "default"}
         status, body = http_get(self.api_url + VM_PATH)
         if status != 200:
             raise StartupError(f"listing VirtualMachines answered {status or 'nothing'} (log {self.state / 'apiserver.log'})")
@@ -470,7 +515,7 @@ def _run(args: DevOptions, out: IO[str], started: float) -> int:
     try:
         env.kubectl = find_kubectl()
         providers = [str(d["metadata"]["name"]) for d in sample_documents(config_dir("samples")) if is_provider(d)]
-        with env.progress.stage("starting API server double") as notes:
+        with env.progress.stage("starting kube-apiserver (envtest)" if env.real else "starting API server double") as notes:
             env.start_apiserver()
             notes.append(env.api_url)
         with env.progress.stage(f"starting vcsim for {', '.join(providers) or 'no Provider'}") as notes:

@@ -7,7 +7,7 @@ Subcommands::
     banlieue manager            [role flags] [--vsphere-task-timeout S]   # both roles
     banlieue crdgen --out DIR
     banlieue crddoc [--out FILE]
-    banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--vcsim-port N] ...
+    banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--apiserver double|real] [--vcsim-port N] ...
     banlieue --version
 
 Every flag value arrives as a string and is validated by :mod:`banlieue.options`, so a bad flag
@@ -32,6 +32,7 @@ from banlieue.options import (
     choice,
     default_kubeconfig,
     default_leader_election_namespace,
+    parse_apiserver_kind,
     parse_bind_address,
     parse_bool,
     parse_directory,
@@ -85,7 +86,9 @@ DEV_FLAGS = [
     FlagSpec("--exit-when-ready", parse_bool, "false",
              "exit 0 once the samples are Ready (bare flag = true)", boolean=True),
     FlagSpec("--state-dir", parse_directory, ".banlieue", "directory for kubeconfig, logs and simulator state", metavar="DIR"),
-    FlagSpec("--api-port", parse_port, "0", "127.0.0.1 port of the API-server double (0 = free)", metavar="PORT"),
+    FlagSpec("--api-port", parse_port, "0", "127.0.0.1 port of the API server (0 = free)", metavar="PORT"),
+    FlagSpec("--apiserver", parse_apiserver_kind, "double",
+             "double (embedded, no build) or real (kube-apiserver + etcd from 'make envtest')", metavar="KIND"),
     FlagSpec("--vcsim-port", parse_port, "0", "127.0.0.1 port of vcsim (0 = free)", metavar="PORT"),
 ]
 
@@ -215,6 +218,7 @@ def parse_command(
             api_port=values["api_port"],
             vcsim_port=values["vcsim_port"],
             options=manager,
+            apiserver=values["apiserver"],
         ))
     role: Role
     if args.command == "controller":

@@ -175,7 +175,8 @@ class Manager:
                 # queues before its renew loop noticed that another replica took the Lease).
                 for runnable in self._runnables:
                     set_check = getattr(runnable, "set_leader_check", None)
-                    if runnable.need_leader_election and set_check is not None:
+                    fenced = runnable.need_leader_election or getattr(runnable, "fenced_by_lease", False)
+                    if fenced and set_check is not None:
                         set_check(self.elector.lease_valid)
             leaders = [(r, asyncio.create_task(r.start())) for r in self._runnables if r.need_leader_election]
             watched: set[asyncio.Task[None]] = {*others, *(t for _, t in leaders)}

@@ -13,7 +13,7 @@ import asyncio
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -49,6 +49,9 @@ class EventRecorder:
     """
 
     need_leader_election = False
+    fenced_by_lease = True
+    """The Manager hands it ``lease_valid`` (:meth:`set_leader_check`) once elected, as to its
+    controllers, although it runs in every replica."""
 
     def __init__(
         self, client: Client, component: str, *, namespace_fallback: str = "default", instance: str | None = None,
@@ -58,6 +61,8 @@ class EventRecorder:
         self.component = component
         self.namespace_fallback = namespace_fallback
         self.instance = instance or socket.gethostname()
+        self._leader_check: Callable[[], bool] | None = None
+        self._leader_retry_after = 1.0
         self._queue: asyncio.Queue[tuple[dict[str, Any], str, str, str, str, float]] = asyncio.Queue(queue_size)
         self._series: dict[tuple[str, ...], _Series] = {}
         self.dropped = 0
@@ -111,10 +116,20 @@ class EventRecorder:
             cutoff = ts - SERIES_WINDOW
             self._series = {k: s for k, s in self._series.items() if s.last_seen >= cutoff}
 
+    def set_leader_check(self, check: Callable[[], bool], retry_after: float = 1.0) -> None:
+        """Post only while ``check()`` is True (the Manager passes ``LeaderElector.lease_valid``):
+        a leader resumed after a pause holds the Events it queued before it until its Lease is
+        renewed, so an ex-leader that lost the Lease meanwhile posts none of them (it exits on
+        leadership loss). Checked every ``retry_after`` seconds while False."""
+        self._leader_check = check
+        self._leader_retry_after = retry_after
+
     async def start(self) -> None:
         """Post queued events until cancelled; a failed post is logged and dropped."""
         while True:
             item = await self._queue.get()
+            while self._leader_check is not None and not self._leader_check():
+                await asyncio.sleep(self._leader_retry_after)
             try:
                 await self._post(*item)
                 self.posted += 1

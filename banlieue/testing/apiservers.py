@@ -1,9 +1,11 @@
 """Which API server a test runs against: the double (``banlieue.testing.apiserver``) or the real
 kube-apiserver of :mod:`banlieue.testing.envtest`.
 
-``$BANLIEUE_TEST_APISERVER``: ``double`` or ``real`` switches every tier to that server; unset,
-the tiers use the double and the suites that list both in :func:`kinds` (the e2e suite) run
-against both (``real`` skipped, with the reason, when ``make envtest`` has not run).
+``$BANLIEUE_TEST_APISERVER``: ``double`` or ``real`` switches the e2e and chaos tiers to that
+server (the integration and CAPI tiers drive the in-process double directly; the vcsim tier has no
+API server); unset, those tiers use the double, and what asks for both through :func:`kinds` (the
+e2e suite, three chaos scenarios) runs against both (``real`` skipped, with the reason, when
+``make envtest`` has not run).
 
 Public API:
 

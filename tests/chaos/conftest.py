@@ -1,7 +1,9 @@
 """Fixtures of the chaos suite and its summary line.
 
-``chaos_env`` gives each scenario a fresh :class:`ChaosEnv` (API double in its own process; the
-scenario adds vcsims and banlieue processes); everything is stopped at teardown.
+``chaos_env`` gives each scenario a fresh :class:`ChaosEnv` (API double in its own process, or
+envtest's kube-apiserver: ``$BANLIEUE_TEST_APISERVER``, or per scenario with
+``@ON_BOTH_SERVERS``, which plain ``make test`` runs on both; the scenario adds vcsims and
+banlieue processes); everything is stopped at teardown.
 
 At the end of a run that collected chaos scenarios, the terminal summary prints
 ``chaos: N scenarios tried, M held`` and names every scenario that did not hold (failed,
@@ -25,15 +27,16 @@ CHAOS_PREFIX = "tests/chaos/"
 
 
 @pytest.fixture
-def chaos_env(tmp_path: Path) -> Iterator[ChaosEnv]:
-    """A fresh environment with the API double running and the CRDs installed."""
+def chaos_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChaosEnv]:
+    """A fresh environment with an API server running and the CRDs installed (``request.param``
+    when parametrized indirectly: ``double`` or ``real``)."""
     try:
         vcsim_binary()
     except VcsimUnavailable as err:
         pytest.skip(str(err))
     with ExitStack() as stack:
         env = ChaosEnv(tmp_path, stack)
-        env.start_api()
+        env.start_api(getattr(request, "param", None))
         yield env
 
 

@@ -1,4 +1,8 @@
-"""The chaos environment: the API-server double (own process), vcsim(s), ``banlieue`` processes.
+"""The chaos environment: an API server (the double in its own process; with
+``BANLIEUE_TEST_APISERVER=real`` envtest's kube-apiserver, banlieue installed from config/default
+and each ``banlieue`` role running with its own ServiceAccount token bound to config/rbac),
+vcsim(s), ``banlieue`` processes. On the real server, fault injection skips the scenario (naming
+the fault) and the request log is read from the audit log.
 
 ``ChaosEnv`` is built per scenario by the ``chaos_env`` fixture (conftest.py); everything it
 starts is stopped at teardown. Objects are created over plain HTTP (the double validates them
@@ -20,12 +24,15 @@ import time
 from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from banlieue.cmd.dev import find_kubectl
 from banlieue.testing.apiserver.fixture import start_subprocess
+from banlieue.testing.apiservers import ApiServerUnderTest, kinds, selected, start_api_server
 from banlieue.testing.stack import BanlieueProcess, condition, http, start_banlieue, wait_for
 
 from .vcenter import Guests, Vcenter
@@ -46,7 +53,14 @@ IMAGE = "ubuntu-22.04"
 PASSWORD_MARKER = "pw-chaos-7f3e9d1c"
 USERDATA_MARKER = "ud-chaos-b81c55aa"
 
-__all__ = ["BanlieueProcess", "ChaosEnv", "Pulse", "condition", "http", "wait_for"]
+AUDIT_METHODS = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "update": "PUT", "patch": "PATCH",
+                 "delete": "DELETE", "deletecollection": "DELETE"}
+"""HTTP method of each audit verb (kube-apiserver's RequestInfo, reversed)."""
+
+ON_BOTH_SERVERS = pytest.mark.parametrize("chaos_env", kinds(both_by_default=True), indirect=True)
+"""A scenario plain ``make test`` also runs on kube-apiserver (envtest)."""
+
+__all__ = ["ON_BOTH_SERVERS", "BanlieueProcess", "ChaosEnv", "Pulse", "condition", "http", "wait_for"]
 
 
 @dataclass
@@ -60,12 +74,33 @@ class ChaosEnv:
     vcenters: dict[str, Vcenter] = field(default_factory=dict)
     procs: list[BanlieueProcess] = field(default_factory=list)
     guests: Guests | None = None
+    api: ApiServerUnderTest | None = None
+    role_kubeconfigs: dict[str, Path] = field(default_factory=dict)
 
     # -- processes -----------------------------------------------------------------------------
 
-    def start_api(self) -> None:
-        api = self.stack.enter_context(start_subprocess(crd_dir=REPO / "config/crd", bookmark_interval=1.0))
-        self.api_url, self.kubeconfig = api.url, api.kubeconfig_path
+    def start_api(self, kind: str | None = None) -> None:
+        """``kind`` (default ``$BANLIEUE_TEST_APISERVER``, else the double): the double with
+        config/crd preloaded, or envtest with banlieue installed as an operator installs it."""
+        if (kind or selected()) == "real":
+            self.api = self.stack.enter_context(start_api_server("real", self.tmp))
+            self.api.install(find_kubectl())
+        else:
+            double = self.stack.enter_context(start_subprocess(crd_dir=REPO / "config/crd", bookmark_interval=1.0))
+            self.api = ApiServerUnderTest("double", double.url, double.kubeconfig_path, double=double)
+        self.api_url, self.kubeconfig = self.api.url, self.api.kubeconfig_path
+
+    def kubeconfig_for(self, role: str) -> Path:
+        """The kubeconfig ``banlieue <role>`` runs with: on the real server a token of the
+        role's own ServiceAccount (``banlieue-manager``, ``banlieue-controller``,
+        ``banlieue-provider-vsphere``), bound only to config/rbac."""
+        assert self.api is not None
+        if self.api.envtest is None:
+            return self.kubeconfig
+        if role not in self.role_kubeconfigs:
+            account = ("banlieue-system", f"banlieue-{role.replace(' ', '-')}")
+            self.role_kubeconfigs[role] = self.api.manager_kubeconfig(find_kubectl(), self.tmp, account)
+        return self.role_kubeconfigs[role]
 
     def add_vcenter(self, name: str, **opts: Any) -> Vcenter:
         vc = Vcenter(**opts)
@@ -85,7 +120,7 @@ class ChaosEnv:
         listener) with JSON logs into ``tmp/<role>-<n>.log``; waits for /readyz unless ``wait`` is
         False. Stopped at teardown."""
         log = self.tmp / f"{role.replace(' ', '-')}-{len(self.procs)}.log"
-        proc = start_banlieue(self.kubeconfig, log, role, *flags, leader_election_namespace=NS if leader_elect else None,
+        proc = start_banlieue(self.kubeconfig_for(role), log, role, *flags, leader_election_namespace=NS if leader_elect else None,
                               metrics=False, log_format="json", log_level=log_level)
         self.procs.append(proc)
         self.stack.callback(proc.stop)
@@ -111,8 +146,9 @@ class ChaosEnv:
         read never passes off a fault as an empty list. A POST that a 500 refused before it reached
         the store (the double injects before the handler) is retried; 409 AlreadyExists after
         such a retry is the object created by an earlier attempt, and is returned as is."""
+        assert self.api is not None
         for _ in range(30):
-            status, out = http(method, self.api_url + path, body)
+            status, out = self.api.request(method, path, body)
             if status == 429:
                 time.sleep(float(((out or {}).get("details") or {}).get("retryAfterSeconds") or 1))
             elif status in (0, 500):
@@ -134,7 +170,12 @@ class ChaosEnv:
         assert status == 201, f"POST {path}: {status} {out}"
         return dict(out)
 
+    def skip_faults_on_real_server(self, fault: Any) -> None:
+        if self.api is not None and self.api.envtest is not None:
+            pytest.skip(f"drives the API double's fault injection (/debug/faults {fault}); kube-apiserver has none")
+
     def faults(self, **body: Any) -> dict[str, Any]:
+        self.skip_faults_on_real_server(body)
         status, out = self.call("POST", "/debug/faults", body)
         assert status == 200, out
         return dict(out)
@@ -143,7 +184,20 @@ class ChaosEnv:
         assert self.call("DELETE", "/debug/faults")[0] == 200
 
     def requests(self) -> list[dict[str, Any]]:
-        return list((self.get("/debug/requests") or {}).get("items") or [])
+        """Every request so far as the double's request log has them (``method``, ``path``,
+        ``query``, ``status``, ``user_agent``, ``time``); on the real server from the audit log."""
+        assert self.api is not None
+        if self.api.envtest is None:
+            return list((self.get("/debug/requests") or {}).get("items") or [])
+        out = []
+        for e in self.api.envtest.audit_events():
+            path, _, query = e["requestURI"].partition("?")
+            method = AUDIT_METHODS.get(e["verb"])
+            if method is not None:
+                out.append({"method": method, "path": path, "query": query, "user_agent": e.get("userAgent", ""),
+                            "status": int((e.get("responseStatus") or {}).get("code", 0)),
+                            "time": datetime.fromisoformat(e["requestReceivedTimestamp"]).timestamp()})
+        return out
 
     # -- objects -------------------------------------------------------------------------------
 
@@ -234,6 +288,7 @@ class Pulse:
     def __init__(self, env: ChaosEnv, period: float, body: dict[str, Any],
                  off: dict[str, Any] | str | None = None, on_for: float | None = None,
                  times: int | None = None) -> None:
+        env.skip_faults_on_real_server(body)
         self.env, self.period, self.body, self.off = env, period, body, off
         self.on_for = on_for if on_for is not None else period / 2
         self.count = 0

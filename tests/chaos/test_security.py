@@ -33,6 +33,7 @@ from .harness import (
     EVENTS,
     INFRA,
     NS,
+    ON_BOTH_SERVERS,
     PASSWORD_MARKER,
     PROVIDERS,
     REPO,
@@ -144,6 +145,7 @@ def test_rbac_no_wildcards() -> None:
     assert not rbac_audit.wildcards(sorted(RBAC_DIR.glob("*.yaml")))
 
 
+@ON_BOTH_SERVERS
 def test_rbac_rules_match_the_calls_of_each_role(chaos_env: ChaosEnv) -> None:
     env = chaos_env
     env.single_vcenter()

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from banlieue.cmd.dev import point_providers_at, sample_documents
+from banlieue.testing.envtest import envtest_binaries_missing
 from banlieue.testing.guestnet import static_address
 
 from .harness import REPO, http, requirements_skip
@@ -74,6 +75,28 @@ def test_dev_exit_when_ready(tmp_path: Path) -> None:
     assert api_url is not None
     assert http("GET", api_url.group(1) + "/version")[0] == 0
     assert "shutdown complete" in (state / "manager.log").read_text()
+
+
+@pytest.mark.vcsim
+@pytest.mark.kubectl
+@pytest.mark.timeout(180)
+@requirements_skip()
+@pytest.mark.skipif(envtest_binaries_missing() is not None, reason=str(envtest_binaries_missing()))
+def test_dev_on_the_real_apiserver(tmp_path: Path) -> None:
+    """``banlieue dev --apiserver real``: the same seven stages on kube-apiserver from ``make
+    envtest``; everything (etcd and kube-apiserver too) stopped at the end, their files removed."""
+    state = tmp_path / "state"
+    proc = run_dev(state, "--apiserver", "real", "--exit-when-ready", "--metrics-bind-address", "127.0.0.1:0",
+                   "--health-probe-bind-address", "127.0.0.1:0", timeout=170)
+    out = proc.stdout
+    assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{proc.stderr}\nenvtest.log:\n{(state / 'envtest.log').read_text()}"
+    api_url = re.search(r"^\[1/7\] starting kube-apiserver \(envtest\) \.\.\. ok \(.*\): (https://127\.0\.0\.1:\d+)$", out, re.M)
+    assert api_url is not None, out
+    for vm in ("web-1", "db-0", "db-1", "app-1"):
+        assert re.search(rf"^virtualmachine\.banlieue\.io/{vm} .* True ", out, re.M), out
+    assert out.splitlines()[-1].startswith("banlieue dev: all 4 VirtualMachines were Ready after"), out
+    assert http("GET", api_url.group(1).replace("https", "http") + "/version")[0] == 0, "kube-apiserver left running"
+    assert list((state / "envtest").iterdir()) == [], "envtest left files behind"
 
 
 @pytest.mark.timeout(60)

@@ -8,6 +8,7 @@ processes on 127.0.0.1; RBAC enforced for a TokenRequest token; the controllers 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -27,25 +28,28 @@ pytestmark = [pytest.mark.skipif(envtest_binaries_missing() is not None, reason=
 CLI = [sys.executable, "-m", "banlieue.testing.envtest"]
 
 
-def _listening_addresses(pid: int) -> list[str]:
-    """``ip:port`` of every TCP socket in LISTEN state held by ``pid`` (from /proc)."""
+def _sockets(pid: int) -> list[tuple[str, str, str]]:
+    """``(state, local ip:port, remote ip:port)`` of every TCP socket held by ``pid`` (from /proc;
+    state ``0A`` is LISTEN, ``01`` ESTABLISHED)."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
-        target = os.readlink(fd) if fd.is_symlink() else ""
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+
+    def address(field: str, v6: bool) -> str:
+        hexip, hexport = field.split(":")
+        if v6:
+            return f"[{hexip}]:{int(hexport, 16)}"
+        return ".".join(str(int(hexip[i:i + 2], 16)) for i in (6, 4, 2, 0)) + f":{int(hexport, 16)}"
+
     out = []
-    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
-            local, state, inode = fields[1], fields[3], fields[9]
-            if state == "0A" and inode in inodes:  # 0A = TCP_LISTEN
-                hexip, hexport = local.split(":")
-                if width == 8:
-                    ip = ".".join(str(int(hexip[i:i + 2], 16)) for i in (6, 4, 2, 0))
-                else:
-                    ip = f"[{hexip}]"
-                out.append(f"{ip}:{int(hexport, 16)}")
+            if fields[9] in inodes:
+                out.append((fields[3], address(fields[1], v6), address(fields[2], v6)))
     return out
 
 
@@ -55,12 +59,19 @@ def test_version_is_stamped(envtest: Envtest) -> None:
     assert (version["major"], version["minor"]) == ("1", "34")
 
 
-def test_every_listener_is_on_loopback(envtest: Envtest) -> None:
+def test_every_listener_and_every_connection_is_on_loopback(envtest: Envtest) -> None:
+    """The network rule: etcd, kube-apiserver and kube-controller-manager listen on 127.0.0.1
+    only and every connection they hold goes to 127.0.0.0/8 (nothing dials the service range)."""
+    envtest.request("GET", "/api/v1/namespaces")  # some traffic first
     assert len(envtest.procs) == 3
     for proc in envtest.procs:
-        addresses = _listening_addresses(proc.process.pid)
-        assert addresses, f"{proc.name} listens nowhere?"
-        assert all(a.startswith("127.0.0.1:") for a in addresses), (proc.name, addresses)
+        sockets = _sockets(proc.process.pid)
+        listening = [local for state, local, _ in sockets if state == "0A"]
+        assert listening, f"{proc.name} listens nowhere?"
+        assert all(a.startswith("127.0.0.1:") for a in listening), (proc.name, listening)
+        remotes = [remote for state, _, remote in sockets if state != "0A"]
+        assert remotes, f"{proc.name} holds no connection?"
+        assert all(r.startswith("127.") for r in remotes), (proc.name, remotes)
 
 
 def test_a_token_request_token_is_subject_to_rbac(envtest: Envtest) -> None:

@@ -147,7 +147,7 @@ def resource_types(crd: JSON) -> list[ResourceType]:
             printer_columns=v.get("additionalPrinterColumns"),
             builtin=False,
             has_generation=True,
-            returns_deleted_object=True,
+            returns_deleted_object=False,
             unconditional_update=False,
             storage=bool(v.get("storage")),
             selectable_fields=[str(f.get("jsonPath", "")).lstrip(".") for f in v.get("selectableFields") or []

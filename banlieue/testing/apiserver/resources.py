@@ -37,7 +37,8 @@ class ResourceType:
     builtin: bool = True
     # Whether metadata.generation is maintained (CRs and CRDs; not configmaps/secrets/...).
     has_generation: bool = False
-    # Whether immediate delete returns the object (CRs) or a Status Success (most builtins).
+    # Whether an immediate delete answers with the object (namespaces, CRDs) or a Status Success
+    # (custom resources and most builtins; kube-apiserver v1.34.4, tests/envtest/test_differential.py).
     returns_deleted_object: bool = False
     # Whether PUT without metadata.resourceVersion is accepted (builtins) or 422 (CRs).
     unconditional_update: bool = True

@@ -367,7 +367,7 @@ class Rest:
             if opts.dry_run:
                 return obj, True
             final = self._remove(rt, obj)
-            if rt.returns_deleted_object or not rt.builtin:
+            if rt.returns_deleted_object:
                 return final, True
             return errors.success_status(name, rt.group, rt.plural, md["uid"]), True
         new = dict(obj)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextvars
 import ipaddress
 import json
 import math
@@ -437,11 +438,23 @@ class CompiledSchema:
     def __init__(self, schema: dict[str, Any]) -> None:
         self.schema = schema
         self.root = _Node(schema)
+        self.has_rules = "x-kubernetes-validations" in json.dumps(schema)
 
     def validate(self, obj: Any, *, path: str = "", old: Any = None) -> list[Cause]:
         """See :func:`validate`."""
         out: list[Cause] = []
-        self.root.validate(obj, path, out, _NO_OLD if old is None else old)
+        rule_causes: list[Cause] = []
+        token = _RULE_CAUSES.set(rule_causes)
+        try:
+            self.root.validate(obj, path, out, _NO_OLD if old is None else old)
+        finally:
+            _RULE_CAUSES.reset(token)
+        if self.has_rules and any(c["reason"] in _BLOCKING_REASONS for c in out):
+            # apiextensions customResourceStrategy.Validate (hasBlockingErr): after a blocking
+            # schema error the CEL rules are not run, and one cause says so.
+            out = [c for c in out if not any(c is r for r in rule_causes)]
+            out.append(_cause("FieldValueInvalid", "<nil>", "Invalid value: null: some validation rules were not "
+                              "checked because the object was invalid; correct the existing errors to complete validation"))
         return out
 
     def apply_defaults(self, obj: dict[str, Any]) -> None:
@@ -456,6 +469,12 @@ class CompiledSchema:
         out.sort()  # structural/pruning PruneWithOptions sorts the unknown field paths
         return out
 
+
+_RULE_CAUSES: contextvars.ContextVar[list[Cause] | None] = contextvars.ContextVar("rule_causes", default=None)
+"""The causes the x-kubernetes-validations rules added during one CompiledSchema.validate."""
+_BLOCKING_REASONS = frozenset({"FieldValueNotSupported", "FieldValueRequired", "FieldValueTooLong",
+                               "FieldValueTooMany", "FieldValueTypeInvalid"})
+"""Schema errors after which kube-apiserver does not evaluate CEL rules (apiextensions hasBlockingErr)."""
 
 _CACHE: dict[int, tuple[dict[str, Any], CompiledSchema]] = {}
 _CACHE_MAX = 256
@@ -1228,4 +1247,8 @@ def _run_rules(rules: list[dict[str, Any]], v: Any, old: Any, node_type: str, pa
             message = f'{prefix}: "{typ}"' if reason == "FieldValueDuplicate" else f"{prefix}: {detail}"
         else:
             reason, message = "FieldValueInvalid", f'Invalid value: "{typ}": {detail}'
-        out.append(_cause(reason, field.lstrip("."), message))
+        cause = _cause(reason, field.lstrip("."), message)
+        out.append(cause)
+        rule_causes = _RULE_CAUSES.get()
+        if rule_causes is not None:
+            rule_causes.append(cause)

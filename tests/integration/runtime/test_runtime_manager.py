@@ -120,6 +120,30 @@ async def test_event_recorder_posts_and_folds_repeats_into_a_series(client: Clie
             await task
 
 
+async def test_event_recorder_holds_events_while_the_lease_is_not_valid(client: Client, namespace: str) -> None:
+    """Fencing (as for reconciles): a leader resumed after SIGSTOP must not post the Events it
+    queued before the pause until it knows it still leads; found on kube-apiserver, where a
+    resumed ex-leader posted 15 queued Events after the new leader took over
+    (tests/chaos/test_leader_election.py)."""
+    recorder = EventRecorder(client, "banlieue.io/test", instance="test-1")
+    valid = False
+    recorder.set_leader_check(lambda: valid, retry_after=0.05)
+    assert recorder.fenced_by_lease
+    task = asyncio.create_task(recorder.start())
+    regarding = await client.create(CONFIG_MAP, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "h", "namespace": namespace}})
+    try:
+        recorder.event(regarding, "Normal", "Created", "created", action="Create")
+        await asyncio.sleep(0.5)
+        assert (await client.list(EVENT, namespace))["items"] == [] and recorder.posted == 0
+        valid = True  # renewed: the held Event goes out
+        await recorder.flush()
+        assert [e["reason"] for e in (await client.list(EVENT, namespace))["items"]] == ["Created"]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 class MarkReady:
     def __init__(self, mgr: Manager) -> None:
         self.mgr = mgr

@@ -36,14 +36,14 @@ Public API:
 - ``python -m banlieue.testing.envtest up --dir DIR``: the same as a process; prints one line when
   ready, runs until SIGTERM/SIGINT, then stops everything and removes what it wrote into DIR.
   A failure is one line on stderr naming the log to read, exit status 1.
-- pytest fixture ``envtest`` (session scope) and :func:`envtest_binaries_missing` (a skip reason).
+- pytest fixture ``envtest`` (session scope, :mod:`banlieue.testing.envtest.fixture`) and
+  :func:`envtest_binaries_missing` (a skip reason).
 
 Raises :class:`EnvtestError` (one line: what failed and which log to read).
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import json
@@ -52,7 +52,6 @@ import shutil
 import signal
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -62,12 +61,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from banlieue.cmd.dev import free_port
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 KCM_CONTROLLERS = "garbagecollector,namespace,serviceaccount,serviceaccount-token,clusterrole-aggregation"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
@@ -444,56 +442,3 @@ def start_envtest(directory: Path | None = None, *, keep_logs: bool = False) -> 
             yield env
         finally:
             env.stop(keep_logs=keep_logs)
-
-
-@pytest.fixture(scope="session")
-def envtest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Envtest]:
-    """One envtest for the session (skipped when the binaries are missing); its logs stay in the
-    session's tmp dir."""
-    reason = envtest_binaries_missing()
-    if reason:
-        pytest.skip(reason)
-    with start_envtest(tmp_path_factory.mktemp("envtest"), keep_logs=True) as env:
-        yield env
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m banlieue.testing.envtest",
-                                     description="A real kube-apiserver + etcd + kube-controller-manager on loopback.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    up_cmd = sub.add_parser("up", help="start, print one line when ready, run until SIGTERM/SIGINT")
-    up_cmd.add_argument("--dir", required=True, type=Path, help="directory for the kubeconfig, certificates, data, logs")
-    up_cmd.add_argument("--port", type=int, default=0, help="kube-apiserver's port on 127.0.0.1 (default: a free one)")
-    args = parser.parse_args(argv)
-    stop = False
-
-    def on_signal(signum: int, frame: Any) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    started = time.monotonic()
-    try:
-        env = up(args.dir, port=args.port)
-    except EnvtestError as err:
-        print(f"envtest: {err}", file=sys.stderr)
-        return 1
-    print(f"envtest ready in {time.monotonic() - started:.1f} s: {env.url} kubeconfig={env.kubeconfig_path}",
-          flush=True)
-    try:
-        while not stop:
-            for proc in env.procs:
-                if proc.process.poll() is not None:
-                    print(f"envtest: {proc.name} exited with status {proc.process.returncode}; see {proc.log}",
-                          file=sys.stderr)
-                    env.stop(keep_logs=True)
-                    return 1
-            time.sleep(0.5)
-    finally:
-        env.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

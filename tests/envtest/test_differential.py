@@ -1,0 +1,175 @@
+"""The double, measured against the real thing: the same requests to the API-server double and to
+kube-apiserver v1.34.4 (both with config/crd), compared by status code, Status reason and the
+fields of the answer that a client acts on.
+
+Each step is ``(name, method, path, body, content_type)``; ``KNOWN`` lists the steps where the
+double answers differently on purpose, with why (mirrored in docs/decisions/0006-test-doubles.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from banlieue.cmd.dev import find_kubectl
+from banlieue.options import StartupError
+from banlieue.testing.apiservers import ApiServerUnderTest, start_api_server
+from banlieue.testing.envtest import envtest_binaries_missing
+
+pytestmark = [pytest.mark.skipif(envtest_binaries_missing() is not None, reason=str(envtest_binaries_missing()))]
+
+NS = "diff"
+VMS = f"/apis/banlieue.io/v1alpha1/namespaces/{NS}/virtualmachines"
+CMS = f"/api/v1/namespaces/{NS}/configmaps"
+APPLY = "application/apply-patch+yaml"
+MERGE = "application/merge-patch+json"
+
+KNOWN: dict[str, str] = {}
+"""step name -> why the double differs there (docs/decisions/0006-test-doubles.md)."""
+
+
+def _vm(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": NS},
+            "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "ubuntu-22.04"}, **spec}}
+
+
+def _cm(name: str, labels: dict[str, str] | None = None, finalizers: list[str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": labels or {}}
+    if finalizers:
+        meta["finalizers"] = finalizers
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}
+
+
+Step = tuple[str, str, str, Any, str]
+
+
+def steps(rv: Callable[[str], str]) -> Iterator[Step]:
+    """The request sequence; ``rv(path)`` reads an object's current resourceVersion on the same server."""
+    yield ("create namespace", "POST", "/api/v1/namespaces",
+           {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, "application/json")
+    yield ("create vm", "POST", VMS, _vm("a"), "application/json")
+    yield ("create vm again", "POST", VMS, _vm("a"), "application/json")
+    yield ("get missing", "GET", f"{VMS}/nope", None, "application/json")
+    yield ("create vm without classRef.name", "POST", VMS,
+           {**_vm("b"), "spec": {"classRef": {}, "imageRef": {"name": "x"}}}, "application/json")
+    yield ("create vm with a bad enum", "POST", VMS, _vm("c", desiredPowerState="Sideways"), "application/json")
+    yield ("update with a stale resourceVersion", "PUT", f"{VMS}/a",
+           {**_vm("a"), "metadata": {"name": "a", "namespace": NS, "resourceVersion": "1"}}, "application/json")
+    yield ("change an immutable ref", "PATCH", f"{VMS}/a", {"spec": {"classRef": {"name": "large"}}}, MERGE)
+    yield ("apply by alice", "PATCH", f"{VMS}/a?fieldManager=alice",
+           json.dumps({**_vm("a", desiredPowerState="PoweredOff")}), APPLY)
+    yield ("apply by bob, conflicting", "PATCH", f"{VMS}/a?fieldManager=bob",
+           json.dumps({**_vm("a", desiredPowerState="PoweredOn")}), APPLY)
+    yield ("apply by bob, forced", "PATCH", f"{VMS}/a?fieldManager=bob&force=true",
+           json.dumps({**_vm("a", desiredPowerState="PoweredOn")}), APPLY)
+    yield ("apply without fieldManager", "PATCH", f"{VMS}/a", json.dumps(_vm("a")), APPLY)
+    yield ("status through the main resource is ignored", "PATCH", f"{VMS}/a",
+           {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "X", "message": "",
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, MERGE)
+    yield ("status subresource", "PATCH", f"{VMS}/a/status",
+           {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "X", "message": "",
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, MERGE)
+    yield ("spec through the status subresource is ignored", "PATCH", f"{VMS}/a/status",
+           {"spec": {"desiredPowerState": "PoweredOff"}}, MERGE)
+    for i in range(3):
+        yield (f"create cm{i}", "POST", CMS, _cm(f"cm{i}", {"tier": "web" if i else "db"}), "application/json")
+    yield ("list page 1", "GET", f"{CMS}?limit=2", None, "application/json")
+    yield ("list with a label selector", "GET", f"{CMS}?labelSelector=tier%3Dweb", None, "application/json")
+    yield ("list with a set selector", "GET", f"{CMS}?labelSelector=tier+notin+%28web%29", None, "application/json")
+    yield ("list with a field selector", "GET", f"{CMS}?fieldSelector=metadata.name%3Dcm1", None, "application/json")
+    yield ("list with an unsupported field selector", "GET", f"{CMS}?fieldSelector=data.k%3Dv", None, "application/json")
+    yield ("list with a bad continue token", "GET", f"{CMS}?limit=1&continue=garbage", None, "application/json")
+    yield ("delete cm0", "DELETE", f"{CMS}/cm0", None, "application/json")
+    yield ("create with a finalizer", "POST", CMS, _cm("held", finalizers=["example.com/hold"]), "application/json")
+    yield ("delete held", "DELETE", f"{CMS}/held", None, "application/json")
+    yield ("get held while deleting", "GET", f"{CMS}/held", None, "application/json")
+    yield ("add a finalizer while deleting", "PATCH", f"{CMS}/held",
+           {"metadata": {"finalizers": ["example.com/hold", "example.com/new"]}}, MERGE)
+    yield ("drop the finalizer", "PATCH", f"{CMS}/held", {"metadata": {"finalizers": None}}, MERGE)
+    yield ("get held after", "GET", f"{CMS}/held", None, "application/json")
+    yield ("watch from a compacted resourceVersion", "GET", f"{CMS}?watch=true&resourceVersion=1&timeoutSeconds=1",
+           None, "application/json")
+    yield ("delete vm", "DELETE", f"{VMS}/a", None, "application/json")
+    yield ("delete vm again", "DELETE", f"{VMS}/a", None, "application/json")
+
+
+def summary(name: str, status: int, body: Any) -> dict[str, Any]:
+    """What a client acts on: the code, a Status's reason and cause fields, and per step the
+    fields that step is about."""
+    out: dict[str, Any] = {"status": status}
+    if isinstance(body, dict) and body.get("kind") == "Status":
+        out["reason"] = body.get("reason")
+        causes = (body.get("details") or {}).get("causes") or []
+        out["cause fields"] = sorted({c.get("field", "") for c in causes})
+        return out
+    if isinstance(body, dict) and name.startswith("list"):
+        out["names"] = [i["metadata"]["name"] for i in body.get("items", [])]
+        out["continue"] = bool((body.get("metadata") or {}).get("continue"))
+    elif isinstance(body, dict) and "metadata" in body and body.get("kind") in ("VirtualMachine", "ConfigMap"):
+        out["spec"] = body.get("spec")
+        out["ready"] = [c.get("status") for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        out["finalizers"] = body["metadata"].get("finalizers")
+        out["deleting"] = bool(body["metadata"].get("deletionTimestamp"))
+    elif isinstance(body, str) and name.startswith("watch"):
+        # A watch answered 200 with an ERROR event carrying the Status (410 Expired).
+        first = json.loads(body.splitlines()[0]) if body.strip() else {}
+        out["event"] = first.get("type")
+        out["code"] = (first.get("object") or {}).get("code")
+        out["reason"] = (first.get("object") or {}).get("reason")
+    return out
+
+
+def _run(api: ApiServerUnderTest) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    for name, method, path, body, ctype in steps(lambda p: api.request("GET", p)[1]["metadata"]["resourceVersion"]):
+        if ctype == APPLY:
+            status, answer = _raw(api, method, path, body, ctype)
+        else:
+            status, answer = api.request(method, path, body, content_type=ctype)
+        results[name] = summary(name, status, answer)
+    return results
+
+
+def _raw(api: ApiServerUnderTest, method: str, path: str, text: str, ctype: str) -> tuple[int, Any]:
+    """A request whose body is sent as is (``text``), for apply patches."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(api.url + path, data=text.encode(), method=method, headers={"Content-Type": ctype})
+    handlers: list[Any] = [urllib.request.ProxyHandler({})]
+    if api.envtest is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=api.envtest.ssl_context()))
+    try:
+        with urllib.request.build_opener(*handlers).open(req, timeout=15) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        status, raw = err.code, err.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode()
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ApiServerUnderTest]]:
+    try:
+        kubectl = find_kubectl()
+    except StartupError as err:
+        pytest.skip(str(err))
+    tmp = tmp_path_factory.mktemp("differential")
+    with start_api_server("double", tmp) as double, start_api_server("real", tmp) as real:
+        for api in (double, real):
+            api.install(kubectl)
+        yield {"double": double, "real": real}
+
+
+def test_the_double_answers_like_kube_apiserver(both: dict[str, ApiServerUnderTest], tmp_path: Path) -> None:
+    double, real = _run(both["double"]), _run(both["real"])
+    differences = {name: {"double": double[name], "real": real[name]} for name in real
+                   if double[name] != real[name] and name not in KNOWN}
+    (tmp_path / "differences.json").write_text(json.dumps(differences, indent=1))
+    assert differences == {}, json.dumps(differences, indent=1)
