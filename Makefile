@@ -9,7 +9,7 @@ ARGS ?=
 GO := GOTOOLCHAIN=local GO111MODULE=on GOFLAGS='-mod=readonly -buildvcs=false' go
 VCSIM_MOD := hack/vcsim/go.mod hack/vcsim/go.sum
 
-.PHONY: dev test lint check-generated unit vcsim govc envtest deps venv clean generate release image e2e-kind lock
+.PHONY: dev test lint check-generated unit vcsim govc envtest capi deps venv clean generate release image e2e-kind lock
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -37,6 +37,28 @@ bin/govc: $(wildcard hack/vcsim/govc/*.go) $(VCSIM_MOD)
 vcsim: deps bin/vcsim
 
 govc: deps bin/govc
+
+# Cluster API: core manager, kubeadm bootstrap and control-plane managers and clusterctl, built
+# from the pinned wrapper module hack/capi (go.mod + go.sum, no code: each binary is an upstream
+# `package main` built by its package path). Module mode, the shared default GOCACHE/GOMODCACHE,
+# the installed Go (GOTOOLCHAIN=local). The version is stamped at link time as upstream's release
+# build does (clusterctl reads it).
+CAPI_VERSION := v1.14.2
+CAPI_GOENV := GO111MODULE=on GOTOOLCHAIN=local GOFLAGS='-mod=readonly -buildvcs=false'
+CAPI_LDFLAGS := -X sigs.k8s.io/cluster-api/version.gitVersion=$(CAPI_VERSION) \
+	-X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=14 \
+	-X sigs.k8s.io/cluster-api/version.gitTreeState=clean
+CAPI_BINS := bin/capi-manager bin/capi-kubeadm-bootstrap-manager bin/capi-kubeadm-control-plane-manager bin/clusterctl
+bin/capi-manager: CAPI_PKG := core
+bin/capi-kubeadm-bootstrap-manager: CAPI_PKG := bootstrap/kubeadm
+bin/capi-kubeadm-control-plane-manager: CAPI_PKG := controlplane/kubeadm
+bin/clusterctl: CAPI_PKG := cmd/clusterctl
+
+$(CAPI_BINS): hack/capi/go.mod hack/capi/go.sum
+	@mkdir -p bin
+	cd hack/capi && $(CAPI_GOENV) go build -trimpath -ldflags "$(strip $(CAPI_LDFLAGS))" -o $(CURDIR)/$@ sigs.k8s.io/cluster-api/$(CAPI_PKG)
+
+capi: $(CAPI_BINS)
 
 # envtest: kube-apiserver, kube-controller-manager and etcd built from pinned Go modules
 # (hack/envtest/go.mod, hack/envtest/etcd/go.mod, go.sum committed). Module mode, the shared default
@@ -70,7 +92,7 @@ check-generated: venv
 	bash hack/check-generated.sh
 
 # The README's test command: everything CI runs (the e2e suite also against envtest's kube-apiserver).
-test: deps venv bin/vcsim bin/govc envtest lint check-generated
+test: deps venv bin/vcsim bin/govc envtest capi lint check-generated
 	$(VENV)/bin/pytest -q -p no:cacheprovider $(ARGS)
 
 unit: venv

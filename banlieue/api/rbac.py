@@ -6,6 +6,11 @@ in one process, ServiceAccount ``banlieue-manager``) is bound to both ClusterRol
 labelled ``cluster.x-k8s.io/aggregate-to-manager: "true"`` grants CAPI core full read/write on
 the infrastructure kinds (CAPI contract "All resources: API group": a provider outside
 ``cluster.x-k8s.io`` MUST grant it; with ClusterClass CAPI also creates and deletes templates).
+The same role is also labelled ``kubeadm.controlplane.cluster.x-k8s.io/aggregate-to-manager:
+"true"``: KubeadmControlPlane clones InfraMachines from the InfraMachineTemplate, and its manager's
+ClusterRole (CAPI ``controlplane/kubeadm/config/rbac``) aggregates only that label; its own rules
+cover ``infrastructure.cluster.x-k8s.io`` alone. Without it real KCP (v1.14.2) was forbidden from
+listing VSphereMachineTemplates and never created a Machine (tests/capi/test_real_capi.py).
 
 Decisions: every grant is used by a code path of the role (audited against the API server's request
 log by tests/chaos/test_security.py) or carries its reason next to it. The roles write with merge
@@ -31,6 +36,7 @@ MANAGER_SERVICE_ACCOUNT = "banlieue-manager"
 """ServiceAccount of the default Deployment (config/manager), bound to every role."""
 CAPI_AGGREGATE_ROLE = "banlieue-capi-aggregate"
 CAPI_AGGREGATE_LABEL = "cluster.x-k8s.io/aggregate-to-manager"
+KCP_AGGREGATE_LABEL = "kubeadm.controlplane.cluster.x-k8s.io/aggregate-to-manager"
 
 READ = ("get", "list", "watch")
 WRITE_OWN = ("get", "list", "watch", "patch")
@@ -192,7 +198,7 @@ def render_rbac() -> dict[str, list[dict[str, Any]]]:
         for role in ROLES
     ]
     files["capi_aggregate.yaml"] = [
-        _cluster_role(CAPI_AGGREGATE_ROLE, CAPI_AGGREGATE_RULES, {CAPI_AGGREGATE_LABEL: "true"})
+        _cluster_role(CAPI_AGGREGATE_ROLE, CAPI_AGGREGATE_RULES, {CAPI_AGGREGATE_LABEL: "true", KCP_AGGREGATE_LABEL: "true"})
     ]
     return files
 

@@ -63,6 +63,7 @@ LABEL_PROVIDER = "banlieue.io/provider"
 ANNOTATION_MIGRATE = "banlieue.io/migrate"
 CAPI_LABEL_CLUSTER_NAME = "cluster.x-k8s.io/cluster-name"
 CAPI_LABEL_WATCH_FILTER = "cluster.x-k8s.io/watch-filter"
+CAPI_LABEL_CONTROL_PLANE = "cluster.x-k8s.io/control-plane"
 CAPI_ANNOTATION_PAUSED = "cluster.x-k8s.io/paused"
 
 PROVIDER_CLASS_VSPHERE = "vsphere"

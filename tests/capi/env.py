@@ -29,6 +29,7 @@ from pyVmomi import vim
 from banlieue.reconcilers.kinds import PROVIDER, VSPHERE_CLUSTER, VSPHERE_MACHINE, VSPHERE_MACHINE_TEMPLATE
 from banlieue.runtime.client import Client
 from banlieue.runtime.kinds import SECRET
+from banlieue.testing.capi import check_loopback
 from banlieue.testing.vcsim import VcsimProcess
 
 T = TypeVar("T")
@@ -127,6 +128,10 @@ class VSphereOracle:
                     out.append(self._location(vcenter, vm))
         return out
 
+    def inventory(self) -> set[tuple[str, str]]:
+        """(vCenter, VM name) of every VM (not templates) in every vcsim."""
+        return {(vcenter, str(vm.name)) for vcenter, si in self.sessions.items() for vm in self._vms(si)}
+
     def set_guest_ip(self, bios_uuid: str, ip: str) -> None:
         """Make "VMware Tools" report ``ip`` (vcsim: the ``SET.guest.ipAddress`` extraConfig alias)."""
         for si in self.sessions.values():
@@ -161,13 +166,15 @@ class CapiEnv:
         for name, vc in self.vcsims.items():
             await self.client.create(SECRET, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-credentials", "namespace": self.namespace},
                                               "stringData": {"username": vc.username, "password": vc.password}})
-            await self.client.create(PROVIDER, {
+            provider = {
                 "apiVersion": PROVIDER.api_version, "kind": "Provider", "metadata": {"name": name, "namespace": self.namespace},
                 "spec": {"providerClassRef": {"name": "vsphere"},
                          "connection": {"endpoint": vc.url, "credentialsRef": {"name": f"{name}-credentials"}, "caBundle": {"inline": vc.ca_pem}},
                          "capabilities": {"storageClasses": [{"name": "standard", "target": {"datastore": "LocalDS_0"}}],
                                           "networkClasses": [{"name": "default", "target": {"portGroup": "VM Network"}}]}},
-            })
+            }
+            check_loopback([provider])  # the network rule: the vCenter URL is on loopback
+            await self.client.create(PROVIDER, provider)
 
     async def start_manager(self) -> None:
         """``python -m banlieue.cli manager`` on free 127.0.0.1 ports; waits for ``/readyz``."""
@@ -227,7 +234,7 @@ class CapiEnv:
     async def create_cluster_infra(self, name: str, control_plane_selector: dict[str, Any] | None = None) -> None:
         """The VSphereCluster over both Providers, with a control-plane endpoint (VIP) and
         optionally ``spec.controlPlaneFailureDomainSelector``."""
-        spec: dict[str, Any] = {"controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443}, "providerRefs": [{"name": n} for n in self.vcsims]}
+        spec: dict[str, Any] = {"controlPlaneEndpoint": {"host": "127.17.0.100", "port": 6443}, "providerRefs": [{"name": n} for n in self.vcsims]}
         if control_plane_selector is not None:
             spec["controlPlaneFailureDomainSelector"] = control_plane_selector
         await self.client.create(VSPHERE_CLUSTER, {
@@ -255,6 +262,9 @@ class CapiEnv:
 
     async def set_guest_ip(self, bios_uuid: str, ip: str) -> None:
         await asyncio.to_thread(self.oracle.set_guest_ip, bios_uuid, ip)
+
+    async def inventory(self) -> set[tuple[str, str]]:
+        return await asyncio.to_thread(self.oracle.inventory)
 
     async def close(self) -> None:
         code = await self.stop_manager()

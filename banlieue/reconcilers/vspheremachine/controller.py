@@ -20,18 +20,22 @@ Public API: ``setup(mgr, ctx) -> Controller`` (name ``vspheremachine``); indexes
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from banlieue.api.infrastructure import VSphereMachine, VSphereMachineStatus
+from banlieue.api.provider import Provider
 from banlieue.backends.base import Backend, BackendError, Connection, VMSpec
 from banlieue.reconcilers.connection import ConnectionConfigError
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
     CAPI_CLUSTER,
     CAPI_LABEL_CLUSTER_NAME,
+    CAPI_LABEL_CONTROL_PLANE,
     CAPI_LABEL_WATCH_FILTER,
     CAPI_MACHINE,
     FINALIZER_VSPHERE_MACHINE,
@@ -54,9 +58,12 @@ from banlieue.reconcilers.vspheremachine.decide import (
     waiting_for_cluster_api,
 )
 from banlieue.reconcilers.vspheremachine.placement import (
+    DomainChoice,
     PlacementError,
     bootstrap_secret_ref,
+    capi_failure_domain,
     capi_machine_owner,
+    choose_cluster_failure_domain,
     is_capi_path,
     read_bootstrap,
 )
@@ -131,6 +138,10 @@ class VSphereMachineReconciler:
         self._missing: dict[str, int] = {}
         # Providers validated once per resourceVersion (every reconcile reads its namespace's).
         self._parsed = ParsedCache()
+        # Failure domain chosen by this process for a CAPI machine with none (issue 17), by UID,
+        # until its status shows it: counted for the next choice at once, before the Cloning
+        # status (which records it) is written, so concurrent workers spread machines too.
+        self._chosen_domain: dict[str, str] = {}
 
     # --- gather -------------------------------------------------------------------------
     def _in_scope(self, raw: dict[str, Any]) -> bool:
@@ -166,13 +177,49 @@ class VSphereMachineReconciler:
                     bootstrap = read_bootstrap(secret, ref[1])
                 except PlacementError as err:
                     bootstrap_error = err.message
+        domain_choice = None
+        if capi and cluster is not None and self._needs_domain(machine, capi_machine):
+            domain_choice = self._choose_domain(machine, cluster, providers)
         return Snapshot(
-            machine=machine, now=self.ctx.now(), capi_machine=capi_machine, cluster=cluster, providers=providers,
+            machine=machine, now=self.ctx.now(), capi_machine=capi_machine, cluster=cluster, providers=providers, domain_choice=domain_choice,
             bootstrap=bootstrap, bootstrap_error=bootstrap_error, clone_grace_seconds=self.ctx.vsphere_task_timeout,
             known_connections=last_known(cache).known(ns) if machine.metadata.deletion_timestamp is not None else frozenset(),
             converged_spec=self._converged_spec(machine), spec_error=self.backend.spec_error,
             missing_retries=self._missing.get(machine.metadata.uid or "", 0),
         )
+
+    def _needs_domain(self, machine: VSphereMachine, capi_machine: Mapping[str, Any] | None) -> bool:
+        """A CAPI machine that banlieue must place itself: no Machine.spec.failureDomain, no
+        spec.failureDomain, no providerRef, and not placed yet (status.failureDomain)."""
+        uid = machine.metadata.uid or ""
+        if machine.status is not None and machine.status.failure_domain:
+            self._chosen_domain.pop(uid, None)  # recorded in the status now
+            return False
+        if machine.metadata.deletion_timestamp is not None:
+            return False
+        ref = machine.spec.provider_ref
+        return not (capi_failure_domain(capi_machine) or machine.spec.failure_domain or (ref is not None and ref.name))
+
+    def _choose_domain(self, machine: VSphereMachine, cluster: Mapping[str, Any], providers: tuple[Provider, ...]) -> DomainChoice:
+        """``choose_cluster_failure_domain`` over the machines of the same Cluster in the cache
+        (their status.failureDomain, or what this process chose for them)."""
+        uid = machine.metadata.uid or ""
+        if uid in self._chosen_domain:
+            return DomainChoice(self._chosen_domain[uid])
+        cluster_name = str((cluster.get("metadata") or {}).get("name"))
+        used: Counter[str] = Counter()
+        for raw in self.ctx.cache.list(VSPHERE_MACHINE, machine.metadata.namespace):
+            meta = raw.get("metadata") or {}
+            if (meta.get("labels") or {}).get(CAPI_LABEL_CLUSTER_NAME) != cluster_name or meta.get("uid") == uid:
+                continue
+            fd = ((raw.get("status") or {}).get("failureDomain")) or self._chosen_domain.get(str(meta.get("uid")))
+            if fd:
+                used[str(fd)] += 1
+        choice = choose_cluster_failure_domain(cluster, providers, used, memory_mib=machine.spec.memory_mib,
+                                               control_plane=CAPI_LABEL_CONTROL_PLANE in (machine.metadata.labels or {}))
+        if choice.name is not None:
+            self._chosen_domain[uid] = choice.name
+        return choice
 
     def _converged_spec(self, machine: VSphereMachine) -> VMSpec | None:
         uid = machine.metadata.uid or ""
@@ -374,7 +421,8 @@ class VSphereMachineReconciler:
             if plan.remove_finalizer:
                 await self.ctx.client.remove_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
                 uid = str(raw["metadata"].get("uid"))
-                for table in (self._written_status, self._written_provider_id, self._last_transition, self._converged, self._missing):
+                for table in (self._written_status, self._written_provider_id, self._last_transition, self._converged,
+                              self._missing, self._chosen_domain):
                     table.pop(uid, None)
                 self.writes.forget(uid)
         except NotFound:

@@ -106,6 +106,7 @@ from banlieue.reconcilers.kinds import (
 from banlieue.reconcilers.vspheremachine.hardware import Pending, drifted, effective_spec, summary
 from banlieue.reconcilers.vspheremachine.placement import (
     BootstrapData,
+    DomainChoice,
     PlacementError,
     build_vm_spec,
     capi_failure_domain,
@@ -177,7 +178,9 @@ class Snapshot:
     converged the VM to (``create`` succeeded), kept in memory until a stored status says
     ``provisioned`` (None after a restart: the VM is converged again, which is idempotent);
     ``spec_error``: the backend's ``Backend.spec_error`` (a message when no vCenter could take
-    the built spec; None: no limit is checked)."""
+    the built spec; None: no limit is checked); ``domain_choice``: the failure domain the
+    reconciler chose (``placement.choose_cluster_failure_domain``) for a CAPI machine with no
+    failure domain and no Provider, None when it needs none."""
 
     machine: VSphereMachine
     now: datetime
@@ -198,6 +201,7 @@ class Snapshot:
     converged_spec: VMSpec | None = None
     spec_error: Callable[[VMSpec], str | None] | None = None
     missing_retries: int = 0
+    domain_choice: DomainChoice | None = None
 
 
 def missing_object(failure: Failure) -> bool:
@@ -445,6 +449,14 @@ def _decide(snap: Snapshot) -> Plan:
 
     fd_name = capi_failure_domain(snap.capi_machine) if capi else None
     fd_name = fd_name or m.spec.failure_domain
+    if capi and not fd_name and not (m.spec.provider_ref and m.spec.provider_ref.name):
+        # banlieue places it (issue 17): the domain chosen before (status.failureDomain, written
+        # with Cloning before any clone, so it never moves) or the one chosen now.
+        fd_name = (m.status.failure_domain if m.status else None) or (snap.domain_choice.name if snap.domain_choice else None)
+        if not fd_name:
+            message = snap.domain_choice.message if snap.domain_choice else "waiting for a failure domain to be chosen"
+            st.ready(False, R.FAILURE_DOMAIN_NOT_FOUND, message)
+            return _with_events(snap, Plan(status=st.status))
     try:
         placement = resolve_placement(m, fd_name, snap.providers, capi=capi)
         vm_spec = build_vm_spec(m, placement, snap.bootstrap.data if snap.bootstrap else None)

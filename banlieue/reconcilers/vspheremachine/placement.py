@@ -173,14 +173,8 @@ def resolve_placement(
             f"failure domain {failure_domain!r} is not in status.failureDomains of {scope}: check the name or wait for the Provider to be reconciled",
         )
     if ref is None:
-        if capi:
-            raise PlacementError(
-                Reason.INVALID_SPEC,
-                "Machine.spec.failureDomain is not set and spec.providerRef.name is empty: give the Machine a "
-                "failure domain (MachineDeployment spec.template.spec.failureDomain; a control-plane provider picks one "
-                "of the Cluster's failure domains, which the VSphereCluster publishes) or set providerRef in the "
-                "VSphereMachineTemplate",
-            )
+        # The CAPI path never gets here without a failure domain: decide gives it the one
+        # banlieue chose (choose_cluster_failure_domain).
         raise PlacementError(Reason.INVALID_SPEC, "set spec.failureDomain or spec.providerRef.name")
     chosen = next((p for p in providers if p.metadata.name == ref), None)
     if chosen is None:
@@ -306,3 +300,59 @@ def build_vm_spec(machine: VSphereMachine, placement: Placement, user_data: byte
         user_data=user_data,
         hostname=machine.metadata.name,
     )
+
+
+@dataclass(frozen=True)
+class DomainChoice:
+    """The failure domain banlieue chose for a CAPI machine that has none (``name``), or why
+    none fits (``name`` None, ``message``)."""
+
+    name: str | None
+    message: str = ""
+
+
+def choose_cluster_failure_domain(
+    cluster: Mapping[str, Any] | None, providers: Sequence[Provider], used: Mapping[str, int], *,
+    memory_mib: int | None, control_plane: bool,
+) -> DomainChoice:
+    """A failure domain for a CAPI machine whose Machine has no ``spec.failureDomain`` and whose
+    template names no Provider (issue 17: most MachineDeployments are written so).
+
+    Candidates: the Cluster's ``status.failureDomains`` (CAPI's copy of the VSphereCluster's;
+    only ``controlPlane: true`` ones for a control-plane machine), each found in the
+    ``status.failureDomains`` of a Provider of the namespace with ``attributes.raw`` datacenter
+    and cluster. Filter: the domain's reported free memory (``attributes.capacity.memoryMiB``,
+    when reported) is at least ``memory_mib``. Rank: fewest machines of this Cluster already in
+    the domain (``used``: name -> count; CAPI's ``PickFewest`` for control planes, so a fresh
+    MachineDeployment spreads one per domain first), then most free memory, then name.
+    """
+    cluster_name = nested(cluster, "metadata", "name") or "?"
+    published = [d for d in nested(cluster, "status", "failureDomains") or () if isinstance(d, Mapping) and d.get("name")]
+    if control_plane:
+        published = [d for d in published if d.get("controlPlane") is True]
+    if not published:
+        return DomainChoice(None, f"Machine.spec.failureDomain is not set and Cluster {cluster_name} publishes no "
+                                  f"{'control-plane ' if control_plane else ''}failure domain in status.failureDomains yet")
+    known: dict[str, ProviderFailureDomain] = {}
+    for provider in providers:
+        for fd in (provider.status.failure_domains if provider.status else None) or ():
+            if _raw_of(fd) is not None:
+                known.setdefault(fd.name, fd)
+    candidates: list[tuple[int, int, str]] = []
+    short: list[str] = []
+    for d in published:
+        name = str(d["name"])
+        domain = known.get(name)
+        if domain is None:
+            continue
+        capacity = domain.attributes.capacity if domain.attributes is not None else None
+        free = capacity.memory_mib if capacity is not None else None
+        if free is not None and memory_mib is not None and free < memory_mib:
+            short.append(f"{name} ({free} MiB free)")
+            continue
+        candidates.append((used.get(name, 0), -(free or 0), name))
+    if not candidates:
+        detail = f"; too little free memory for {memory_mib} MiB: {', '.join(short)}" if short else ""
+        return DomainChoice(None, f"Machine.spec.failureDomain is not set and none of Cluster {cluster_name}'s failure domains "
+                                  f"({', '.join(sorted(str(d['name']) for d in published))}) can take it{detail}")
+    return DomainChoice(min(candidates)[2])

@@ -17,8 +17,10 @@ number space for Service objects: nothing here routes to it):
   ``DIR/logs/audit.log`` from which tests count 403s.
 - kube-controller-manager with only the controllers the API itself relies on:
   ``garbagecollector`` (ownerReferences), ``namespace`` (namespace deletion), ``serviceaccount``
-  (each namespace's ``default`` ServiceAccount) and ``serviceaccount-token`` (legacy token
-  Secrets; needs ``--service-account-private-key-file`` and ``--root-ca-file``). Its secure port
+  (each namespace's ``default`` ServiceAccount), ``serviceaccount-token`` (legacy token
+  Secrets; needs ``--service-account-private-key-file`` and ``--root-ca-file``) and
+  ``clusterrole-aggregation`` (fills ClusterRoles with an ``aggregationRule``: CAPI's managers are
+  bound to such roles, and banlieue's ``capi_aggregate`` role reaches them that way). Its secure port
   is a free 127.0.0.1 port. It authenticates with a client certificate in ``system:masters``, as
   the control plane's own component (the RBAC under test is banlieue's, not kcm's).
 
@@ -65,7 +67,7 @@ from banlieue.cmd.dev import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
-KCM_CONTROLLERS = "garbagecollector,namespace,serviceaccount,serviceaccount-token"
+KCM_CONTROLLERS = "garbagecollector,namespace,serviceaccount,serviceaccount-token,clusterrole-aggregation"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 """Only a number space for Service cluster IPs (nothing routes to it: there is no kube-proxy)."""
 ADMIN_USER = "envtest-admin"

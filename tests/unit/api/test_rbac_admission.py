@@ -119,7 +119,8 @@ def test_bindings_and_service_accounts() -> None:
         ("banlieue-provider-vsphere", "banlieue-manager"),
     }
     agg = next(d for d in docs if d["metadata"]["name"] == "banlieue-capi-aggregate")  # type: ignore[index]
-    assert agg["metadata"]["labels"] == {"cluster.x-k8s.io/aggregate-to-manager": "true"}  # type: ignore[index]
+    assert agg["metadata"]["labels"] == {"cluster.x-k8s.io/aggregate-to-manager": "true",  # type: ignore[index]
+                                         "kubeadm.controlplane.cluster.x-k8s.io/aggregate-to-manager": "true"}
 
 
 def test_admission_policies_shape() -> None:

@@ -38,7 +38,7 @@ async def test_two_vcenters_three_clusters_six_failure_domains(apiserver: Any) -
             await env.provider(p, [fd(f"{p}-dc0-c{i}", f"c{i}") for i in range(3)], {"site": p})
         await env.provider("other", [fd("other-dc0-c0", "c0")], {"site": "elsewhere"})
         await env.client.create(VSPHERE_CLUSTER, _cluster(env.namespace, {
-            "controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443},
+            "controlPlaneEndpoint": {"host": "127.17.0.100", "port": 6443},
             "providerRefs": [{"name": "vcenter-a"}, {"name": "vcenter-b"}],
             "controlPlaneFailureDomainSelector": {"matchExpressions": [{"key": "cluster", "operator": "In", "values": ["c0", "c1"]}]},
         }))
@@ -54,7 +54,7 @@ async def test_two_vcenters_three_clusters_six_failure_domains(apiserver: Any) -
             "vcenter-a-dc0-c0", "vcenter-a-dc0-c1", "vcenter-b-dc0-c0", "vcenter-b-dc0-c1"}
         assert domains["vcenter-b-dc0-c2"]["attributes"] == {"provider": "vcenter-b", "datacenter": "DC0", "cluster": "c2", "dc": "dc0"}
         assert status["initialization"] == {"provisioned": True}
-        assert status["controlPlaneEndpoint"] == {"host": "10.0.0.100", "port": 6443}
+        assert status["controlPlaneEndpoint"] == {"host": "127.17.0.100", "port": 6443}
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["reason"]) == ("True", "Ready")
 

@@ -27,7 +27,7 @@ from banlieue.reconcilers.vspheremachine.decide import (
     decide,
     machine_addresses,
 )
-from banlieue.reconcilers.vspheremachine.placement import BootstrapData, read_bootstrap
+from banlieue.reconcilers.vspheremachine.placement import BootstrapData, DomainChoice, read_bootstrap
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 FIN = "infrastructure.banlieue.io/vspheremachine"
@@ -190,10 +190,23 @@ CASES: list[Any] = [
                  ("False", "WaitingForBootstrapData"), {"requeue_after": None}, id="capi-waits-for-bootstrap-data"),
     pytest.param(snap(machine(labels=CAPI_LABELS, capi_owner=True), capi_machine=CAPI_MACHINE, cluster=CLUSTER, providers=PROV,
                       bootstrap=BootstrapData(b"{}", "ignition")), ("False", "InvalidSpec"), {"message": "ignition"}, id="capi-ignition-unsupported"),
+    # Issue 17: a CAPI machine with no failure domain and no Provider is placed by banlieue.
     pytest.param(snap(machine({"providerRef": None, "datacenter": None, "cluster": None}, labels=CAPI_LABELS, capi_owner=True),
                       capi_machine={**CAPI_MACHINE, "spec": {"bootstrap": {"dataSecretName": "boot"}}}, cluster=CLUSTER,
-                      bootstrap=BOOT, providers=PROV),
-                 ("False", "InvalidSpec"), {"message": "Machine.spec.failureDomain is not set"}, id="capi-no-failure-domain-names-machine-field"),
+                      bootstrap=BOOT, providers=PROV,
+                      domain_choice=DomainChoice(None, "Machine.spec.failureDomain is not set and Cluster c1 publishes no failure domain")),
+                 ("False", "FailureDomainNotFound"), {"message": "Cluster c1 publishes no failure domain"}, id="capi-no-failure-domain-none-fits"),
+    pytest.param(Snapshot(machine=machine({"providerRef": None, "datacenter": None, "cluster": None}, labels=CAPI_LABELS, capi_owner=True),
+                          now=NOW, capi_machine={**CAPI_MACHINE, "spec": {"bootstrap": {"dataSecretName": "boot"}}}, cluster=CLUSTER,
+                          bootstrap=BOOT, providers=PROV, looked_up=True, domain_choice=DomainChoice("vc1-dc0-c0")),
+                 ("False", "Cloning"), {"action": "create", "spec_dc": ("DC0", "DC0_C0"), "failure_domain": "vc1-dc0-c0"},
+                 id="capi-no-failure-domain-chosen-by-banlieue-recorded-before-clone"),
+    pytest.param(Snapshot(machine=machine({"providerRef": None, "datacenter": None, "cluster": None}, labels=CAPI_LABELS, capi_owner=True,
+                                          status={"failureDomain": "vc1-dc0-c0"}),
+                          now=NOW, capi_machine={**CAPI_MACHINE, "spec": {"bootstrap": {"dataSecretName": "boot"}}}, cluster=CLUSTER,
+                          bootstrap=BOOT, providers=(provider(fds=(("vc1-dc0-c0", "DC0", "DC0_C0"), ("vc1-dc0-c1", "DC0", "DC0_C1"))),),
+                          looked_up=True, domain_choice=DomainChoice("vc1-dc0-c1")),
+                 None, {"action": "create", "spec_dc": ("DC0", "DC0_C0")}, id="capi-no-failure-domain-chosen-once-never-moves"),
     pytest.param(snap(machine({"providerRef": None, "datacenter": None, "cluster": None}, labels=CAPI_LABELS, capi_owner=True),
                       capi_machine=CAPI_MACHINE, cluster=CLUSTER, bootstrap=BOOT,
                       providers=(provider("vc0", (("other", "DC9", "C9"),)), provider())), None,
