@@ -63,7 +63,7 @@ def machine_template(name: str, namespace: str, *, memory_mib: int = 512, provid
     """A VSphereMachineTemplate with abstract storage/network classes (one template serves every
     failure domain of both vCenters); ``provider`` sets ``providerRef``."""
     spec: dict[str, Any] = {"template": "ubuntu-22.04", "numCPUs": 1, "memoryMiB": memory_mib,
-                            "disks": [{"name": "os", "sizeGiB": 1, "storageClass": "standard"}],
+                            "disks": [{"name": "os", "sizeGiB": 10, "storageClass": "standard"}],  # the template's size (vcsim 0.56)
                             "network": {"devices": [{"name": "eth0", "networkClass": "default", "dhcp4": True}]},
                             "powerOffMode": "hard"}
     if provider is not None:
