@@ -76,11 +76,18 @@ class CABundle(ApiModel):
     """A Secret key holding the PEM bundle (key defaults to ca.crt)."""
 
 
+ENDPOINT_PATTERN = r"^(https?://)?([^\s/:?#@\[\]]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/\S*)?$"
+"""``spec.connection.endpoint``: ``[http[s]://]host[:port][/path]``, the host a name, an IPv4
+address or a bracketed IPv6 address (what ``backends.vsphere.session.parse_endpoint`` accepts)."""
+
+
 class ProviderConnection(ApiModel):
     """How to reach and authenticate to the backend (vCenter)."""
 
-    endpoint: str = Field(min_length=1)
-    """vCenter address: a host, host:port, or https URL (``/sdk`` is implied)."""
+    endpoint: str = Field(min_length=1, pattern=ENDPOINT_PATTERN)
+    """vCenter address: a host, host:port, or https URL (``/sdk`` is implied); refused at
+    admission when it is none of these (another scheme, spaces), since the controller could only
+    fail on it at every reconcile."""
     credentials_ref: LocalObjectReference
     """Secret in the Provider's namespace with keys ``username`` and ``password``."""
     insecure_skip_tls_verify: bool = Field(default=False, alias="insecureSkipTLSVerify")

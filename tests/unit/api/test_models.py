@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from banlieue.api import core, infrastructure
 from banlieue.api.kinds import dump_object, kind_info, parse_object, resource_kinds
 from banlieue.api.meta import LabelSelector
+
+REPO = Path(__file__).resolve().parents[3]
 
 VM: dict[str, Any] = {
     "apiVersion": "banlieue.io/v1alpha1",
@@ -169,3 +174,19 @@ def test_every_kind_parses_and_dumps_through_kind_metadata() -> None:
 )
 def test_label_selector_matches(selector: dict[str, Any], labels: dict[str, str], want: bool) -> None:
     assert LabelSelector.from_wire(selector).matches(labels) is want
+
+
+@pytest.mark.parametrize("endpoint", ["vc", "vc.example:443", "https://127.0.0.1:8989/sdk", "[::1]:443", "https://[::1]/sdk"])
+def test_provider_endpoint_forms_accepted(endpoint: str) -> None:
+    core.ProviderConnection.model_validate({"endpoint": endpoint, "credentialsRef": {"name": "s"}})
+
+
+@pytest.mark.parametrize("endpoint", ["ftp://127.0.0.1/sdk", "not a url", "https://", "https://vc /sdk"])
+def test_provider_endpoint_that_no_reconcile_could_use_is_refused(endpoint: str) -> None:
+    """A new user's ``ftp://`` Provider got no status at all (the controller raised at every
+    reconcile): the schema refuses it at admission instead, the CRD carrying the same pattern."""
+    with pytest.raises(ValidationError, match="endpoint"):
+        core.ProviderConnection.model_validate({"endpoint": endpoint, "credentialsRef": {"name": "s"}})
+    doc = yaml.safe_load((REPO / "config/crd/banlieue.io_providers.yaml").read_text(encoding="utf-8"))
+    props = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    assert re.match(props["spec"]["properties"]["connection"]["properties"]["endpoint"]["pattern"], endpoint) is None
