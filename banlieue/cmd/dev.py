@@ -133,11 +133,15 @@ class Child:
     exits: list[float] = field(default_factory=list)
 
     def tail(self, lines: int = 15) -> str:
-        """The last ``lines`` lines of the log, for error messages."""
+        """The last ``lines`` lines of the log, for error messages; when the log holds a Go flag
+        package's usage text (``Usage of ...``), the lines before it instead: the cause (``flag
+        provided but not defined: -foo``, ``invalid value ...``), not the end of the help."""
         try:
-            text = self.log.read_text(errors="replace").splitlines()[-lines:]
+            text = self.log.read_text(errors="replace").splitlines()
         except OSError:
             return ""
+        usage = next((i for i, line in enumerate(text) if line.startswith("Usage of ")), None)
+        text = text[:usage][-lines:] if usage else text[-lines:]
         return " | ".join(line.strip() for line in text if line.strip())
 
 

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from banlieue.cmd.dev import APPLY_ORDER, Children, apply_rank, describe_exit, rotate_log, sample_documents
+from banlieue.cmd.dev import (
+    APPLY_ORDER,
+    Child,
+    Children,
+    apply_rank,
+    describe_exit,
+    rotate_log,
+    sample_documents,
+)
 from banlieue.options import StartupError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -60,3 +68,15 @@ def test_restart_keeps_the_log_and_gives_up_on_a_crash_loop(tmp_path: Path, monk
     with pytest.raises(StartupError, match="child exited 3 times within 120 s; not restarting it"):
         children.restart(child)
     children.stop_all()
+
+
+def test_a_child_that_printed_go_flag_usage_reports_the_cause(tmp_path: Path) -> None:
+    """``--vcsim-arg=-foo=bar``: the simulator prints the cause, then its whole help; the
+    StartupError used to end with the help's last lines (seen by a new user)."""
+    log = tmp_path / "vcsim.log"
+    log.write_text("flag provided but not defined: -foo\nUsage of vcsim:\n  -api-version string\n"
+                   "  -vm int\n    \\tVMs per resource pool (default 1)\n", encoding="utf-8")
+    child = Child(name="vcsim a", process=None, log=log, argv=[])  # type: ignore[arg-type]
+    assert child.tail(5) == "flag provided but not defined: -foo"
+    log.write_text("one\ntwo\nthree\n", encoding="utf-8")
+    assert child.tail(2) == "two | three"
