@@ -77,7 +77,8 @@ async def real_capi(capi_managers: capi_testing.CapiEnvironment, envtest: Any, v
     Teardown deletes the namespace's Clusters (while banlieue still runs, so VMs are destroyed)
     and the namespace."""
     client = Client(await load_config(str(envtest.kubeconfig_path)), timeouts=Timeouts(connect=2.0, request=15.0, watch_margin=5.0))
-    vcsims = {name: vcsim_factory(dc=1, cluster=3, host=1) for name in PROVIDERS}
+    # guest_ip: a machine is provisioned only once its guest reports a usable address (issue 20).
+    vcsims = {name: vcsim_factory(dc=1, cluster=3, host=1, guest_ip=GUEST_IP_RANGES[i]) for i, name in enumerate(PROVIDERS)}
     ns = f"capi-{uuid.uuid4().hex[:6]}"
     await client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     manager_kubeconfig = capi_testing.token_kubeconfig(envtest.kubeconfig_path, "banlieue-system", "banlieue-manager",
