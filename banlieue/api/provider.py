@@ -76,8 +76,8 @@ class CABundle(ApiModel):
     """A Secret key holding the PEM bundle (key defaults to ca.crt)."""
 
 
-ENDPOINT_PATTERN = r"^(https?://)?([^\s/:?#@\[\]]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/\S*)?$"
-"""``spec.connection.endpoint``: ``[http[s]://]host[:port][/path]``, the host a name, an IPv4
+ENDPOINT_PATTERN = r"^([hH][tT][tT][pP][sS]?://)?([^\s/:?#@\[\]]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/\S*)?$"
+"""``spec.connection.endpoint``: ``[http[s]://]host[:port][/path]`` (scheme in any case), the host a name, an IPv4
 address or a bracketed IPv6 address (what ``backends.vsphere.session.parse_endpoint`` accepts)."""
 
 
