@@ -94,5 +94,5 @@ async def provider_with(client: Client, name: str, namespace: str, reason: str, 
         ok = ready.get("reason") == reason and (status is None or ready.get("status") == status)
         return obj if ok else None
 
-    result: dict[str, Any] = await eventually(check, timeout=20.0, what=f"Provider {namespace}/{name} Ready reason {reason}")
+    result: dict[str, Any] = await eventually(check, timeout=45.0, what=f"Provider {namespace}/{name} Ready reason {reason}")
     return result
