@@ -69,6 +69,7 @@ class VSphereMachineReason:
     SECRET_INVALID = ProviderConditionReason.SECRET_INVALID
     CONNECT_FAILED = ProviderConditionReason.CONNECT_FAILED
     TLS_VERIFY_FAILED = ProviderConditionReason.TLS_VERIFY_FAILED
+    VCENTER_IDENTITY_CHANGED = ProviderConditionReason.VCENTER_IDENTITY_CHANGED
     # Not named by the SPEC (banlieue's choice).
     WAITING_FOR_OWNER = "WaitingForOwner"
     WAITING_FOR_CLUSTER = "WaitingForCluster"

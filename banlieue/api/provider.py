@@ -39,9 +39,21 @@ class ProviderConditionReason:
     DELETING = "Deleting"
     """Deletion requested while VSphereMachines still use the Provider: its finalizer
     ``banlieue.io/provider`` holds it (and its failure domains) until they are gone."""
+    VCENTER_IDENTITY_CHANGED = "VCenterIdentityChanged"
+    """The endpoint reaches a vCenter whose instance UUID is not the recorded
+    ``status.vcenter.instanceUUID`` while VSphereMachines use the Provider: nothing is placed,
+    changed or destroyed through it until the endpoint reaches that vCenter again (ADR 0013)."""
+    DUPLICATE_VCENTER = "DuplicateVCenter"
+    """Another Provider reaches the same vCenter (same instance UUID): ``VCenterUnique`` False on
+    each; ``Ready`` False on all but the oldest, which alone takes new VMs (ADR 0013)."""
+    UNIQUE = "Unique"
+    """``VCenterUnique`` True: no other Provider reaches this vCenter."""
 
 
 PROVIDER_REACHABLE = "ProviderReachable"
+VCENTER_UNIQUE = "VCenterUnique"
+"""Provider condition: True (``Unique``) when no other Provider reaches the same vCenter, False
+(``DuplicateVCenter``) naming the others (ADR 0013)."""
 
 
 class KeyReference(ApiModel):
@@ -255,15 +267,31 @@ class ProviderFailureDomain(ApiModel):
     """Classes, features, capacity and raw placement."""
 
 
+class VCenterIdentity(ApiModel):
+    """The vCenter a Provider reaches, from its ``ServiceContent.about`` (ADR 0013)."""
+
+    instance_uuid: str = Field(min_length=1, alias="instanceUUID")
+    """``about.instanceUuid``: the vCenter's identity, the same whatever address reaches it.
+    Recorded at the first successful connection; a later endpoint that reaches another vCenter is
+    refused while VSphereMachines use the Provider (``VCenterIdentityChanged``), else recorded."""
+    version: str | None = None
+    """``about.version`` (e.g. ``8.0.2``)."""
+    api_type: str | None = None
+    """``about.apiType``: ``VirtualCenter`` for a vCenter, ``HostAgent`` for a standalone ESXi."""
+
+
 class ProviderStatus(ApiModel):
     """Observed state of a Provider."""
 
     failure_domains: list[ProviderFailureDomain] | None = Field(default=None, json_schema_extra=_BY_NAME)
     """Failure domains discovered on the backend; kept on transient errors."""
     conditions: list[Condition] | None = Field(default=None, json_schema_extra=_CONDITIONS)
-    """Ready and ProviderReachable."""
+    """Ready, ProviderReachable and VCenterUnique."""
     observed_generation: int | None = Field(default=None, ge=0)
     """The .metadata.generation last reconciled."""
+    vcenter: VCenterIdentity | None = None
+    """The vCenter the Provider's machines live in (ADR 0013); VSphereMachine calls are refused
+    by a vCenter of another instance UUID."""
 
 
 class Provider(KubeObject):

@@ -76,6 +76,14 @@ class Transient(BackendError):
     reason = "Transient"
 
 
+class VCenterIdentityChanged(BackendError):
+    """The endpoint reaches a vCenter whose instance UUID is not ``Connection.vcenter_instance_uuid``
+    (the one the Provider recorded, where its VMs live): nothing was sent that reads or changes a VM
+    (ADR 0013). Fixed by pointing the endpoint back at that vCenter; retrying alone never helps."""
+
+    reason = "VCenterIdentityChanged"
+
+
 # --- connection ---------------------------------------------------------------------------------
 
 
@@ -86,7 +94,10 @@ class Connection:
     ``provider`` is ``namespace/name``; ``endpoint`` is ``host``, ``host:port`` or an
     ``https://host[:port]/sdk`` URL; ``ca_bundle`` is PEM text (None: system roots);
     ``insecure_skip_tls_verify`` disables verification only when True. One logged-in session is
-    kept per ``session_key``.
+    kept per ``session_key``. ``vcenter_instance_uuid`` is the vCenter the Provider recorded
+    (``status.vcenter.instanceUUID``): when set, every call through this Connection to a vCenter
+    of another instance UUID raises VCenterIdentityChanged before anything is sent (ADR 0013); it
+    is not part of ``session_key`` (the same session serves the check and the calls).
     """
 
     provider: str
@@ -95,6 +106,7 @@ class Connection:
     password: str = field(repr=False)
     ca_bundle: str | None = field(default=None, repr=False)
     insecure_skip_tls_verify: bool = False
+    vcenter_instance_uuid: str | None = None
 
     @property
     def credentials_fingerprint(self) -> str:
@@ -111,6 +123,18 @@ class Connection:
 
 
 # --- inventory ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VCenterAbout:
+    """Who answers on a Connection's endpoint (vSphere ``ServiceContent.about``): ``instance_uuid``
+    (``about.instanceUuid``, the vCenter's identity), ``version`` (``about.version``), ``api_type``
+    (``VirtualCenter`` or ``HostAgent``), ``api_version`` (``about.apiVersion``)."""
+
+    instance_uuid: str
+    version: str
+    api_type: str
+    api_version: str
 
 
 @dataclass(frozen=True)
@@ -338,7 +362,7 @@ def taxonomy(err: BackendError) -> str:
     ``NotFound``, ``InvalidSpec``, ``TaskFailed``) from its class, else its ``reason``: the
     vSphere backend gives some errors a more specific ``reason`` (a Transient with reason
     ``ConnectFailed``), and the mapping to SPEC reasons goes by the class."""
-    for cls in (AuthFailed, TLSVerifyFailed, Transient, NotFound, InvalidSpec, TaskFailed):
+    for cls in (AuthFailed, TLSVerifyFailed, Transient, NotFound, InvalidSpec, TaskFailed, VCenterIdentityChanged):
         if isinstance(err, cls):
             return cls.__name__
     return err.reason
@@ -356,6 +380,12 @@ class Backend(Protocol):
 
     async def check_connection(self, conn: Connection) -> str:
         """Log in (or reuse the session); return the vCenter's API version (e.g. ``"6.5"``)."""
+        ...
+
+    async def about(self, conn: Connection) -> VCenterAbout:
+        """Log in (or reuse the session), prove the vCenter answers (one round trip) and say who it
+        is. Never raises VCenterIdentityChanged: this is how the Provider reconciler learns the
+        identity it then compares with the recorded one."""
         ...
 
     def spec_error(self, spec: VMSpec) -> str | None:

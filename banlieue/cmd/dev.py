@@ -26,7 +26,7 @@ Stages, one progress line each (``[1/7] starting API server double ... ok (0.4 s
 Then it prints how to use kubectl against it and runs until Ctrl-C/SIGTERM (``--exit-when-ready``:
 exits 0 at once), supervising its children (docs/dev.md): a manager that dies is started again
 with the same flags (its log kept as ``manager.log.1``, up to ``LOGS_KEPT``); a simulator that
-dies is started again on its port with the same inventory (the VMs cloned into it are gone; its
+dies is started again on its port with the same inventory and instance UUID (the VMs cloned into it are gone; its
 new CA is written to the Provider's ``caBundle``); the API-server double held its objects in
 memory, so its death ends dev; so does a child that crash-loops (``RESTART_LIMIT``). Children's
 ``TMPDIR`` is ``<state-dir>/tmp``, removed at exit, so nothing is left in /tmp.
@@ -453,11 +453,13 @@ class DevEnv:
             raise StartupError(f"unexpected first line {line!r} (log {child.log})")
         self.api_url = line
 
-    def vcsim_argv(self, binary: Path, workdir: Path, port: int, index: int) -> list[str]:
-        """The simulator command line of the ``index``-th Provider (``port`` 0: a free one)."""
+    def vcsim_argv(self, binary: Path, workdir: Path, port: int, index: int, instance_uuid: str | None = None) -> list[str]:
+        """The simulator command line of the ``index``-th Provider (``port`` 0: a free one;
+        ``instance_uuid``: the vCenter identity a restart keeps, else the simulator draws one)."""
+        identity = [f"--instance-uuid={instance_uuid}"] if instance_uuid else []
         return [str(binary), f"--listen=127.0.0.1:{port}", f"--info-file={workdir / 'info.json'}", *VCSIM_FLAGS,
                 "--tls=true", f"--tls-dir={workdir / 'tls'}", f"--guest-ip={GUEST_IP_RANGES[index % len(GUEST_IP_RANGES)]}",
-                *self.args.vcsim_args]
+                *identity, *self.args.vcsim_args]
 
     def start_vcsims(self, providers: list[str]) -> None:
         binary = find_vcsim()
@@ -476,9 +478,11 @@ class DevEnv:
                 with contextlib.suppress(OSError, ValueError):
                     self.vcsims[provider] = json.loads(info.read_text(encoding="utf-8"))
                     del pending[provider]
-                    # A restart listens on the same port: the Provider's endpoint stays right.
+                    # A restart listens on the same port (the Provider's endpoint stays right) and
+                    # is the same vCenter (instance UUID): its Provider keeps serving its machines.
                     index = providers.index(provider)
-                    child.argv = self.vcsim_argv(binary, info.parent, int(self.vcsims[provider]["port"]), index)
+                    child.argv = self.vcsim_argv(binary, info.parent, int(self.vcsims[provider]["port"]), index,
+                                                 self.vcsims[provider].get("instance_uuid"))
                     self.vcsim_children[provider] = child
                     continue
                 if child.process.poll() is not None or time.monotonic() > deadline:

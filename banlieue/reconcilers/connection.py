@@ -115,7 +115,8 @@ def connection_from_objects(
     """Pure: the Connection of ``provider`` given its credentials Secret and (when
     ``caBundle`` names a ConfigMap or Secret) that object as wire dicts; None = not found.
     Raises ConnectionConfigError (InsecureEndpoint for ``http://`` unless ``allow_http`` /
-    SecretMissing / SecretInvalid / TLSVerifyFailed)."""
+    SecretMissing / SecretInvalid / TLSVerifyFailed). Its ``vcenter_instance_uuid`` is the
+    Provider's recorded ``status.vcenter.instanceUUID`` (ADR 0013)."""
     ns = provider.metadata.namespace
     conn = provider.spec.connection
     cred_name = conn.credentials_ref.name
@@ -175,6 +176,7 @@ def connection_from_objects(
             source = f"Secret {ns}/{ref.name} key {ref.key!r}"
     if ca_bundle and not conn.insecure_skip_tls_verify:
         check_ca_bundle(ca_bundle, source)
+    recorded = provider.status.vcenter if provider.status is not None else None
     return Connection(
         provider=f"{ns}/{provider.metadata.name}",
         endpoint=conn.endpoint,
@@ -182,6 +184,8 @@ def connection_from_objects(
         password=password,
         ca_bundle=ca_bundle,
         insecure_skip_tls_verify=conn.insecure_skip_tls_verify,
+        # The vCenter its machines live in: calls reaching another one are refused (ADR 0013).
+        vcenter_instance_uuid=recorded.instance_uuid if recorded is not None else None,
     )
 
 

@@ -43,6 +43,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/vmware/govmomi"
 	"github.com/vmware/govmomi/find"
 	"github.com/vmware/govmomi/object"
@@ -71,7 +72,9 @@ type info struct {
 	DatastoreClusters map[string]map[string][]string `json:"datastore_clusters"`
 	// GuestIP: the --guest-ip range ("" when guests report no address).
 	GuestIP string `json:"guest_ip"`
-	PID     int    `json:"pid"`
+	// InstanceUUID: ServiceContent.about.instanceUuid, the vCenter's identity (--instance-uuid).
+	InstanceUUID string `json:"instance_uuid"`
+	PID          int    `json:"pid"`
 
 	tempDirs []string // extra datastores' backing directories, removed on exit
 }
@@ -367,6 +370,7 @@ func main() {
 	stdinEOF := flag.Bool("exit-on-stdin-eof", false, "exit when stdin closes (the parent died): no leaked simulators")
 	cpuProfile := flag.String("cpuprofile", "", "write a Go CPU profile (runtime/pprof) here until exit; read it with `go tool pprof -top bin/vcsim FILE`")
 	batch := flag.Bool("batch-collector", false, "PropertyCollector.WaitForUpdatesEx collects each filter once per 250 ms tick instead of once per changed object (collector.go; for benchmarks at scale)")
+	instanceUUID := flag.String("instance-uuid", "", "ServiceContent.about.instanceUuid, the vCenter's identity (default: a random UUID; pass the same one to restart the same vCenter: vcsim 0.56 otherwise reports one derived from the host's MAC, the same for every simulator on a machine)")
 	guestIP := flag.String("guest-ip", "", "IPv4 CIDR (a documentation range, e.g. 192.0.2.0/24): powered-on guests report their static guestinfo address, else one leased from it (default: guests report none)")
 	flag.Parse()
 
@@ -425,6 +429,15 @@ func main() {
 		log.Fatalf("create model: %v", err)
 	}
 	defer m.Remove()
+	// vcsim 0.56 draws a random instance UUID but stores the content before it (service_instance.go):
+	// every simulator reports the one derived from the host's MAC. Set it on the served content.
+	if *instanceUUID == "" {
+		*instanceUUID = uuid.New().String()
+	} else if _, err := uuid.Parse(*instanceUUID); err != nil {
+		log.Fatalf("--instance-uuid: %v", err)
+	}
+	serviceInstance := m.Map().Get(vim25.ServiceInstance).(*simulator.ServiceInstance)
+	serviceInstance.Content.About.InstanceUuid = *instanceUUID
 	// vcenter.go: before the inventory is customized or served.
 	m.Map().Handler = vcRequests
 	vcObjects{}.fixExisting(m.Map())
@@ -434,7 +447,7 @@ func main() {
 		Username: *username, Password: *password, TLS: *useTLS, Insecure: !*useTLS,
 		Clusters: map[string][]string{}, Templates: map[string][]string{},
 		Datastores: map[string][]string{}, Networks: map[string][]string{}, PID: os.Getpid(),
-		DatastoreClusters: map[string]map[string][]string{},
+		DatastoreClusters: map[string]map[string][]string{}, InstanceUUID: *instanceUUID,
 	}
 	ctx := context.Background()
 

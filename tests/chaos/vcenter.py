@@ -52,6 +52,8 @@ class Vcenter:
     def __init__(self, **opts: Any) -> None:
         self.opts = {"dc": 1, "cluster": 2, "host": 2, **opts}
         self.proc: VcsimProcess = start_vcsim(**self.opts)
+        # A restart is the same vCenter (ADR 0013: another instance UUID would be refused).
+        self.opts["instance_uuid"] = self.proc.info["instance_uuid"]
         self.port = self.proc.port
         self.restarts = 0
 
@@ -70,7 +72,7 @@ class Vcenter:
             self.proc.process.wait(timeout=10)
 
     def restart(self) -> None:
-        """Kill (if running) and start again on the same port with the same options."""
+        """Kill (if running) and start again on the same port with the same options and instance UUID."""
         self.kill()
         self.proc.stop()
         self.proc = start_vcsim(listen=f"127.0.0.1:{self.port}", **self.opts)

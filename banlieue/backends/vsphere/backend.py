@@ -36,6 +36,7 @@ from banlieue.backends.base import (
     TaskFailed,
     TemplateInfo,
     Transient,
+    VCenterAbout,
     VMChange,
     VMInfo,
     VMSpec,
@@ -175,6 +176,13 @@ class VSphereBackend:
         await self.sessions.run(conn, lambda s: s.si.CurrentTime())
         sess = await self.sessions.session(conn)
         return str(sess.content.about.apiVersion)
+
+    async def about(self, conn: Connection) -> VCenterAbout:
+        # The probe of identity itself: not refused when another vCenter answers.
+        await self.sessions.run(conn, lambda s: s.si.CurrentTime(), check_identity=False)
+        sess = await self.sessions.session(conn)
+        assert sess.about is not None  # read at login
+        return sess.about
 
     async def inventory(self, conn: Connection, capabilities: Capabilities) -> Inventory:
         return failure_domains(await self._index(conn, fresh=True), capabilities)
@@ -417,7 +425,7 @@ class VSphereBackend:
         return self.sessions.add_unreachable_listener(callback)
 
     async def watch(self, conn: Connection) -> AsyncIterator[VMChange]:
-        sess = await self.sessions.session(conn)
+        sess = await self.sessions.checked_session(conn)
         async for change in watch_vms(sess, self._vm_index(conn), self.watch_max_wait):
             yield change
 

@@ -27,6 +27,12 @@ waiting for the request timeout: the endpoint's ``ReachabilityProbe`` (``health`
 the first login on it) notices it within seconds on its own connection, calls the same unreachable
 and reconnect listeners, and ``SessionPool.unreachable_since`` tells since when it is silent.
 
+Identity (ADR 0013): each session reads ``ServiceContent.about`` at login and again at every
+re-login (a vCenter restarted or replaced behind the same address answers NotAuthenticated first).
+A Connection whose ``vcenter_instance_uuid`` is set runs calls only on a session whose vCenter has
+that instance UUID; any other raises VCenterIdentityChanged before ``fn`` sends anything
+(``SessionPool.run``, ``Session.call``, ``SessionPool.checked_session``).
+
 Certificate check (CAPV #1718, #1134, #3372): a vCenter whose certificate is replaced by one the
 Provider's CA bundle does not sign, on the same host and port, fails only *new* TLS connections;
 kept-alive ones (the pool's, the change watch's long poll) would go on answering for minutes.
@@ -58,7 +64,13 @@ from pyVim import connect as _connect
 from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
 
-from banlieue.backends.base import BackendError, Connection, TLSVerifyFailed
+from banlieue.backends.base import (
+    BackendError,
+    Connection,
+    TLSVerifyFailed,
+    VCenterAbout,
+    VCenterIdentityChanged,
+)
 from banlieue.backends.vsphere import metrics
 from banlieue.backends.vsphere.faults import map_exception
 from banlieue.backends.vsphere.health import PROBE_INTERVAL, ReachabilityProbe, stub_factory
@@ -209,6 +221,8 @@ class Session:
         self.tls_error: str | None = None
         """Set by the certificate check while the vCenter's certificate does not verify: no
         call is sent (module docstring)."""
+        self.about: VCenterAbout | None = None
+        """Who the session's vCenter is (``ServiceContent.about``), read at each (re-)login."""
         self.extra_stubs: weakref.WeakSet[Any] = weakref.WeakSet()
         """Other stubs on this session (the change watch's; weak: they go with their watch):
         closed with the pool's when the certificate stops verifying."""
@@ -259,9 +273,35 @@ class Session:
         self.endpoint.instrument(stub, self.conn.provider)
         self.si, self.stub = si, stub
         self.content = si.RetrieveContent()
+        self._read_about()
         self.generation += 1
         metrics.SESSIONS.labels(self.conn.provider).inc()
         log.info("vsphere session opened", vcenter=self.endpoint.label, provider=self.conn.provider)
+
+    def _read_about(self) -> None:
+        about = self.content.about
+        self.about = VCenterAbout(instance_uuid=str(about.instanceUuid or ""), version=str(about.version or ""),
+                                  api_type=str(about.apiType or ""), api_version=str(about.apiVersion or ""))
+
+    def check_identity(self, expected: str | None) -> None:
+        """Raise VCenterIdentityChanged when ``expected`` (a recorded instance UUID) is set and this
+        session's vCenter is another one (module docstring). Sends nothing when it matches; on a
+        mismatch, reads ``ServiceContent`` once more (no session needed, no VM touched) so that a
+        vCenter that answers on the address again is seen at once."""
+        if not expected or self.about is None or not self.about.instance_uuid or self.about.instance_uuid == expected:
+            return
+        try:
+            self.content = self.si.RetrieveContent()
+            self._read_about()
+        except Exception as exc:
+            raise map_exception(exc) from exc
+        if self.about is None or self.about.instance_uuid == expected:
+            return
+        raise VCenterIdentityChanged(
+            f"{self.conn.endpoint} reaches vCenter {self.about.instance_uuid}, not vCenter {expected} where "
+            f"Provider {self.conn.provider}'s machines live (status.vcenter.instanceUUID): nothing was sent; "
+            "point spec.connection.endpoint back at that vCenter"
+        )
 
     def relogin(self, seen_generation: int) -> None:
         """Log in again on the same stub unless another thread already did since
@@ -273,15 +313,22 @@ class Session:
             self.stub.SetSessionId(None)
             try:
                 self.content.sessionManager.Login(self.conn.username, self.conn.password)
+                # Another vCenter may answer on this address now (restarted, replaced): read
+                # who it is before anything else is sent through the session.
+                self.content = self.si.RetrieveContent()
+                self._read_about()
             except Exception as exc:
                 raise map_exception(exc) from exc
             self.generation += 1
 
-    def call(self, fn: Callable[[Session], T]) -> T:
+    def call(self, fn: Callable[[Session], T], expected: str | None = None) -> T:
         """Run ``fn(self)``; on NotAuthenticated re-login and retry once. Maps errors. Raises
-        TLSVerifyFailed without sending anything while ``tls_error`` is set."""
+        TLSVerifyFailed without sending anything while ``tls_error`` is set, and
+        VCenterIdentityChanged (before ``fn``, and before its retry after a re-login) when
+        ``expected`` is an instance UUID the session's vCenter does not have."""
         if self.tls_error is not None:
             raise TLSVerifyFailed(self.tls_error)
+        self.check_identity(expected)
         generation = self.generation
         try:
             return fn(self)
@@ -289,6 +336,7 @@ class Session:
             self.relogin(generation)
         except Exception as exc:
             raise map_exception(exc) from exc
+        self.check_identity(expected)
         try:
             return fn(self)
         except Exception as exc:
@@ -422,10 +470,20 @@ class SessionPool:
             old = self.sessions.pop(key)
             old.endpoint.pool.submit(old.logout)
 
-    async def run(self, conn: Connection, fn: Callable[[Session], T]) -> T:
-        """Run blocking ``fn(session)`` in the vCenter's pool with re-login and error mapping."""
+    async def run(self, conn: Connection, fn: Callable[[Session], T], *, check_identity: bool = True) -> T:
+        """Run blocking ``fn(session)`` in the vCenter's pool with re-login and error mapping.
+        Raises VCenterIdentityChanged (nothing sent) when ``conn.vcenter_instance_uuid`` names
+        another vCenter, unless ``check_identity`` is False (the identity probe itself)."""
         sess = await self.session(conn)
-        return await asyncio.get_running_loop().run_in_executor(sess.endpoint.pool, sess.call, fn)
+        expected = conn.vcenter_instance_uuid if check_identity else None
+        return await asyncio.get_running_loop().run_in_executor(sess.endpoint.pool, sess.call, fn, expected)
+
+    async def checked_session(self, conn: Connection) -> Session:
+        """``session(conn)`` after the identity check of ``run`` (for the change watch, which
+        drives the session itself). Raises VCenterIdentityChanged."""
+        sess = await self.session(conn)
+        sess.check_identity(conn.vcenter_instance_uuid)
+        return sess
 
     async def close(self) -> None:
         self._cert_stop.set()

@@ -27,12 +27,13 @@ here is remembered (``last_connection``) for machine deletions after the Secret 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import structlog
 from pydantic import ValidationError
 
-from banlieue.api.provider import Provider
+from banlieue.api.provider import Provider, ProviderConditionReason
 from banlieue.backends.base import BackendError, taxonomy
 from banlieue.reconcilers.connection import (
     ConnectionConfigError,
@@ -48,7 +49,7 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
-from banlieue.reconcilers.provider.decide import Failure, Plan, Snapshot, capabilities_of, decide
+from banlieue.reconcilers.provider.decide import Failure, Peer, Plan, Snapshot, capabilities_of, decide
 from banlieue.reconcilers.provider.deletion import (
     DeletionPlan,
     decide_deletion,
@@ -78,6 +79,8 @@ SECRETS_INDEX = "providerSecrets"
 """Provider index: ``<namespace>/<name>`` of every Secret it reads (credentials, CA secretRef)."""
 CONFIG_MAPS_INDEX = "providerConfigMaps"
 """Provider index: ``<namespace>/<name>`` of the ConfigMap its CA bundle comes from."""
+VCENTER_INDEX = "providerVCenter"
+"""Provider index: the recorded ``status.vcenter.instanceUUID`` (ADR 0013)."""
 
 
 def _parse(obj: Object) -> Provider | None:
@@ -93,10 +96,31 @@ def secrets_index(obj: Object) -> list[str]:
     return [f"{p.metadata.namespace}/{n}" for n in referenced_secrets(p)] if p is not None else []
 
 
+def recorded_vcenter(obj: Object) -> str | None:
+    """``status.vcenter.instanceUUID`` of a Provider wire object, or None."""
+    status = obj.get("status") or {}
+    value = (status.get("vcenter") or {}).get("instanceUUID") if isinstance(status, dict) else None
+    return str(value) if value else None
+
+
+def vcenter_index(obj: Object) -> list[str]:
+    """Index function: the instance UUID of the vCenter the Provider recorded (none: [])."""
+    uuid = recorded_vcenter(obj)
+    return [uuid] if uuid else []
+
+
 def config_maps_index(obj: Object) -> list[str]:
     """Index function: ``<namespace>/<configmap>`` of the Provider's CA ConfigMap."""
     p = _parse(obj)
     return [f"{p.metadata.namespace}/{n}" for n in referenced_config_maps(p)] if p is not None else []
+
+
+def _identity_refused(raw: Object) -> bool:
+    """Whether a Provider wire object is ``Ready`` False ``VCenterIdentityChanged``."""
+    for c in (raw.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "Ready":
+            return bool(c.get("reason") == ProviderConditionReason.VCENTER_IDENTITY_CHANGED)
+    return False
 
 
 class ProviderReconciler:
@@ -126,15 +150,37 @@ class ProviderReconciler:
             since = datetime.fromtimestamp(silent, tz=UTC)
             message = f"vCenter has not answered since {since.strftime('%Y-%m-%dT%H:%M:%SZ')} (CurrentTime probe)"
             return Snapshot(provider, now, failure=Failure("connect", "Transient", message), unreachable_since=since)
+        # The Provider's own calls learn who answers: they are not refused when it is another
+        # vCenter than the recorded one (decide compares them); its machines' calls are.
+        probe = replace(conn, vcenter_instance_uuid=None)
         try:
-            version = await backend.check_connection(conn)
+            about = await backend.about(probe)
         except BackendError as err:
             return Snapshot(provider, now, failure=Failure("connect", taxonomy(err), str(err)))
+        version = about.api_version
+        recorded = provider.status.vcenter if provider.status is not None else None
+        users = tuple(self.users(provider)) if recorded is not None and recorded.instance_uuid != about.instance_uuid else ()
+        same = self.same_vcenter(provider, about.instance_uuid)
         try:
-            inventory = await backend.inventory(conn, capabilities_of(provider))
+            inventory = await backend.inventory(probe, capabilities_of(provider))
         except BackendError as err:
-            return Snapshot(provider, now, failure=Failure("inventory", taxonomy(err), str(err)), api_version=version)
-        return Snapshot(provider, now, inventory=inventory, api_version=version)
+            return Snapshot(provider, now, failure=Failure("inventory", taxonomy(err), str(err)), api_version=version,
+                            vcenter=about, users=users, same_vcenter=same)
+        return Snapshot(provider, now, inventory=inventory, api_version=version, vcenter=about, users=users, same_vcenter=same)
+
+    def same_vcenter(self, provider: Provider, instance_uuid: str) -> tuple[Peer, ...]:
+        """The other Providers (any namespace, not being deleted) that recorded ``instance_uuid``."""
+        out: list[Peer] = []
+        for raw in self.ctx.cache.by_index(PROVIDER, VCENTER_INDEX, instance_uuid):
+            meta = raw.get("metadata") or {}
+            if (meta.get("namespace"), meta.get("name")) == (provider.metadata.namespace, provider.metadata.name):
+                continue
+            if meta.get("deletionTimestamp"):
+                continue
+            other = _parse(raw)
+            if other is not None:
+                out.append(Peer(other.metadata.namespace or "", other.metadata.name or "", other.metadata.creation_timestamp))
+        return tuple(sorted(out, key=lambda p: (p.namespace, p.name)))
 
     async def execute(self, provider: Provider, plan: Plan) -> None:
         """Write the status (when changed) and record the plan's Events."""
@@ -222,6 +268,7 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     referenced(ctx.cache).allow_http_endpoints = ctx.allow_http_endpoints
     ctx.cache.add_indexer(PROVIDER, SECRETS_INDEX, secrets_index)
     ctx.cache.add_indexer(PROVIDER, CONFIG_MAPS_INDEX, config_maps_index)
+    ctx.cache.add_indexer(PROVIDER, VCENTER_INDEX, vcenter_index)
 
     def by_index(index: str) -> MapFunc:
         def map_fn(obj: Object) -> list[Request]:
@@ -235,17 +282,31 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
         return map_fn
 
     def machine_map(obj: Object) -> list[Request]:
-        # Only deleting Providers care about machines (an inventory walk per machine event
-        # would be waste): the one(s) this machine uses get re-checked when it changes or goes.
+        # Only deleting Providers and those refusing another vCenter for their machines care
+        # about machines (an inventory walk per machine event would be waste): the one(s) this
+        # machine uses get re-checked when it changes or goes.
         ns = (obj.get("metadata") or {}).get("namespace")
         out: list[Request] = []
         for raw in ctx.cache.list(PROVIDER, ns):
-            if not (raw.get("metadata") or {}).get("deletionTimestamp"):
+            if not (raw.get("metadata") or {}).get("deletionTimestamp") and not _identity_refused(raw):
                 continue
             p = _parse(raw)
             if p is not None and machine_uses_provider(obj, p):
                 out.append(Request(p.metadata.namespace or "", p.metadata.name or ""))
         return out
+
+    def same_vcenter_map(obj: Object) -> list[Request]:
+        # A Provider that recorded a vCenter (or went): the others on it re-check VCenterUnique.
+        uuid = recorded_vcenter(obj)
+        if uuid is None:
+            return []
+        meta = obj.get("metadata") or {}
+        me = (meta.get("namespace") or "", meta.get("name"))
+        return sorted(
+            {Request(p["metadata"].get("namespace") or "", p["metadata"]["name"]) for p in ctx.cache.by_index(PROVIDER, VCENTER_INDEX, uuid)
+             if (p["metadata"].get("namespace") or "", p["metadata"]["name"]) != me},
+            key=lambda r: (r.namespace, r.name),
+        )
 
     secret_map = by_index(SECRETS_INDEX)
     config_map_map = by_index(CONFIG_MAPS_INDEX)
@@ -259,6 +320,7 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
         .for_(PROVIDER, predicates=[GenerationChangedPredicate()])
         .watches_channel(referenced(ctx.cache).changes(ctx.client, ctx.secret_resync_period), referenced_map)
         .watches(VSPHERE_MACHINE, machine_map)
+        .watches(PROVIDER, same_vcenter_map)
     )
     # A machine provisioned or deleted: re-measure its Providers' capacity a few seconds later
     # (debounced), not at the next 300 s refresh (provider.remeasure).

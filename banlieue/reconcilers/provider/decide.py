@@ -33,6 +33,23 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
   write after an upgrade). The scheduler counts VMs provisioned at or after it against the domain.
 - A vCenter that does not answer the backend's reachability probe (``Snapshot.unreachable_since``):
   ``ConnectFailed``, and the conditions' ``lastTransitionTime`` is when it stopped answering.
+- The vCenter's identity (ADR 0013): ``status.vcenter`` records the ``about`` of the vCenter the
+  endpoint reached (``Snapshot.vcenter``), kept on every path that does not reach one. When the
+  endpoint reaches a vCenter of another instance UUID while VSphereMachines use the Provider
+  (``Snapshot.users``), the change is refused: ``ProviderReachable`` and ``Ready`` False
+  ``VCenterIdentityChanged`` naming the two UUIDs and the machines (at most
+  ``USERS_IN_MESSAGE``), a Warning event, the recorded identity and the failure domains kept
+  (the machines' Connections carry the recorded UUID, so the backend refuses their calls), a
+  re-check after ``IDENTITY_RECHECK_SECONDS``. With no machine, the new identity is recorded
+  (Normal event ``VCenterChanged``) and the new inventory used.
+- Two Providers on one vCenter (``Snapshot.same_vcenter``: the other Providers whose
+  ``status.vcenter.instanceUUID`` is the observed one): ``VCenterUnique`` False
+  ``DuplicateVCenter`` on each, naming the others (by name in the same namespace, by count in
+  other namespaces: a tenant learns no other namespace's names); *decision* the oldest of them
+  (creationTimestamp, then namespace/name) stays ``Ready`` and alone takes new VMs, the others
+  are ``Ready`` False ``DuplicateVCenter`` (the scheduler places nothing there: each Provider
+  reserves capacity against its own failure domains, so two would count one cluster twice).
+  Their own machines are still managed (same vCenter). Otherwise ``VCenterUnique`` True ``Unique``.
 - Requeue (*decision*): success and config errors after ``REFRESH_SECONDS`` (capacity and
   inventory changes are not notified; Secret/ConfigMap changes are watched); connect/inventory
   errors through the rate limiter (client-go exponential back-off); paused and unsupported: none.
@@ -49,6 +66,7 @@ from banlieue.api.conditions import READY, get_condition, set_condition
 from banlieue.api.meta import Condition, ConditionStatus
 from banlieue.api.provider import (
     PROVIDER_REACHABLE,
+    VCENTER_UNIQUE,
     FailureDomainCapacity,
     FailureDomainRaw,
     Provider,
@@ -57,6 +75,7 @@ from banlieue.api.provider import (
     ProviderFailureDomainAttributes,
     ProviderStatus,
     StorageClassCapacity,
+    VCenterIdentity,
 )
 from banlieue.backends.base import (
     AuthFailed,
@@ -67,6 +86,7 @@ from banlieue.backends.base import (
     StorageClass,
     TLSVerifyFailed,
     Transient,
+    VCenterAbout,
 )
 from banlieue.reconcilers.kinds import PROVIDER_CLASS_VSPHERE
 from banlieue.reconcilers.provider.slug import label_value, unique_slugs
@@ -79,6 +99,11 @@ CAPACITY_TOLERANCE = 0.01
 """Relative capacity change below which the current number is kept."""
 MAX_MESSAGE = 1024
 """Backend messages are cut to this many characters in conditions."""
+USERS_IN_MESSAGE = 5
+"""How many machine names the ``VCenterIdentityChanged`` message lists."""
+IDENTITY_RECHECK_SECONDS = 60.0
+"""Re-check of a Provider whose endpoint reaches another vCenter (the machines' deletions and
+endpoint edits also trigger one)."""
 
 Stage = Literal["config", "connect", "inventory"]
 
@@ -92,6 +117,16 @@ class Failure:
     stage: Stage
     reason: str
     message: str
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Another Provider that reaches the same vCenter: ``namespace``, ``name``, ``created``
+    (its creationTimestamp; None sorts last)."""
+
+    namespace: str
+    name: str
+    created: datetime | None
 
 
 @dataclass(frozen=True)
@@ -110,6 +145,13 @@ class Snapshot:
     unreachable_since: datetime | None = None
     """When the vCenter stopped answering (the backend's reachability probe), if it did: the
     ``lastTransitionTime`` of the conditions it turns False, instead of ``now``."""
+    vcenter: VCenterAbout | None = None
+    """Who answered on the endpoint (``backend.about``), when login worked."""
+    users: tuple[str, ...] = ()
+    """Sorted names of the VSphereMachines that use the Provider; gathered only when ``vcenter``
+    differs from the recorded ``status.vcenter`` (empty otherwise)."""
+    same_vcenter: tuple[Peer, ...] = ()
+    """The other Providers whose ``status.vcenter.instanceUUID`` is ``vcenter``'s."""
 
 
 @dataclass(frozen=True)
@@ -271,17 +313,24 @@ def _conditions(
 
 
 def _events(current: Sequence[Condition] | None, new: Sequence[Condition]) -> tuple[EventSpec, ...]:
+    out: list[EventSpec] = []
     old, cur = get_condition(current, READY), get_condition(new, READY)
-    if cur is None or (old is not None and old.status == cur.status and old.reason == cur.reason):
-        return ()
-    kind: Literal["Normal", "Warning"] = "Normal" if cur.status is ConditionStatus.TRUE or cur.reason == R.PAUSED else "Warning"
-    return (EventSpec(kind, cur.reason, cur.message),)
+    if cur is not None and (old is None or old.status != cur.status or old.reason != cur.reason):
+        kind: Literal["Normal", "Warning"] = "Normal" if cur.status is ConditionStatus.TRUE or cur.reason == R.PAUSED else "Warning"
+        out.append(EventSpec(kind, cur.reason, cur.message))
+    # A duplicate vCenter is worth a Warning on the Provider that keeps placing too.
+    old_u, cur_u = get_condition(current, VCENTER_UNIQUE), get_condition(new, VCENTER_UNIQUE)
+    if (cur_u is not None and cur_u.status is ConditionStatus.FALSE and (old_u is None or old_u.status != cur_u.status)
+            and not any(e.reason == cur_u.reason for e in out)):
+        out.append(EventSpec("Warning", cur_u.reason, cur_u.message))
+    return tuple(out)
 
 
-def _plan(snap: Snapshot, status: ProviderStatus, requeue: bool = False, requeue_after: float | None = None) -> Plan:
+def _plan(snap: Snapshot, status: ProviderStatus, requeue: bool = False, requeue_after: float | None = None,
+          extra: tuple[EventSpec, ...] = ()) -> Plan:
     current = snap.provider.status or ProviderStatus()
     write = status.to_wire() != current.to_wire()
-    events = _events(current.conditions, status.conditions or [])
+    events = _events(current.conditions, status.conditions or []) + extra
     return Plan(status=status, write_status=write, events=events, requeue=requeue, requeue_after=requeue_after)
 
 
@@ -299,7 +348,7 @@ def decide(snap: Snapshot) -> Plan:
         conds = _conditions(
             current.conditions, gen, snap.now, (unknown, UNSUPPORTED_PROVIDER_CLASS, msg), (false, UNSUPPORTED_PROVIDER_CLASS, msg)
         )
-        return _plan(snap, ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen))
+        return _plan(snap, ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen, vcenter=current.vcenter))
 
     if p.spec.paused:
         msg = "reconciliation paused (spec.paused): status and failure domains are the last observed"
@@ -312,7 +361,7 @@ def decide(snap: Snapshot) -> Plan:
             (old_r.status if old_r else unknown, R.PAUSED, msg),
             (old_ready.status if old_ready else unknown, R.PAUSED, msg),
         )
-        return _plan(snap, ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen))
+        return _plan(snap, ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen, vcenter=current.vcenter))
 
     if snap.failure is not None or snap.inventory is None:
         failure = snap.failure or Failure("connect", "Unknown", "no inventory was observed")
@@ -324,26 +373,91 @@ def decide(snap: Snapshot) -> Plan:
         # A hung vCenter's conditions change when it stopped answering, not when this noticed.
         when = min(snap.unreachable_since, snap.now) if snap.unreachable_since is not None else snap.now
         conds = _conditions(current.conditions, gen, when, reachable, (false, reason, msg))
-        status = ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen)
+        status = ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen, vcenter=current.vcenter)
         if failure.stage == "config":
             return _plan(snap, status, requeue_after=REFRESH_SECONDS)
         return _plan(snap, status, requeue=True)
 
+    recorded = current.vcenter
+    observed = snap.vcenter
+    if recorded is not None and observed is not None and observed.instance_uuid != recorded.instance_uuid and snap.users:
+        msg = _identity_changed_message(p, recorded.instance_uuid, observed.instance_uuid, snap.users)
+        when = snap.now
+        conds = _conditions(current.conditions, gen, when, (false, R.VCENTER_IDENTITY_CHANGED, msg),
+                            (false, R.VCENTER_IDENTITY_CHANGED, msg))
+        status = ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen, vcenter=recorded)
+        return _plan(snap, status, requeue_after=IDENTITY_RECHECK_SECONDS)
+    vcenter = recorded
+    extra: tuple[EventSpec, ...] = ()
+    if observed is not None:
+        vcenter = VCenterIdentity(instance_uuid=observed.instance_uuid, version=observed.version or None,
+                                  api_type=observed.api_type or None)
+        if recorded is not None and recorded.instance_uuid != observed.instance_uuid:
+            extra = (EventSpec("Normal", "VCenterChanged",
+                               f"{p.spec.connection.endpoint} reaches vCenter {observed.instance_uuid} (was "
+                               f"{recorded.instance_uuid}); no VSphereMachine used this Provider: recorded the new one"),)
+
     domains = failure_domains_of(p, snap.inventory, snap.now)
     version = snap.api_version or snap.inventory.api_version
     reach_msg = f"connected to {p.spec.connection.endpoint} (vSphere API {version})"
+    conds = list(current.conditions or [])
+    duplicate_of: str | None = None
+    if vcenter is not None and observed is not None:
+        conds, duplicate_of = _uniqueness(snap, conds, vcenter.instance_uuid, gen)
     if not domains:
         msg = "the vCenter has no datacenter with a compute cluster (ClusterComputeResource): nothing to place VMs on"
-        conds = _conditions(current.conditions, gen, snap.now, (true, R.RECONCILED, reach_msg), (false, R.INVENTORY_FAILED, msg))
-        return _plan(snap, ProviderStatus(failure_domains=[], conditions=conds, observed_generation=gen), requeue_after=REFRESH_SECONDS)
+        conds = _conditions(conds, gen, snap.now, (true, R.RECONCILED, reach_msg), (false, R.INVENTORY_FAILED, msg))
+        return _plan(snap, ProviderStatus(failure_domains=[], conditions=conds, observed_generation=gen, vcenter=vcenter),
+                     requeue_after=REFRESH_SECONDS, extra=extra)
 
-    ready_msg = f"{len(domains)} failure domain(s)"
-    missing = _unverified_classes(p, domains)
-    if missing:
-        ready_msg += f"; not available in any failure domain: {', '.join(missing)}"
-    conds = _conditions(current.conditions, gen, snap.now, (true, R.RECONCILED, reach_msg), (true, R.RECONCILED, ready_msg))
-    status = ProviderStatus(failure_domains=domains, conditions=conds, observed_generation=gen)
-    return _plan(snap, status, requeue_after=REFRESH_SECONDS)
+    ready: tuple[ConditionStatus, str, str]
+    if duplicate_of is not None:
+        ready = (false, R.DUPLICATE_VCENTER, duplicate_of)
+    else:
+        ready_msg = f"{len(domains)} failure domain(s)"
+        missing = _unverified_classes(p, domains)
+        if missing:
+            ready_msg += f"; not available in any failure domain: {', '.join(missing)}"
+        ready = (true, R.RECONCILED, ready_msg)
+    conds = _conditions(conds, gen, snap.now, (true, R.RECONCILED, reach_msg), ready)
+    status = ProviderStatus(failure_domains=domains, conditions=conds, observed_generation=gen, vcenter=vcenter)
+    return _plan(snap, status, requeue_after=REFRESH_SECONDS, extra=extra)
+
+
+def _identity_changed_message(p: Provider, recorded: str, observed: str, users: Sequence[str]) -> str:
+    shown = ", ".join(users[:USERS_IN_MESSAGE]) + (", ..." if len(users) > USERS_IN_MESSAGE else "")
+    return (
+        f"spec.connection.endpoint {p.spec.connection.endpoint} reaches vCenter {observed}, but the VMs of "
+        f"{len(users)} VSphereMachine(s) ({shown}) live in vCenter {recorded} (status.vcenter.instanceUUID): "
+        "nothing is placed, changed or destroyed through this Provider until the endpoint reaches that "
+        "vCenter again (revert spec.connection)"
+    )
+
+
+def _peer_key(namespace: str, name: str, created: datetime | None) -> tuple[int, datetime | None, str, str]:
+    # None sorts last; datetimes compare among themselves only.
+    return (1, None, namespace, name) if created is None else (0, created, namespace, name)
+
+
+def _uniqueness(snap: Snapshot, conds: list[Condition], instance_uuid: str, gen: int | None) -> tuple[list[Condition], str | None]:
+    """``VCenterUnique`` for ``snap.same_vcenter`` (module docstring), and the ``Ready`` message
+    when this Provider is a duplicate that must not place (None when it may)."""
+    p = snap.provider
+    ns = p.metadata.namespace or ""
+    if not snap.same_vcenter:
+        msg = f"no other Provider reaches vCenter {instance_uuid}"
+        return set_condition(conds, VCENTER_UNIQUE, ConditionStatus.TRUE, R.UNIQUE, msg, gen, snap.now), None
+    local = sorted(peer.name for peer in snap.same_vcenter if peer.namespace == ns)
+    remote = sum(1 for peer in snap.same_vcenter if peer.namespace != ns)
+    named = [f"Provider {n}" for n in local] + ([f"{remote} Provider(s) in other namespaces"] if remote else [])
+    oldest = min([*snap.same_vcenter, Peer(ns, p.metadata.name or "", p.metadata.creation_timestamp)],
+                 key=lambda peer: _peer_key(peer.namespace, peer.name, peer.created))
+    first = oldest.namespace == ns and oldest.name == p.metadata.name
+    who = "this one" if first else (f"Provider {oldest.name}" if oldest.namespace == ns else "one in another namespace")
+    msg = (f"{', '.join(named)} also reach vCenter {instance_uuid} (same instance UUID): only the oldest of them "
+           f"({who}) takes new VMs, so the vCenter's capacity is not counted twice")
+    conds = set_condition(conds, VCENTER_UNIQUE, ConditionStatus.FALSE, R.DUPLICATE_VCENTER, msg, gen, snap.now)
+    return conds, None if first else msg
 
 
 def _unverified_classes(p: Provider, domains: Sequence[ProviderFailureDomain]) -> list[str]:

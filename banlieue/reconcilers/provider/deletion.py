@@ -89,7 +89,8 @@ def decide_deletion(provider: Provider, users: Sequence[str], now: datetime) -> 
     else:
         message = "no VSphereMachine uses this Provider: removing it"
     conds = set_condition(current.conditions, READY, False, ProviderConditionReason.DELETING, message, gen, now)
-    status = ProviderStatus(failure_domains=current.failure_domains, conditions=conds, observed_generation=gen)
+    status = ProviderStatus(failure_domains=current.failure_domains, conditions=conds, observed_generation=gen,
+                            vcenter=current.vcenter)
     write = status.to_wire() != current.to_wire()
     old = get_condition(current.conditions, READY)
     events: tuple[DeletionEvent, ...] = ()

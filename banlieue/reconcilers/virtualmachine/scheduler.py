@@ -12,8 +12,9 @@ Filters, in order (a candidate is one failure domain of one Provider of the VM's
    (absent: every Provider) -> ``NoProviderMatched``.
 2. Image: a ``VMImage.status.perProvider[]`` row for (providerName, providerNamespace) with
    ``ready: true``, on a Provider whose ``ProviderReachable`` is not False (a vCenter that stopped
-   answering takes no new VM at once, before the VMImage row follows its ``Ready``)
-   -> ``ImageNotReady``.
+   answering takes no new VM at once, before the VMImage row follows its ``Ready``) and that is
+   not ``Ready`` False ``DuplicateVCenter`` (another, older Provider reaches the same vCenter and
+   places there: ADR 0013) -> ``ImageNotReady``.
 3. Failure domain: labels match ``placement.failureDomainSelector`` (absent: all); the class's
    storage classes ⊆ ``availableStorageClasses``, network classes ⊆ ``availableNetworkClasses``,
    class features ⊆ domain features ∪ Provider ``spec.capabilities.features``
@@ -75,9 +76,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from banlieue.api.conditions import get_condition
+from banlieue.api.conditions import READY, get_condition
 from banlieue.api.meta import ConditionStatus, LabelSelector
-from banlieue.api.provider import PROVIDER_REACHABLE, Provider, ProviderFailureDomain
+from banlieue.api.provider import PROVIDER_REACHABLE, Provider, ProviderConditionReason, ProviderFailureDomain
 from banlieue.api.virtualmachine import (
     AntiAffinityMode,
     AntiAffinityTerm,
@@ -208,9 +209,13 @@ def image_ready_on(image: VMImage, provider: Provider) -> tuple[bool, str]:
     """Whether the image's ``status.perProvider[]`` row for this Provider is ready and the
     Provider's vCenter answers (``ProviderReachable`` not False); why not otherwise."""
     name, namespace = provider.metadata.name, provider.metadata.namespace
-    reachable = get_condition(provider.status.conditions if provider.status else None, PROVIDER_REACHABLE)
+    conditions = provider.status.conditions if provider.status else None
+    reachable = get_condition(conditions, PROVIDER_REACHABLE)
     if reachable is not None and reachable.status is ConditionStatus.FALSE:
         return False, f"vCenter not reachable: {reachable.message}".rstrip(": ")
+    ready = get_condition(conditions, READY)
+    if ready is not None and ready.status is ConditionStatus.FALSE and ready.reason == ProviderConditionReason.DUPLICATE_VCENTER:
+        return False, f"{ready.reason}: {ready.message}"
     for row in (image.status.per_provider if image.status else None) or ():
         if row.provider_name == name and row.provider_namespace == namespace:
             if row.ready:

@@ -17,6 +17,9 @@ introduced here:
 - ``VMNotFound``: the VM was provisioned (``status.instanceUUID`` known) but is gone from vCenter:
   reported with a Warning event, never silently re-created (delete the object to recover).
 - ``PoweringOff``: a soft power-off (``powerOffMode`` soft/trySoft) is still waiting for the guest.
+- ``VCenterIdentityChanged`` (borrowed from the Provider): the Provider's endpoint reaches another
+  vCenter than the one its ``status.vcenter`` records; nothing was sent (ADR 0013). A deleting
+  machine keeps its finalizer (``Deleting`` naming it) until the endpoint is right again.
 
 Paused (``Cluster.spec.paused`` or the ``cluster.x-k8s.io/paused`` annotation on the machine or
 its Cluster): ``Paused`` True and nothing else happens, deletion included; a ``Ready`` True
@@ -93,7 +96,15 @@ from banlieue.api.infrastructure import (
 from banlieue.api.meta import ConditionStatus, Initialization, MachineAddress, MachineAddressType
 from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import PowerState
-from banlieue.backends.base import AuthFailed, InvalidSpec, TLSVerifyFailed, Transient, VMInfo, VMSpec
+from banlieue.backends.base import (
+    AuthFailed,
+    InvalidSpec,
+    TLSVerifyFailed,
+    Transient,
+    VCenterIdentityChanged,
+    VMInfo,
+    VMSpec,
+)
 from banlieue.backends.base import PowerOffMode as OffMode
 from banlieue.backends.base import PowerState as PowerStateName
 from banlieue.reconcilers.kinds import (
@@ -129,7 +140,7 @@ R = VSphereMachineReason
 
 WARNING_REASONS = frozenset(
     {R.TEMPLATE_NOT_FOUND, R.INVALID_SPEC, R.CLONE_FAILED, R.VM_NOT_FOUND, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED,
-     R.SECRET_MISSING, R.SECRET_INVALID, R.PROVIDER_NOT_FOUND, R.FAILURE_DOMAIN_NOT_FOUND}
+     R.SECRET_MISSING, R.SECRET_INVALID, R.PROVIDER_NOT_FOUND, R.FAILURE_DOMAIN_NOT_FOUND, R.VCENTER_IDENTITY_CHANGED}
 )
 RETRY_SECONDS = 60.0
 """Re-check interval for conditions nothing notifies about (template created, vCenter back)."""
@@ -347,6 +358,8 @@ def _events(before: VSphereMachineStatus | None, after: VSphereMachineStatus | N
 def _failure_reason(failure: Failure) -> str:
     # failure.reason is BackendError.reason: the taxonomy class's name, or a more specific word
     # the vSphere backend gives (``TemplateNotFound``, ``TaskTimeout``...).
+    if failure.reason == VCenterIdentityChanged.reason:
+        return R.VCENTER_IDENTITY_CHANGED  # the endpoint reaches another vCenter (ADR 0013)
     if failure.reason == AuthFailed.reason or failure.step == "connect":
         return R.CONNECT_FAILED
     if failure.reason == TLSVerifyFailed.reason:

@@ -273,7 +273,7 @@ class VMWatch:
         """How many Provider events woke the watcher (coalesced: one per pending re-evaluation)."""
         self._queue: asyncio.Queue[VMChange | str | object] | None = None
         self._wake_pending = False
-        self._watched: dict[tuple[str, str, str], str] = {}
+        self._watched: dict[tuple[str, ...], str] = {}
 
     @property
     def watched(self) -> frozenset[str]:
@@ -298,8 +298,8 @@ class VMWatch:
                 # Only a first read here (max_age inf): changes come from the store's resync.
                 await referenced(self.cache).fetch_provider(self.client, provider, max_age=math.inf)
 
-    def _connections(self) -> dict[tuple[str, str, str], Connection]:
-        out: dict[tuple[str, str, str], Connection] = {}
+    def _connections(self) -> dict[tuple[str, ...], Connection]:
+        out: dict[tuple[str, ...], Connection] = {}
         for raw in self.cache.list(PROVIDER, self.namespace):
             provider = parse_provider(raw)
             if provider is None:
@@ -308,7 +308,9 @@ class VMWatch:
                 conn = connection_for(provider, self.cache)
             except ConnectionConfigError:
                 continue  # the reconcilers report it; nothing to watch yet
-            out[conn.session_key] = conn
+            # The recorded vCenter is part of the key: a watch refused for an endpoint that reached
+            # another vCenter starts again with the Connection of the identity recorded since.
+            out[(*conn.session_key, conn.vcenter_instance_uuid or "")] = conn
         return out
 
     async def _pump(self, conn: Connection, queue: asyncio.Queue[VMChange | str | object]) -> None:
@@ -328,7 +330,7 @@ class VMWatch:
                 log.exception("vcenter watch crashed, restarting", provider=conn.provider)
             await asyncio.sleep(WATCH_RESTART_SECONDS)
 
-    def _sync_watches(self, tasks: dict[tuple[str, str, str], asyncio.Task[None]],
+    def _sync_watches(self, tasks: dict[tuple[str, ...], asyncio.Task[None]],
                       queue: asyncio.Queue[VMChange | str | object]) -> None:
         """Start a watch per wanted connection, cancel those no Provider wants any more."""
         wanted = self._connections()
@@ -347,7 +349,7 @@ class VMWatch:
         self._queue = queue
         if self.providers is not None:
             self.providers.add_event_handler(ProviderWake(self.wake))
-        tasks: dict[tuple[str, str, str], asyncio.Task[None]] = {}
+        tasks: dict[tuple[str, ...], asyncio.Task[None]] = {}
         loop = asyncio.get_running_loop()
         notifier = self.backend if isinstance(self.backend, ReconnectNotifier) else None
         unsubscribe: Callable[[], None] = lambda: None  # noqa: E731

@@ -21,12 +21,14 @@ from banlieue.backends.base import (
     TaskFailed,
     TLSVerifyFailed,
     Transient,
+    VCenterAbout,
     taxonomy,
 )
 from banlieue.reconcilers.provider.decide import (
     REFRESH_SECONDS,
     UNSUPPORTED_PROVIDER_CLASS,
     Failure,
+    Peer,
     Snapshot,
     capabilities_of,
     decide,
@@ -309,3 +311,72 @@ def test_hung_vcenter_conditions_change_when_it_stopped_answering() -> None:
         assert c is not None and c.status is ConditionStatus.FALSE and c.reason == R.CONNECT_FAILED
         assert c.last_transition_time == silent.replace(microsecond=0)
     assert plan.requeue
+
+
+# --- the vCenter's identity (ADR 0013) ---------------------------------------------------------
+
+VC_A = VCenterAbout("aaaaaaaa-0000-4000-8000-000000000001", "8.0.2", "VirtualCenter", "8.0")
+VC_B = VCenterAbout("bbbbbbbb-0000-4000-8000-000000000002", "8.0.2", "VirtualCenter", "8.0")
+
+
+def on_vcenter(about: VCenterAbout) -> Provider:
+    """A Provider whose status records ``about`` (a reconcile of INVENTORY there)."""
+    plan = decide(Snapshot(provider(), NOW, inventory=INVENTORY, api_version="8.0", vcenter=about))
+    return provider(status=plan.status.to_wire())
+
+
+def test_first_connection_records_the_vcenter() -> None:
+    plan = decide(Snapshot(provider(), NOW, inventory=INVENTORY, api_version="8.0", vcenter=VC_A))
+    assert plan.status.vcenter is not None
+    assert plan.status.to_wire()["vcenter"] == {"instanceUUID": VC_A.instance_uuid, "version": "8.0.2", "apiType": "VirtualCenter"}
+    assert cond(plan.status, "VCenterUnique")[:2] == (ConditionStatus.TRUE, R.UNIQUE)
+
+
+def test_another_vcenter_with_machines_is_refused_and_keeps_what_was_recorded() -> None:
+    p = on_vcenter(VC_A)
+    other = Inventory((fd("X", "Y"),), "8.0")
+    users = tuple(f"m{i}" for i in range(7))
+    plan = decide(Snapshot(p, LATER, inventory=other, api_version="8.0", vcenter=VC_B, users=users))
+    status, reason, message = cond(plan.status, READY)
+    assert (status, reason) == (ConditionStatus.FALSE, R.VCENTER_IDENTITY_CHANGED)
+    assert cond(plan.status, PROVIDER_REACHABLE)[:2] == (ConditionStatus.FALSE, R.VCENTER_IDENTITY_CHANGED)
+    assert VC_A.instance_uuid in message and VC_B.instance_uuid in message and "7 VSphereMachine(s)" in message
+    assert "m0, m1, m2, m3, m4, ..." in message and "m5" not in message  # capped
+    assert plan.status.vcenter is not None and plan.status.vcenter.instance_uuid == VC_A.instance_uuid
+    assert p.status is not None and plan.status.failure_domains == p.status.failure_domains  # not the other vCenter's
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", R.VCENTER_IDENTITY_CHANGED)]
+    assert plan.requeue_after is not None
+
+
+def test_another_vcenter_without_machines_is_recorded_with_an_event() -> None:
+    plan = decide(Snapshot(on_vcenter(VC_A), LATER, inventory=INVENTORY, api_version="8.0", vcenter=VC_B))
+    assert plan.status.vcenter is not None and plan.status.vcenter.instance_uuid == VC_B.instance_uuid
+    assert cond(plan.status, READY)[:2] == (ConditionStatus.TRUE, R.RECONCILED)
+    assert [e.reason for e in plan.events] == ["VCenterChanged"]
+
+
+@pytest.mark.parametrize("failure", [Failure("connect", "Transient", "down"), Failure("config", R.SECRET_MISSING, "gone")])
+def test_failures_and_pause_keep_the_recorded_vcenter(failure: Failure) -> None:
+    p = on_vcenter(VC_A)
+    for snap in (Snapshot(p, LATER, failure=failure), Snapshot(provider(status=p.status.to_wire() if p.status else None, paused=True), LATER)):
+        plan = decide(snap)
+        assert plan.status.vcenter is not None and plan.status.vcenter.instance_uuid == VC_A.instance_uuid
+
+
+def test_duplicates_are_flagged_and_only_the_oldest_places() -> None:
+    p = on_vcenter(VC_A)
+    older = Peer("ns", "vc0", NOW - timedelta(days=1))
+    remote = Peer("other-ns", "theirs", NOW + timedelta(days=1))
+    plan = decide(Snapshot(p, LATER, inventory=INVENTORY, api_version="8.0", vcenter=VC_A, same_vcenter=(older, remote)))
+    status, reason, message = cond(plan.status, "VCenterUnique")
+    assert (status, reason) == (ConditionStatus.FALSE, R.DUPLICATE_VCENTER)
+    assert "Provider vc0" in message and "1 Provider(s) in other namespaces" in message and "theirs" not in message
+    assert cond(plan.status, READY)[:2] == (ConditionStatus.FALSE, R.DUPLICATE_VCENTER)
+    assert cond(plan.status, PROVIDER_REACHABLE)[0] == ConditionStatus.TRUE
+    # The oldest one keeps placing; flagged with a Warning too.
+    first = provider(status=p.status.to_wire() if p.status else None)
+    first.metadata.creation_timestamp = NOW - timedelta(days=2)
+    plan = decide(Snapshot(first, LATER, inventory=INVENTORY, api_version="8.0", vcenter=VC_A, same_vcenter=(older,)))
+    assert cond(plan.status, READY)[:2] == (ConditionStatus.TRUE, R.RECONCILED)
+    assert cond(plan.status, "VCenterUnique")[:2] == (ConditionStatus.FALSE, R.DUPLICATE_VCENTER)
+    assert ("Warning", R.DUPLICATE_VCENTER) in [(e.type, e.reason) for e in plan.events]
