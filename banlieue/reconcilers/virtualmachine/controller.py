@@ -48,6 +48,12 @@ from banlieue.reconcilers.kinds import (
 from banlieue.reconcilers.parsed import ParsedCache
 from banlieue.reconcilers.read_your_writes import ReadYourWrites
 from banlieue.reconcilers.virtualmachine.decide import Plan, Snapshot, current_placement, decide
+from banlieue.reconcilers.virtualmachine.machine_totals import (
+    MachineReservations,
+    owned_by_virtual_machine,
+    standalone_changed,
+    with_machines,
+)
 from banlieue.reconcilers.virtualmachine.placement_totals import PlacementTotals
 from banlieue.reconcilers.virtualmachine.scheduler import (
     PeerPlacement,
@@ -168,6 +174,9 @@ class VirtualMachineReconciler:
         self.totals = PlacementTotals()
         """Peer sums per namespace, fed by the VirtualMachine informer (``setup``) and by this
         process's placements (``reconcile`` assumes them until the informer shows them)."""
+        self.machine_totals = MachineReservations()
+        """What the VSphereMachines no VirtualMachine owns (direct, CAPI) reserve per domain, fed
+        by the VSphereMachine informer (``setup``): added to the peers' reservations."""
         self._peer_memo: dict[str, tuple[str, _PeerFields, PeerPlacement | None]] = {}
         """Per VM key: (resourceVersion, what anti-affinity reads, the peer as placed), see ``_peers``."""
 
@@ -246,8 +255,10 @@ class VirtualMachineReconciler:
             if current is None or current_problem(SchedulingInput(vm, vm_class, image, providers, (), current)):
                 peers = self._peers(request.namespace, request.name,
                                     bool(vm.spec.placement and vm.spec.placement.anti_affinity))
-                totals = self.totals.peer_totals(request.namespace, key, self._class_size,
-                                                 capacity_report_times(providers), self._class_shape)
+                totals = with_machines(
+                    self.totals.peer_totals(request.namespace, key, self._class_size,
+                                            capacity_report_times(providers), self._class_shape),
+                    self.machine_totals.reserved(request.namespace, providers))
         # Existing names only for a not-found message (a typo hint): no list on the steady path.
         class_names = () if vm_class is not None else _names(cache.list(VM_CLASS))
         image_names = () if image is not None or vm_class is None else _names(cache.list(VM_IMAGE))
@@ -398,6 +409,15 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
     # The informer calls handlers inline, so the sums include an event before any reconcile it
     # enqueues runs; the initial list reaches them before the informer reports synced.
     mgr.get_informer(VIRTUAL_MACHINE).add_event_handler(reconciler.totals)
+    mgr.get_informer(VSPHERE_MACHINE).add_event_handler(reconciler.machine_totals)
+
+    def refused_after_machine(obj: Object) -> list[Request]:
+        # A machine no VirtualMachine owns went or moved: the room it held may fit a refused VM.
+        if owned_by_virtual_machine(obj):
+            return []
+        ns = str(obj["metadata"].get("namespace", ""))
+        return vms([o for o in cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, ns) if _refused_for_peers(o)])
+
     return (
         ControllerBuilder(mgr)
         .named("virtualmachine")
@@ -407,6 +427,7 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
         .watches(VM_IMAGE, by_image)
         .watches(PROVIDER, by_provider)
         .watches(VIRTUAL_MACHINE, peers_of, predicates=[Funcs(create=lambda _o: False, update=_placement_freed)])
+        .watches(VSPHERE_MACHINE, refused_after_machine, predicates=[Funcs(create=lambda _o: False, update=standalone_changed)])
         .with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles)
         .complete(reconciler)
     )

@@ -23,8 +23,8 @@ Filters, in order (a candidate is one failure domain of one Provider of the VM's
    firmware feature (``bios``/``efi``/``efi-secure``, as the vSphere inventory detects them); a
    domain reporting none is not filtered on firmware -> ``FirmwareUnsupported``.
 5. Capacity, reservation first (issue 21; docs/concepts.md "How capacity is counted"): the
-   domain's ``memoryTotalMiB`` minus the configured memory of every peer placed there >= class
-   memory, and per datastore (``capacity.storageClasses[].datastore``, shared by the domains that
+   domain's ``memoryTotalMiB`` minus the configured memory of every peer placed there (and of
+   every VSphereMachine no VirtualMachine owns: ``machine_totals``) >= class memory, and per datastore (``capacity.storageClasses[].datastore``, shared by the domains that
    store onto it, so counted once) its ``totalGiB`` minus the disks placed on it from any domain
    of the Provider >= the class's disks there (``reservation_shortfall``); then, as a guard,
    capacity (free, as the Provider reports it, minus what the peers placed on the domain that the

@@ -523,3 +523,29 @@ async def test_watch_filter_leaves_unlabelled_vms_alone_even_through_map_functio
         assert not plain.get("status") and not plain["metadata"].get("finalizers")
         with pytest.raises(NotFound):
             await env.get_vsm("plain-1")
+
+
+async def test_machines_no_vm_owns_count_toward_the_reservation(apiserver: Any) -> None:
+    """Issue 21: a VSphereMachine created directly or by Cluster API (no VirtualMachine owns it)
+    reserves its memory in its domain like a VM the scheduler placed; its deletion frees the room
+    for a VM refused for capacity at once."""
+    async with running_controllers(apiserver) as env:
+        domains = [fd("vc-a-dc0-c0", "c0"), fd("vc-a-dc0-c1", "c1")]
+        for d in domains:
+            d["attributes"]["capacity"]["memoryTotalMiB"] = 8192  # free figures say 65536: not the binding guard
+        await env.provider("vc-a", domains)
+        await env.image_ready(["vc-a"])
+        base = {"apiVersion": VSPHERE_MACHINE.api_version, "kind": "VSphereMachine"}
+        # CAPI-like: the domain by name; direct: providerRef with raw datacenter and cluster.
+        await env.client.create(VSPHERE_MACHINE, {**base, "metadata": {"name": "capi-0", "namespace": env.namespace},
+                                                  "spec": {"template": "t", "memoryMiB": 6144, "failureDomain": "vc-a-dc0-c0"}})
+        await env.client.create(VSPHERE_MACHINE, {**base, "metadata": {"name": "direct-0", "namespace": env.namespace},
+                                                  "spec": {"template": "t", "memoryMiB": 6144, "providerRef": {"name": "vc-a"},
+                                                           "datacenter": "DC0", "cluster": "C1"}})
+        await asyncio.sleep(0.5)  # the informer has them
+        await env.vm("late")  # class small: 4096 MiB; 2048 left in each domain
+        refused = await eventually(lambda: _is(env, "late", "Scheduled", "False", "InsufficientCapacity"))
+        assert "not reserved by the VMs placed here" in refused["message"], refused
+        await env.client.delete(VSPHERE_MACHINE, "capi-0", env.namespace)
+        vsm = await eventually(lambda: env.get_vsm("late"))
+        assert vsm["spec"]["failureDomain"] == "vc-a-dc0-c0"

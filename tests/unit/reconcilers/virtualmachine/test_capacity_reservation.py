@@ -19,8 +19,14 @@ from reconciler_objects import NS, image, provider, vm_class
 from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import VirtualMachine, VirtualMachineReason
 from banlieue.api.vmclass import VMClass
+from banlieue.reconcilers.virtualmachine.machine_totals import MachineReservations, with_machines
 from banlieue.reconcilers.virtualmachine.placement_totals import PlacementTotals
-from banlieue.reconcilers.virtualmachine.scheduler import SchedulingInput, class_storage_by_class, schedule
+from banlieue.reconcilers.virtualmachine.scheduler import (
+    Reserved,
+    SchedulingInput,
+    class_storage_by_class,
+    schedule,
+)
 
 BIG = 10**9
 """vSphere's free figures in these tests: never the binding guard, so the reservation must be."""
@@ -163,3 +169,127 @@ def test_configured_memory_counts_not_vsphere_usage() -> None:
     assert place(totals, [one], "m1", "medium") == ("a", "a-dc0-c0")
     assert place(totals, [one], "m2", "medium") == ("a", "a-dc0-c0")
     assert place(totals, [one], "m3", "medium") == VirtualMachineReason.INSUFFICIENT_CAPACITY
+
+
+# --- VSphereMachines no VirtualMachine owns (created directly or by Cluster API) ----------------
+
+def machine_obj(name: str, mem: int, disks: list[dict[str, Any]], *, fd: str | None = None, status_fd: str | None = None,
+                raw: tuple[str, str] | None = None, owner: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"template": "t", "memoryMiB": mem, "disks": disks}
+    if fd is not None:
+        spec["failureDomain"] = fd
+    if raw is not None:
+        spec.update(providerRef={"name": "a"}, datacenter=raw[0], cluster=raw[1])
+    meta: dict[str, Any] = {"name": name, "namespace": NS}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "name": name,
+                                    "uid": "u", "controller": True}]
+    obj: dict[str, Any] = {"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachine", "metadata": meta, "spec": spec}
+    if status_fd is not None:
+        obj["status"] = {"failureDomain": status_fd}
+    return obj
+
+
+def place_with_machines(totals: PlacementTotals, machines: MachineReservations, providers: list[Provider], name: str,
+                        cls: str) -> tuple[str, str] | str:
+    """``place`` as the controller does it since machines count: their reservations added."""
+    key = f"{NS}/{name}"
+    totals.observe(key, vm_obj(name, cls))
+    vm = VirtualMachine.from_wire(vm_obj(name, cls))
+    peer_totals = with_machines(totals.peer_totals(NS, key, class_size, {}, class_shape), machines.reserved(NS, providers))
+    decision = schedule(SchedulingInput(vm, CLASSES[cls], image({"a": True}), tuple(providers), totals=peer_totals))
+    if decision.placement is None:
+        return decision.reason or ""
+    where = (decision.placement.provider_name, decision.placement.failure_domain)
+    totals.observe(key, vm_obj(name, cls, where))
+    return where
+
+
+def test_machines_created_directly_or_by_capi_count_toward_the_reservation() -> None:
+    # One 8192 MiB domain on a 10,000 GiB datastore: a CAPI machine (domain chosen in its status)
+    # of 4096 MiB and a direct one (providerRef + raw datacenter/cluster, a raw datastore disk) of
+    # 2048 MiB leave 2048 MiB: a medium VM (4096) no longer fits; a small one (1024) does.
+    one = provider("a", [domain("a-dc0-c0", "dc0", "c0", 8192, {"standard": ("DC0/shared", 10_000)})])
+    totals, machines = PlacementTotals(), MachineReservations()
+    machines.observe(f"{NS}/capi-0", machine_obj("capi-0", 4096, [{"name": "os", "sizeGiB": 9000, "storageClass": "standard"}],
+                                                 status_fd="a-dc0-c0"))
+    machines.observe(f"{NS}/direct-0", machine_obj("direct-0", 2048, [{"name": "os", "sizeGiB": 900, "datastore": "shared"}],
+                                                   raw=("DC0", "C0")))
+    # A machine a VirtualMachine owns is counted through its VM, never here.
+    machines.observe(f"{NS}/owned", machine_obj("owned", 8192, [], fd="a-dc0-c0", owner=True))
+    held = machines.reserved(NS, [one])
+    assert held == {("a", "a-dc0-c0"): Reserved(6144, {"standard": 9900})}
+    assert place_with_machines(totals, machines, [one], "m1", "medium") == VirtualMachineReason.INSUFFICIENT_CAPACITY
+    # Storage too: 9900 of 10,000 GiB held, a small VM's 20 GiB fits, a medium's 70 does not.
+    assert place_with_machines(totals, machines, [one], "s1", "small") == ("a", "a-dc0-c0")
+    # The CAPI machine goes: its room is reused at once.
+    machines.forget(f"{NS}/capi-0")
+    machines.observe(f"{NS}/capi-0", machine_obj("capi-0", 4096, [], status_fd="a-dc0-c0"))  # relisted: no double count
+    machines.forget(f"{NS}/capi-0")
+    assert place_with_machines(totals, machines, [one], "m2", "medium") == ("a", "a-dc0-c0")
+
+
+MACHINE_OPS = st.lists(st.one_of(
+    st.tuples(st.just("create"), st.sampled_from(sorted(CLASSES))),
+    st.tuples(st.just("delete"), st.integers(0, 40)),
+    st.tuples(st.just("machine"), st.tuples(st.sampled_from([d.name for d in PROVIDER.status.failure_domains or []]),  # type: ignore[union-attr]
+                                            st.integers(0, 6144), st.integers(0, 200), st.booleans())),
+), max_size=40)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(MACHINE_OPS)
+def test_vms_never_overcommit_a_domain_with_machines_of_any_creator(ops: list[tuple[str, Any]]) -> None:
+    """Over random creates/deletes of VMs and of VSphereMachines no VM owns (placed by their
+    creator, by domain name or by raw datacenter/cluster): every VM placement leaves the domain's
+    memory, and every datastore the VM stores onto, holding no more than it offers (machines themselves may be put
+    anywhere by their creator: they are not scheduled)."""
+    totals, machines = PlacementTotals(), MachineReservations()
+    domains = {d.name: d for d in PROVIDER.status.failure_domains or []}  # type: ignore[union-attr]
+    vms: dict[str, tuple[str, tuple[str, str]]] = {}
+    mach: dict[str, tuple[str, int, int]] = {}
+    alive: list[str] = []
+    for i, (op, arg) in enumerate(ops):
+        if op == "machine":
+            dom, mem, gib, by_raw = arg
+            raw = domains[dom].attributes.raw  # type: ignore[union-attr]
+            disks = [{"name": "os", "sizeGiB": gib, "storageClass": "standard"}] if gib else []
+            obj = machine_obj(f"m-{i}", mem, disks, raw=(raw.datacenter, raw.cluster)) if by_raw else machine_obj(f"m-{i}", mem, disks, fd=dom)
+            machines.observe(f"{NS}/m-{i}", obj)
+            mach[f"m-{i}"] = (dom, mem, gib)
+            alive.append(f"m-{i}")
+            continue
+        if op == "delete":
+            if alive:
+                name = alive.pop(arg % len(alive))
+                if name in mach:
+                    machines.forget(f"{NS}/{name}")
+                    mach.pop(name)
+                else:
+                    totals.forget(f"{NS}/{name}")
+                    vms.pop(name, None)
+            continue
+        name = f"vm-{i}"
+        got = place_with_machines(totals, machines, [PROVIDER], name, arg)
+        alive.append(name)
+        if not isinstance(got, tuple):
+            assert got == VirtualMachineReason.INSUFFICIENT_CAPACITY
+            continue
+        vms[name] = (arg, got)
+        dom = got[1]
+        cap = domains[dom].attributes.capacity  # type: ignore[union-attr]
+        used = sum(CLASSES[c].spec.hardware.memory_mib for c, (_, d) in vms.values() if d == dom)
+        used += sum(m for d, m, _ in mach.values() if d == dom)
+        assert used <= cap.memory_total_mib, f"{dom}: {used} MiB placed onto {cap.memory_total_mib} MiB"  # type: ignore[union-attr]
+        stores = {e.name: e.datastore for e in cap.storage_classes or []}  # type: ignore[union-attr]
+        # The datastores this VM stores onto (a machine's creator may have filled another one).
+        for ds in {stores[sc] for sc in class_storage_by_class(CLASSES[arg])}:
+            on_ds = 0
+            for c, (_, d) in vms.values():
+                d_stores = {e.name: e.datastore for e in domains[d].attributes.capacity.storage_classes or []}  # type: ignore[union-attr]
+                on_ds += sum(g for sc, g in class_storage_by_class(CLASSES[c]).items() if d_stores.get(sc) == ds)
+            for d, _, g in mach.values():
+                d_stores = {e.name: e.datastore for e in domains[d].attributes.capacity.storage_classes or []}  # type: ignore[union-attr]
+                on_ds += g if d_stores.get("standard") == ds else 0
+            size = next(e.total_gib for e in cap.storage_classes or [] if e.datastore == ds)  # type: ignore[union-attr]
+            assert on_ds <= size, f"{ds}: {on_ds} GiB placed onto {size} GiB"
