@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import REGISTRY
 
 from banlieue.backends.base import Connection
 from banlieue.backends.vsphere.backend import VSphereBackend
@@ -39,7 +40,9 @@ def test_probe_hears_silence_then_answers(vcsim: VcsimProcess, conn: Connection,
     target = [answering]
     downs: list[str] = []
     backs: list[str] = []
-    probe = ReachabilityProbe("vc:1", lambda: target[0](), on_down=downs.append, on_back=backs.append)
+    counted: list[tuple[str, str]] = []
+    probe = ReachabilityProbe("vc:1", lambda: target[0](), on_down=downs.append, on_back=backs.append,
+                              record=lambda method, outcome, _seconds: counted.append((method, outcome)))
 
     probe.probe_once()
     assert probe.down_since is None and downs == [] and backs == []
@@ -58,10 +61,21 @@ def test_probe_hears_silence_then_answers(vcsim: VcsimProcess, conn: Connection,
     target[0] = answering
     probe.probe_once()
     assert probe.down_since is None and backs == ["vc:1"]
+    # Every probe is counted as a SOAP request with its outcome (vcsim answers a session-less
+    # CurrentTime with NotAuthenticated: a fault, an answer all the same).
+    assert counted == [("CurrentTime", "fault"), ("CurrentTime", "error"), ("CurrentTime", "error"), ("CurrentTime", "fault")]
+
+
+def current_times(provider: str) -> float:
+    """``banlieue_vsphere_requests_total`` of method CurrentTime for ``provider``, any outcome."""
+    return sum(REGISTRY.get_sample_value("banlieue_vsphere_requests_total",
+                                         {"provider": provider, "method": "CurrentTime", "outcome": o}) or 0.0
+               for o in ("success", "fault", "error"))
 
 
 async def test_backend_starts_one_probe_per_vcenter_after_login(conn: Connection) -> None:
     backend = VSphereBackend(max_workers=2, probe_interval=0.2)
+    before = current_times(conn.provider)
     try:
         assert backend.unreachable_since(conn) is None
         await backend.check_connection(conn)
@@ -71,5 +85,10 @@ async def test_backend_starts_one_probe_per_vcenter_after_login(conn: Connection
         while ep.probe.probes < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert ep.probe.probes >= 2 and backend.unreachable_since(conn) is None
+        # The probes are in the SOAP request metrics, under the Provider that logged in.
+        probes = ep.probe.probes
+        sent = current_times(conn.provider)
+        assert sent >= before + 1 + probes - 1, (sent, before, probes)  # check_connection's own CurrentTime + the probes
+        assert ep.probe_requests >= probes - 1
     finally:
         await backend.close()

@@ -21,7 +21,9 @@ the first probe it did not answer: the moment it stopped answering, to within on
 Provider reconciler reports it as ``ProviderReachable``'s ``lastTransitionTime`` and, while it is
 set, does not send the Provider's own requests (which would hang for the request timeout).
 Transitions call ``on_down(label)`` / ``on_back(label)`` from the probe thread (they must not
-block): the session pool's reachability listeners.
+block): the session pool's reachability listeners. Each probe is counted by ``record(method,
+outcome, seconds)`` when given (the session pool counts it in ``banlieue_vsphere_requests_total``
+and the endpoint's request counters, outcome ``success``, ``fault`` or ``error`` as for any call).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class ReachabilityProbe:
         on_back: Callable[[str], None],
         interval: float = PROBE_INTERVAL,
         clock: Callable[[], float] = time.time,
+        record: Callable[[str, str, float], None] | None = None,
     ) -> None:
         self.label = label
         self.interval = interval
@@ -69,6 +72,7 @@ class ReachabilityProbe:
         self._on_down = on_down
         self._on_back = on_back
         self._clock = clock
+        self._record = record
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.down_since: float | None = None
@@ -80,6 +84,18 @@ class ReachabilityProbe:
         """Send one ``CurrentTime`` and say whether the vCenter answered (any SOAP answer, a
         fault included, or a TLS handshake that failed verification). Never raises."""
         self.probes += 1
+        start = time.monotonic()
+        outcome = self._send()
+        if self._record is not None:
+            try:
+                self._record("CurrentTime", outcome, time.monotonic() - start)
+            except Exception:  # counting must never stop the probe
+                log.exception("reachability probe not counted", vcenter=self.label)
+        return outcome != "error"
+
+    def _send(self) -> str:
+        """One ``CurrentTime`` on a fresh connection: ``success``, ``fault`` (a SOAP fault, or a
+        certificate that did not verify: the server spoke) or ``error`` (no answer)."""
         # A fresh connection per probe, closed after it: a kept-alive one would carry CurrentTime
         # to a server whose certificate was replaced since the handshake (the certificate check
         # promises that nothing is sent through such a connection), and each probe's handshake
@@ -88,13 +104,13 @@ class ReachabilityProbe:
         try:
             stub = self._make_stub()
             vim.ServiceInstance("ServiceInstance", stub).CurrentTime()
-            return True
+            return "success"
         except vmodl.MethodFault:
-            return True
+            return "fault"
         except ssl.SSLCertVerificationError:
-            return True
+            return "fault"
         except Exception:  # no answer: timeout, refused, reset
-            return False
+            return "error"
         finally:
             if stub is not None:
                 try:

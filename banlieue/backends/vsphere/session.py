@@ -151,6 +151,8 @@ class Endpoint:
         self._lock = threading.Lock()
         self.soap_requests = 0
         self.soap_by_method: dict[str, int] = {}
+        self.probe_requests = 0
+        """Reachability probes sent (``count_probe``)."""
         self.down = False
         """True after a round trip that got no answer, until one gets an answer (module docstring)."""
         self._on_back = on_back
@@ -158,6 +160,16 @@ class Endpoint:
         self._notified_at = float("-inf")
         self.probe: ReachabilityProbe | None = None
         """The endpoint's reachability probe, once a session on it logged in (``health``)."""
+
+    def count_probe(self, method: str, outcome: str, seconds: float, provider: str) -> None:
+        """Count one reachability probe in the metrics (label ``provider``) and in
+        ``probe_requests``, not in ``soap_requests`` (the calls made for reconcilers, which
+        tests and benchmarks compare per operation), without touching reachability (the probe
+        tracks its own)."""
+        with self._lock:
+            self.probe_requests += 1
+        metrics.REQUESTS.labels(provider, method, outcome).inc()
+        metrics.REQUEST_DURATION.labels(provider, method).observe(seconds)
 
     def record(self, method: str, outcome: str, seconds: float, provider: str) -> None:
         """Count one round trip (``outcome``: success, fault or error) of ``provider``'s session
@@ -454,8 +466,12 @@ class SessionPool:
             return
         context = ssl_context(sess.conn) if sess.protocol == "https" else None
         make = stub_factory(sess.protocol, sess.host, sess.port, str(sess.stub.version), context)
+        # Counted under the Provider whose session started it: one probe serves every Provider
+        # on the vCenter (banlieue_vsphere_requests_total, method CurrentTime).
+        provider = sess.conn.provider
         endpoint.probe = ReachabilityProbe(endpoint.label, make, on_down=self._down, on_back=self._back,
-                                           interval=self.probe_interval)
+                                           interval=self.probe_interval,
+                                           record=lambda method, outcome, seconds: endpoint.count_probe(method, outcome, seconds, provider))
         endpoint.probe.start()
 
     def unreachable_since(self, conn: Connection) -> float | None:
