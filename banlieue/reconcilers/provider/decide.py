@@ -382,8 +382,7 @@ def decide(snap: Snapshot) -> Plan:
     observed = snap.vcenter
     if recorded is not None and observed is not None and observed.instance_uuid != recorded.instance_uuid and snap.users:
         msg = _identity_changed_message(p, recorded.instance_uuid, observed.instance_uuid, snap.users)
-        when = snap.now
-        conds = _conditions(current.conditions, gen, when, (false, R.VCENTER_IDENTITY_CHANGED, msg),
+        conds = _conditions(current.conditions, gen, snap.now, (false, R.VCENTER_IDENTITY_CHANGED, msg),
                             (false, R.VCENTER_IDENTITY_CHANGED, msg))
         status = ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen, vcenter=recorded)
         return _plan(snap, status, requeue_after=IDENTITY_RECHECK_SECONDS)
@@ -412,7 +411,7 @@ def decide(snap: Snapshot) -> Plan:
 
     ready: tuple[ConditionStatus, str, str]
     if duplicate_of is not None:
-        ready = (false, R.DUPLICATE_VCENTER, duplicate_of)
+        ready = (false, R.DUPLICATE_VCENTER, duplicate_of)  # another, older Provider places there
     else:
         ready_msg = f"{len(domains)} failure domain(s)"
         missing = _unverified_classes(p, domains)
