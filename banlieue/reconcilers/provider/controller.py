@@ -26,15 +26,17 @@ here is remembered (``last_connection``) for machine deletions after the Secret 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Coroutine, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import structlog
 from pydantic import ValidationError
 
 from banlieue.api.provider import Provider, ProviderConditionReason
-from banlieue.backends.base import BackendError, taxonomy
+from banlieue.backends.base import BackendError, Connection, taxonomy
 from banlieue.reconcilers.connection import (
     ConnectionConfigError,
     referenced_config_maps,
@@ -72,6 +74,7 @@ from banlieue.runtime.predicate import GenerationChangedPredicate
 from banlieue.runtime.reconcile import Request, Result, TerminalError
 
 log = structlog.get_logger("banlieue.reconcilers.provider.controller")
+T = TypeVar("T")
 
 INSECURE_SKIP_TLS_VERIFY = "InsecureSkipTLSVerify"
 """Warning Event reason on a Provider that skips TLS verification (docs/security.md)."""
@@ -115,6 +118,47 @@ def config_maps_index(obj: Object) -> list[str]:
     return [f"{p.metadata.namespace}/{n}" for n in referenced_config_maps(p)] if p is not None else []
 
 
+SILENCE_POLL_SECONDS = 0.5
+"""How often a Provider's own vCenter call in flight looks at the reachability probe."""
+
+
+class _Silent(Exception):
+    """The vCenter stopped answering its probe while a call of this reconcile was in flight."""
+
+    def __init__(self, since: float) -> None:
+        super().__init__(since)
+        self.since = since
+
+
+async def _unless_silent(backend: object, conn: Connection, call: Coroutine[Any, Any, T]) -> T:
+    """``await call``, unless the reachability probe says the vCenter stopped answering first:
+    then raise _Silent. A call sent just before a vCenter hung waits for the request timeout
+    (120 s), during which the Provider stayed ``ProviderReachable`` True and the scheduler kept
+    placing VMs there (issue 21, seen on ``banlieue dev`` with a SIGSTOPped simulator while a
+    re-measure ran). The pool thread still waits for its answer; this reconcile does not."""
+    task = asyncio.ensure_future(call)
+    if not isinstance(backend, SilenceReporter):
+        return await task
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=SILENCE_POLL_SECONDS)
+            if done:
+                return task.result()
+            silent = backend.unreachable_since(conn)
+            if silent is not None:
+                raise _Silent(silent)
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def _silent_snapshot(provider: Provider, now: datetime, silent: float) -> Snapshot:
+    # Hung, not refusing: a request would wait for the request timeout (minutes).
+    since = datetime.fromtimestamp(silent, tz=UTC)
+    message = f"vCenter has not answered since {since.strftime('%Y-%m-%dT%H:%M:%SZ')} (CurrentTime probe)"
+    return Snapshot(provider, now, failure=Failure("connect", "Transient", message), unreachable_since=since)
+
+
 def _identity_refused(raw: Object) -> bool:
     """Whether a Provider wire object is ``Ready`` False ``VCenterIdentityChanged``."""
     for c in (raw.get("status") or {}).get("conditions") or ():
@@ -146,15 +190,14 @@ class ProviderReconciler:
             return Snapshot(provider, now, failure=Failure("config", err.reason, err.message))
         silent = backend.unreachable_since(conn) if isinstance(backend, SilenceReporter) else None
         if silent is not None:
-            # Hung, not refusing: a request would wait for the request timeout (minutes).
-            since = datetime.fromtimestamp(silent, tz=UTC)
-            message = f"vCenter has not answered since {since.strftime('%Y-%m-%dT%H:%M:%SZ')} (CurrentTime probe)"
-            return Snapshot(provider, now, failure=Failure("connect", "Transient", message), unreachable_since=since)
+            return _silent_snapshot(provider, now, silent)
         # The Provider's own calls learn who answers: they are not refused when it is another
         # vCenter than the recorded one (decide compares them); its machines' calls are.
         probe = replace(conn, vcenter_instance_uuid=None)
         try:
-            about = await backend.about(probe)
+            about = await _unless_silent(backend, conn, backend.about(probe))
+        except _Silent as quiet:
+            return _silent_snapshot(provider, now, quiet.since)
         except BackendError as err:
             return Snapshot(provider, now, failure=Failure("connect", taxonomy(err), str(err)))
         version = about.api_version
@@ -162,7 +205,9 @@ class ProviderReconciler:
         users = tuple(self.users(provider)) if recorded is not None and recorded.instance_uuid != about.instance_uuid else ()
         same = self.same_vcenter(provider, about.instance_uuid)
         try:
-            inventory = await backend.inventory(probe, capabilities_of(provider))
+            inventory = await _unless_silent(backend, conn, backend.inventory(probe, capabilities_of(provider)))
+        except _Silent as quiet:
+            return _silent_snapshot(provider, now, quiet.since)
         except BackendError as err:
             return Snapshot(provider, now, failure=Failure("inventory", taxonomy(err), str(err)), api_version=version,
                             vcenter=about, users=users, same_vcenter=same)
