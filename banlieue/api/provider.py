@@ -255,6 +255,23 @@ class ProviderFailureDomain(ApiModel):
     """Classes, features, capacity and raw placement."""
 
 
+class ProviderImageStatus(ApiModel):
+    """Whether one VMImage resolves on this Provider. Written by the VMImage controller (its own
+    server-side-apply field manager) on the Provider, not on the cluster-scoped VMImage, so only
+    those who may read this namespace's Providers see it (issue 23, docs/security.md case 8)."""
+
+    name: str = Field(min_length=1)
+    """VMImage name."""
+    ready: bool = False
+    """Whether the image's template was found on this Provider (in every datacenter it has)."""
+    resolved_ref: str | None = None
+    """Backend reference of the template found (managed object id)."""
+    reason: str | None = None
+    """Reconciled, TemplateNotFound, SecretUnavailable, ConnectFailed or LookupFailed."""
+    message: str | None = None
+    """Human-readable detail."""
+
+
 class ProviderStatus(ApiModel):
     """Observed state of a Provider."""
 
@@ -264,6 +281,9 @@ class ProviderStatus(ApiModel):
     """Ready and ProviderReachable."""
     observed_generation: int | None = Field(default=None, ge=0)
     """The .metadata.generation last reconciled."""
+    images: list[ProviderImageStatus] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    """Resolution of each VMImage on this Provider (VMImage controller; the scheduler places a
+    VirtualMachine only on a Provider whose row for its image is ready)."""
 
 
 class Provider(KubeObject):

@@ -280,7 +280,8 @@ def _events(current: Sequence[Condition] | None, new: Sequence[Condition]) -> tu
 
 def _plan(snap: Snapshot, status: ProviderStatus, requeue: bool = False, requeue_after: float | None = None) -> Plan:
     current = snap.provider.status or ProviderStatus()
-    write = status.to_wire() != current.to_wire()
+    # status.images is the VMImage controller's (its own field manager): not this writer's.
+    write = status.to_wire() != current.model_copy(update={"images": None}).to_wire()
     events = _events(current.conditions, status.conditions or [])
     return Plan(status=status, write_status=write, events=events, requeue=requeue, requeue_after=requeue_after)
 

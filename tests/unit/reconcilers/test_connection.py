@@ -17,7 +17,7 @@ from banlieue.reconcilers.connection import (
 )
 from banlieue.reconcilers.provider.decide import Failure, reason_of
 from banlieue.reconcilers.provider.decide import _failure_message as provider_message
-from banlieue.reconcilers.vmimage.decide import Lookup, Target, row_for
+from banlieue.reconcilers.vmimage.decide import CONNECT_MESSAGE, Lookup, Target, row_for
 
 # A real self-signed CA certificate (P-256, CN=banlieue-test-ca): the CA bundle is parsed.
 PEM = """-----BEGIN CERTIFICATE-----
@@ -111,7 +111,7 @@ def test_insecure_skip_tls_verify_does_not_parse_the_unused_bundle() -> None:
     assert connection_from_objects(provider({"inline": "not a pem"}, insecure=True), CREDS).ca_bundle == "not a pem"
 
 
-def test_unparsable_ca_is_tls_verify_failed_on_provider_and_connect_failed_on_image_rows_with_one_message() -> None:
+def test_unparsable_ca_is_tls_verify_failed_on_provider_and_connect_failed_on_image_rows() -> None:
     with pytest.raises(ConnectionConfigError) as caught:
         connection_from_objects(provider({"inline": "not a pem"}), CREDS)
     err = caught.value
@@ -121,5 +121,6 @@ def test_unparsable_ca_is_tls_verify_failed_on_provider_and_connect_failed_on_im
     failure = Failure("config", err.reason, err.message)
     assert reason_of(failure) == "TLSVerifyFailed"
     assert provider_message(prov, failure, reason_of(failure)) == err.message
-    row = row_for(Target("ns", "vc1", "ubuntu", ()), Lookup(config_error=(err.reason, err.message)))
-    assert (row.reason, row.message, row.ready) == (ImageReason.CONNECT_FAILED, err.message, False)
+    row = row_for("ubuntu", Target("ns", "vc1", "ubuntu", ()), Lookup(config_error=(err.reason, err.message)))
+    # The image row points at the Provider's condition, which has the message (issue 23).
+    assert (row.reason, row.message, row.ready) == (ImageReason.CONNECT_FAILED, CONNECT_MESSAGE, False)
