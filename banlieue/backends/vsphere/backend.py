@@ -114,6 +114,21 @@ class VSphereBackend:
         for key in [k for k in list(self._templates) if k[0] == label]:
             self._templates.pop(key, None)
 
+    def release_unused(self, wanted: Callable[[tuple[str, str, str]], bool]) -> list[str]:
+        """Issue 23 case 6: release the sessions ``wanted`` refuses (by ``Connection.session_key``),
+        the endpoints left unused (thread pool, probe) with their caches (inventory index, VM
+        index, templates), and the metric series of Providers that hold no session any more
+        (``SessionPool.release_unused``). Returns the released endpoint labels. Kept: the UIDs
+        ``create_vm`` delivered on an endpoint (the guard against a second clone outlives a
+        Provider that comes back; a few bytes per VM created by this process)."""
+        released = self.sessions.release_unused(wanted)
+        for label in released:
+            self._forget_inventory(label)
+            self._vm_indexes.pop(label, None)
+            for key in [k for k in list(self._template_locks) if k[0] == label]:
+                self._template_locks.pop(key, None)
+        return released
+
     def _runner(self, conn: Connection) -> Runner:
         return partial(self.sessions.run, conn)
 

@@ -59,6 +59,7 @@ from banlieue.reconcilers.provider.reachability import (
     SilenceReporter,
     reachability_requests,
 )
+from banlieue.reconcilers.provider.release import EndpointJanitor, EndpointReleaser
 from banlieue.reconcilers.provider.remeasure import Remeasure
 from banlieue.reconcilers.referenced import referenced
 from banlieue.runtime.builder import ControllerBuilder
@@ -218,7 +219,8 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     """Register the ``provider`` controller: for Provider (generation changes), watches Secret
     and ConfigMap -> the Providers that reference them (indexes ``providerSecrets``,
     ``providerConfigMaps``), VSphereMachine -> the deleting Providers it uses, and the backend's
-    reachability transitions -> the Providers on that vCenter (``provider.reachability``)."""
+    reachability transitions -> the Providers on that vCenter (``provider.reachability``); and the
+    ``provider.release.EndpointJanitor`` that releases endpoints no Provider uses."""
     referenced(ctx.cache).allow_http_endpoints = ctx.allow_http_endpoints
     ctx.cache.add_indexer(PROVIDER, SECRETS_INDEX, secrets_index)
     ctx.cache.add_indexer(PROVIDER, CONFIG_MAPS_INDEX, config_maps_index)
@@ -265,6 +267,12 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     remeasure = Remeasure(ctx.cache)
     mgr.get_informer(VSPHERE_MACHINE).add_event_handler(remeasure)
     builder = builder.watches_channel(remeasure.requests())
+    if isinstance(ctx.backend, EndpointReleaser):
+        # Endpoints no Provider uses any more give their threads, caches and metric series
+        # back (issue 23 case 6; provider.release).
+        janitor = EndpointJanitor(ctx, ctx.backend)
+        mgr.get_informer(PROVIDER).add_event_handler(janitor)
+        mgr.add(janitor)
     if isinstance(ctx.backend, ReachabilityNotifier):
         # A vCenter that stops or starts answering: re-check its Providers now, not at the next
         # refresh (provider.reachability).
