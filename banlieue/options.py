@@ -59,6 +59,11 @@ class Options:
             only, docs/security.md; ``":8080"``: all interfaces, for Prometheus behind
             config/network-policy);
             ``"0"`` disables the endpoint (controller-runtime convention).
+        metrics_secure: serve ``/metrics`` over HTTPS to requests whose bearer token passes a
+            TokenReview and a SubjectAccessReview for ``get`` on ``/metrics``
+            (banlieue.runtime.metrics_auth; controller-runtime's default since v0.16).
+        metrics_cert_dir: directory holding ``tls.crt`` and ``tls.key`` for the secure metrics
+            listener; ``None``: a self-signed certificate made at start (needs ``openssl``).
         health_probe_bind_address: ``host:port`` of ``/healthz`` and ``/readyz``; ``"0"`` disables.
         leader_elect: take a coordination.k8s.io/v1 Lease per role before reconciling.
         leader_election_namespace: namespace of the Leases.
@@ -79,6 +84,8 @@ class Options:
     namespace: str | None = None
     watch_filter: str | None = None
     metrics_bind_address: str = "127.0.0.1:8080"
+    metrics_secure: bool = False
+    metrics_cert_dir: str | None = None
     health_probe_bind_address: str = ":8081"
     leader_elect: bool = False
     leader_election_namespace: str = "default"
@@ -255,6 +262,15 @@ def parse_directory(value: str) -> str:
     if not value.strip():
         raise ValueError("must be a directory path")
     return value
+
+
+def parse_optional_directory(value: str) -> str | None:
+    """An existing directory path; ``""`` means none."""
+    if value == "":
+        return None
+    if not Path(value).expanduser().is_dir():
+        raise ValueError("must be an existing directory")
+    return str(Path(value).expanduser())
 
 
 def parse_kubeconfig(value: str) -> str | None:

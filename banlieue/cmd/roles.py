@@ -191,6 +191,8 @@ def build_managers(
             leader_election_namespace=options.leader_election_namespace,
             metrics_bind_address=options.metrics_bind_address if index == 0 else "0",
             health_probe_bind_address=options.health_probe_bind_address if index == 0 else "0",
+            metrics_secure=options.metrics_secure,
+            metrics_cert_dir=options.metrics_cert_dir,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
             handle_signals=False,  # run_managers owns the signals: one handler for all Managers
             informers=informers,
