@@ -120,7 +120,7 @@ class ProviderReconciler:
         try:
             conn = remembered_connection_for(provider, self.ctx.cache)
         except ConnectionConfigError as err:
-            return Snapshot(provider, now, failure=Failure("config", err.reason, err.message))
+            return Snapshot(provider, now, failure=Failure("config", err.reason, err.message, err.detail))
         silent = backend.unreachable_since(conn) if isinstance(backend, SilenceReporter) else None
         if silent is not None:
             # Hung, not refusing: a request would wait for the request timeout (minutes).
@@ -190,7 +190,12 @@ class ProviderReconciler:
             except NotFound:
                 return Result()
             provider = _parse(raw) or provider
-        plan = decide(await self.gather(provider))
+        snap = await self.gather(provider)
+        if snap.failure is not None:
+            # The detail stays here (issue 23 cases 5 and 8): the condition's message is generic.
+            log.info("provider connection failed", provider=str(request), endpoint=provider.spec.connection.endpoint,
+                     stage=snap.failure.stage, reason=snap.failure.reason, error=snap.failure.detail or snap.failure.message)
+        plan = decide(snap)
         try:
             await self.execute(provider, plan)
         except NotFound:

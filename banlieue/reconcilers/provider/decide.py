@@ -87,11 +87,13 @@ Stage = Literal["config", "connect", "inventory"]
 class Failure:
     """What went wrong while gathering: ``stage`` (config: Secret/CA; connect: login;
     inventory: the walk), ``reason`` (ConnectionConfigError.reason, or ``taxonomy(err)`` of a
-    BackendError, e.g. ``AuthFailed``, ``Transient``), ``message`` (never a credential)."""
+    BackendError, e.g. ``AuthFailed``, ``Transient``), ``message`` (never a credential);
+    ``detail``: the precise cause for the log (ConnectionConfigError.detail), None = ``message``."""
 
     stage: Stage
     reason: str
     message: str
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -241,22 +243,29 @@ def reason_of(failure: Failure) -> str:
     return R.INVENTORY_FAILED
 
 
+UNREACHABLE_MESSAGE = (
+    "cannot reach a vCenter at spec.connection.endpoint (no answer, refused, or not a vCenter); "
+    "retrying with back-off; the manager's log has the detail"
+)
+"""The one ``ConnectFailed`` message (issue 23 case 5): what answered on an endpoint - a refusal,
+a server that is not a vCenter, silence - is told in the manager's log (``provider connection
+failed``, with ``endpoint`` and ``error``), not to whoever reads the Provider."""
+
+
 def _failure_message(provider: Provider, failure: Failure, reason: str) -> str:
-    endpoint = provider.spec.connection.endpoint
-    secret = f"{provider.metadata.namespace}/{provider.spec.connection.credentials_ref.name}"
-    detail = _cut(failure.message)
     if failure.stage == "config":
-        return detail
+        return _cut(failure.message)
     if reason == R.SECRET_INVALID:
-        return f"vCenter {endpoint} refused the credentials in Secret {secret}: {detail}"
+        return ("the vCenter at spec.connection.endpoint refused the credentials of the Secret named in "
+                "spec.connection.credentialsRef; fix them in that Secret")
     if reason == R.TLS_VERIFY_FAILED:
         return (
-            f"TLS certificate of {endpoint} did not verify: set spec.connection.caBundle to the CA that "
-            f"signed it (or insecureSkipTLSVerify for development): {detail}"
+            "the TLS certificate of spec.connection.endpoint did not verify: set spec.connection.caBundle to the "
+            "CA that signed it (or insecureSkipTLSVerify for development); the manager's log has the detail"
         )
     if reason == R.CONNECT_FAILED:
-        return f"cannot reach vCenter {endpoint}: {detail}; retrying with back-off"
-    return f"inventory walk of {endpoint} failed: {detail}"
+        return UNREACHABLE_MESSAGE
+    return f"inventory walk failed ({failure.reason}); the manager's log has the detail"
 
 
 def _conditions(

@@ -147,7 +147,7 @@ async def test_unparsable_ca_bundle_same_reason_and_message_on_provider_and_imag
 
         got = await eventually(row, timeout=20.0, what="VMImage row ConnectFailed")
     message = condition(prov, "Ready")["message"]
-    assert message.startswith("spec.connection.caBundle is not a valid PEM certificate bundle: ") and "(read from inline)" in message
+    assert message.startswith("spec.connection.caBundle is not a valid PEM certificate bundle (read from inline)")
     assert condition(prov, "ProviderReachable")["reason"] == "TLSVerifyFailed"
     assert "see the Provider's Ready condition" in got["message"] and got["ready"] is False
 
