@@ -24,8 +24,8 @@ from banlieue.backends.base import (
     taxonomy,
 )
 from banlieue.reconcilers.provider.decide import (
-    UNREACHABLE_MESSAGE,
     REFRESH_SECONDS,
+    UNREACHABLE_MESSAGE,
     UNSUPPORTED_PROVIDER_CLASS,
     Failure,
     Snapshot,
