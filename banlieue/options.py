@@ -9,6 +9,7 @@ variable counts as unset. Values are validated here, once; a bad value raises
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -78,6 +79,9 @@ class Options:
             this period (banlieue.reconcilers.referenced).
         development_allow_http_endpoints: accept ``http://`` Provider endpoints (credentials in
             clear text): development against a local simulator only.
+        allowed_endpoint_cidrs: comma-separated CIDRs every address of a Provider endpoint must
+            be in before a connection is attempted (banlieue.backends.vsphere.allowlist);
+            ``None``: no allow-list.
     """
 
     kubeconfig: str | None = None
@@ -95,6 +99,7 @@ class Options:
     vsphere_task_timeout: float = 600.0
     secret_resync_period: float = 30.0
     development_allow_http_endpoints: bool = False
+    allowed_endpoint_cidrs: str | None = None
 
     @property
     def metrics_listen(self) -> tuple[str, int] | None:
@@ -261,6 +266,33 @@ def parse_directory(value: str) -> str:
     """Parse a directory path (created later if missing); must not be empty."""
     if not value.strip():
         raise ValueError("must be a directory path")
+    return value
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(value: str) -> tuple[Network, ...]:
+    """``"10.0.0.0/8, 192.168.1.5"`` -> networks (a bare address is a /32 or /128). Raises
+    ValueError("must be ...") naming the bad entry."""
+    out: list[Network] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        try:
+            out.append(ipaddress.ip_network(item, strict=False))
+        except ValueError as err:
+            raise ValueError(f"must be comma-separated CIDRs (e.g. 10.0.0.0/8,fd00::/8); {item!r} is not one") from err
+    if not out:
+        raise ValueError("must name at least one CIDR")
+    return tuple(out)
+
+
+def parse_cidr_list(value: str) -> str | None:
+    """Comma-separated CIDRs (validated by ``parse_networks``, returned as given); ``""``: none."""
+    if value.strip() == "":
+        return None
+    parse_networks(value)
     return value
 
 

@@ -36,6 +36,9 @@ class ProviderConditionReason:
     INSECURE_ENDPOINT = "InsecureEndpoint"
     """``spec.connection.endpoint`` is ``http://`` and the role runs without
     ``--development-allow-http-endpoints``: nothing is sent (docs/security.md)."""
+    ENDPOINT_NOT_ALLOWED = "EndpointNotAllowed"
+    """Every address of ``spec.connection.endpoint`` must be in the role's
+    ``--allowed-endpoint-cidrs``; this one is not, so no connection was attempted (issue 23)."""
     DELETING = "Deleting"
     """Deletion requested while VSphereMachines still use the Provider: its finalizer
     ``banlieue.io/provider`` holds it (and its failure domains) until they are gone."""

@@ -36,6 +36,7 @@ from banlieue.options import (
     parse_apiserver_kind,
     parse_bind_address,
     parse_bool,
+    parse_cidr_list,
     parse_directory,
     parse_kubeconfig,
     parse_label_value,
@@ -87,6 +88,9 @@ VSPHERE_FLAGS = [
              "seconds between re-reads of the referenced Secrets and ConfigMaps", metavar="SECONDS"),
     FlagSpec("--development-allow-http-endpoints", parse_bool, "false",
              "accept http:// Provider endpoints (credentials in clear text; development only)", boolean=True),
+    FlagSpec("--allowed-endpoint-cidrs", parse_cidr_list, None,
+             "comma-separated CIDRs a Provider endpoint must resolve into before it is dialled (default: any)",
+             metavar="CIDRS"),
 ]
 # /metrics on loopback by default (docs/security.md): ":8080" with config/network-policy for Prometheus.
 ROLE_FLAGS = _common_flags(log_format="json", metrics="127.0.0.1:8080", probes=":8081")

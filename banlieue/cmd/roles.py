@@ -40,7 +40,7 @@ import structlog
 from kubernetes_asyncio.client import Configuration
 
 from banlieue.backends.base import Backend
-from banlieue.options import Options, StartupError
+from banlieue.options import Options, StartupError, parse_networks
 from banlieue.reconcilers import kinds
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.metrics import Source, bind_source, informer_source
@@ -160,7 +160,8 @@ def build_backend(options: Options) -> Backend:
     """The provider role's vSphere backend (``--vsphere-task-timeout`` seconds per task)."""
     from banlieue.backends.vsphere.backend import VSphereBackend
 
-    return VSphereBackend(task_timeout=options.vsphere_task_timeout)
+    allowed = parse_networks(options.allowed_endpoint_cidrs) if options.allowed_endpoint_cidrs else None
+    return VSphereBackend(task_timeout=options.vsphere_task_timeout, allowed_networks=allowed)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -41,6 +41,7 @@ from banlieue.backends.base import (
     VMSpec,
 )
 from banlieue.backends.vsphere import clone, find, guestinfo, power
+from banlieue.backends.vsphere.allowlist import Network
 from banlieue.backends.vsphere.health import PROBE_INTERVAL
 from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, failure_domains
 from banlieue.backends.vsphere.properties import retrieve_objects
@@ -76,7 +77,8 @@ FRESH_SECONDS = 2.0
 class VSphereBackend:
     """Backend for vCenter. Parameters: ``max_workers`` threads per vCenter, ``task_timeout``
     seconds per vSphere task (``--vsphere-task-timeout``), ``request_timeout`` seconds per SOAP
-    request, ``watch_max_wait`` seconds per long poll, ``index_ttl`` seconds of name caching."""
+    request, ``watch_max_wait`` seconds per long poll, ``index_ttl`` seconds of name caching,
+    ``allowed_networks`` the endpoint allow-list (``allowlist``; None: any endpoint)."""
 
     def __init__(
         self,
@@ -86,9 +88,10 @@ class VSphereBackend:
         watch_max_wait: float = 60.0,
         index_ttl: float = 60.0,
         probe_interval: float = PROBE_INTERVAL,
+        allowed_networks: Sequence[Network] | None = None,
     ) -> None:
         self.sessions = SessionPool(max_workers=max_workers, request_timeout=request_timeout,
-                                    probe_interval=probe_interval)
+                                    probe_interval=probe_interval, allowed_networks=allowed_networks)
         self.task_timeout = task_timeout
         self.watch_max_wait = watch_max_wait
         self.index_ttl = index_ttl

@@ -48,7 +48,7 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -60,6 +60,7 @@ from pyVmomi import vmodl as _vmodl
 
 from banlieue.backends.base import BackendError, Connection, TLSVerifyFailed
 from banlieue.backends.vsphere import metrics
+from banlieue.backends.vsphere.allowlist import Network, check_endpoint
 from banlieue.backends.vsphere.faults import map_exception
 from banlieue.backends.vsphere.health import PROBE_INTERVAL, ReachabilityProbe, stub_factory
 
@@ -356,8 +357,10 @@ class SessionPool:
     """Sessions by ``Connection.session_key`` and endpoints by ``host:port``."""
 
     def __init__(self, max_workers: int = 8, request_timeout: float = 120.0,
-                 probe_interval: float = PROBE_INTERVAL) -> None:
+                 probe_interval: float = PROBE_INTERVAL, allowed_networks: Sequence[Network] | None = None) -> None:
         self.max_workers = max_workers
+        self.allowed_networks = tuple(allowed_networks) if allowed_networks is not None else None
+        """``--allowed-endpoint-cidrs`` (``allowlist``); None: every endpoint may be dialled."""
         self.request_timeout = request_timeout
         self.probe_interval = probe_interval
         """Seconds between reachability probes of each vCenter; 0 disables them."""
@@ -442,8 +445,13 @@ class SessionPool:
             endpoint = self.endpoint_for(conn)
             sess = Session(conn, endpoint, self.request_timeout)
             self._logging_in[endpoint.label] = self._logging_in.get(endpoint.label, 0) + 1
+            def checked_login() -> None:
+                if self.allowed_networks is not None:
+                    check_endpoint(sess.host, sess.port, self.allowed_networks)  # before any connection
+                sess.login()
+
             try:
-                await asyncio.get_running_loop().run_in_executor(endpoint.pool, sess.login)
+                await asyncio.get_running_loop().run_in_executor(endpoint.pool, checked_login)
             finally:
                 self._logging_in[endpoint.label] -= 1
                 if not self._logging_in[endpoint.label]:

@@ -10,6 +10,8 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
   of a pause); the message says the status is frozen. No periodic requeue.
 - Connection config errors (from ``connection``): ``SecretMissing`` / ``SecretInvalid``;
   a CA bundle that is not valid PEM: ``TLSVerifyFailed`` (nothing is sent to vCenter).
+- An endpoint outside ``--allowed-endpoint-cidrs`` (backend reason ``EndpointNotAllowed``, nothing
+  dialled) -> ``EndpointNotAllowed``.
 - Backend errors while connecting: ``TLSVerifyFailed`` -> ``TLSVerifyFailed``; ``AuthFailed``
   -> *decision* ``SecretInvalid`` (the vCenter refused the credentials held in the Secret: the
   fix is in the Secret, which is watched, so fixing it recovers at once); anything else
@@ -234,6 +236,8 @@ def reason_of(failure: Failure) -> str:
     if failure.stage == "config":
         config_reasons = (R.SECRET_MISSING, R.SECRET_INVALID, R.TLS_VERIFY_FAILED, R.INSECURE_ENDPOINT)
         return failure.reason if failure.reason in config_reasons else R.SECRET_INVALID
+    if failure.reason == R.ENDPOINT_NOT_ALLOWED:
+        return R.ENDPOINT_NOT_ALLOWED
     if failure.reason == AuthFailed.__name__:
         return R.SECRET_INVALID
     if failure.reason == TLSVerifyFailed.__name__:
@@ -265,6 +269,9 @@ def _failure_message(provider: Provider, failure: Failure, reason: str) -> str:
         )
     if reason == R.CONNECT_FAILED:
         return UNREACHABLE_MESSAGE
+    if reason == R.ENDPOINT_NOT_ALLOWED:
+        return ("spec.connection.endpoint is outside the networks this manager may connect to "
+                "(--allowed-endpoint-cidrs): no connection was attempted; use an endpoint the administrator allows")
     return f"inventory walk failed ({failure.reason}); the manager's log has the detail"
 
 

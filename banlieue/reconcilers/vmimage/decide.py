@@ -55,7 +55,7 @@ from banlieue.reconcilers.kinds import PROVIDER_CLASS_VSPHERE
 REFRESH_SECONDS = 300.0
 """Periodic re-lookup of templates (seconds)."""
 NO_MATCHING_PROVIDER = VMImageConditionReason.NO_MATCHING_PROVIDER
-CONNECT_REASONS = frozenset({AuthFailed.__name__, TLSVerifyFailed.__name__, Transient.__name__})
+CONNECT_REASONS = frozenset({AuthFailed.__name__, TLSVerifyFailed.__name__, Transient.__name__, "EndpointNotAllowed"})
 """Backend error taxonomy names (``backends.base.taxonomy``) reported as ``ConnectFailed``."""
 MAX_MESSAGE = 1024
 

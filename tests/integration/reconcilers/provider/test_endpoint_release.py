@@ -1,4 +1,4 @@
-"""Issue 23 case 6: every distinct endpoint a Provider ever named kept a thread pool, its probe,
+"""Issue 23 cases 6 and 5 (allow-list). Case 6: every distinct endpoint a Provider ever named kept a thread pool, its probe,
 caches and Prometheus series for the life of the process. Providers with distinct endpoints are
 created (each one dialled) and deleted; the endpoint threads, the backend's endpoint table and
 the metric series labelled with those Providers return to what they were before."""
@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from provider_role import provider_body, provider_with, running_role, secret_body
+from provider_role import condition, provider_body, provider_with, running_role, secret_body
 from reconciler_harness import eventually
 
+from banlieue.backends.vsphere.allowlist import parse_networks
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.reconcilers.kinds import PROVIDER, SECRET
 from banlieue.reconcilers.provider import controller as provider_reconciler
@@ -104,3 +105,26 @@ async def test_deleted_providers_release_their_endpoint_threads_caches_and_serie
             raise AssertionError(f"{err}; left (endpoints, threads, series): {left()}") from None
     assert not [k for k in backend.sessions.sessions if k[0] in providers]
     assert not [k for k in backend._templates if k[0] in labels] and not labels & set(backend._indexes)
+
+
+@pytest.mark.vcsim
+async def test_an_endpoint_outside_the_allow_list_is_never_dialled(
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess,
+) -> None:
+    """Issue 23 case 5, --allowed-endpoint-cidrs: a Provider whose endpoint resolves outside
+    the allowed networks gets EndpointNotAllowed and no round trip is made (the vcsim would
+    answer)."""
+    fenced = VSphereBackend(max_workers=2, request_timeout=10.0, allowed_networks=parse_networks("10.0.0.0/8"))
+    try:
+        await client.create(SECRET, secret_body("fenced-creds", namespace, username=vcsim.username, password=vcsim.password))
+        await client.create(PROVIDER, provider_body("fenced", namespace, vcsim))
+        async with running_role(apiserver, [provider_reconciler.setup], fenced):
+            obj = await provider_with(client, "fenced", namespace, "EndpointNotAllowed", "False")
+        reachable = condition(obj, "ProviderReachable")
+        assert (reachable["status"], reachable["reason"]) == ("False", "EndpointNotAllowed")
+        assert "--allowed-endpoint-cidrs" in reachable["message"] and "127.0.0.1" not in reachable["message"]
+        ep = fenced.sessions.endpoints.get(vcsim.endpoint)
+        assert ep is None or ep.soap_requests == 0, "a request reached the fenced-off endpoint"
+        assert not fenced.sessions.sessions
+    finally:
+        await fenced.close()
