@@ -268,8 +268,9 @@ class VSphereBackend:
             if hardware.numCPUs or hardware.memoryMB or hardware.numCoresPerSocket:
                 # vcsim applies these at any power state; vCenter needs hot-add: banlieue never relies on it.
                 raise InvalidSpec("the VM is powered on: CPU and memory change only while it is powered off")
+        have = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
         if hardware is not None and all(m is not None for m in macs):
-            want = self._guestinfo(spec, [m for m in macs if m is not None])
+            want = guestinfo.keep_redacted(self._guestinfo(spec, [m for m in macs if m is not None]), have)
             hardware.extraConfig = list(hardware.extraConfig or []) + [
                 vim.option.OptionValue(key=k, value=v) for k, v in want.items()
             ]
@@ -280,7 +281,7 @@ class VSphereBackend:
                 props = await run(read)
             devices = [d for d in props.get("config.hardware.device") or [] if isinstance(d, vim.vm.device.VirtualEthernetCard)]
             final_macs = [str(d.macAddress).lower() for d in devices]
-            extra = clone.extra_config_spec(self._guestinfo(spec, final_macs), props)
+            extra = clone.extra_config_spec(guestinfo.keep_redacted(self._guestinfo(spec, final_macs), have), props)
             if extra is not None:
                 await self._reconfigure(run, vm, extra, conn.provider)
 
