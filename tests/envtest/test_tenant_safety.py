@@ -234,3 +234,38 @@ async def test_secure_metrics_need_a_token_allowed_to_get_metrics(tenant: Tenant
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await client.close()
+
+
+def test_vmimage_status_cannot_name_another_tenants_provider(tenant: Tenant) -> None:
+    """Issue 23 case 8 on kube-apiserver: the cluster-scoped VMImage (readable by every tenant)
+    has no place for per-Provider rows any more - a status naming a Provider and its error is
+    pruned by the CRD's schema - while the row on a Provider of namespace ``other`` is out of the
+    tenant's reach (RBAC)."""
+    k = tenant.admin
+    k.ok("create", "namespace", "other")
+    k.ok("apply", "--server-side", "-f", "-", docs=[
+        {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "tenant-safety-ubuntu"},
+         "spec": {"sources": [{"providerClass": "vsphere", "kind": "Template", "ref": "ubuntu"}]}},
+        {**_provider("secret-vc", "admin-creds"), "metadata": {"name": "secret-vc", "namespace": "other"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "vmimage-reader"},
+         "rules": [{"apiGroups": ["banlieue.io"], "resources": ["vmimages"], "verbs": ["get", "list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "writer-vmimages"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vmimage-reader"},
+         "subjects": [{"kind": "ServiceAccount", "name": "writer", "namespace": NS}]}])
+    leaky = {"perProvider": [{"providerName": "secret-vc", "providerNamespace": "other", "ready": False,
+                              "message": "Secret other/admin-creds not found"}], "providers": 1, "readyProviders": 0}
+    k.ok("patch", "vmimage", "tenant-safety-ubuntu", "--subresource=status", "--type=merge", "-p", json.dumps({"status": leaky}))
+    k.ok("patch", "provider", "secret-vc", "-n", "other", "--subresource=status", "--type=merge", "-p",
+         json.dumps({"status": {"images": [{"name": "tenant-safety-ubuntu", "ready": False, "reason": "ConnectFailed"}]}}))
+    writer = tenant.as_sa("writer")
+    deadline = time.monotonic() + 30
+    while (proc := writer.run("get", "vmimage", "tenant-safety-ubuntu", "-o", "json")).returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.5)  # the binding takes effect a moment after it is created
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    assert seen["status"] == {"providers": 1, "readyProviders": 0}, seen["status"]
+    assert "other" not in proc.stdout and "secret-vc" not in proc.stdout and "admin-creds" not in proc.stdout
+    refused = writer.run("get", "provider", "secret-vc", "-n", "other", "-o", "json")
+    assert refused.returncode != 0 and "forbidden" in refused.stderr.lower(), refused
+    row = json.loads(k.ok("get", "provider", "secret-vc", "-n", "other", "-o", "json"))["status"]["images"]
+    assert row == [{"name": "tenant-safety-ubuntu", "ready": False, "reason": "ConnectFailed"}]
