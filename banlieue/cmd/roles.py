@@ -56,6 +56,7 @@ from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import ApiError
 from banlieue.runtime.informer_factory import InformerFactory
 from banlieue.runtime.manager import Manager
+from banlieue.runtime.metrics_auth import MetricsTLSError
 
 log = structlog.get_logger("banlieue.cmd.roles")
 
@@ -184,20 +185,23 @@ def build_managers(
     runtimes: list[RoleRuntime] = []
     for index, spec in enumerate(specs):
         client = Client(cfg)
-        mgr = Manager(
-            client,
-            namespace=options.namespace,
-            leader_election=options.leader_elect,
-            leader_election_id=spec.lease,
-            leader_election_namespace=options.leader_election_namespace,
-            metrics_bind_address=options.metrics_bind_address if index == 0 else "0",
-            health_probe_bind_address=options.health_probe_bind_address if index == 0 else "0",
-            metrics_secure=options.metrics_secure,
-            metrics_cert_dir=options.metrics_cert_dir,
-            graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
-            handle_signals=False,  # run_managers owns the signals: one handler for all Managers
-            informers=informers,
-        )
+        try:
+            mgr = Manager(
+                client,
+                namespace=options.namespace,
+                leader_election=options.leader_elect,
+                leader_election_id=spec.lease,
+                leader_election_namespace=options.leader_election_namespace,
+                metrics_bind_address=options.metrics_bind_address if index == 0 else "0",
+                health_probe_bind_address=options.health_probe_bind_address if index == 0 else "0",
+                metrics_secure=options.metrics_secure,
+                metrics_cert_dir=options.metrics_cert_dir,
+                graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
+                handle_signals=False,  # run_managers owns the signals: one handler for all Managers
+                informers=informers,
+            )
+        except (MetricsTLSError, ValueError) as err:  # a bad --metrics-cert-dir, metrics on the probes' address
+            raise StartupError(str(err)) from None
         ctx = RoleContext(
             client=client,
             cache=mgr.cache,
