@@ -3,9 +3,15 @@
 # Stage 1 builds a wheel of banlieue and installs it with its dependencies into a venv;
 # stage 2 copies only that venv onto a clean slim base (no compilers, no pip, no sources).
 
-# Pin by digest for a reproducible build: --build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:<digest>
-# (docs/security.md; the development machines cannot pull images to record one).
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# Base image pinned by digest (issue 23; `make check-base-image`). The digest is the linux/amd64
+# manifest of python:3.11-slim-bookworm (Python 3.11.16, built 2026-08-25) as recorded by the
+# Docker Official Images' own registry log, github.com/docker-library/repo-info
+# repos/python/remote/3.11-slim-bookworm.md: identical in both versions of that record read here
+# (their multi-platform index digests differ, fe556eaf... and 0bee7276..., so no index digest is
+# pinned). Other platforms: --build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:<digest>,
+# e.g. linux/arm64/v8 139fa455f4fbf058a7fb28e184196829365da3a2d2cb1abb3f4f4426d524dbe4 (same record).
+# The development machines cannot pull images, so the pin was not verified by a pull here.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:2fc9207f64226cb05ac317cee0bab6fa55a9ea311ce5a086baddd4b4a83c2d3c
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1

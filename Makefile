@@ -9,7 +9,7 @@ ARGS ?=
 GO := GOTOOLCHAIN=local GO111MODULE=on GOFLAGS='-mod=readonly -buildvcs=false' go
 VCSIM_MOD := hack/vcsim/go.mod hack/vcsim/go.sum
 
-.PHONY: dev test lint check-generated unit vcsim govc envtest capi deps venv clean generate release image e2e-kind lock
+.PHONY: dev test lint check-generated check-base-image unit vcsim govc envtest capi deps venv clean generate release image e2e-kind lock
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -91,8 +91,13 @@ generate: venv
 check-generated: venv
 	bash hack/check-generated.sh
 
+# The Dockerfile's default base image is pinned by digest (docs/security.md, issue 23 case 10).
+check-base-image:
+	@grep -Eq '^ARG PYTHON_IMAGE=python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}$$' Dockerfile \
+	  || { echo "Dockerfile: ARG PYTHON_IMAGE must be python:3.11-slim-bookworm@sha256:<64 hex> (docs/security.md)" >&2; exit 1; }
+
 # The README's test command: everything CI runs (the e2e suite also against envtest's kube-apiserver).
-test: deps venv bin/vcsim bin/govc envtest capi lint check-generated
+test: deps venv bin/vcsim bin/govc envtest capi lint check-generated check-base-image
 	$(VENV)/bin/pytest -q -p no:cacheprovider $(ARGS)
 
 unit: venv

@@ -9,6 +9,7 @@ variable counts as unset. Values are validated here, once; a bad value raises
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -59,6 +60,11 @@ class Options:
             only, docs/security.md; ``":8080"``: all interfaces, for Prometheus behind
             config/network-policy);
             ``"0"`` disables the endpoint (controller-runtime convention).
+        metrics_secure: serve ``/metrics`` over HTTPS to requests whose bearer token passes a
+            TokenReview and a SubjectAccessReview for ``get`` on ``/metrics``
+            (banlieue.runtime.metrics_auth; controller-runtime's default since v0.16).
+        metrics_cert_dir: directory holding ``tls.crt`` and ``tls.key`` for the secure metrics
+            listener; ``None``: a self-signed certificate made at start (needs ``openssl``).
         health_probe_bind_address: ``host:port`` of ``/healthz`` and ``/readyz``; ``"0"`` disables.
         leader_elect: take a coordination.k8s.io/v1 Lease per role before reconciling.
         leader_election_namespace: namespace of the Leases.
@@ -73,12 +79,17 @@ class Options:
             this period (banlieue.reconcilers.referenced).
         development_allow_http_endpoints: accept ``http://`` Provider endpoints (credentials in
             clear text): development against a local simulator only.
+        allowed_endpoint_cidrs: comma-separated CIDRs every address of a Provider endpoint must
+            be in before a connection is attempted (banlieue.backends.vsphere.allowlist);
+            ``None``: no allow-list.
     """
 
     kubeconfig: str | None = None
     namespace: str | None = None
     watch_filter: str | None = None
     metrics_bind_address: str = "127.0.0.1:8080"
+    metrics_secure: bool = False
+    metrics_cert_dir: str | None = None
     health_probe_bind_address: str = ":8081"
     leader_elect: bool = False
     leader_election_namespace: str = "default"
@@ -88,6 +99,7 @@ class Options:
     vsphere_task_timeout: float = 600.0
     secret_resync_period: float = 30.0
     development_allow_http_endpoints: bool = False
+    allowed_endpoint_cidrs: str | None = None
 
     @property
     def metrics_listen(self) -> tuple[str, int] | None:
@@ -255,6 +267,42 @@ def parse_directory(value: str) -> str:
     if not value.strip():
         raise ValueError("must be a directory path")
     return value
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(value: str) -> tuple[Network, ...]:
+    """``"10.0.0.0/8, 192.168.1.5"`` -> networks (a bare address is a /32 or /128). Raises
+    ValueError("must be ...") naming the bad entry."""
+    out: list[Network] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        try:
+            out.append(ipaddress.ip_network(item, strict=False))
+        except ValueError as err:
+            raise ValueError(f"must be comma-separated CIDRs (e.g. 10.0.0.0/8,fd00::/8); {item!r} is not one") from err
+    if not out:
+        raise ValueError("must name at least one CIDR")
+    return tuple(out)
+
+
+def parse_cidr_list(value: str) -> str | None:
+    """Comma-separated CIDRs (validated by ``parse_networks``, returned as given); ``""``: none."""
+    if value.strip() == "":
+        return None
+    parse_networks(value)
+    return value
+
+
+def parse_optional_directory(value: str) -> str | None:
+    """An existing directory path; ``""`` means none."""
+    if value == "":
+        return None
+    if not Path(value).expanduser().is_dir():
+        raise ValueError("must be an existing directory")
+    return str(Path(value).expanduser())
 
 
 def parse_kubeconfig(value: str) -> str | None:

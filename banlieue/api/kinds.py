@@ -130,6 +130,8 @@ _KINDS: tuple[KindInfo, ...] = (
             PrinterColumn("Distribution", ".spec.osDistribution"),
             PrinterColumn("Version", ".spec.osVersion"),
             PrinterColumn("Arch", ".spec.architecture"),
+            PrinterColumn("ReadyProviders", ".status.readyProviders", "integer"),
+            PrinterColumn("Providers", ".status.providers", "integer", priority=1),
             READY_COLUMN, AGE_COLUMN,
         ),
     ),

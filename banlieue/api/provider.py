@@ -36,6 +36,9 @@ class ProviderConditionReason:
     INSECURE_ENDPOINT = "InsecureEndpoint"
     """``spec.connection.endpoint`` is ``http://`` and the role runs without
     ``--development-allow-http-endpoints``: nothing is sent (docs/security.md)."""
+    ENDPOINT_NOT_ALLOWED = "EndpointNotAllowed"
+    """Every address of ``spec.connection.endpoint`` must be in the role's
+    ``--allowed-endpoint-cidrs``; this one is not, so no connection was attempted (issue 23)."""
     DELETING = "Deleting"
     """Deletion requested while VSphereMachines still use the Provider: its finalizer
     ``banlieue.io/provider`` holds it (and its failure domains) until they are gone."""
@@ -280,6 +283,23 @@ class VCenterIdentity(ApiModel):
     """``about.apiType``: ``VirtualCenter`` for a vCenter, ``HostAgent`` for a standalone ESXi."""
 
 
+class ProviderImageStatus(ApiModel):
+    """Whether one VMImage resolves on this Provider. Written by the VMImage controller (its own
+    server-side-apply field manager) on the Provider, not on the cluster-scoped VMImage, so only
+    those who may read this namespace's Providers see it (issue 23, docs/security.md case 8)."""
+
+    name: str = Field(min_length=1)
+    """VMImage name."""
+    ready: bool = False
+    """Whether the image's template was found on this Provider (in every datacenter it has)."""
+    resolved_ref: str | None = None
+    """Backend reference of the template found (managed object id)."""
+    reason: str | None = None
+    """Reconciled, TemplateNotFound, SecretUnavailable, ConnectFailed or LookupFailed."""
+    message: str | None = None
+    """Human-readable detail."""
+
+
 class ProviderStatus(ApiModel):
     """Observed state of a Provider."""
 
@@ -292,6 +312,9 @@ class ProviderStatus(ApiModel):
     vcenter: VCenterIdentity | None = None
     """The vCenter the Provider's machines live in (ADR 0013); VSphereMachine calls are refused
     by a vCenter of another instance UUID."""
+    images: list[ProviderImageStatus] | None = Field(default=None, json_schema_extra=_BY_NAME)
+    """Resolution of each VMImage on this Provider (VMImage controller; the scheduler places a
+    VirtualMachine only on a Provider whose row for its image is ready)."""
 
 
 class Provider(KubeObject):

@@ -94,6 +94,10 @@ class Role:
             Rule((CORE,), ("events",), ("create", "patch")),
             Rule((COORD,), ("leases",), ("create",)),
             Rule((COORD,), ("leases",), ("get", "update"), (self.lease,)),
+            # --metrics-secure (runtime.metrics_auth): who scrapes /metrics is asked of the API
+            # server; every role may serve the metrics of its process.
+            Rule(("authentication.k8s.io",), ("tokenreviews",), ("create",)),
+            Rule(("authorization.k8s.io",), ("subjectaccessreviews",), ("create",)),
         )
 
 
@@ -158,6 +162,10 @@ CAPI_AGGREGATE_RULES: tuple[Rule, ...] = (
 )
 
 
+METRICS_READER_ROLE = "banlieue-metrics-reader"
+"""ClusterRole allowing ``get`` on ``/metrics`` of a manager run with ``--metrics-secure``."""
+
+
 def _service_account(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NAMESPACE}}
 
@@ -185,7 +193,8 @@ def _binding(name: str, role: str, service_account: str) -> dict[str, Any]:
 
 
 def render_rbac() -> dict[str, list[dict[str, Any]]]:
-    """The RBAC objects by file name (``<role>.yaml``, ``manager.yaml``, ``capi_aggregate.yaml``)."""
+    """The RBAC objects by file name (``<role>.yaml``, ``manager.yaml``, ``metrics_reader.yaml``,
+    ``capi_aggregate.yaml``)."""
     files: dict[str, list[dict[str, Any]]] = {}
     for role in ROLES:
         files[f"{role.name.removeprefix('banlieue-').replace('-', '_')}.yaml"] = [
@@ -197,6 +206,13 @@ def render_rbac() -> dict[str, list[dict[str, Any]]]:
         _binding(f"{MANAGER_SERVICE_ACCOUNT}-{role.name.removeprefix('banlieue-')}", role.name, MANAGER_SERVICE_ACCOUNT)
         for role in ROLES
     ]
+    files["metrics_reader.yaml"] = [{
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": METRICS_READER_ROLE},
+        # Bind it to Prometheus's ServiceAccount to scrape a manager run with --metrics-secure.
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    }]
     files["capi_aggregate.yaml"] = [
         _cluster_role(CAPI_AGGREGATE_ROLE, CAPI_AGGREGATE_RULES, {CAPI_AGGREGATE_LABEL: "true", KCP_AGGREGATE_LABEL: "true"})
     ]

@@ -35,7 +35,7 @@ class GuestAgent(StrEnum):
 
 
 class ImageReason:
-    """Reasons on VMImage ``status.perProvider[].reason``."""
+    """Reasons on Provider ``status.images[].reason`` (one VMImage on one Provider)."""
 
     RECONCILED = "Reconciled"
     TEMPLATE_NOT_FOUND = "TemplateNotFound"
@@ -81,30 +81,15 @@ class VMImageSpec(ApiModel):
     """Sources per provider class."""
 
 
-class ImageProviderStatus(ApiModel):
-    """Whether the image resolves on one Provider."""
-
-    provider_name: str = Field(min_length=1)
-    """Provider name."""
-    provider_namespace: str = Field(min_length=1)
-    """Provider namespace."""
-    ready: bool = False
-    """Whether the image was found on that Provider."""
-    resolved_ref: str | None = None
-    """Backend reference of the template found (managed object id)."""
-    reason: str | None = None
-    """Reconciled, TemplateNotFound, SecretUnavailable, ConnectFailed or LookupFailed."""
-    message: str | None = None
-    """Human-readable detail."""
-
-
 class VMImageStatus(ApiModel):
-    """Observed state of a VMImage."""
+    """Observed state of a VMImage. Counts only: the VMImage is cluster-scoped, so it names no
+    Provider and carries no tenant's error (issue 23); each Provider's own row is its
+    ``status.images[]``."""
 
-    per_provider: list[ImageProviderStatus] | None = Field(
-        default=None, json_schema_extra=list_map("providerNamespace", "providerName")
-    )
-    """Resolution per Provider."""
+    providers: int | None = Field(default=None, ge=0)
+    """Providers of a class named in ``spec.sources`` the image was looked up on."""
+    ready_providers: int | None = Field(default=None, ge=0)
+    """How many of them have the image ready."""
     conditions: list[Condition] | None = Field(default=None, json_schema_extra=_CONDITIONS)
     """Ready."""
     observed_generation: int | None = Field(default=None, ge=0)

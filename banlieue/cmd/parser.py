@@ -36,10 +36,12 @@ from banlieue.options import (
     parse_apiserver_kind,
     parse_bind_address,
     parse_bool,
+    parse_cidr_list,
     parse_directory,
     parse_kubeconfig,
     parse_label_value,
     parse_namespace,
+    parse_optional_directory,
     parse_port,
     parse_positive_int,
     parse_seconds,
@@ -61,6 +63,11 @@ def _common_flags(*, log_format: str, metrics: str, probes: str) -> list[FlagSpe
                  "reconcile only objects labelled cluster.x-k8s.io/watch-filter=VALUE"),
         FlagSpec("--metrics-bind-address", parse_bind_address, metrics,
                  "host:port of /metrics; 0 disables", metavar="ADDR"),
+        FlagSpec("--metrics-secure", parse_bool, "false",
+                 "serve /metrics over HTTPS to bearer tokens allowed get on /metrics (TokenReview, "
+                 "SubjectAccessReview; bare flag = true)", boolean=True),
+        FlagSpec("--metrics-cert-dir", parse_optional_directory, None,
+                 "directory with tls.crt and tls.key for --metrics-secure (default: self-signed)", metavar="DIR"),
         FlagSpec("--health-probe-bind-address", parse_bind_address, probes,
                  "host:port of /healthz and /readyz; 0 disables", metavar="ADDR"),
         FlagSpec("--leader-elect", parse_bool, "false",
@@ -81,6 +88,9 @@ VSPHERE_FLAGS = [
              "seconds between re-reads of the referenced Secrets and ConfigMaps", metavar="SECONDS"),
     FlagSpec("--development-allow-http-endpoints", parse_bool, "false",
              "accept http:// Provider endpoints (credentials in clear text; development only)", boolean=True),
+    FlagSpec("--allowed-endpoint-cidrs", parse_cidr_list, None,
+             "comma-separated CIDRs a Provider endpoint must resolve into before it is dialled (default: any)",
+             metavar="CIDRS"),
 ]
 # /metrics on loopback by default (docs/security.md): ":8080" with config/network-policy for Prometheus.
 ROLE_FLAGS = _common_flags(log_format="json", metrics="127.0.0.1:8080", probes=":8081")

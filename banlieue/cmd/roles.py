@@ -40,7 +40,7 @@ import structlog
 from kubernetes_asyncio.client import Configuration
 
 from banlieue.backends.base import Backend
-from banlieue.options import Options, StartupError
+from banlieue.options import Options, StartupError, parse_networks
 from banlieue.reconcilers import kinds
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.metrics import Source, bind_source, informer_source
@@ -56,6 +56,7 @@ from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import ApiError
 from banlieue.runtime.informer_factory import InformerFactory
 from banlieue.runtime.manager import Manager
+from banlieue.runtime.metrics_auth import MetricsTLSError
 
 log = structlog.get_logger("banlieue.cmd.roles")
 
@@ -160,7 +161,8 @@ def build_backend(options: Options) -> Backend:
     """The provider role's vSphere backend (``--vsphere-task-timeout`` seconds per task)."""
     from banlieue.backends.vsphere.backend import VSphereBackend
 
-    return VSphereBackend(task_timeout=options.vsphere_task_timeout)
+    allowed = parse_networks(options.allowed_endpoint_cidrs) if options.allowed_endpoint_cidrs else None
+    return VSphereBackend(task_timeout=options.vsphere_task_timeout, allowed_networks=allowed)
 
 
 @dataclass
@@ -183,18 +185,23 @@ def build_managers(
     runtimes: list[RoleRuntime] = []
     for index, spec in enumerate(specs):
         client = Client(cfg)
-        mgr = Manager(
-            client,
-            namespace=options.namespace,
-            leader_election=options.leader_elect,
-            leader_election_id=spec.lease,
-            leader_election_namespace=options.leader_election_namespace,
-            metrics_bind_address=options.metrics_bind_address if index == 0 else "0",
-            health_probe_bind_address=options.health_probe_bind_address if index == 0 else "0",
-            graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
-            handle_signals=False,  # run_managers owns the signals: one handler for all Managers
-            informers=informers,
-        )
+        try:
+            mgr = Manager(
+                client,
+                namespace=options.namespace,
+                leader_election=options.leader_elect,
+                leader_election_id=spec.lease,
+                leader_election_namespace=options.leader_election_namespace,
+                metrics_bind_address=options.metrics_bind_address if index == 0 else "0",
+                health_probe_bind_address=options.health_probe_bind_address if index == 0 else "0",
+                metrics_secure=options.metrics_secure,
+                metrics_cert_dir=options.metrics_cert_dir,
+                graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
+                handle_signals=False,  # run_managers owns the signals: one handler for all Managers
+                informers=informers,
+            )
+        except (MetricsTLSError, ValueError) as err:  # a bad --metrics-cert-dir, metrics on the probes' address
+            raise StartupError(str(err)) from None
         ctx = RoleContext(
             client=client,
             cache=mgr.cache,

@@ -42,20 +42,31 @@ PASSWORD_KEY = "password"
 
 class ConnectionConfigError(Exception):
     """The Provider's connection cannot be built. ``reason`` is ``SecretMissing``,
-    ``SecretInvalid`` or ``TLSVerifyFailed`` (SPEC §2 ``ProviderReachable`` reasons);
-    ``str(err)`` is an actionable message without secret values."""
+    ``SecretInvalid``, ``TLSVerifyFailed`` or ``InsecureEndpoint`` (SPEC §2 ``ProviderReachable``
+    reasons); ``str(err)`` / ``message`` is the actionable message for conditions: it names the
+    spec field at fault, never what the referenced object holds (which key is missing, what
+    failed to decode): whoever reads the Provider's status may not be allowed to read that
+    Secret (issue 23 case 8). ``detail`` is the precise cause, for the manager's log only; never
+    a secret value."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, detail: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.detail = detail or message
 
 
-def _missing(kind: str, namespace: str | None, name: str) -> ConnectionConfigError:
+def _missing(field: str, kind: str, namespace: str | None, name: str) -> ConnectionConfigError:
     return ConnectionConfigError(
         ProviderConditionReason.SECRET_MISSING,
-        f"{kind} {namespace}/{name} not found: create it in the Provider's namespace",
+        f"{field} names a {kind} banlieue cannot read in the Provider's namespace: create it there",
+        f"{kind} {namespace}/{name} not found",
     )
+
+
+CREDENTIALS_FIELD = "spec.connection.credentialsRef"
+CA_CONFIG_MAP_FIELD = "spec.connection.caBundle.configMapRef"
+CA_SECRET_FIELD = "spec.connection.caBundle.secretRef"
 
 
 _SSL_LOCATION = re.compile(r"\s*\(_ssl\.c:\d+\)$")
@@ -73,17 +84,23 @@ def _ca_bundle_error(pem: str) -> str | None:
     return None
 
 
+def _no_bundle(field: str, kind: str) -> str:
+    return f"the {kind} named in {field} has no CA bundle (non-empty PEM text) under the key {field}.key names"
+
+
 def check_ca_bundle(pem: str, source: str) -> None:
     """Raise ConnectionConfigError(``TLSVerifyFailed``) when ``pem`` is not a PEM certificate
     bundle: the same load the vSphere session does (``ssl`` ``load_verify_locations(cadata=)``),
     so what passes here is what the session accepts. ``source`` names where the bundle was read
-    (``inline``, ``ConfigMap ns/name key 'ca.crt'``) for the message; the PEM is never quoted."""
+    (``inline``, the spec field ``spec.connection.caBundle.configMapRef``) for the message; the
+    SSL library's reason goes to ``detail`` (logs); the PEM is never quoted."""
     detail = _ca_bundle_error(pem)
     if detail is not None:
         raise ConnectionConfigError(
             ProviderConditionReason.TLS_VERIFY_FAILED,
-            f"spec.connection.caBundle is not a valid PEM certificate bundle: {detail} (read from {source}); "
+            f"spec.connection.caBundle is not a valid PEM certificate bundle (read from {source}); "
             "fix the CA bundle (inline, ConfigMap or Secret key ca.crt)",
+            f"CA bundle from {source} does not load: {detail}",
         )
 
 
@@ -129,14 +146,19 @@ def connection_from_objects(
             "use https:// (http is accepted only with --development-allow-http-endpoints)",
         )
     if secret is None:
-        raise _missing("Secret", ns, cred_name)
-    username = secret_value(secret, USERNAME_KEY)
-    password = secret_value(secret, PASSWORD_KEY)
+        raise _missing(CREDENTIALS_FIELD, "Secret", ns, cred_name)
+    invalid_credentials = (f"the Secret named in {CREDENTIALS_FIELD} must hold the keys {USERNAME_KEY!r} and "
+                           f"{PASSWORD_KEY!r}, non-empty UTF-8 text")
+    try:
+        username = secret_value(secret, USERNAME_KEY)
+        password = secret_value(secret, PASSWORD_KEY)
+    except ConnectionConfigError as err:
+        raise ConnectionConfigError(err.reason, invalid_credentials, f"{ns}/{err.detail}") from err
     for key, value in ((USERNAME_KEY, username), (PASSWORD_KEY, password)):
         if not value:
             raise ConnectionConfigError(
-                ProviderConditionReason.SECRET_INVALID,
-                f"Secret {ns}/{cred_name} has no non-empty key {key!r} (keys {USERNAME_KEY!r} and {PASSWORD_KEY!r} are required)",
+                ProviderConditionReason.SECRET_INVALID, invalid_credentials,
+                f"Secret {ns}/{cred_name} has no non-empty key {key!r}",
             )
     assert username is not None and password is not None
     ca_bundle: str | None = None
@@ -148,7 +170,7 @@ def connection_from_objects(
         elif bundle.config_map_ref is not None:
             ref = bundle.config_map_ref
             if ca_source is None:
-                raise _missing("ConfigMap", ns, ref.name)
+                raise _missing(CA_CONFIG_MAP_FIELD, "ConfigMap", ns, ref.name)
             ca_bundle = (ca_source.get("data") or {}).get(ref.key)
             if ca_bundle is None:
                 binary = (ca_source.get("binaryData") or {}).get(ref.key)
@@ -156,24 +178,29 @@ def connection_from_objects(
                     ca_bundle = base64.b64decode(str(binary), validate=True).decode("utf-8", "replace") if binary else None
                 except (binascii.Error, ValueError) as exc:  # ValueError: non-ASCII text
                     raise ConnectionConfigError(
-                        ProviderConditionReason.SECRET_INVALID,
+                        ProviderConditionReason.SECRET_INVALID, _no_bundle(CA_CONFIG_MAP_FIELD, "ConfigMap"),
                         f"ConfigMap {ns}/{ref.name} binaryData key {ref.key!r} is not valid base64 (CA bundle)",
                     ) from exc
             if not ca_bundle:
                 raise ConnectionConfigError(
-                    ProviderConditionReason.SECRET_INVALID, f"ConfigMap {ns}/{ref.name} has no non-empty key {ref.key!r} (CA bundle)"
+                    ProviderConditionReason.SECRET_INVALID, _no_bundle(CA_CONFIG_MAP_FIELD, "ConfigMap"),
+                    f"ConfigMap {ns}/{ref.name} has no non-empty key {ref.key!r} (CA bundle)",
                 )
-            source = f"ConfigMap {ns}/{ref.name} key {ref.key!r}"
+            source = CA_CONFIG_MAP_FIELD
         elif bundle.secret_ref is not None:
             ref = bundle.secret_ref
             if ca_source is None:
-                raise _missing("Secret", ns, ref.name)
-            ca_bundle = secret_value(ca_source, ref.key)
+                raise _missing(CA_SECRET_FIELD, "Secret", ns, ref.name)
+            try:
+                ca_bundle = secret_value(ca_source, ref.key)
+            except ConnectionConfigError as err:
+                raise ConnectionConfigError(err.reason, _no_bundle(CA_SECRET_FIELD, "Secret"), f"{ns}/{err.detail}") from err
             if not ca_bundle:
                 raise ConnectionConfigError(
-                    ProviderConditionReason.SECRET_INVALID, f"Secret {ns}/{ref.name} has no non-empty key {ref.key!r} (CA bundle)"
+                    ProviderConditionReason.SECRET_INVALID, _no_bundle(CA_SECRET_FIELD, "Secret"),
+                    f"Secret {ns}/{ref.name} has no non-empty key {ref.key!r} (CA bundle)",
                 )
-            source = f"Secret {ns}/{ref.name} key {ref.key!r}"
+            source = CA_SECRET_FIELD
     if ca_bundle and not conn.insecure_skip_tls_verify:
         check_ca_bundle(ca_bundle, source)
     recorded = provider.status.vcenter if provider.status is not None else None

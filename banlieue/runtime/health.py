@@ -3,18 +3,23 @@
 ``/healthz`` and ``/readyz`` (and ``/healthz/<check>``, ``/readyz/<check>``): 200 ``ok`` when
 every check passes, else 500 with a ``[+]name ok`` / ``[-]name failed`` list; ``?verbose``
 forces the list, ``?exclude=<name>`` skips a check; with no checks a ``ping`` check is used.
-``/metrics``: prometheus_client's default registry. Bind addresses use Go's form: ":8080"
-(all interfaces), "127.0.0.1:0" (a free port; read ``bound_ports``), "0" or "" = disabled.
+``/metrics``: prometheus_client's default registry; with ``metrics_auth`` over HTTPS behind
+TokenReview + SubjectAccessReview (``runtime.metrics_auth``, on its own listener). Bind addresses
+use Go's form: ":8080" (all interfaces), "127.0.0.1:0" (a free port; read ``bound_ports``), "0"
+or "" = disabled.
 """
 
 from __future__ import annotations
 
 import inspect
+import ssl
 from collections.abc import Awaitable, Callable
 
 import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from banlieue.runtime.metrics_auth import MetricsAuth, guarded
 
 log = structlog.get_logger("banlieue.runtime.health")
 Check = Callable[[], bool | Awaitable[bool]]
@@ -32,9 +37,15 @@ class HealthServer:
     """Serves probes on ``health_probe_bind_address`` and ``/metrics`` on
     ``metrics_bind_address`` (one listener when both are equal)."""
 
-    def __init__(self, *, metrics_bind_address: str = ":8080", health_probe_bind_address: str = ":8081") -> None:
+    def __init__(self, *, metrics_bind_address: str = ":8080", health_probe_bind_address: str = ":8081",
+                 metrics_auth: MetricsAuth | None = None, metrics_ssl: ssl.SSLContext | None = None) -> None:
         self.metrics_address = parse_bind_address(metrics_bind_address)
         self.probe_address = parse_bind_address(health_probe_bind_address)
+        self.metrics_auth = metrics_auth
+        """When set, /metrics is served over ``metrics_ssl`` to authorized requests only."""
+        self.metrics_ssl = metrics_ssl
+        if metrics_auth is not None and self.metrics_address is not None and self.metrics_address == self.probe_address:
+            raise ValueError("secure metrics need their own address: --metrics-bind-address equals --health-probe-bind-address")
         self.healthz_checks: dict[str, Check] = {}
         self.readyz_checks: dict[str, Check] = {}
         self._runners: list[web.AppRunner] = []
@@ -92,10 +103,11 @@ class HealthServer:
             app.router.add_get(f"/{path}", handler)
             app.router.add_get(f"/{path}/{{check}}", handler)
 
-    async def _serve(self, name: str, address: tuple[str, int], app: web.Application) -> None:
+    async def _serve(self, name: str, address: tuple[str, int], app: web.Application,
+                     ssl_context: ssl.SSLContext | None = None) -> None:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, address[0], address[1])
+        site = web.TCPSite(runner, address[0], address[1], ssl_context=ssl_context)
         await site.start()
         self._runners.append(runner)
         self.bound_ports[name] = int(runner.addresses[0][1])  # one site per runner
@@ -112,8 +124,12 @@ class HealthServer:
             return
         if self.metrics_address is not None:
             app = web.Application()
-            app.router.add_get("/metrics", self._metrics)
-            await self._serve("metrics", self.metrics_address, app)
+            if self.metrics_auth is not None:
+                app.router.add_get("/metrics", guarded(self.metrics_auth, self._metrics))
+                await self._serve("metrics", self.metrics_address, app, self.metrics_ssl)
+            else:
+                app.router.add_get("/metrics", self._metrics)
+                await self._serve("metrics", self.metrics_address, app)
         if self.probe_address is not None:
             app = web.Application()
             self._probe_routes(app)

@@ -22,11 +22,12 @@ import structlog
 
 from banlieue.runtime.cache import Cache
 from banlieue.runtime.client import Client
-from banlieue.runtime.health import HealthServer
+from banlieue.runtime.health import HealthServer, parse_bind_address
 from banlieue.runtime.informer import Informer
 from banlieue.runtime.informer_factory import InformerFactory, LabelSelectorFor
 from banlieue.runtime.kinds import ResourceKind
 from banlieue.runtime.leaderelection import LeaderElector
+from banlieue.runtime.metrics_auth import MetricsAuth, server_ssl_context
 from banlieue.runtime.recorder import EventRecorder
 
 log = structlog.get_logger("banlieue.runtime.manager")
@@ -82,6 +83,8 @@ class Manager:
         retry_period: float = 2.0,
         metrics_bind_address: str = ":8080",
         health_probe_bind_address: str = ":8081",
+        metrics_secure: bool = False,
+        metrics_cert_dir: str | None = None,
         graceful_shutdown_timeout: float = 30.0,
         cache_sync_timeout: float = 120.0,
         handle_signals: bool = True,
@@ -103,7 +106,12 @@ class Manager:
         self._runnables: list[Runnable] = []
         self._running = False
         self.cache = Cache(self.get_informer, informers.informers)
-        self.health = HealthServer(metrics_bind_address=metrics_bind_address, health_probe_bind_address=health_probe_bind_address)
+        secure = metrics_secure and parse_bind_address(metrics_bind_address) is not None
+        self.health = HealthServer(
+            metrics_bind_address=metrics_bind_address, health_probe_bind_address=health_probe_bind_address,
+            metrics_auth=MetricsAuth(client) if secure else None,
+            metrics_ssl=server_ssl_context(metrics_cert_dir) if secure else None,
+        )
         self.health.add_healthz_check("ping", lambda: True)
         self.health.add_readyz_check("informers-synced", lambda: self._synced)
         self._synced = False

@@ -10,8 +10,14 @@ config/default (CRDs, RBAC, admission policies), as an operator installs it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import json
+import ssl
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +25,11 @@ import pytest
 import yaml
 
 from banlieue.api.admission import RAW_PLACEMENT_VERB
+from banlieue.api.rbac import MANAGER_SERVICE_ACCOUNT, METRICS_READER_ROLE
+from banlieue.api.rbac import NAMESPACE as MANAGER_NAMESPACE
+from banlieue.runtime.client import Client
+from banlieue.runtime.config import load_config
+from banlieue.runtime.manager import Manager
 from banlieue.testing.apiservers import ApiServerUnderTest
 from banlieue.testing.envtest import Envtest, envtest_binaries_missing
 
@@ -168,3 +179,93 @@ def test_the_manager_may_not_list_or_watch_secrets(tenant: Tenant) -> None:
         for rule in doc.get("rules") or []:
             if set(rule["resources"]) & {"secrets", "configmaps"}:
                 assert rule["verbs"] == ["get"], rule
+
+
+def _get_metrics(port: int, token: str | None) -> tuple[int, str]:
+    """GET https://127.0.0.1:<port>/metrics (certificate not verified: self-signed), bearer ``token``."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    req = urllib.request.Request(f"https://127.0.0.1:{port}/metrics",
+                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx))
+    try:
+        with opener.open(req, timeout=15) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+async def test_secure_metrics_need_a_token_allowed_to_get_metrics(tenant: Tenant, tmp_path: Path) -> None:
+    """Issue 23 case 7: with --metrics-secure the manager serves /metrics over HTTPS and asks the
+    API server who is calling (TokenReview) and whether they may ``get`` ``/metrics``
+    (SubjectAccessReview), with the manager's own ServiceAccount and config/rbac as installed:
+    no token and a bad token get 401, the tenant's token 403, a ServiceAccount bound to
+    ClusterRole banlieue-metrics-reader gets the metrics."""
+    env = tenant.envtest
+    tenant.admin.ok("apply", "--server-side", "-f", "-", docs=[
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "scraper", "namespace": NS}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "scraper-metrics"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": METRICS_READER_ROLE},
+         "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": NS}]}])
+    manager_token = env.token_for(MANAGER_NAMESPACE, MANAGER_SERVICE_ACCOUNT)
+    kubeconfig = env.write_token_kubeconfig(tmp_path / "manager.kubeconfig", manager_token)
+    client = Client(await load_config(str(kubeconfig)))
+    mgr = Manager(client, metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
+                  metrics_secure=True, handle_signals=False)
+    task = asyncio.create_task(mgr.start())
+    try:
+        while "metrics" not in mgr.health.bound_ports:
+            assert not task.done(), task
+            await asyncio.sleep(0.05)
+        port = mgr.health.bound_ports["metrics"]
+        get = functools.partial(asyncio.to_thread, _get_metrics, port)
+        assert (await get(None))[0] == 401
+        assert (await get("not-a-token"))[0] == 401
+        assert (await get(env.token_for(NS, "writer")))[0] == 403
+        status, body = await get(env.token_for(NS, "scraper"))
+        assert status == 200 and "# TYPE " in body, (status, body[:200])
+        assert mgr.health.metrics_auth is not None and mgr.health.metrics_auth.reviews >= 5
+        # Plain HTTP on the secure port gets no metrics.
+        with pytest.raises(OSError):
+            urllib.request.build_opener(urllib.request.ProxyHandler({})).open(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.close()
+
+
+def test_vmimage_status_cannot_name_another_tenants_provider(tenant: Tenant) -> None:
+    """Issue 23 case 8 on kube-apiserver: the cluster-scoped VMImage (readable by every tenant)
+    has no place for per-Provider rows any more - a status naming a Provider and its error is
+    pruned by the CRD's schema - while the row on a Provider of namespace ``other`` is out of the
+    tenant's reach (RBAC)."""
+    k = tenant.admin
+    k.ok("create", "namespace", "other")
+    k.ok("apply", "--server-side", "-f", "-", docs=[
+        {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "tenant-safety-ubuntu"},
+         "spec": {"sources": [{"providerClass": "vsphere", "kind": "Template", "ref": "ubuntu"}]}},
+        {**_provider("secret-vc", "admin-creds"), "metadata": {"name": "secret-vc", "namespace": "other"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "vmimage-reader"},
+         "rules": [{"apiGroups": ["banlieue.io"], "resources": ["vmimages"], "verbs": ["get", "list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "writer-vmimages"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vmimage-reader"},
+         "subjects": [{"kind": "ServiceAccount", "name": "writer", "namespace": NS}]}])
+    leaky = {"perProvider": [{"providerName": "secret-vc", "providerNamespace": "other", "ready": False,
+                              "message": "Secret other/admin-creds not found"}], "providers": 1, "readyProviders": 0}
+    k.ok("patch", "vmimage", "tenant-safety-ubuntu", "--subresource=status", "--type=merge", "-p", json.dumps({"status": leaky}))
+    k.ok("patch", "provider", "secret-vc", "-n", "other", "--subresource=status", "--type=merge", "-p",
+         json.dumps({"status": {"images": [{"name": "tenant-safety-ubuntu", "ready": False, "reason": "ConnectFailed"}]}}))
+    writer = tenant.as_sa("writer")
+    deadline = time.monotonic() + 30
+    while (proc := writer.run("get", "vmimage", "tenant-safety-ubuntu", "-o", "json")).returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.5)  # the binding takes effect a moment after it is created
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    assert seen["status"] == {"providers": 1, "readyProviders": 0}, seen["status"]
+    assert "other" not in proc.stdout and "secret-vc" not in proc.stdout and "admin-creds" not in proc.stdout
+    refused = writer.run("get", "provider", "secret-vc", "-n", "other", "-o", "json")
+    assert refused.returncode != 0 and "forbidden" in refused.stderr.lower(), refused
+    row = json.loads(k.ok("get", "provider", "secret-vc", "-n", "other", "-o", "json"))["status"]["images"]
+    assert row == [{"name": "tenant-safety-ubuntu", "ready": False, "reason": "ConnectFailed"}]

@@ -64,3 +64,10 @@ def test_no_runtime_module_imports_banlieue_testing_at_import_time() -> None:
             if any(n == "banlieue.testing" or n.startswith("banlieue.testing.") for n in names):
                 offenders.append(rel)
     assert not offenders, offenders
+
+
+def test_the_base_image_is_pinned_by_digest() -> None:
+    """Issue 23 case 10: a tag moves; the build's base is the image the digest names
+    (Dockerfile comment: where the digest was recorded). ``make check-base-image`` checks the same."""
+    pins = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", (REPO / "Dockerfile").read_text(), re.MULTILINE)
+    assert len(pins) == 1 and re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", pins[0]), pins

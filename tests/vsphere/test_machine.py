@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from pyVim.connect import Disconnect, SmartConnect
+from pyVim.task import WaitForTask
 from pyVmomi import vim
 
 from banlieue.backends.base import Connection, DiskSpec, InvalidSpec, NicSpec, NotFound, VMSpec
@@ -89,6 +90,31 @@ async def test_create_reconfigure_guestinfo_power_on_reads_back(
     assert md["network"]["ethernets"]["id1"]["match"]["macaddress"] == "00:50:56:01:02:03"
     # The VM is in the requested cluster: its resource pool belongs to DC0_C1.
     assert vm.resourcePool.owner.name == "DC0_C1"
+    # Issue 23 case 3: cloud-init's VMware datasource is asked to clear the user data once read.
+    assert md["redact"] == ["userdata"] and md["cleanup-guestinfo"] == ["userdata"]
+
+
+async def test_user_data_the_guest_redacted_is_not_written_back(
+    backend: VSphereBackend, conn: Connection, si: Any
+) -> None:
+    """Issue 23 case 3: once cloud-init redacted ``guestinfo.userdata`` (``---``, the encoding a
+    space: what its ``vmware-rpctool info-set`` leaves; vcsim runs no guest, so the test writes
+    the same values through the API), converging the VM again does not restore the bootstrap
+    data, while the metadata is still converged."""
+    uid = str(uuid.uuid4())
+    await backend.create_vm(conn, spec(uid))
+    [vm] = vms_with_uid(si, uid)
+    task = vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(extraConfig=[
+        vim.option.OptionValue(key="guestinfo.userdata", value="---"),
+        vim.option.OptionValue(key="guestinfo.userdata.encoding", value=" "),
+        vim.option.OptionValue(key="guestinfo.metadata", value="")]))
+    WaitForTask(task)
+    again = await backend.create_vm(conn, spec(uid))
+    assert not again.created
+    extra = {o.key: o.value for o in vm.config.extraConfig}
+    assert extra["guestinfo.userdata"] == "---", "the redacted user data was written back"
+    md, _ = guestinfo.decode(extra)
+    assert md is not None and md["instance-id"] == uid  # the rest is still converged
 
 
 async def test_create_twice_yields_one_vm_and_destroy_twice_is_fine(

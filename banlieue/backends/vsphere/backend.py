@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -42,6 +42,7 @@ from banlieue.backends.base import (
     VMSpec,
 )
 from banlieue.backends.vsphere import clone, find, guestinfo, power
+from banlieue.backends.vsphere.allowlist import Network
 from banlieue.backends.vsphere.health import PROBE_INTERVAL
 from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, failure_domains
 from banlieue.backends.vsphere.properties import retrieve_objects
@@ -77,7 +78,8 @@ FRESH_SECONDS = 2.0
 class VSphereBackend:
     """Backend for vCenter. Parameters: ``max_workers`` threads per vCenter, ``task_timeout``
     seconds per vSphere task (``--vsphere-task-timeout``), ``request_timeout`` seconds per SOAP
-    request, ``watch_max_wait`` seconds per long poll, ``index_ttl`` seconds of name caching."""
+    request, ``watch_max_wait`` seconds per long poll, ``index_ttl`` seconds of name caching,
+    ``allowed_networks`` the endpoint allow-list (``allowlist``; None: any endpoint)."""
 
     def __init__(
         self,
@@ -87,9 +89,10 @@ class VSphereBackend:
         watch_max_wait: float = 60.0,
         index_ttl: float = 60.0,
         probe_interval: float = PROBE_INTERVAL,
+        allowed_networks: Sequence[Network] | None = None,
     ) -> None:
         self.sessions = SessionPool(max_workers=max_workers, request_timeout=request_timeout,
-                                    probe_interval=probe_interval)
+                                    probe_interval=probe_interval, allowed_networks=allowed_networks)
         self.task_timeout = task_timeout
         self.watch_max_wait = watch_max_wait
         self.index_ttl = index_ttl
@@ -114,6 +117,21 @@ class VSphereBackend:
         self._indexes.pop(label, None)
         for key in [k for k in list(self._templates) if k[0] == label]:
             self._templates.pop(key, None)
+
+    def release_unused(self, wanted: Callable[[tuple[str, str, str]], bool]) -> list[str]:
+        """Issue 23 case 6: release the sessions ``wanted`` refuses (by ``Connection.session_key``),
+        the endpoints left unused (thread pool, probe) with their caches (inventory index, VM
+        index, templates), and the metric series of Providers that hold no session any more
+        (``SessionPool.release_unused``). Returns the released endpoint labels. Kept: the UIDs
+        ``create_vm`` delivered on an endpoint (the guard against a second clone outlives a
+        Provider that comes back; a few bytes per VM created by this process)."""
+        released = self.sessions.release_unused(wanted)
+        for label in released:
+            self._forget_inventory(label)
+            self._vm_indexes.pop(label, None)
+            for key in [k for k in list(self._template_locks) if k[0] == label]:
+                self._template_locks.pop(key, None)
+        return released
 
     def _runner(self, conn: Connection) -> Runner:
         return partial(self.sessions.run, conn)
@@ -258,8 +276,9 @@ class VSphereBackend:
             if hardware.numCPUs or hardware.memoryMB or hardware.numCoresPerSocket:
                 # vcsim applies these at any power state; vCenter needs hot-add: banlieue never relies on it.
                 raise InvalidSpec("the VM is powered on: CPU and memory change only while it is powered off")
+        have = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
         if hardware is not None and all(m is not None for m in macs):
-            want = self._guestinfo(spec, [m for m in macs if m is not None])
+            want = guestinfo.keep_redacted(self._guestinfo(spec, [m for m in macs if m is not None]), have)
             hardware.extraConfig = list(hardware.extraConfig or []) + [
                 vim.option.OptionValue(key=k, value=v) for k, v in want.items()
             ]
@@ -270,7 +289,7 @@ class VSphereBackend:
                 props = await run(read)
             devices = [d for d in props.get("config.hardware.device") or [] if isinstance(d, vim.vm.device.VirtualEthernetCard)]
             final_macs = [str(d.macAddress).lower() for d in devices]
-            extra = clone.extra_config_spec(self._guestinfo(spec, final_macs), props)
+            extra = clone.extra_config_spec(guestinfo.keep_redacted(self._guestinfo(spec, final_macs), have), props)
             if extra is not None:
                 await self._reconfigure(run, vm, extra, conn.provider)
 

@@ -8,6 +8,18 @@ VM object), ``local-hostname`` and a netplan-style network config v2 (``network`
 ``network.encoding`` unset because it is embedded as a mapping) matching each NIC by MAC.
 Metadata is JSON, which is valid YAML for cloud-init.
 
+Redaction (issue 23 case 3): the user data (often a kubeadm bootstrap token, or whatever Secret
+a VirtualMachine's ``userData`` names) would otherwise stay in ``guestinfo.userdata`` for the
+VM's life, readable by vCenter users and by any process in the guest. The metadata asks the
+datasource to clear it once read: ``redact: [userdata]`` (cloud-init's VMware datasource docs,
+"Redacting sensitive information"; the key it reads first) and the same list under its former
+name ``cleanup-guestinfo`` (read by cloud-init when ``redact`` is absent, and the only one the
+pre-merge vmware/cloud-init-vmware-guestinfo datasource knows). The datasource then sets
+``guestinfo.userdata`` to ``---`` (``REDACTED``, valid empty YAML) and its ``.encoding`` to a
+space, through ``vmware-rpctool info-set`` from inside the guest. ``keep_redacted`` stops a later
+converge from writing the user data back. Guests without cloud-init's VMware datasource (e.g.
+Ignition) ignore the keys: their user data stays until the VM is deleted.
+
 Size: a guestinfo value holds at most ``VALUE_MAX_BYTES`` (64 KiB; open-vm-tools
 ``guest_msg_def.h`` ``GUESTMSG_MAX_IN_SIZE``; the VMX file as a whole is limited to 1 MiB by
 default, ``tools.setInfo.sizeLimit``). User data whose base64 does not fit is gzip-compressed
@@ -30,6 +42,10 @@ USERDATA = "guestinfo.userdata"
 USERDATA_ENCODING = "guestinfo.userdata.encoding"
 METADATA = "guestinfo.metadata"
 METADATA_ENCODING = "guestinfo.metadata.encoding"
+REDACTED = "---"
+"""What cloud-init's VMware datasource leaves in a redacted guestinfo key (``GUESTINFO_EMPTY_YAML_VAL``)."""
+REDACT_KEYS = ["userdata"]
+"""The guestinfo keys (without ``guestinfo.``) the metadata asks the guest to redact once read."""
 VALUE_MAX_BYTES = 65536
 """Largest guestinfo value vSphere delivers to the guest (open-vm-tools guest_msg_def.h)."""
 PLACEHOLDER_MAC = "00:00:00:00:00:00"
@@ -61,7 +77,18 @@ def network_config(nics: list[tuple[NicSpec, str]]) -> dict[str, Any]:
 
 
 def metadata(instance_id: str, hostname: str, nics: list[tuple[NicSpec, str]]) -> dict[str, Any]:
-    return {"instance-id": instance_id, "local-hostname": hostname, "network": network_config(nics)}
+    """cloud-init metadata: instance id, host name, network config and the redaction request."""
+    return {"instance-id": instance_id, "local-hostname": hostname, "network": network_config(nics),
+            "redact": list(REDACT_KEYS), "cleanup-guestinfo": list(REDACT_KEYS)}
+
+
+def keep_redacted(want: dict[str, str], have: dict[str, str]) -> dict[str, str]:
+    """``want`` without the user data keys when the VM's ``have`` shows the guest redacted them
+    (``guestinfo.userdata`` = ``REDACTED``, a value banlieue never writes): a later converge must
+    not put the bootstrap secret back."""
+    if have.get(USERDATA, "").strip() != REDACTED:
+        return want
+    return {k: v for k, v in want.items() if k not in (USERDATA, USERDATA_ENCODING)}
 
 
 def _b64(data: bytes) -> str:

@@ -54,7 +54,7 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -72,6 +72,7 @@ from banlieue.backends.base import (
     VCenterIdentityChanged,
 )
 from banlieue.backends.vsphere import metrics
+from banlieue.backends.vsphere.allowlist import Network, check_endpoint
 from banlieue.backends.vsphere.faults import map_exception
 from banlieue.backends.vsphere.health import PROBE_INTERVAL, ReachabilityProbe, stub_factory
 
@@ -160,6 +161,12 @@ class Endpoint:
         self._notified_at = float("-inf")
         self.probe: ReachabilityProbe | None = None
         """The endpoint's reachability probe, once a session on it logged in (``health``)."""
+        self.series: set[tuple[str, str, str]] = set()
+        """(provider, method, outcome) label values this endpoint's round trips created in
+        ``banlieue_vsphere_requests_total`` / ``..._request_duration_seconds``: the series
+        ``SessionPool.release_unused`` removes once the provider uses nothing any more."""
+        self.closed = False
+        """Set by ``close``: the pool takes no new work; a session on it is dropped at next use."""
 
     def count_probe(self, method: str, outcome: str, seconds: float, provider: str) -> None:
         """Count one reachability probe in the metrics (label ``provider``) and in
@@ -168,16 +175,30 @@ class Endpoint:
         tracks its own)."""
         with self._lock:
             self.probe_requests += 1
+            # Released with the provider's other series (issue 23 case 6).
+            self.series.add((provider, method, outcome))
         metrics.REQUESTS.labels(provider, method, outcome).inc()
         metrics.REQUEST_DURATION.labels(provider, method).observe(seconds)
 
-    def record(self, method: str, outcome: str, seconds: float, provider: str) -> None:
+    def close(self) -> None:
+        """Stop the probe and the pool: its idle threads exit once the queued work (a logout)
+        ran (issue 23 case 6). Idempotent."""
+        self.closed = True
+        if self.probe is not None:
+            self.probe.stop()
+        self.pool.shutdown(wait=False)
+
+    def record(self, method: str, outcome: str, seconds: float, provider: str, *, series: bool = True) -> None:
         """Count one round trip (``outcome``: success, fault or error) of ``provider``'s session
-        (``namespace/name``, the metrics' label) and track the endpoint's reachability."""
+        (``namespace/name``, the metrics' label) and track the endpoint's reachability.
+        ``series`` False: no Prometheus series (a released session's last Logout must not
+        re-create the series its release removed)."""
         back = down = False
         with self._lock:
             self.soap_requests += 1
             self.soap_by_method[method] = self.soap_by_method.get(method, 0) + 1
+            if series:
+                self.series.add((provider, method, outcome))
             if outcome == "error":
                 down = not self.down
                 self.down = True
@@ -185,8 +206,9 @@ class Endpoint:
                 self.down = False
                 self._notified_at = time.monotonic()
                 back = True
-        metrics.REQUESTS.labels(provider, method, outcome).inc()
-        metrics.REQUEST_DURATION.labels(provider, method).observe(seconds)
+        if series:
+            metrics.REQUESTS.labels(provider, method, outcome).inc()
+            metrics.REQUEST_DURATION.labels(provider, method).observe(seconds)
         if back and self._on_back is not None:
             log.info("vcenter reachable again", vcenter=self.label)
             self._on_back(self.label)
@@ -194,8 +216,9 @@ class Endpoint:
             log.info("vcenter not answering", vcenter=self.label, method=method)
             self._on_down(self.label)
 
-    def instrument(self, stub: Any, provider: str) -> None:
-        """Wrap ``stub.InvokeMethod`` so every SOAP round trip is counted and timed for ``provider``."""
+    def instrument(self, stub: Any, provider: str, muted: Callable[[], bool] = lambda: False) -> None:
+        """Wrap ``stub.InvokeMethod`` so every SOAP round trip is counted and timed for
+        ``provider`` (no Prometheus series while ``muted()``)."""
         original = stub.InvokeMethod
 
         @functools.wraps(original)
@@ -211,7 +234,7 @@ class Endpoint:
                     outcome = "fault"
                 raise
             finally:
-                self.record(info.wsdlName, outcome, time.monotonic() - start, provider)
+                self.record(info.wsdlName, outcome, time.monotonic() - start, provider, series=not muted())
 
         stub.InvokeMethod = invoke
 
@@ -235,6 +258,8 @@ class Session:
         call is sent (module docstring)."""
         self.about: VCenterAbout | None = None
         """Who the session's vCenter is (``ServiceContent.about``), read at each (re-)login."""
+        self._uncounted = False
+        """True once ``forget_metrics`` took the session out of the sessions gauge."""
         self.extra_stubs: weakref.WeakSet[Any] = weakref.WeakSet()
         """Other stubs on this session (the change watch's; weak: they go with their watch):
         closed with the pool's when the certificate stops verifying."""
@@ -282,7 +307,7 @@ class Session:
         self.endpoint.record("Login", "success", time.monotonic() - start, self.conn.provider)
         stub = si._stub
         stub.poolSize = max(stub.poolSize, self.endpoint.max_workers)
-        self.endpoint.instrument(stub, self.conn.provider)
+        self.endpoint.instrument(stub, self.conn.provider, lambda: self.released)
         self.si, self.stub = si, stub
         self.content = si.RetrieveContent()
         self._read_about()
@@ -354,6 +379,21 @@ class Session:
         except Exception as exc:
             raise map_exception(exc) from exc
 
+    @property
+    def released(self) -> bool:
+        """True once ``SessionPool.release_unused`` released the session: its stubs (the
+        change watch's too) create no metric series any more."""
+        return self._uncounted
+
+    def forget_metrics(self) -> None:
+        """Take this session out of ``banlieue_vsphere_sessions`` now (it is being released; its
+        logout runs later in the pool and must not re-create a removed series)."""
+        # No lock: a session is released only once it is in the pool's table (logged in), and
+        # its logout is submitted after this ran.
+        if self.si is not None and not self._uncounted:
+            metrics.SESSIONS.labels(self.conn.provider).dec()
+        self._uncounted = True
+
     def logout(self) -> None:
         if self.si is None:
             return
@@ -363,21 +403,34 @@ class Session:
             log.debug("vsphere logout failed", vcenter=self.endpoint.label, error=type(exc).__name__)
         finally:
             self.si = None
-            metrics.SESSIONS.labels(self.conn.provider).dec()
+            if not self._uncounted:
+                metrics.SESSIONS.labels(self.conn.provider).dec()
+
+
+def _remove(metric: Any, *labels: str) -> None:
+    """Remove one labelled series; absent is fine (never created, or removed already)."""
+    try:
+        metric.remove(*labels)
+    except KeyError:
+        pass
 
 
 class SessionPool:
     """Sessions by ``Connection.session_key`` and endpoints by ``host:port``."""
 
     def __init__(self, max_workers: int = 8, request_timeout: float = 120.0,
-                 probe_interval: float = PROBE_INTERVAL) -> None:
+                 probe_interval: float = PROBE_INTERVAL, allowed_networks: Sequence[Network] | None = None) -> None:
         self.max_workers = max_workers
+        self.allowed_networks = tuple(allowed_networks) if allowed_networks is not None else None
+        """``--allowed-endpoint-cidrs`` (``allowlist``); None: every endpoint may be dialled."""
         self.request_timeout = request_timeout
         self.probe_interval = probe_interval
         """Seconds between reachability probes of each vCenter; 0 disables them."""
         self.endpoints: dict[str, Endpoint] = {}
         self.sessions: dict[tuple[str, str, str], Session] = {}
         self._login_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+        self._logging_in: dict[str, int] = {}
+        """Endpoint label -> logins in flight there (not released meanwhile)."""
         self._listeners: list[Callable[[str], None]] = []
         self._down_listeners: list[Callable[[str], None]] = []
         self._cert_stop = threading.Event()
@@ -443,16 +496,28 @@ class SessionPool:
         """The logged-in session for ``conn`` (logging in on first use, in the endpoint's pool)."""
         key = conn.session_key
         existing = self.sessions.get(key)
-        if existing is not None:
+        if existing is not None and not existing.endpoint.closed:
             return existing
         lock = self._login_locks.setdefault(key, asyncio.Lock())
         async with lock:
             existing = self.sessions.get(key)
-            if existing is not None:
+            if existing is not None and not existing.endpoint.closed:
                 return existing
+            self.sessions.pop(key, None)
             endpoint = self.endpoint_for(conn)
             sess = Session(conn, endpoint, self.request_timeout)
-            await asyncio.get_running_loop().run_in_executor(endpoint.pool, sess.login)
+            self._logging_in[endpoint.label] = self._logging_in.get(endpoint.label, 0) + 1
+            def checked_login() -> None:
+                if self.allowed_networks is not None:
+                    check_endpoint(sess.host, sess.port, self.allowed_networks)  # before any connection
+                sess.login()
+
+            try:
+                await asyncio.get_running_loop().run_in_executor(endpoint.pool, checked_login)
+            finally:
+                self._logging_in[endpoint.label] -= 1
+                if not self._logging_in[endpoint.label]:
+                    del self._logging_in[endpoint.label]
             self._drop_stale(conn)
             self.sessions[key] = sess
             self._start_probe(endpoint, sess)
@@ -489,10 +554,18 @@ class SessionPool:
     async def run(self, conn: Connection, fn: Callable[[Session], T], *, check_identity: bool = True) -> T:
         """Run blocking ``fn(session)`` in the vCenter's pool with re-login and error mapping.
         Raises VCenterIdentityChanged (nothing sent) when ``conn.vcenter_instance_uuid`` names
-        another vCenter, unless ``check_identity`` is False (the identity probe itself)."""
-        sess = await self.session(conn)
+        another vCenter, unless ``check_identity`` is False (the identity probe itself). A
+        session whose endpoint ``release_unused`` closed between finding it and submitting the
+        call is replaced once by a fresh one."""
         expected = conn.vcenter_instance_uuid if check_identity else None
-        return await asyncio.get_running_loop().run_in_executor(sess.endpoint.pool, sess.call, fn, expected)
+        for attempt in (1, 2):
+            sess = await self.session(conn)
+            try:
+                return await asyncio.get_running_loop().run_in_executor(sess.endpoint.pool, sess.call, fn, expected)
+            except RuntimeError:
+                if attempt == 2 or not sess.endpoint.closed:
+                    raise
+        raise AssertionError("unreachable")
 
     async def checked_session(self, conn: Connection) -> Session:
         """``session(conn)`` after the identity check of ``run`` (for the change watch, which
@@ -500,6 +573,34 @@ class SessionPool:
         sess = await self.session(conn)
         sess.check_identity(conn.vcenter_instance_uuid)
         return sess
+
+    def release_unused(self, wanted: Callable[[tuple[str, str, str]], bool]) -> list[str]:
+        """Issue 23 case 6: log out every session whose ``session_key`` ``wanted`` refuses (a
+        deleted Provider, an old endpoint or credentials), close every endpoint left without a
+        session or login in flight (its pool's threads exit, its probe stops) and remove the
+        metric series of providers that hold no session any more. Returns the released
+        endpoint labels (the backend drops their caches). Call from the event loop's thread."""
+        for key in [k for k in self.sessions if not wanted(k)]:
+            old = self.sessions.pop(key)
+            self._login_locks.pop(key, None)
+            old.forget_metrics()
+            if not old.endpoint.closed:
+                old.endpoint.pool.submit(old.logout)
+        used = {s.endpoint.label for s in self.sessions.values()} | set(self._logging_in)
+        released = [label for label in self.endpoints if label not in used]
+        holders = {k[0] for k in self.sessions}
+        every = list(self.endpoints.values())
+        for label in released:
+            self.endpoints.pop(label).close()
+            log.info("vcenter endpoint released", vcenter=label)
+        for ep in every:
+            for series in [x for x in ep.series if x[0] not in holders]:
+                ep.series.discard(series)
+                _remove(metrics.REQUESTS, *series)
+                _remove(metrics.REQUEST_DURATION, *series[:2])
+                _remove(metrics.SESSIONS, series[0])
+                _remove(metrics.TASKS_IN_FLIGHT, series[0])
+        return released
 
     async def close(self) -> None:
         self._cert_stop.set()

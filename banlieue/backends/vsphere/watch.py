@@ -144,7 +144,7 @@ class VMWatch:
             connectionPoolTimeout=-1,
             poolSize=1,
         )
-        s.endpoint.instrument(stub, s.conn.provider)
+        s.endpoint.instrument(stub, s.conn.provider, lambda: s.released)
         # The long poll's answers are read lean and streamed (deserializer/updateset modules):
         # a first batch of every VM as pyVmomi objects was the manager's memory peak.
         setattr(stub, deserializer.LEAN_UPDATE_SETS, UID_KEY)

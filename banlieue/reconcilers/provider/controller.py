@@ -62,6 +62,7 @@ from banlieue.reconcilers.provider.reachability import (
     SilenceReporter,
     reachability_requests,
 )
+from banlieue.reconcilers.provider.release import EndpointJanitor, EndpointReleaser
 from banlieue.reconcilers.provider.remeasure import Remeasure
 from banlieue.reconcilers.referenced import referenced
 from banlieue.runtime.builder import ControllerBuilder
@@ -187,7 +188,7 @@ class ProviderReconciler:
         try:
             conn = remembered_connection_for(provider, self.ctx.cache)
         except ConnectionConfigError as err:
-            return Snapshot(provider, now, failure=Failure("config", err.reason, err.message))
+            return Snapshot(provider, now, failure=Failure("config", err.reason, err.message, err.detail))
         silent = backend.unreachable_since(conn) if isinstance(backend, SilenceReporter) else None
         if silent is not None:
             return _silent_snapshot(provider, now, silent)
@@ -280,7 +281,12 @@ class ProviderReconciler:
             except NotFound:
                 return Result()
             provider = _parse(raw) or provider
-        plan = decide(await self.gather(provider))
+        snap = await self.gather(provider)
+        if snap.failure is not None:
+            # The detail stays here (issue 23 cases 5 and 8): the condition's message is generic.
+            log.info("provider connection failed", provider=str(request), endpoint=provider.spec.connection.endpoint,
+                     stage=snap.failure.stage, reason=snap.failure.reason, error=snap.failure.detail or snap.failure.message)
+        plan = decide(snap)
         try:
             await self.execute(provider, plan)
         except NotFound:
@@ -309,7 +315,8 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     """Register the ``provider`` controller: for Provider (generation changes), watches Secret
     and ConfigMap -> the Providers that reference them (indexes ``providerSecrets``,
     ``providerConfigMaps``), VSphereMachine -> the deleting Providers it uses, and the backend's
-    reachability transitions -> the Providers on that vCenter (``provider.reachability``)."""
+    reachability transitions -> the Providers on that vCenter (``provider.reachability``); and the
+    ``provider.release.EndpointJanitor`` that releases endpoints no Provider uses."""
     referenced(ctx.cache).allow_http_endpoints = ctx.allow_http_endpoints
     ctx.cache.add_indexer(PROVIDER, SECRETS_INDEX, secrets_index)
     ctx.cache.add_indexer(PROVIDER, CONFIG_MAPS_INDEX, config_maps_index)
@@ -372,6 +379,12 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     remeasure = Remeasure(ctx.cache)
     mgr.get_informer(VSPHERE_MACHINE).add_event_handler(remeasure)
     builder = builder.watches_channel(remeasure.requests())
+    if isinstance(ctx.backend, EndpointReleaser):
+        # Endpoints no Provider uses any more give their threads, caches and metric series
+        # back (issue 23 case 6; provider.release).
+        janitor = EndpointJanitor(ctx, ctx.backend)
+        mgr.get_informer(PROVIDER).add_event_handler(janitor)
+        mgr.add(janitor)
     if isinstance(ctx.backend, ReachabilityNotifier):
         # A vCenter that stops or starts answering: re-check its Providers now, not at the next
         # refresh (provider.reachability).

@@ -10,6 +10,8 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
   of a pause); the message says the status is frozen. No periodic requeue.
 - Connection config errors (from ``connection``): ``SecretMissing`` / ``SecretInvalid``;
   a CA bundle that is not valid PEM: ``TLSVerifyFailed`` (nothing is sent to vCenter).
+- An endpoint outside ``--allowed-endpoint-cidrs`` (backend reason ``EndpointNotAllowed``, nothing
+  dialled) -> ``EndpointNotAllowed``.
 - Backend errors while connecting: ``TLSVerifyFailed`` -> ``TLSVerifyFailed``; ``AuthFailed``
   -> *decision* ``SecretInvalid`` (the vCenter refused the credentials held in the Secret: the
   fix is in the Secret, which is watched, so fixing it recovers at once); anything else
@@ -112,11 +114,13 @@ Stage = Literal["config", "connect", "inventory"]
 class Failure:
     """What went wrong while gathering: ``stage`` (config: Secret/CA; connect: login;
     inventory: the walk), ``reason`` (ConnectionConfigError.reason, or ``taxonomy(err)`` of a
-    BackendError, e.g. ``AuthFailed``, ``Transient``), ``message`` (never a credential)."""
+    BackendError, e.g. ``AuthFailed``, ``Transient``), ``message`` (never a credential);
+    ``detail``: the precise cause for the log (ConnectionConfigError.detail), None = ``message``."""
 
     stage: Stage
     reason: str
     message: str
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -274,6 +278,8 @@ def reason_of(failure: Failure) -> str:
     if failure.stage == "config":
         config_reasons = (R.SECRET_MISSING, R.SECRET_INVALID, R.TLS_VERIFY_FAILED, R.INSECURE_ENDPOINT)
         return failure.reason if failure.reason in config_reasons else R.SECRET_INVALID
+    if failure.reason == R.ENDPOINT_NOT_ALLOWED:
+        return R.ENDPOINT_NOT_ALLOWED
     if failure.reason == AuthFailed.__name__:
         return R.SECRET_INVALID
     if failure.reason == TLSVerifyFailed.__name__:
@@ -283,22 +289,32 @@ def reason_of(failure: Failure) -> str:
     return R.INVENTORY_FAILED
 
 
+UNREACHABLE_MESSAGE = (
+    "cannot reach a vCenter at spec.connection.endpoint (no answer, refused, or not a vCenter); "
+    "retrying with back-off; the manager's log has the detail"
+)
+"""The one ``ConnectFailed`` message (issue 23 case 5): what answered on an endpoint - a refusal,
+a server that is not a vCenter, silence - is told in the manager's log (``provider connection
+failed``, with ``endpoint`` and ``error``), not to whoever reads the Provider."""
+
+
 def _failure_message(provider: Provider, failure: Failure, reason: str) -> str:
-    endpoint = provider.spec.connection.endpoint
-    secret = f"{provider.metadata.namespace}/{provider.spec.connection.credentials_ref.name}"
-    detail = _cut(failure.message)
     if failure.stage == "config":
-        return detail
+        return _cut(failure.message)
     if reason == R.SECRET_INVALID:
-        return f"vCenter {endpoint} refused the credentials in Secret {secret}: {detail}"
+        return ("the vCenter at spec.connection.endpoint refused the credentials of the Secret named in "
+                "spec.connection.credentialsRef; fix them in that Secret")
     if reason == R.TLS_VERIFY_FAILED:
         return (
-            f"TLS certificate of {endpoint} did not verify: set spec.connection.caBundle to the CA that "
-            f"signed it (or insecureSkipTLSVerify for development): {detail}"
+            "the TLS certificate of spec.connection.endpoint did not verify: set spec.connection.caBundle to the "
+            "CA that signed it (or insecureSkipTLSVerify for development); the manager's log has the detail"
         )
     if reason == R.CONNECT_FAILED:
-        return f"cannot reach vCenter {endpoint}: {detail}; retrying with back-off"
-    return f"inventory walk of {endpoint} failed: {detail}"
+        return UNREACHABLE_MESSAGE
+    if reason == R.ENDPOINT_NOT_ALLOWED:
+        return ("spec.connection.endpoint is outside the networks this manager may connect to "
+                "(--allowed-endpoint-cidrs): no connection was attempted; use an endpoint the administrator allows")
+    return f"inventory walk failed ({failure.reason}); the manager's log has the detail"
 
 
 def _conditions(
@@ -329,7 +345,8 @@ def _events(current: Sequence[Condition] | None, new: Sequence[Condition]) -> tu
 def _plan(snap: Snapshot, status: ProviderStatus, requeue: bool = False, requeue_after: float | None = None,
           extra: tuple[EventSpec, ...] = ()) -> Plan:
     current = snap.provider.status or ProviderStatus()
-    write = status.to_wire() != current.to_wire()
+    # status.images is the VMImage controller's (its own field manager): not this writer's.
+    write = status.to_wire() != current.model_copy(update={"images": None}).to_wire()
     events = _events(current.conditions, status.conditions or []) + extra
     return Plan(status=status, write_status=write, events=events, requeue=requeue, requeue_after=requeue_after)
 

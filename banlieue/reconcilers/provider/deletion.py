@@ -91,7 +91,8 @@ def decide_deletion(provider: Provider, users: Sequence[str], now: datetime) -> 
     conds = set_condition(current.conditions, READY, False, ProviderConditionReason.DELETING, message, gen, now)
     status = ProviderStatus(failure_domains=current.failure_domains, conditions=conds, observed_generation=gen,
                             vcenter=current.vcenter)
-    write = status.to_wire() != current.to_wire()
+    # status.images is the VMImage controller's (its own field manager): not this writer's.
+    write = status.to_wire() != current.model_copy(update={"images": None}).to_wire()
     old = get_condition(current.conditions, READY)
     events: tuple[DeletionEvent, ...] = ()
     if users and (old is None or old.reason != ProviderConditionReason.DELETING):

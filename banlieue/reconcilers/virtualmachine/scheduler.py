@@ -10,11 +10,12 @@ Filters, in order (a candidate is one failure domain of one Provider of the VM's
 1. Provider: a class this role can realise (``vsphere``: the only InfraMachine kind is
    VSphereMachine) with a source in the VMImage, matching ``placement.providerSelector``
    (absent: every Provider) -> ``NoProviderMatched``.
-2. Image: a ``VMImage.status.perProvider[]`` row for (providerName, providerNamespace) with
-   ``ready: true``, on a Provider whose ``ProviderReachable`` is not False (a vCenter that stopped
-   answering takes no new VM at once, before the VMImage row follows its ``Ready``) and that is
-   not ``Ready`` False ``DuplicateVCenter`` (another, older Provider reaches the same vCenter and
-   places there: ADR 0013) -> ``ImageNotReady``.
+2. Image: the Provider's ``status.images[]`` row for the VMImage (written there, not on the
+   cluster-scoped VMImage, by the VMImage controller; issue 23) with ``ready: true``, on a
+   Provider whose ``ProviderReachable`` is not False (a vCenter that stopped answering takes no
+   new VM at once, before the image row follows its ``Ready``) and that is not ``Ready`` False
+   ``DuplicateVCenter`` (another, older Provider reaches the same vCenter and places there:
+   ADR 0013) -> ``ImageNotReady``.
 3. Failure domain: labels match ``placement.failureDomainSelector`` (absent: all); the class's
    storage classes ⊆ ``availableStorageClasses``, network classes ⊆ ``availableNetworkClasses``,
    class features ⊆ domain features ∪ Provider ``spec.capabilities.features``
@@ -206,9 +207,8 @@ def image_template(image: VMImage, provider_class: str) -> str | None:
 
 
 def image_ready_on(image: VMImage, provider: Provider) -> tuple[bool, str]:
-    """Whether the image's ``status.perProvider[]`` row for this Provider is ready and the
+    """Whether the Provider's ``status.images[]`` row for this image is ready and the
     Provider's vCenter answers (``ProviderReachable`` not False); why not otherwise."""
-    name, namespace = provider.metadata.name, provider.metadata.namespace
     conditions = provider.status.conditions if provider.status else None
     reachable = get_condition(conditions, PROVIDER_REACHABLE)
     if reachable is not None and reachable.status is ConditionStatus.FALSE:
@@ -216,8 +216,8 @@ def image_ready_on(image: VMImage, provider: Provider) -> tuple[bool, str]:
     ready = get_condition(conditions, READY)
     if ready is not None and ready.status is ConditionStatus.FALSE and ready.reason == ProviderConditionReason.DUPLICATE_VCENTER:
         return False, f"{ready.reason}: {ready.message}"
-    for row in (image.status.per_provider if image.status else None) or ():
-        if row.provider_name == name and row.provider_namespace == namespace:
+    for row in (provider.status.images if provider.status else None) or ():
+        if row.name == image.metadata.name:
             if row.ready:
                 return True, ""
             return False, f"{row.reason or 'NotReady'}: {row.message or ''}".rstrip(": ")

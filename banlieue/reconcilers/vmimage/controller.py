@@ -6,8 +6,18 @@ Gather: the VMImage and every Provider from the cache; for each target Provider
 (one task each in a TaskGroup; calls to one vCenter never wait for another), each within
 ``LOOKUP_DEADLINE_SECONDS`` so a silent vCenter delays no other Provider's row. Paused Providers
 are still looked up: a read changes nothing on the vCenter. Execute: server-side apply of the
-full status when it changed; an Event on Ready transitions; requeue after
-``vmimage.decide.REFRESH_SECONDS`` (templates appear without notification).
+VMImage's status (counts only) when it changed; an Event on Ready transitions; then each
+Provider's own row in ``Provider.status.images`` (issue 23: a cluster-scoped object names no
+tenant's Provider), written under the field manager ``<role>-vmimage`` so the Provider
+controller's own status applies never remove it; requeue after
+``vmimage.decide.REFRESH_SECONDS`` (templates appear without notification). A deleted VMImage's
+rows are removed from every Provider.
+
+Row writes: a Provider's ``status.images`` list is owned by this one field manager, so each write
+applies the whole list — read by a direct GET and sent with its ``resourceVersion`` (a
+concurrent write of another image's row or of the Provider controller gives 409 Conflict and the
+write is redone on a fresh GET); writes to one Provider are serialised in this process by a
+lock. A row that is already as desired in the cache costs no request.
 
 Watches: Provider -> every VMImage, for Provider creation/deletion and for updates that change
 what a lookup depends on (generation, the set of datacenters in its failure domains, the status
@@ -23,17 +33,17 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from banlieue.api.provider import Provider
+from banlieue.api.provider import Provider, ProviderImageStatus
 from banlieue.api.vmimage import VMImage
 from banlieue.backends.base import BackendError, TemplateInfo, Transient, taxonomy
 from banlieue.reconcilers.connection import ConnectionConfigError, connection_for
 from banlieue.reconcilers.context import RoleContext
-from banlieue.reconcilers.kinds import PROVIDER, VM_IMAGE
+from banlieue.reconcilers.kinds import PROVIDER, PROVIDER_CLASS_VSPHERE, VM_IMAGE
 from banlieue.reconcilers.referenced import referenced
-from banlieue.reconcilers.vmimage.decide import Lookup, Plan, Snapshot, Target, decide, targets
+from banlieue.reconcilers.vmimage.decide import Lookup, Plan, Snapshot, Target, decide, merged_rows, targets
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
-from banlieue.runtime.errors import NotFound
+from banlieue.runtime.errors import Conflict, NotFound
 from banlieue.runtime.event import Object
 from banlieue.runtime.manager import Manager
 from banlieue.runtime.predicate import GenerationChangedPredicate, Predicate
@@ -78,11 +88,18 @@ class ProviderLookupChanged(Predicate):
         return _lookup_inputs(old) != _lookup_inputs(new)
 
 
+ROW_WRITE_ATTEMPTS = 5
+"""Conflicting ``status.images`` writes retried on a fresh GET before the reconcile fails (and
+is retried with back-off)."""
+
+
 class VMImageReconciler:
     """Reconciles one VMImage per request (see module docstring)."""
 
     def __init__(self, ctx: RoleContext) -> None:
         self.ctx = ctx
+        self.rows_field_manager = f"{ctx.field_manager}-vmimage"
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     async def _lookup(self, provider: Provider, target: Target) -> Lookup:
         backend = self.ctx.backend
@@ -92,6 +109,8 @@ class VMImageReconciler:
         try:
             conn = connection_for(provider, self.ctx.cache)
         except ConnectionConfigError as err:
+            log.info("vmimage lookup: connection not usable", provider=f"{provider.metadata.namespace}/{provider.metadata.name}",
+                     reason=err.reason, error=err.message)
             return Lookup(config_error=(err.reason, err.message))
         found: list[tuple[str | None, TemplateInfo | None]] = []
         try:
@@ -103,6 +122,10 @@ class VMImageReconciler:
                 for dc in target.datacenters or (None,):
                     found.append((dc, await backend.find_template(conn, dc, target.ref)))
         except BackendError as err:
+            # The detail (what answered on the endpoint) goes to the log only: the row says
+            # "could not be reached" (issue 23 case 5).
+            log.info("vmimage lookup failed", provider=f"{provider.metadata.namespace}/{provider.metadata.name}",
+                     endpoint=conn.endpoint, reason=taxonomy(err), error=str(err))
             return Lookup(backend_error=(taxonomy(err), str(err)))
         except TimeoutError:
             log.info("vmimage lookup deadline passed", provider=f"{provider.metadata.namespace}/{provider.metadata.name}",
@@ -135,11 +158,54 @@ class VMImageReconciler:
         wire = image.to_wire()
         for type_, reason, message in plan.events:
             self.ctx.recorder.event(wire, type_, reason, message)
+        await self.write_rows(image.metadata.name or "", plan.rows)
+
+    async def write_rows(self, image_name: str, rows: Mapping[tuple[str, str], ProviderImageStatus | None]) -> None:
+        """Make every vsphere Provider's ``status.images`` row of ``image_name`` equal ``rows``
+        (absent or None: no row), dropping rows of VMImages that no longer exist."""
+        existing = frozenset(str(o["metadata"]["name"]) for o in self.ctx.cache.list(VM_IMAGE))
+        for p in _providers(self.ctx.cache.iter_objects(PROVIDER)):
+            if p.spec.provider_class_ref.name != PROVIDER_CLASS_VSPHERE:
+                continue
+            key = (p.metadata.namespace or "", p.metadata.name or "")
+            row = rows.get(key)
+            if merged_rows(p.status.images if p.status else None, row, image_name, existing) is None:
+                continue
+            await self._write_row(key, image_name, row, existing)
+
+    async def _write_row(
+        self, key: tuple[str, str], image_name: str, row: ProviderImageStatus | None, existing: frozenset[str],
+    ) -> None:
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            for _ in range(ROW_WRITE_ATTEMPTS):
+                try:
+                    raw = await self.ctx.client.get(PROVIDER, key[1], key[0])
+                except NotFound:
+                    return
+                current = Provider.model_validate(raw)
+                rows = merged_rows(current.status.images if current.status else None, row, image_name, existing)
+                if rows is None:
+                    return
+                body = {
+                    "apiVersion": current.api_version,
+                    "kind": current.kind,
+                    "metadata": {"name": key[1], "namespace": key[0], "resourceVersion": raw["metadata"]["resourceVersion"]},
+                    "status": {"images": [r.to_wire() for r in rows]},
+                }
+                try:
+                    await self.ctx.client.apply_status(PROVIDER, body, field_manager=self.rows_field_manager)
+                    return
+                except Conflict:
+                    continue
+                except NotFound:
+                    return
+            raise Conflict(409, "Conflict", f"Provider {key[0]}/{key[1]}: status.images changed under {ROW_WRITE_ATTEMPTS} writes in a row")
 
     async def reconcile(self, request: Request) -> Result:
         """Gather -> decide -> execute; requeue after the refresh period."""
         raw = self.ctx.cache.get(VM_IMAGE, request.name)
         if raw is None:
+            await self.write_rows(request.name, {})
             return Result()
         try:
             image = VMImage.model_validate(raw)
@@ -152,7 +218,7 @@ class VMImageReconciler:
             await self.execute(image, plan)
         except NotFound:
             return Result()
-        log.debug("reconciled", vmimage=request.name, rows=len(plan.status.per_provider or []), wrote=plan.write_status)
+        log.debug("reconciled", vmimage=request.name, rows=len(plan.rows), wrote=plan.write_status)
         return Result(requeue_after=plan.requeue_after)
 
 

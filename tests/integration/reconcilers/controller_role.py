@@ -79,9 +79,10 @@ class Env:
         await self.client.patch_status(PROVIDER, name, self.namespace, {"status": {"failureDomains": domains}})
 
     async def image_ready(self, providers: list[str], image: str = "ubuntu") -> None:
-        rows = [{"providerName": p, "providerNamespace": self.namespace, "ready": True, "reason": "Reconciled",
-                 "resolvedRef": "vm-42"} for p in providers]
-        await self.client.patch_status(VM_IMAGE, image, None, {"status": {"perProvider": rows}})
+        # The row lives on the Provider (issue 23: the cluster-scoped VMImage names no Provider).
+        row = {"name": image, "ready": True, "reason": "Reconciled", "resolvedRef": "vm-42"}
+        for p in providers:
+            await self.client.patch_status(PROVIDER, p, self.namespace, {"status": {"images": [row]}})
 
     async def machine_status(self, name: str, status: dict[str, Any], provider_id: str | None = None) -> None:
         if provider_id is not None:

@@ -8,9 +8,11 @@ default ``prepend`` import mode puts it there when it loads the conftest.py besi
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import Any
 
-from banlieue.api.provider import Provider
+from banlieue.api.provider import Provider, ProviderImageStatus, ProviderStatus
 from banlieue.api.vmclass import VMClass
 from banlieue.api.vmimage import VMImage
 
@@ -47,9 +49,28 @@ def vm_class(*, mem: int = 4096, disks: tuple[int, ...] = (20,), firmware: str =
         "firmware": firmware, "features": list(features)}})
 
 
+READY_ON = "test.banlieue.io/ready-on"
+"""Annotation of a test VMImage: JSON {provider name: ready}; ``with_rows`` copies it into the
+Providers' ``status.images`` (where the scheduler reads it since issue 23)."""
+
+
 def image(ready: dict[str, bool] | None = None, classes: tuple[str, ...] = ("vsphere",)) -> VMImage:
-    rows = [{"providerName": p, "providerNamespace": NS, "ready": r, "reason": "Reconciled" if r else "TemplateNotFound",
-             "message": "" if r else "template ubuntu not found"} for p, r in (ready or {}).items()]
-    return VMImage.from_wire({"metadata": {"name": "ubuntu"}, "spec": {
-        "sources": [{"providerClass": c, "kind": "Template", "ref": "ubuntu-tpl"} for c in classes]},
-        "status": {"perProvider": rows}})
+    return VMImage.from_wire({"metadata": {"name": "ubuntu", "annotations": {READY_ON: json.dumps(ready or {})}}, "spec": {
+        "sources": [{"providerClass": c, "kind": "Template", "ref": "ubuntu-tpl"} for c in classes]}})
+
+
+def with_rows(providers: Iterable[Provider], img: VMImage | None) -> tuple[Provider, ...]:
+    """``providers`` with the ``status.images`` row of ``img`` its annotation ``READY_ON`` asks
+    for (a Provider it does not name gets no row)."""
+    ready: dict[str, bool] = json.loads(((img.metadata.annotations or {}).get(READY_ON) or "{}") if img else "{}")
+    out = []
+    for p in providers:
+        r = ready.get(p.metadata.name or "")
+        if r is None or img is None:
+            out.append(p)
+            continue
+        row = ProviderImageStatus(name=img.metadata.name or "", ready=r, reason="Reconciled" if r else "TemplateNotFound",
+                                  message="" if r else "template ubuntu not found")
+        status = (p.status or ProviderStatus()).model_copy(update={"images": [row]})
+        out.append(p.model_copy(update={"status": status}))
+    return tuple(out)

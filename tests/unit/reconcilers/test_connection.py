@@ -17,7 +17,7 @@ from banlieue.reconcilers.connection import (
 )
 from banlieue.reconcilers.provider.decide import Failure, reason_of
 from banlieue.reconcilers.provider.decide import _failure_message as provider_message
-from banlieue.reconcilers.vmimage.decide import Lookup, Target, row_for
+from banlieue.reconcilers.vmimage.decide import CONNECT_MESSAGE, Lookup, Target, row_for
 
 # A real self-signed CA certificate (P-256, CN=banlieue-test-ca): the CA bundle is parsed.
 PEM = """-----BEGIN CERTIFICATE-----
@@ -75,30 +75,38 @@ def test_ca_bundle_sources(ca: dict[str, Any], source: dict[str, Any] | None, wa
 
 
 @pytest.mark.parametrize(
-    ("prov", "secret", "source", "reason", "fragment"),
+    ("prov", "secret", "source", "reason", "fragment", "detail"),
     [
-        pytest.param(provider(), None, None, "SecretMissing", "Secret ns/creds not found", id="secret-missing"),
-        pytest.param(provider(), {"data": {"username": _b64("u")}}, None, "SecretInvalid", "'password'", id="password-missing"),
-        pytest.param(provider(), {"data": {"username": "!!", "password": _b64("p")}}, None, "SecretInvalid", "base64", id="bad-base64"),
-        pytest.param(provider({"configMapRef": {"name": "cm"}}), CREDS, None, "SecretMissing", "ConfigMap ns/cm", id="ca-configmap-missing"),
-        pytest.param(provider({"secretRef": {"name": "cas"}}), CREDS, {"data": {}}, "SecretInvalid", "'ca.crt'", id="ca-key-missing"),
-        pytest.param(provider({"inline": "not a pem"}), CREDS, None, "TLSVerifyFailed", "(read from inline)", id="ca-inline-not-pem"),
+        pytest.param(provider(), None, None, "SecretMissing", "spec.connection.credentialsRef names a Secret",
+                     "Secret ns/creds not found", id="secret-missing"),
+        pytest.param(provider(), {"data": {"username": _b64("u")}}, None, "SecretInvalid", "'username' and 'password'",
+                     "no non-empty key 'password'", id="password-missing"),
+        pytest.param(provider(), {"data": {"username": "!!", "password": _b64("p")}}, None, "SecretInvalid",
+                     "'username' and 'password'", "base64", id="bad-base64"),
+        pytest.param(provider({"configMapRef": {"name": "cm"}}), CREDS, None, "SecretMissing",
+                     "spec.connection.caBundle.configMapRef names a ConfigMap", "ConfigMap ns/cm not found", id="ca-configmap-missing"),
+        pytest.param(provider({"secretRef": {"name": "cas"}}), CREDS, {"data": {}}, "SecretInvalid",
+                     "spec.connection.caBundle.secretRef has no CA bundle", "no non-empty key 'ca.crt'", id="ca-key-missing"),
+        pytest.param(provider({"inline": "not a pem"}), CREDS, None, "TLSVerifyFailed", "(read from inline)", "inline", id="ca-inline-not-pem"),
         pytest.param(provider({"inline": "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"}), CREDS, None,
-                     "TLSVerifyFailed", "not a valid PEM certificate bundle", id="ca-inline-garbage-block"),
+                     "TLSVerifyFailed", "not a valid PEM certificate bundle", "does not load", id="ca-inline-garbage-block"),
         pytest.param(provider({"configMapRef": {"name": "cm"}}), CREDS, {"data": {"ca.crt": "x"}}, "TLSVerifyFailed",
-                     "ConfigMap ns/cm key 'ca.crt'", id="ca-configmap-not-pem"),
+                     "(read from spec.connection.caBundle.configMapRef)", "does not load", id="ca-configmap-not-pem"),
         pytest.param(provider({"secretRef": {"name": "cas", "key": "ca.pem"}}), CREDS, {"data": {"ca.pem": _b64("é")}},
-                     "TLSVerifyFailed", "Secret ns/cas key 'ca.pem'", id="ca-secret-not-ascii"),
+                     "TLSVerifyFailed", "(read from spec.connection.caBundle.secretRef)", "does not load", id="ca-secret-not-ascii"),
     ],
 )
 def test_errors_carry_spec_reasons(
-    prov: Provider, secret: dict[str, Any] | None, source: dict[str, Any] | None, reason: str, fragment: str
+    prov: Provider, secret: dict[str, Any] | None, source: dict[str, Any] | None, reason: str, fragment: str, detail: str
 ) -> None:
     with pytest.raises(ConnectionConfigError) as err:
         connection_from_objects(prov, secret, source)
     assert err.value.reason == reason
     assert fragment in str(err.value)
-    assert "s3cret" not in str(err.value)
+    assert detail in err.value.detail
+    # Issue 23 case 8: what the referenced object holds (which key is missing, the object's
+    # namespace/name as stored) is in the log's detail, not in the status message.
+    assert "ns/c" not in str(err.value) and "ca.crt'" not in str(err.value)
 
 
 def test_referenced_objects() -> None:
@@ -111,15 +119,16 @@ def test_insecure_skip_tls_verify_does_not_parse_the_unused_bundle() -> None:
     assert connection_from_objects(provider({"inline": "not a pem"}, insecure=True), CREDS).ca_bundle == "not a pem"
 
 
-def test_unparsable_ca_is_tls_verify_failed_on_provider_and_connect_failed_on_image_rows_with_one_message() -> None:
+def test_unparsable_ca_is_tls_verify_failed_on_provider_and_connect_failed_on_image_rows() -> None:
     with pytest.raises(ConnectionConfigError) as caught:
         connection_from_objects(provider({"inline": "not a pem"}), CREDS)
     err = caught.value
-    assert err.message.startswith("spec.connection.caBundle is not a valid PEM certificate bundle: ")
-    assert err.message.endswith("; fix the CA bundle (inline, ConfigMap or Secret key ca.crt)") and "_ssl.c" not in err.message
+    assert err.message.startswith("spec.connection.caBundle is not a valid PEM certificate bundle (read from inline)")
+    assert err.message.endswith("; fix the CA bundle (inline, ConfigMap or Secret key ca.crt)") and "_ssl.c" not in err.detail
     prov = provider({"inline": "not a pem"})
     failure = Failure("config", err.reason, err.message)
     assert reason_of(failure) == "TLSVerifyFailed"
     assert provider_message(prov, failure, reason_of(failure)) == err.message
-    row = row_for(Target("ns", "vc1", "ubuntu", ()), Lookup(config_error=(err.reason, err.message)))
-    assert (row.reason, row.message, row.ready) == (ImageReason.CONNECT_FAILED, err.message, False)
+    row = row_for("ubuntu", Target("ns", "vc1", "ubuntu", ()), Lookup(config_error=(err.reason, err.message)))
+    # The image row points at the Provider's condition, which has the message (issue 23).
+    assert (row.reason, row.message, row.ready) == (ImageReason.CONNECT_FAILED, CONNECT_MESSAGE, False)

@@ -81,7 +81,7 @@ async def test_missing_secret_then_created_recovers(apiserver: Any, client: Clie
     await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
     async with running_role(apiserver, [provider_reconciler.setup], backend):
         obj = await provider_with(client, "vc1", namespace, "SecretMissing", "False")
-        assert "vc1-creds" in condition(obj, "Ready")["message"]
+        assert "spec.connection.credentialsRef" in condition(obj, "Ready")["message"]
         assert condition(obj, PROVIDER_REACHABLE)["reason"] == "SecretMissing"
         await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
         obj = await provider_with(client, "vc1", namespace, "Reconciled", "True")

@@ -1,6 +1,6 @@
 """The VirtualMachine controller in a real Manager against the API-server double (CRDs from
 config/crd). The test plays the provider role itself: it writes Provider.status.failureDomains,
-VMImage.status.perProvider and the VSphereMachine's status over the API (``Env``, in
+Provider.status.images (the VMImage rows) and the VSphereMachine's status over the API (``Env``, in
 ../controller_role.py, shared with the VSphereCluster tests)."""
 
 from __future__ import annotations
@@ -516,6 +516,7 @@ async def test_watch_filter_leaves_unlabelled_vms_alone_even_through_map_functio
         await eventually(lambda: env.get_vsm("blue-1"))
         # VMClass, VMImage and Provider changes map to the VMs that use them: still not plain-1.
         await env.client.patch(VM_CLASS, "small", None, {"metadata": {"labels": {"touched": "1"}}})
+        await env.client.patch(VM_IMAGE, "ubuntu", None, {"metadata": {"labels": {"touched": "1"}}})
         await env.image_ready(["vc-a"], image="ubuntu")
         await env.provider_status("vc-a", [fd("vc-a-dc0-c0", "c0", mem=1000)])
         await asyncio.sleep(1.0)

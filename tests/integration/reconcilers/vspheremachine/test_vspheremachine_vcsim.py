@@ -199,7 +199,7 @@ async def test_missing_template_datastore_and_secret_are_reported(apiserver: Any
     await client.create(VSPHERE_MACHINE, machine("cls", ns, disks=[{"name": "os", "sizeGiB": 20, "storageClass": "silver"}]))
     async with running(apiserver, ns):
         obj = await wait_reason(client, ns, "tpl", "SecretMissing")
-        assert "vc1-creds" in ready_of(obj)[2]  # type: ignore[index]
+        assert "spec.connection.credentialsRef" in ready_of(obj)[2]  # type: ignore[index]
         obj = await wait_reason(client, ns, "cls", "InvalidSpec")
         assert "storage class 'silver'" in ready_of(obj)[2]  # type: ignore[index]
         # The Secret appears: the Secret watch resumes the machines.

@@ -26,6 +26,7 @@ from banlieue.backends.base import (
 )
 from banlieue.reconcilers.provider.decide import (
     REFRESH_SECONDS,
+    UNREACHABLE_MESSAGE,
     UNSUPPORTED_PROVIDER_CLASS,
     Failure,
     Peer,
@@ -201,11 +202,23 @@ def test_failures_keep_failure_domains_and_set_reason(
 
 def test_failure_messages_are_actionable() -> None:
     plan = decide(Snapshot(provider(), NOW, failure=Failure("connect", "TLSVerifyFailed", "self-signed")))
-    assert "caBundle" in cond(plan.status, READY)[2]
+    assert "caBundle" in cond(plan.status, READY)[2] and "self-signed" not in cond(plan.status, READY)[2]
     plan = decide(Snapshot(provider(), NOW, failure=Failure("connect", "AuthFailed", "InvalidLogin")))
-    assert "ns/creds" in cond(plan.status, READY)[2]
+    assert "spec.connection.credentialsRef" in cond(plan.status, READY)[2]
     plan = decide(Snapshot(provider(), NOW, failure=Failure("connect", "Transient", "x" * 5000)))
     assert len(cond(plan.status, READY)[2]) < 1200
+
+
+@pytest.mark.parametrize("answer", [
+    "[Errno 111] Connection refused", "not a vSphere API endpoint: HTTP 404 from nginx", "timed out after 120 s",
+    "vCenter has not answered since 2026-01-01T00:00:00Z (CurrentTime probe)"])
+def test_what_answered_on_the_endpoint_is_not_told_in_status(answer: str) -> None:
+    """Issue 23 case 5: refused, not a VIM server and silent collapse into one message (SSRF:
+    a tenant pointing a Provider anywhere learns nothing about what is there)."""
+    plan = decide(Snapshot(provider(), NOW, failure=Failure("connect", "Transient", answer)))
+    for c in plan.status.conditions or []:
+        assert answer not in c.message and "127.0.0.1" not in c.message
+    assert cond(plan.status, READY)[1:] == (R.CONNECT_FAILED, UNREACHABLE_MESSAGE)
 
 
 def test_no_inventory_and_no_failure_is_connect_failed() -> None:

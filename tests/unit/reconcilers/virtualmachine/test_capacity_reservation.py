@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reconciler_objects import NS, image, provider, vm_class
+from reconciler_objects import NS, image, provider, vm_class, with_rows
 
 from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import VirtualMachine, VirtualMachineReason
@@ -93,7 +93,8 @@ def place(totals: PlacementTotals, providers: list[Provider], name: str, cls: st
     totals.observe(key, vm_obj(name, cls))
     vm = VirtualMachine.from_wire(vm_obj(name, cls))
     peer_totals = totals.peer_totals(NS, key, class_size, {}, class_shape)
-    decision = schedule(SchedulingInput(vm, CLASSES[cls], image({"a": True}), tuple(providers), totals=peer_totals))
+    img = image({"a": True})
+    decision = schedule(SchedulingInput(vm, CLASSES[cls], img, with_rows(providers, img), totals=peer_totals))
     if decision.placement is None:
         return decision.reason or ""
     where = (decision.placement.provider_name, decision.placement.failure_domain)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reconciler_objects import NS, fd, image, provider, vm_class
+from reconciler_objects import NS, fd, image, provider, vm_class, with_rows
 
 from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import AntiAffinityTerm, VirtualMachine, VirtualMachineReason
@@ -37,7 +37,7 @@ def inp(*, the_vm: VirtualMachine | None = None, cls: VMClass | None = None, img
         current: tuple[str, str] | None = None) -> SchedulingInput:
     providers = providers if providers is not None else [provider("a", [fd("a-dc0-c0")])]
     img = img or image({p.metadata.name or "": True for p in providers})
-    return SchedulingInput(the_vm or vm(), cls or vm_class(), img, tuple(providers), peers, current)
+    return SchedulingInput(the_vm or vm(), cls or vm_class(), img, with_rows(providers, img), peers, current)
 
 
 DB_TERM = {"topologyKey": "cluster", "labelSelector": {"matchLabels": {"app": "db"}}, "mode": "required"}
@@ -208,7 +208,8 @@ def _inputs(draw: st.DrawFn) -> SchedulingInput:
     cls = vm_class(mem=draw(st.integers(1, 70000)), disks=tuple(draw(st.lists(st.integers(1, 500), max_size=3))),
                    firmware=draw(st.sampled_from(["bios", "efi", "efi-secure"])),
                    features=tuple(draw(st.lists(st.sampled_from(["vtpm", "efi"]), max_size=2))))
-    return SchedulingInput(vm(labels=draw(_labels), placement=placement), cls, image(ready), tuple(providers), peers, current)
+    img = image(ready)
+    return SchedulingInput(vm(labels=draw(_labels), placement=placement), cls, img, with_rows(providers, img), peers, current)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

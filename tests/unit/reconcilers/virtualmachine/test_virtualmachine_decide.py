@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reconciler_objects import fd, image, provider, vm_class
+from reconciler_objects import fd, image, provider, vm_class, with_rows
 
 from banlieue.api.conditions import get_condition, set_condition
 from banlieue.api.infrastructure import VSphereMachine
@@ -76,7 +76,7 @@ def machine(where: tuple[str, str] = ("a", "a-dc0-c0"), *, ready: tuple[str, str
 
 def snap(the_vm: VirtualMachine, *, m: VSphereMachine | None = None, cls: Any = CLASS, img: Any = IMAGE,
          providers: list[Provider] = PROVIDERS) -> Snapshot:
-    return Snapshot(the_vm, cls, img, tuple(providers), (), m, NOW)
+    return Snapshot(the_vm, cls, img, with_rows(providers, img), (), m, NOW)
 
 
 def cond(plan: Plan, type_: str) -> tuple[str, str]:

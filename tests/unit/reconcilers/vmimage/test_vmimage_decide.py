@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from banlieue.api.conditions import READY, get_condition
 from banlieue.api.meta import ConditionStatus
-from banlieue.api.provider import Provider
+from banlieue.api.provider import Provider, ProviderImageStatus
 from banlieue.api.vmimage import ImageReason, VMImage
 from banlieue.backends.base import TemplateInfo
 from banlieue.reconcilers.vmimage.decide import (
@@ -21,6 +21,7 @@ from banlieue.reconcilers.vmimage.decide import (
     Snapshot,
     Target,
     decide,
+    merged_rows,
     row_for,
     source_ref,
     targets,
@@ -72,19 +73,22 @@ T1 = Target("ns", "vc1", "ubuntu-22.04", ("DC0",))
         pytest.param(Target("ns", "vc1", "x", ()), Lookup(found=((None, None),)), False, ImageReason.TEMPLATE_NOT_FOUND, None, "any datacenter", id="no-known-dc-searched-all"),
         pytest.param(Target("ns", "vc1", "x", ()), Lookup(found=((None, tpl("DC7", "vm-9")),)), True, ImageReason.RECONCILED, "vm-9", "DC7", id="no-known-dc-found"),
         pytest.param(T1, Lookup(found=()), False, ImageReason.TEMPLATE_NOT_FOUND, None, "no datacenter", id="nothing-searched"),
-        pytest.param(T1, Lookup(config_error=("SecretMissing", "Secret ns/c not found")), False, ImageReason.SECRET_UNAVAILABLE, None, "ns/c", id="secret-unavailable"),
-        pytest.param(T1, Lookup(backend_error=("AuthFailed", "InvalidLogin")), False, ImageReason.CONNECT_FAILED, None, "AuthFailed", id="auth-is-connect-failed"),
-        pytest.param(T1, Lookup(backend_error=("TLSVerifyFailed", "x")), False, ImageReason.CONNECT_FAILED, None, "TLS", id="tls-is-connect-failed"),
-        pytest.param(T1, Lookup(backend_error=("Transient", "refused")), False, ImageReason.CONNECT_FAILED, None, "refused", id="transient-is-connect-failed"),
-        pytest.param(T1, Lookup(backend_error=("TaskFailed", "boom")), False, ImageReason.LOOKUP_FAILED, None, "boom", id="other-is-lookup-failed"),
+        pytest.param(T1, Lookup(config_error=("SecretMissing", "Secret ns/c not found")), False, ImageReason.SECRET_UNAVAILABLE, None, "connection settings are not usable", id="secret-unavailable"),
+        pytest.param(T1, Lookup(backend_error=("AuthFailed", "InvalidLogin")), False, ImageReason.CONNECT_FAILED, None, "could not be reached or refused the login", id="auth-is-connect-failed"),
+        pytest.param(T1, Lookup(backend_error=("TLSVerifyFailed", "x")), False, ImageReason.CONNECT_FAILED, None, "could not be reached", id="tls-is-connect-failed"),
+        pytest.param(T1, Lookup(backend_error=("Transient", "connection reset by 10.0.0.9")), False, ImageReason.CONNECT_FAILED, None, "could not be reached", id="transient-is-connect-failed"),
+        pytest.param(T1, Lookup(backend_error=("TaskFailed", "boom")), False, ImageReason.LOOKUP_FAILED, None, "(TaskFailed)", id="other-is-lookup-failed"),
         pytest.param(T1, None, False, ImageReason.LOOKUP_FAILED, None, "not looked up", id="no-lookup"),
     ],
 )
 def test_row_rules(target: Target, lookup: Lookup | None, ready: bool, reason: str, resolved: str | None, in_message: str) -> None:
-    row = row_for(target, lookup)
-    assert (row.ready, row.reason, row.resolved_ref) == (ready, reason, resolved)
+    row = row_for("ubuntu", target, lookup)
+    assert (row.name, row.ready, row.reason, row.resolved_ref) == ("ubuntu", ready, reason, resolved)
     assert in_message in (row.message or "")
-    assert (row.provider_namespace, row.provider_name) == ("ns", "vc1")
+    # Issue 23 case 5: what answered (refused, not a VIM server, login text) stays in the log.
+    if lookup is not None and (lookup.backend_error or lookup.config_error) and not ready:
+        detail = (lookup.backend_error or lookup.config_error or ("", ""))[1]
+        assert detail not in (row.message or "")
 
 
 def test_targets_match_class_and_sort_and_collect_datacenters() -> None:
@@ -109,11 +113,13 @@ def test_ready_on_one_provider_lists_missing() -> None:
         {("ns", "with"): Lookup(found=(("DC0", tpl("DC0", "vm-1")), ("DC1", tpl("DC1", "vm-2")))), ("ns", "without"): Lookup(found=(("DC0", None), ("DC1", None)))},
     )
     plan = decide(snap)
-    rows = plan.status.per_provider or []
-    assert [(r.provider_name, r.ready, r.reason) for r in rows] == [("with", True, "Reconciled"), ("without", False, "TemplateNotFound")]
+    rows = plan.rows
+    assert [(k, r.name, r.ready, r.reason) for k, r in sorted(rows.items())] == [
+        (("ns", "with"), "ubuntu", True, "Reconciled"), (("ns", "without"), "ubuntu", False, "TemplateNotFound")]
     ready = get_condition(plan.status.conditions, READY)
     assert ready is not None and (ready.status, ready.reason) == (ConditionStatus.TRUE, ImageReason.RECONCILED)
-    assert "ns/without (TemplateNotFound)" in ready.message and ready.observed_generation == 2
+    assert ready.message == "ready on 1 of 2 Providers; not ready on 1 (TemplateNotFound: 1)" and ready.observed_generation == 2
+    assert (plan.status.providers, plan.status.ready_providers) == (2, 1)
     assert plan.status.observed_generation == 2 and plan.write_status and plan.requeue_after == REFRESH_SECONDS
     assert [e[:2] for e in plan.events] == [("Normal", "Reconciled")]
     # the same observation again writes nothing
@@ -121,10 +127,19 @@ def test_ready_on_one_provider_lists_missing() -> None:
     assert not again.write_status and again.events == ()
 
 
-def test_ready_nowhere_takes_first_row_reason() -> None:
-    snap = Snapshot(image(), (provider("a"), provider("b")), NOW, {("ns", "a"): Lookup(config_error=("SecretMissing", "m")), ("ns", "b"): Lookup(backend_error=("Transient", "x"))})
-    ready = get_condition(decide(snap).status.conditions, READY)
-    assert ready is not None and (ready.status, ready.reason) == (ConditionStatus.FALSE, ImageReason.SECRET_UNAVAILABLE)
+def test_ready_nowhere_takes_the_most_frequent_reason_and_names_no_provider() -> None:
+    snap = Snapshot(image(), (provider("tenant-a-vc", "tenant-a"), provider("b"), provider("c")), NOW, {
+        ("tenant-a", "tenant-a-vc"): Lookup(config_error=("SecretMissing", "Secret tenant-a/admin-creds not found")),
+        ("ns", "b"): Lookup(backend_error=("Transient", "connection refused by 10.1.2.3:443")),
+        ("ns", "c"): Lookup(backend_error=("Transient", "not a VIM server"))})
+    plan = decide(snap)
+    ready = get_condition(plan.status.conditions, READY)
+    assert ready is not None and (ready.status, ready.reason) == (ConditionStatus.FALSE, ImageReason.CONNECT_FAILED)
+    assert ready.message == "ready on none of 3 Providers (ConnectFailed: 2, SecretUnavailable: 1); each Provider's status.images says why"
+    # Issue 23 case 8: the cluster-scoped status names no namespace, Provider, Secret or address.
+    wire = str(plan.status.to_wire()) + str(plan.events)
+    for secret in ("tenant-a", "admin-creds", "10.1.2.3", "VIM", "refused"):
+        assert secret not in wire
 
 
 @pytest.mark.parametrize(
@@ -138,14 +153,27 @@ def test_no_matching_provider(img: VMImage, providers: tuple[Provider, ...], in_
     plan = decide(Snapshot(img, providers, NOW))
     ready = get_condition(plan.status.conditions, READY)
     assert ready is not None and (ready.status, ready.reason) == (ConditionStatus.FALSE, NO_MATCHING_PROVIDER)
-    assert in_message in ready.message and plan.status.per_provider == []
+    assert in_message in ready.message and plan.rows == {} and (plan.status.providers, plan.status.ready_providers) == (0, 0)
     assert [e[0] for e in plan.events] == ["Warning"]
 
 
-def test_rows_of_deleted_providers_disappear() -> None:
+def test_counts_follow_deleted_providers() -> None:
     first = decide(Snapshot(image(), (provider("a"), provider("b")), NOW, {}))
     plan = decide(Snapshot(image(status=first.status.to_wire()), (provider("a"),), NOW, {}))
-    assert [r.provider_name for r in plan.status.per_provider or []] == ["a"] and plan.write_status
+    assert list(plan.rows) == [("ns", "a")] and plan.status.providers == 1 and plan.write_status
+
+
+def row(name: str, ready: bool = True) -> ProviderImageStatus:
+    return ProviderImageStatus(name=name, ready=ready, reason="Reconciled" if ready else "TemplateNotFound")
+
+
+def test_merged_rows_replace_remove_prune_and_report_no_change() -> None:
+    current = [row("b"), row("a", False)]
+    assert merged_rows(current, row("a", False), "a") is None  # unchanged, order does not matter
+    assert [(r.name, r.ready) for r in merged_rows(current, row("a"), "a") or []] == [("a", True), ("b", True)]
+    assert [r.name for r in merged_rows(current, None, "a") or []] == ["b"]
+    assert [r.name for r in merged_rows(current, row("c"), "c", frozenset({"a", "c"})) or []] == ["a", "c"]
+    assert merged_rows(None, None, "a") is None
 
 
 _tpl = st.none() | st.builds(tpl, st.text(max_size=10), st.text(max_size=10))
