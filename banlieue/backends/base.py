@@ -263,11 +263,16 @@ class VMSpec:
 
 @dataclass(frozen=True)
 class NicStatus:
-    """A NIC as vSphere reports it: MAC, network name, IPs from VMware Tools (guest.net)."""
+    """A NIC as vSphere reports it: MAC, network name, IPs from VMware Tools (guest.net, matched
+    by MAC). ``name`` is the spec NIC name the card carries (``banlieue.nic.<name>`` on vSphere;
+    None: unnamed, e.g. a VM adopted by position that was not converged yet); ``connected`` is
+    whether it connects at power-on (False: its name left the spec, ADR 0012)."""
 
     mac_address: str
     network: str
     ip_addresses: tuple[str, ...]
+    name: str | None = None
+    connected: bool = True
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from banlieue.backends.base import (
     CreateResult,
     InvalidSpec,
     Inventory,
+    NicSpec,
     NotFound,
     PowerOffMode,
     PowerState,
@@ -40,7 +41,7 @@ from banlieue.backends.base import (
     VMInfo,
     VMSpec,
 )
-from banlieue.backends.vsphere import clone, find, guestinfo, power
+from banlieue.backends.vsphere import clone, find, guestinfo, nics, power
 from banlieue.backends.vsphere.health import PROBE_INTERVAL
 from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, failure_domains
 from banlieue.backends.vsphere.properties import retrieve_objects
@@ -251,7 +252,7 @@ class VSphereBackend:
                 # vcsim applies these at any power state; vCenter needs hot-add: banlieue never relies on it.
                 raise InvalidSpec("the VM is powered on: CPU and memory change only while it is powered off")
         if hardware is not None and all(m is not None for m in macs):
-            want = self._guestinfo(spec, [m for m in macs if m is not None])
+            want = self._guestinfo(spec, [(n, m) for n, m in zip(spec.nics, macs, strict=True) if m is not None])
             hardware.extraConfig = list(hardware.extraConfig or []) + [
                 vim.option.OptionValue(key=k, value=v) for k, v in want.items()
             ]
@@ -260,14 +261,19 @@ class VSphereBackend:
             if hardware is not None:
                 await self._reconfigure(run, vm, hardware, conn.provider)
                 props = await run(read)
-            devices = [d for d in props.get("config.hardware.device") or [] if isinstance(d, vim.vm.device.VirtualEthernetCard)]
-            final_macs = [str(d.macAddress).lower() for d in devices]
-            extra = clone.extra_config_spec(self._guestinfo(spec, final_macs), props)
-            if extra is not None:
-                await self._reconfigure(run, vm, extra, conn.provider)
+            # Each spec NIC's MAC by its name (``nics`` module); a card added with a generated MAC
+            # gets its ``new:<rank>`` label replaced by the MAC in this same reconfigure.
+            extra = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
+            matched = nics.match_nics(props.get("config.hardware.device") or [], extra, [n.name for n in spec.nics])
+            pairs = [(n, nics.mac_of(matched[n.name])) for n in spec.nics if n.name in matched]
+            want = self._guestinfo(spec, pairs)
+            if nics.nic_labels(extra):
+                want.update({nics.NIC_KEY_PREFIX + n.name: mac for n, mac in pairs if mac})
+            update = clone.extra_config_spec(want, props)
+            if update is not None:
+                await self._reconfigure(run, vm, update, conn.provider)
 
-    def _guestinfo(self, spec: VMSpec, macs: list[str]) -> dict[str, str]:
-        pairs = list(zip(spec.nics, macs, strict=False))
+    def _guestinfo(self, spec: VMSpec, pairs: list[tuple[NicSpec, str]]) -> dict[str, str]:
         return guestinfo.guestinfo(spec.uid, spec.hostname or spec.name, pairs, spec.user_data)
 
     async def _reconfigure(self, run: Runner, vm: Any, cfg: Any, provider: str) -> None:

@@ -324,6 +324,48 @@ def test_a_removed_disk_is_named_with_its_size_and_an_edit_converges_by_name() -
     assert "numCPUs 2 -> 4" in (cond.message or "") and "logs (5 GiB)" in (cond.message or "")
 
 
+def nics_vm(nics: dict[str, tuple[str, bool]]) -> VMInfo:
+    """A running provisioned VM whose cards carry names: name -> (port group, connected)."""
+    cards = tuple(NicStatus(mac_address=f"00:50:56:00:00:0{i}", network=net, ip_addresses=(), name=n, connected=c)
+                  for i, (n, (net, c)) in enumerate(nics.items()))
+    return replace(vm("PoweredOn"), nics=cards)
+
+
+def nics_spec(nics: list[tuple[str, str]]) -> dict[str, Any]:
+    return {"network": {"devices": [{"name": n, "portGroup": pg} for n, pg in nics]}}
+
+
+AB = {"a": ("VM Network", True), "b": ("DC0_DVPG0", True)}
+NIC_CASES: list[Any] = [
+    # (spec NICs, VM cards, action, HardwareChangePending reason or "": none); issue 19, NICs by name.
+    pytest.param([("b", "DC0_DVPG0"), ("a", "VM Network")], AB, None, "", id="reorder-changes-nothing"),
+    pytest.param([("a", "VM Network")], {**AB, "b": ("DC0_DVPG0", False)}, None, "NicRemovedFromSpec",
+                 id="removed-nic-kept-disconnected-reported"),
+    pytest.param([("a", "VM Network")], AB, "create", None, id="removed-nic-still-connected-is-converged"),
+    pytest.param([("a", "VM Network"), ("b", "VM Network")], AB, "create", None, id="network-edit-converged"),
+    pytest.param([("a", "VM Network"), ("b", "DC0_DVPG0"), ("c", "VM Network")], AB, "create", None, id="added-nic-converged"),
+    pytest.param([("a", "VM Network"), ("b", "DC0_DVPG0")], {**AB, "b": ("DC0_DVPG0", False)}, "create", None,
+                 id="re-added-nic-reconnected"),
+]
+
+
+@pytest.mark.parametrize(("nics", "cards", "action", "pending"), NIC_CASES)
+def test_nic_edits_on_provisioned_vms_follow_names(
+    nics: list[tuple[str, str]], cards: dict[str, tuple[str, bool]], action: str | None, pending: str | None
+) -> None:
+    plan = decide(looked(machine(nics_spec(nics), status=PROVISIONED), nics_vm(cards)))
+    assert (plan.action.kind if plan.action else None) == action
+    if pending is not None:
+        assert ready(plan) == ("True", "Provisioned")
+        cond = get_condition(plan.status.conditions if plan.status else None, HARDWARE_CHANGE_PENDING)
+        if not pending:
+            assert cond is None  # nothing differs, nothing pending
+            return
+        assert cond is not None and cond.reason == pending
+        if pending == "NicRemovedFromSpec":
+            assert "b (00:50:56:00:00:01)" in (cond.message or "")
+
+
 def test_storage_and_network_classes_resolve_through_provider() -> None:
     m = machine({"disks": [{"name": "os", "sizeGiB": 30, "storageClass": "gold"}, {"name": "data", "sizeGiB": 5, "datastore": "DS1"}],
                  "network": {"devices": [{"name": "eth0", "networkClass": "prod"}, {"name": "eth1", "portGroup": "VM Network",
