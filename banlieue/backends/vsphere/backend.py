@@ -21,6 +21,7 @@ from typing import Any
 
 import structlog
 from pyVmomi import vim as _vim
+from pyVmomi import vmodl as _vmodl
 
 from banlieue.backends.base import (
     Backend,
@@ -41,7 +42,7 @@ from banlieue.backends.base import (
     VMInfo,
     VMSpec,
 )
-from banlieue.backends.vsphere import clone, find, guestinfo, nics, power
+from banlieue.backends.vsphere import clone, find, guestinfo, nics, power, tasks
 from banlieue.backends.vsphere.health import PROBE_INTERVAL
 from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, failure_domains
 from banlieue.backends.vsphere.properties import retrieve_objects
@@ -51,6 +52,7 @@ from banlieue.backends.vsphere.watch import watch_vms
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
 vim: Any = _vim
+vmodl: Any = _vmodl
 
 log = structlog.get_logger("banlieue.backends.vsphere")
 
@@ -102,6 +104,9 @@ class VSphereBackend:
         # UID -> (monotonic time, VM object, VMInfo) create_vm just read: set_power_state's
         # starting point when it follows within FRESH_SECONDS (taken once).
         self._fresh: dict[str, tuple[float, Any, VMInfo]] = {}
+        # (vCenter label, UID) -> (CloneVM task, clone mode, message) of a clone whose outcome
+        # this process has not seen yet (answer past the task timeout, task not followed).
+        self._clone_tasks: dict[tuple[str, str], tuple[Any, Any, str]] = {}
         # A vCenter that stopped answering may come back with another inventory (a restarted
         # vcsim regenerates it; its server crashes on the old objects and drops the connection:
         # RemoteDisconnected until the 60 s TTL ran out): re-read names once it answers again.
@@ -203,8 +208,13 @@ class VSphereBackend:
         delivered = self._delivered.setdefault(vcenter, set())
         found = await self._locate(conn, spec.uid, trust_miss=spec.uid not in delivered)
         created = False
-        mode = spec.clone_mode
+        mode: Any = spec.clone_mode
         message = ""
+        if found is not None:
+            self._clone_tasks.pop((vcenter, spec.uid), None)  # the clone landed: found by UID
+        elif (vcenter, spec.uid) in self._clone_tasks:
+            found, mode, message = await self._clone_outcome(conn, spec)
+            created = found is not None
         if found is None:
             if spec.uid in delivered:
                 # This process handed out the VM for this UID and it is gone now (removed by
@@ -319,6 +329,9 @@ class VSphereBackend:
             # lost, vCenter hung): a clone may be running. Never a definitive failure.
             raise Transient(f"clone of {spec.name!r}: no answer ({exc}); it may still be running",
                             reason=CLONE_OUTCOME_UNKNOWN) from exc
+        # Kept until the task's outcome is known: a later call resolves the clone by this task
+        # instead of cloning again (``_clone_outcome``).
+        self._clone_tasks[(vcenter, spec.uid)] = (task, plan.mode, plan.message)
         try:
             vm = await wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider)
         except Transient as exc:
@@ -326,11 +339,48 @@ class VSphereBackend:
                             reason=CLONE_OUTCOME_UNKNOWN) from exc
         except TaskFailed as exc:
             if exc.reason != "TaskTimeout":
+                self._clone_tasks.pop((vcenter, spec.uid), None)
                 raise
             raise TaskFailed(f"{exc}; the clone may still be running", reason=CLONE_OUTCOME_UNKNOWN) from exc
+        except BackendError:
+            self._clone_tasks.pop((vcenter, spec.uid), None)
+            raise
+        self._clone_tasks.pop((vcenter, spec.uid), None)
         self._vm_index(conn).put(spec.uid, vm)
         log.info("vsphere vm cloned", vcenter=vcenter, vm=spec.name, clone_mode=plan.mode)
         return vm, plan.mode, plan.message
+
+    async def _clone_outcome(self, conn: Connection, spec: VMSpec) -> tuple[tuple[Any, VMInfo] | None, Any, str]:
+        """Resolve a clone this process started and lost track of, by its task: (VM, VMInfo) when
+        it succeeded, None when it failed or vCenter forgot the task (clone again). Raises
+        Transient CloneOutcomeUnknown while the task is queued or running (never a second clone)."""
+        run = self._runner(conn)
+        vcenter = self.sessions.endpoint_for(conn).label
+        task, mode, message = self._clone_tasks[(vcenter, spec.uid)]
+
+        def read(s: Session) -> Any:
+            try:
+                found = retrieve_objects(s.content, [task], vim.Task, ["info.state", "info.result", "info.key"])
+            except vmodl.fault.ManagedObjectNotFound:
+                return None
+            return found[0] if found else None
+
+        info = await run(read)
+        state = str(info.get("info.state")) if info is not None else ""
+        if state in ("queued", "running"):
+            raise Transient(f"clone of {spec.name!r}: its task {info.moref} is still running; not cloning again",
+                            reason=CLONE_OUTCOME_UNKNOWN)
+        self._clone_tasks.pop((vcenter, spec.uid), None)
+        vm = info.get("info.result") if state == "success" else None
+        if vm is None:
+            log.info("vsphere clone task ended without a VM; cloning again", vcenter=vcenter, vm=spec.name, state=state or "forgotten")
+            return None, spec.clone_mode, ""
+        self._vm_index(conn).put(spec.uid, vm)
+        got = await run(lambda s: find.read_vm(s.content, vm, None))
+        if got is None or got.uid != spec.uid:
+            return None, spec.clone_mode, ""
+        log.info("vsphere clone resolved by its task", vcenter=vcenter, vm=spec.name, task=info.moref)
+        return (vm, got), mode, message
 
     async def set_power_state(
         self,
@@ -353,11 +403,29 @@ class VSphereBackend:
             if found is None:
                 raise NotFound(f"no VM carries uid {uid}", reason="VMNotFound")
             vm, before = found
+        if not use_fresh and await tasks.wait_in_flight(run, vm, tasks.POWER_TASKS, f"earlier power task on {before.name}",
+                                                        self.task_timeout, conn.provider):
+            # A power task sent earlier (an answer lost, a process that died) ran on: its result
+            # is the starting point, never a second call on top of it.
+            now = await run(lambda s: find.read_vm(s.content, vm, None))
+            if now is None:
+                raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
+            before = now
         if before.power_state == state:
             return before
         try:
             await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, conn.provider,
                                   before.power_state)
+        except Transient as exc:
+            if exc.reason == "PowerOffPending":
+                raise
+            # The call may have reached vCenter: its outcome is read from runtime.powerState (and
+            # a task it started is waited for) before anything is sent again.
+            await tasks.wait_in_flight(run, vm, tasks.POWER_TASKS, f"power task on {before.name}", self.task_timeout,
+                                       conn.provider)
+            if await power.power_state(run, vm) != state:
+                raise Transient(f"power {state} of {before.name}: outcome unknown ({exc}); not sent again before the "
+                                "VM's power state is read", reason="PowerOutcomeUnknown") from exc
         except BackendError as exc:
             if not use_fresh or (exc.reason != "InvalidPowerState" and not isinstance(exc, TaskFailed)):
                 raise
@@ -374,12 +442,25 @@ class VSphereBackend:
     async def destroy_vm(
         self, conn: Connection, uid: str, off_mode: PowerOffMode = "trySoft", soft_timeout: float = 300.0
     ) -> bool:
+        """Power off (``off_mode``) and destroy the VM carrying ``uid``; False when there is none.
+        A destroy or power task already running on the VM (sent by an earlier call whose answer
+        was lost, or by a process that died) is waited for, never sent a second time; a
+        Destroy_Task whose outcome is not known raises Transient ``DestroyOutcomeUnknown``, so a
+        destroy is reported done only once the task succeeded or the VM is gone (ADR 0012)."""
         found = await self._locate(conn, uid, trust_miss=False)
         if found is None:
             return False
         vm, info = found
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
+        kinds = tasks.DESTROY_TASKS | tasks.POWER_TASKS
+        if await tasks.wait_in_flight(run, vm, kinds, f"earlier task on {info.name}", self.task_timeout, conn.provider):
+            now = await run(lambda s: find.read_vm(s.content, vm, None))
+            if now is None:
+                self._forget_vm(conn, vcenter, uid)
+                log.info("vsphere vm destroyed by an earlier task", vcenter=vcenter, vm=info.name)
+                return True
+            info = now
         if info.power_state != "PoweredOff":
             await power.set_power(
                 run, vm, "PoweredOff", off_mode, soft_timeout, self.task_timeout, conn.provider, info.power_state
@@ -391,14 +472,23 @@ class VSphereBackend:
             await wait_task(run, task, f"destroy {info.name}", self.task_timeout, conn.provider)
         except NotFound:
             pass  # already gone: success
+        except Transient as exc:
+            # The call may have reached vCenter, or its task runs on unfollowed: done only once
+            # the VM is gone; the next call waits for a running destroy instead of sending one.
+            if await run(lambda s: find.read_vm(s.content, vm, None)) is not None:
+                raise Transient(f"destroy of {info.name}: outcome unknown ({exc}); the VM is still there",
+                                reason="DestroyOutcomeUnknown") from exc
         except BackendError as exc:
             if "ManagedObjectNotFound" not in str(exc) and exc.reason != "NotFound":
                 raise
+        self._forget_vm(conn, vcenter, uid)
+        log.info("vsphere vm destroyed", vcenter=vcenter, vm=info.name)
+        return True
+
+    def _forget_vm(self, conn: Connection, vcenter: str, uid: str) -> None:
         self._vm_index(conn).forget(uid)
         self._delivered.get(vcenter, set()).discard(uid)
         self._fresh.pop(uid, None)
-        log.info("vsphere vm destroyed", vcenter=vcenter, vm=info.name)
-        return True
 
     def endpoint_label(self, conn: Connection) -> str:
         """``host:port`` of ``conn``'s vCenter (the label of metrics and reconnect notices).
