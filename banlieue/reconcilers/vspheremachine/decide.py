@@ -147,7 +147,12 @@ BOOTSTRAP_POLL_SECONDS = 30.0
 CLONE_OUTCOME_UNKNOWN = "CloneOutcomeUnknown"
 """``Failure.reason`` of a clone that may have been accepted (``backends.vsphere.backend``)."""
 CLONE_WAIT_SECONDS = 5.0
-"""Re-check interval while waiting for a clone an earlier reconcile started."""
+"""Re-check interval while waiting for a clone an earlier reconcile started (also for a power
+or destroy call whose outcome is unknown)."""
+POWER_OUTCOME_UNKNOWN = "PowerOutcomeUnknown"
+"""``Failure.reason`` of a power call whose answer was lost (``backends.vsphere.backend``)."""
+DESTROY_OUTCOME_UNKNOWN = "DestroyOutcomeUnknown"
+"""``Failure.reason`` of a Destroy_Task whose outcome is not known while the VM is still there."""
 MISSING_FIRST_RETRY_SECONDS = 5.0
 MISSING_MAX_RETRY_SECONDS = 300.0
 """Back-off of the re-check of a template, resource pool, folder, datastore or network that does
@@ -551,6 +556,11 @@ def _decide(snap: Snapshot) -> Plan:
     hw_events = _hardware_condition(snap, st, pending) if provisioned_before else ()
     want = m.spec.power_state.value
     if failure is not None and failure.step == "power":
+        if failure.reason == POWER_OUTCOME_UNKNOWN:
+            # The power call may have reached vCenter: the backend reads runtime.powerState (and
+            # waits for a running power task) before it sends anything again (ADR 0012).
+            st.ready(False, R.POWERING_ON if want == "PoweredOn" else R.POWERING_OFF, failure.message)
+            return _with_events(snap, Plan(status=st.status, requeue_after=CLONE_WAIT_SECONDS), hw_events)
         soft = failure.reason == "PowerOffPending"
         st.ready(False, R.POWERING_OFF if soft else R.CONNECT_FAILED, failure.message)
         return _with_events(snap, Plan(status=st.status, requeue_after=POWER_OFF_POLL_SECONDS if soft else None, retry=not soft), hw_events)
@@ -700,7 +710,10 @@ def _decide_delete(snap: Snapshot, st: _Status, has_finalizer: bool, capi: bool)
             st.ready(False, R.DELETING, f"waiting for the guest to shut down: {failure.message}")
             return _with_events(snap, Plan(status=st.status, requeue_after=POWER_OFF_POLL_SECONDS))
         st.ready(False, R.DELETING, f"cannot delete the VM yet ({failure.reason}: {failure.message}); retrying")
-        return _with_events(snap, Plan(status=st.status, requeue_after=RETRY_SECONDS))
+        # A destroy whose outcome is unknown is looked at again soon: the VM may be gone already,
+        # or its task still running (waited for, never sent twice; ADR 0012).
+        unknown = failure.reason == DESTROY_OUTCOME_UNKNOWN
+        return _with_events(snap, Plan(status=st.status, requeue_after=CLONE_WAIT_SECONDS if unknown else RETRY_SECONDS))
     if snap.destroyed or snap.vm is None:
         events = [Event("Normal", "Deleted", f"VM {m.metadata.name} destroyed")] if snap.destroyed else []
         return Plan(status=st.status, remove_finalizer=True, events=tuple(events))

@@ -156,6 +156,11 @@ CASES: list[Any] = [
     pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm("PoweredOff", ips=())), ("True", "Provisioned"), {}, id="powered-off-as-requested-is-ready"),
     pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm(), failure=Failure("power", "PowerOffPending", "guest")),
                  ("False", "PoweringOff"), {"requeue_after": 10.0}, id="soft-power-off-pending"),
+    # Issue 19: a power call whose answer was lost is looked at again soon (the backend reads the
+    # power state before sending anything again), not reported as a connection failure.
+    pytest.param(looked(machine(status=PROVISIONED), vm("PoweredOff", ips=()),
+                        failure=Failure("power", "PowerOutcomeUnknown", "power PoweredOn of m1: outcome unknown")),
+                 ("False", "PoweringOn"), {"requeue_after": 5.0, "message": "outcome unknown"}, id="power-outcome-unknown-looks-again"),
     pytest.param(snap(machine(annotations={"cluster.x-k8s.io/paused": ""}), providers=PROV), ("False", "Paused"),
                  {"paused": True, "action": None}, id="paused-annotation-standalone"),
     pytest.param(looked(machine(annotations={"cluster.x-k8s.io/paused": ""}, status={**PROVISIONED, "conditions": [
@@ -172,6 +177,8 @@ CASES: list[Any] = [
                  {"remove_finalizer": False, "requeue_after": 60.0, "message": "SecretMissing"}, id="delete-secret-missing-retries"),
     pytest.param(looked(machine(deleting=True), vm(), failure=Failure("destroy", "PowerOffPending", "guest")), ("False", "Deleting"),
                  {"requeue_after": 10.0}, id="delete-waits-for-guest-shutdown"),
+    pytest.param(looked(machine(deleting=True), vm(), failure=Failure("destroy", "DestroyOutcomeUnknown", "destroy of m1: outcome unknown")),
+                 ("False", "Deleting"), {"remove_finalizer": False, "requeue_after": 5.0}, id="delete-outcome-unknown-not-done-looks-again"),
     pytest.param(snap(machine(deleting=True, finalizer=False)), None, {"remove_finalizer": False}, id="delete-without-finalizer-noop"),
     # CAPI path
     pytest.param(snap(machine(finalizer=False, labels=CAPI_LABELS)), ("False", "WaitingForOwner"), {"add_finalizer": False}, id="capi-waits-for-owner"),
