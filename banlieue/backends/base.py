@@ -14,7 +14,7 @@ reasons ``ConnectFailed``, ``TLSVerifyFailed``; §3 ``TemplateNotFound``, ``Inva
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -383,13 +383,22 @@ class Backend(Protocol):
         """The VM carrying ``uid`` in extraConfig, else the one with ``instance_uuid``; None."""
         ...
 
-    async def create_vm(self, conn: Connection, spec: VMSpec) -> CreateResult:
+    async def create_vm(
+        self, conn: Connection, spec: VMSpec, on_clone_task: Callable[[str], Awaitable[None]] | None = None
+    ) -> CreateResult:
         """Find by UID, else clone; then converge hardware and guestinfo to ``spec``.
 
         Idempotent: calling it again for the same UID never clones twice and re-applies only
-        what differs. Does not power on. Raises NotFound (template, datacenter, cluster,
-        datastore, network, pool, folder), InvalidSpec (disk shrink, resize of a linked clone),
-        TaskFailed."""
+        what differs. Does not power on. ``on_clone_task(key)`` is awaited with the clone
+        task's key while the clone runs (a backend may skip it for a clone that ends within a
+        few seconds), so the caller can record it (``clone_task_state``). Raises NotFound (template, datacenter,
+        cluster, datastore, network, pool, folder), InvalidSpec (disk shrink, resize of a linked
+        clone), TaskFailed."""
+        ...
+
+    async def clone_task_state(self, conn: Connection, key: str) -> str:
+        """State of the clone task ``key`` (from ``create_vm``'s ``on_clone_task``): "queued",
+        "running", "success", "error", or "unknown" (vCenter no longer knows it)."""
         ...
 
     async def set_power_state(

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from banlieue.reconcilers.kinds import ANNOTATION_CLONE_TASK
+
 from .harness import VMS, VSMS, ChaosEnv, condition, wait_for
 from .invariants import assert_exact_vms, assert_serving, wait_for_clean
 from .vcenter import Oracle, SimVM, Vcenter
@@ -109,3 +111,32 @@ def test_kill_9_in_each_unknown_outcome_window(chaos_env: ChaosEnv) -> None:
         assert tasks_of(oracle, "destroy").get(moref) == ["success"], "a second Destroy_Task was sent"
     assert_serving(manager)
     assert manager.starts == 4
+
+
+def test_kill_9_while_a_clone_task_outlives_the_task_timeout(chaos_env: ChaosEnv) -> None:
+    """The CloneVM_Task answers at once but its task runs 15 s, longer than
+    ``--vsphere-task-timeout 4``; the manager is killed while it runs. The restarted manager
+    resolves the clone by the task key recorded on the object (annotation
+    ``infrastructure.banlieue.io/clone-task``, written once the task has run 5 s): still running, so no second clone even once the
+    timeout window has passed."""
+    env = chaos_env
+    vc = env.single_vcenter(task_delay={"LockHandoff": 0, "CloneVm": 15000})
+    manager = env.start_banlieue("manager", "--vsphere-task-timeout", "4", leader_elect=False)
+    name = "slow-clone"
+    env.create_vms([name], desiredPowerState="PoweredOff")
+
+    def clone_running() -> bool:
+        with vc.oracle() as oracle:
+            return any("running" in states for states in tasks_of(oracle, "cloneVm").values())
+
+    wait_for("CloneVM task running", clone_running, 30, interval=0.1)
+    wait_for("clone task key recorded", lambda: ((env.get(f"{VSMS}/{name}") or {}).get("metadata", {})
+                                                 .get("annotations", {}).get(ANNOTATION_CLONE_TASK)), 10, interval=0.1)
+    manager.restart()
+    manager.wait_ready()
+    env.wait_ready([name], 90)
+    assert_exact_vms(env, [name])
+    with vc.oracle() as oracle:
+        clones = tasks_of(oracle, "cloneVm")
+    assert sum(len(states) for states in clones.values()) == 1, f"a second CloneVM_Task was sent: {clones}"
+    assert_serving(manager)

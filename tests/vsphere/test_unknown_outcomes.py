@@ -188,11 +188,19 @@ async def test_a_clone_whose_task_outlived_the_timeout_is_resolved_by_its_task_n
     vc, si = slow(task_delay={"CloneVm": 3000})
     conn = make_conn(vc)
     uid = str(uuid.uuid4())
-    b = backend(task_timeout=1.0)
+    b, restarted = backend(task_timeout=1.0), backend()
+    keys: list[str] = []
+
+    async def record(key: str) -> None:
+        keys.append(key)
+
     try:
         with pytest.raises(BackendError) as lost:
-            await b.create_vm(conn, spec(uid))
+            await b.create_vm(conn, spec(uid), on_clone_task=record)
         assert lost.value.reason == "CloneOutcomeUnknown"
+        # The key was handed out before the wait: a process that never saw the clone resolves it.
+        [key] = keys
+        assert await restarted.clone_task_state(conn, key) == "running"
         # Called again while the task runs: it is not cloned a second time.
         with pytest.raises(BackendError) as running:
             await b.create_vm(conn, spec(uid))
@@ -200,6 +208,9 @@ async def test_a_clone_whose_task_outlived_the_timeout_is_resolved_by_its_task_n
         await asyncio.to_thread(poll, lambda: bool(vms_with_uid(si, uid)))
         result = await b.create_vm(conn, spec(uid))
         assert [v._moId for v in vms_with_uid(si, uid)] == [result.vm.moref]
+        assert await restarted.clone_task_state(conn, key) == "success"
+        assert await restarted.clone_task_state(conn, "task-999999") == "unknown"
         await b.destroy_vm(conn, uid)
     finally:
         await b.close()
+        await restarted.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -71,6 +71,9 @@ CLONE_OUTCOME_UNKNOWN = "CloneOutcomeUnknown"
 """Reason of a clone whose CloneVM_Task may have been accepted but whose outcome is not known
 (answer lost, task not followed to its end): the caller must look the VM up by UID, and wait
 for the clone, before cloning again (ADR 0009, ADR 0012)."""
+
+CLONE_TASK_RECORD_AFTER = 5.0
+"""Seconds a clone task runs before its key is handed to ``create_vm``'s ``on_clone_task``."""
 
 FRESH_SECONDS = 2.0
 """How long create_vm's read-back of a VM stands in for set_power_state's read (seconds)."""
@@ -202,7 +205,9 @@ class VSphereBackend:
 
         return await self.sessions.run(conn, by_uuid)
 
-    async def create_vm(self, conn: Connection, spec: VMSpec) -> CreateResult:
+    async def create_vm(
+        self, conn: Connection, spec: VMSpec, on_clone_task: Callable[[str], Awaitable[None]] | None = None
+    ) -> CreateResult:
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
         delivered = self._delivered.setdefault(vcenter, set())
@@ -220,7 +225,7 @@ class VSphereBackend:
                 # This process handed out the VM for this UID and it is gone now (removed by
                 # hand): the caller's view may be stale, but a second clone is never right.
                 raise NotFound(f"the VM for {spec.uid} was removed from vCenter; not cloning it again", reason="VMNotFound")
-            vm, mode, message = await self._clone(conn, spec)
+            vm, mode, message = await self._clone(conn, spec, on_clone_task)
             created = True
         else:
             vm = found[0]
@@ -290,7 +295,9 @@ class VSphereBackend:
         task = await run(lambda s: vm.ReconfigVM_Task(spec=cfg))
         await wait_task(run, task, "reconfigure", self.task_timeout, provider)
 
-    async def _clone(self, conn: Connection, spec: VMSpec) -> tuple[Any, Any, str]:
+    async def _clone(
+        self, conn: Connection, spec: VMSpec, on_clone_task: Callable[[str], Awaitable[None]] | None = None
+    ) -> tuple[Any, Any, str]:
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
         key = (vcenter, spec.datacenter, spec.template)
@@ -332,19 +339,44 @@ class VSphereBackend:
         # Kept until the task's outcome is known: a later call resolves the clone by this task
         # instead of cloning again (``_clone_outcome``).
         self._clone_tasks[(vcenter, spec.uid)] = (task, plan.mode, plan.message)
+        waiter = asyncio.ensure_future(
+            wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider))
+        recorded = on_clone_task is None
+
+        async def record() -> None:
+            nonlocal recorded
+            if recorded or on_clone_task is None:
+                return
+            recorded = True
+            try:
+                await on_clone_task(str(task._moId))
+            except Exception as exc:  # a help for a restart, never a reason to fail the clone
+                log.warning("vsphere clone task key not recorded", vcenter=vcenter, vm=spec.name, error=str(exc))
+
         try:
-            vm = await wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider)
+            if not recorded:
+                # Handed out for a clone still running after CLONE_TASK_RECORD_AFTER seconds, or
+                # whose outcome became unknown: a quick clone (most on a simulator) costs no write.
+                done, _ = await asyncio.wait({waiter}, timeout=CLONE_TASK_RECORD_AFTER)
+                if not done:
+                    await record()
+            vm = await waiter
         except Transient as exc:
+            await record()
             raise Transient(f"clone of {spec.name!r}: lost track of its task ({exc}); it may still be running",
                             reason=CLONE_OUTCOME_UNKNOWN) from exc
         except TaskFailed as exc:
             if exc.reason != "TaskTimeout":
                 self._clone_tasks.pop((vcenter, spec.uid), None)
                 raise
+            await record()
             raise TaskFailed(f"{exc}; the clone may still be running", reason=CLONE_OUTCOME_UNKNOWN) from exc
         except BackendError:
             self._clone_tasks.pop((vcenter, spec.uid), None)
             raise
+        finally:
+            if not waiter.done():
+                waiter.cancel()  # this call was cancelled: stop following the task
         self._clone_tasks.pop((vcenter, spec.uid), None)
         self._vm_index(conn).put(spec.uid, vm)
         log.info("vsphere vm cloned", vcenter=vcenter, vm=spec.name, clone_mode=plan.mode)
@@ -381,6 +413,18 @@ class VSphereBackend:
             return None, spec.clone_mode, ""
         log.info("vsphere clone resolved by its task", vcenter=vcenter, vm=spec.name, task=info.moref)
         return (vm, got), mode, message
+
+    async def clone_task_state(self, conn: Connection, key: str) -> str:
+        task = vim.Task(key)
+
+        def read(s: Session) -> str:
+            try:
+                found = retrieve_objects(s.content, [task], vim.Task, ["info.state"])
+            except vmodl.fault.ManagedObjectNotFound:
+                return "unknown"
+            return str(found[0].get("info.state")) if found else "unknown"
+
+        return await self.sessions.run(conn, read)
 
     async def set_power_state(
         self,

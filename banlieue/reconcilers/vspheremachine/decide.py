@@ -185,7 +185,9 @@ class Snapshot:
     ``spec_error``: the backend's ``Backend.spec_error`` (a message when no vCenter could take
     the built spec; None: no limit is checked); ``domain_choice``: the failure domain the
     reconciler chose (``placement.choose_cluster_failure_domain``) for a CAPI machine with no
-    failure domain and no Provider, None when it needs none."""
+    failure domain and no Provider, None when it needs none; ``clone_task``: the state of the
+    clone task the machine's ``infrastructure.banlieue.io/clone-task`` annotation names
+    (``Backend.clone_task_state``), looked up only while a clone is recorded and no VM found."""
 
     machine: VSphereMachine
     now: datetime
@@ -207,6 +209,7 @@ class Snapshot:
     spec_error: Callable[[VMSpec], str | None] | None = None
     missing_retries: int = 0
     domain_choice: DomainChoice | None = None
+    clone_task: str | None = None
 
 
 def missing_object(failure: Failure) -> bool:
@@ -519,7 +522,13 @@ def _decide(snap: Snapshot) -> Plan:
             retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
             return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else _failure_requeue(snap, failure)))
         started = clone_started(status_now)
-        if started is not None:
+        if started is not None and snap.clone_task in ("queued", "running"):
+            # The clone's own task still runs (its key is on the object): never a second clone,
+            # however long it takes; the VM is looked up by UID again in a few seconds.
+            st.ready(False, R.CLONING, _cloning_message(status_now))
+            return _with_events(snap, Plan(status=st.status, requeue_after=CLONE_WAIT_SECONDS))
+        if started is not None and snap.clone_task != "error":
+            # (A clone task that failed left no VM: clone again at once, no window to wait out.)
             waited = (snap.now - started).total_seconds()
             if 0 <= waited < snap.clone_grace_seconds:
                 # A clone started by an earlier reconcile (another process, or one cancelled

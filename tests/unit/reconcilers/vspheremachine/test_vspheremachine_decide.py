@@ -747,3 +747,27 @@ def test_a_lookup_that_fails_while_a_clone_may_run_keeps_the_cloning_marker() ->
     assert clone_started(plan.status) == datetime(2026, 1, 2, 3, 4, 3, tzinfo=UTC)
     assert "vCenter did not answer in time" in (get_condition(plan.status.conditions, READY).message or "")  # type: ignore[union-attr]
     assert decide(looked(machine(status=plan.status.to_wire()), None)).action is None
+
+
+@pytest.mark.parametrize(("state", "clones"), [
+    ("running", False),   # its task still runs: wait, however long past the window
+    ("queued", False),
+    ("error", True),      # the task failed, no VM: clone again at once
+    ("unknown", True),    # vCenter forgot the task: the window (passed here) decides, as before
+    (None, True),
+])
+def test_a_recorded_clone_task_decides_past_the_window(state: str | None, clones: bool) -> None:
+    """Issue 19: a restarted manager reads the clone task the annotation names. The marker here
+    is 700 s old, past the 600 s window that alone would send a second clone."""
+    m = machine(status=_cloned_at("2026-01-02T02:52:23Z"))
+    plan = decide(looked(m, None, clone_task=state))
+    assert (plan.action is not None and plan.action.kind == "create") is clones
+    if not clones:
+        assert ready(plan) == ("False", "Cloning") and plan.requeue_after == 5.0
+
+
+def test_a_failed_clone_task_is_cloned_again_within_the_window() -> None:
+    m = machine(status=_cloned_at("2026-01-02T03:04:03Z"))  # 2 s old
+    assert decide(looked(m, None)).action is None
+    plan = decide(looked(m, None, clone_task="error"))
+    assert plan.action is not None and plan.action.kind == "create"
