@@ -114,7 +114,9 @@ async def test_removing_the_middle_nic_does_not_repurpose_the_next_one(
 ) -> None:
     uid = str(uuid.uuid4())
     await converge(backend, conn, uid, [("a", "VM Network"), ("b", "DC0_DVPG0"), ("c", "VM Network")])
-    await backend.set_power_state(conn, uid, "PoweredOn")
+    powered = await backend.set_power_state(conn, uid, "PoweredOn")
+    # Port groups by name (the decide functions compare them with the spec's), names by label.
+    assert {n.name: n.network for n in powered.nics} == {"a": "VM Network", "b": "DC0_DVPG0", "c": "VM Network"}
     cards, labels = await asyncio.to_thread(read_nics, si, uid)
     key = dict(zip(["a", "b", "c"], cards, strict=True))  # device order: the template's card, then the added
     assert labels == {n: cards[k].mac for n, k in key.items()}, cards

@@ -134,6 +134,12 @@ class VSphereBackend:
         label = self.sessions.endpoint_for(conn).label
         return self._vm_indexes.setdefault(label, find.VMIndex())
 
+    def _nets(self, conn: Connection) -> InventoryIndex | None:
+        """The cached inventory index of ``conn``'s vCenter (names of distributed port groups in
+        a VMInfo), None before one was built; never a SOAP call."""
+        cached = self._indexes.get(self.sessions.endpoint_for(conn).label)
+        return cached[1] if cached else None
+
     async def _index(self, conn: Connection, fresh: bool = False) -> InventoryIndex:
         label = self.sessions.endpoint_for(conn).label
         cached = self._indexes.get(label)
@@ -199,9 +205,11 @@ class VSphereBackend:
         if not instance_uuid:
             return None
 
+        nets = self._nets(conn)
+
         def by_uuid(s: Session) -> VMInfo | None:
             vm = find.find_by_instance_uuid(s.content, instance_uuid)
-            return find.read_vm(s.content, vm, None) if vm is not None else None
+            return find.read_vm(s.content, vm, nets) if vm is not None else None
 
         return await self.sessions.run(conn, by_uuid)
 
@@ -435,6 +443,7 @@ class VSphereBackend:
         soft_timeout: float = 300.0,
     ) -> VMInfo:
         run = self._runner(conn)
+        nets = self._nets(conn)  # port group names in the VMInfo returned, as find_vm gives them
         fresh = self._fresh.pop(uid, None)
         # create_vm read this VM moments ago in this process (the usual create-then-power-on of
         # one reconcile): no second read. A stale power state fails the call or its task
@@ -451,7 +460,7 @@ class VSphereBackend:
                                                         self.task_timeout, conn.provider):
             # A power task sent earlier (an answer lost, a process that died) ran on: its result
             # is the starting point, never a second call on top of it.
-            now = await run(lambda s: find.read_vm(s.content, vm, None))
+            now = await run(lambda s: find.read_vm(s.content, vm, nets))
             if now is None:
                 raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
             before = now
@@ -478,7 +487,7 @@ class VSphereBackend:
             # Powering on changes nothing else VMInfo reports (a guest reports addresses later,
             # through the change watch): the read-back would return this.
             return replace(before, power_state="PoweredOn")
-        info = await run(lambda s: find.read_vm(s.content, vm, None))
+        info = await run(lambda s: find.read_vm(s.content, vm, nets))
         if info is None:
             raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
         return info
