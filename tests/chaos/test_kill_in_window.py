@@ -2,7 +2,7 @@
 (issue 19; ADR 0012 "unknown outcomes are resolved, not retried"), then started again:
 
 1. a CloneVM_Task sent and not answered yet (vcsim holds the answer 3 s: ``--method-delay``);
-2. a PowerOnVM_Task whose task runs on after the call answered (``--task-delay PowerOn``, 15 s,
+2. a PowerOnVM_Task whose task runs on after the call answered (``--task-delay PowerOn``, 30 s,
    so the restarted manager meets it running);
 3. a Destroy_Task likewise (``--task-delay Destroy``).
 
@@ -28,8 +28,8 @@ from .vcenter import Oracle, SimVM, Vcenter
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(240)]
 
 DELAY_MS = 3000
-TASK_DELAY_MS = 15000
-"""Longer than a manager's restart (start, login, first reconcile: 2-4 s idle, above 8 s on a
+TASK_DELAY_MS = 30000
+"""Longer than a manager's restart (start, login, first reconcile: 2-4 s idle, over 15 s on a
 loaded machine), so the new process meets the task still running."""
 
 
