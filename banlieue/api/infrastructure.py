@@ -85,6 +85,7 @@ class VSphereMachineReason:
     HARDWARE_IN_SPEC = "HardwareInSpec"
     WAITING_FOR_POWER_OFF = "WaitingForPowerOff"
     DISK_REMOVED_FROM_SPEC = "DiskRemovedFromSpec"
+    NIC_REMOVED_FROM_SPEC = "NicRemovedFromSpec"
     DISK_SHRINK_REFUSED = "DiskShrinkRefused"
     CHANGE_FAILED = "ChangeFailed"
 

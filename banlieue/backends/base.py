@@ -14,7 +14,7 @@ reasons ``ConnectFailed``, ``TLSVerifyFailed``; §3 ``TemplateNotFound``, ``Inva
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -287,11 +287,16 @@ class VMSpec:
 
 @dataclass(frozen=True)
 class NicStatus:
-    """A NIC as vSphere reports it: MAC, network name, IPs from VMware Tools (guest.net)."""
+    """A NIC as vSphere reports it: MAC, network name, IPs from VMware Tools (guest.net, matched
+    by MAC). ``name`` is the spec NIC name the card carries (``banlieue.nic.<name>`` on vSphere;
+    None: unnamed, e.g. a VM adopted by position that was not converged yet); ``connected`` is
+    whether it connects at power-on (False: its name left the spec, ADR 0012)."""
 
     mac_address: str
     network: str
     ip_addresses: tuple[str, ...]
+    name: str | None = None
+    connected: bool = True
 
 
 @dataclass(frozen=True)
@@ -408,13 +413,22 @@ class Backend(Protocol):
         """The VM carrying ``uid`` in extraConfig, else the one with ``instance_uuid``; None."""
         ...
 
-    async def create_vm(self, conn: Connection, spec: VMSpec) -> CreateResult:
+    async def create_vm(
+        self, conn: Connection, spec: VMSpec, on_clone_task: Callable[[str], Awaitable[None]] | None = None
+    ) -> CreateResult:
         """Find by UID, else clone; then converge hardware and guestinfo to ``spec``.
 
         Idempotent: calling it again for the same UID never clones twice and re-applies only
-        what differs. Does not power on. Raises NotFound (template, datacenter, cluster,
-        datastore, network, pool, folder), InvalidSpec (disk shrink, resize of a linked clone),
-        TaskFailed."""
+        what differs. Does not power on. ``on_clone_task(key)`` is awaited with the clone
+        task's key while the clone runs (a backend may skip it for a clone that ends within a
+        few seconds), so the caller can record it (``clone_task_state``). Raises NotFound (template, datacenter,
+        cluster, datastore, network, pool, folder), InvalidSpec (disk shrink, resize of a linked
+        clone), TaskFailed."""
+        ...
+
+    async def clone_task_state(self, conn: Connection, key: str) -> str:
+        """State of the clone task ``key`` (from ``create_vm``'s ``on_clone_task``): "queued",
+        "running", "success", "error", or "unknown" (vCenter no longer knows it)."""
         ...
 
     async def set_power_state(

@@ -61,6 +61,12 @@ FINALIZER_PROVIDER = "banlieue.io/provider"
 LABEL_OWNED_BY = "banlieue.io/owned-by"
 LABEL_PROVIDER = "banlieue.io/provider"
 ANNOTATION_MIGRATE = "banlieue.io/migrate"
+ANNOTATION_CLONE_TASK = "infrastructure.banlieue.io/clone-task"
+"""On a VSphereMachine: the managed object id of its latest clone's CloneVM task (``task-123``),
+written by the vSphere provider once the task has run 5 s or its outcome became unknown (a
+quicker clone costs no write), so
+that a restarted manager resolves an in-flight clone by its task rather than by a timeout
+(ADR 0012). Not for users."""
 CAPI_LABEL_CLUSTER_NAME = "cluster.x-k8s.io/cluster-name"
 CAPI_LABEL_WATCH_FILTER = "cluster.x-k8s.io/watch-filter"
 CAPI_LABEL_CONTROL_PLANE = "cluster.x-k8s.io/control-plane"

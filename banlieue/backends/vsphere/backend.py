@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
 
 import structlog
 from pyVmomi import vim as _vim
+from pyVmomi import vmodl as _vmodl
 
 from banlieue.backends.base import (
     Backend,
@@ -30,6 +31,7 @@ from banlieue.backends.base import (
     CreateResult,
     InvalidSpec,
     Inventory,
+    NicSpec,
     NotFound,
     PowerOffMode,
     PowerState,
@@ -41,7 +43,7 @@ from banlieue.backends.base import (
     VMInfo,
     VMSpec,
 )
-from banlieue.backends.vsphere import clone, find, guestinfo, power
+from banlieue.backends.vsphere import clone, find, guestinfo, nics, power, tasks
 from banlieue.backends.vsphere.allowlist import Network
 from banlieue.backends.vsphere.health import PROBE_INTERVAL
 from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, failure_domains
@@ -52,6 +54,7 @@ from banlieue.backends.vsphere.watch import watch_vms
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
 vim: Any = _vim
+vmodl: Any = _vmodl
 
 log = structlog.get_logger("banlieue.backends.vsphere")
 
@@ -70,6 +73,9 @@ CLONE_OUTCOME_UNKNOWN = "CloneOutcomeUnknown"
 """Reason of a clone whose CloneVM_Task may have been accepted but whose outcome is not known
 (answer lost, task not followed to its end): the caller must look the VM up by UID, and wait
 for the clone, before cloning again (ADR 0009, ADR 0012)."""
+
+CLONE_TASK_RECORD_AFTER = 5.0
+"""Seconds a clone task runs before its key is handed to ``create_vm``'s ``on_clone_task``."""
 
 FRESH_SECONDS = 2.0
 """How long create_vm's read-back of a VM stands in for set_power_state's read (seconds)."""
@@ -105,6 +111,9 @@ class VSphereBackend:
         # UID -> (monotonic time, VM object, VMInfo) create_vm just read: set_power_state's
         # starting point when it follows within FRESH_SECONDS (taken once).
         self._fresh: dict[str, tuple[float, Any, VMInfo]] = {}
+        # (vCenter label, UID) -> (CloneVM task, clone mode, message) of a clone whose outcome
+        # this process has not seen yet (answer past the task timeout, task not followed).
+        self._clone_tasks: dict[tuple[str, str], tuple[Any, Any, str]] = {}
         # A vCenter that stopped answering may come back with another inventory (a restarted
         # vcsim regenerates it; its server crashes on the old objects and drops the connection:
         # RemoteDisconnected until the 60 s TTL ran out): re-read names once it answers again.
@@ -143,6 +152,12 @@ class VSphereBackend:
     def _vm_index(self, conn: Connection) -> find.VMIndex:
         label = self.sessions.endpoint_for(conn).label
         return self._vm_indexes.setdefault(label, find.VMIndex())
+
+    def _nets(self, conn: Connection) -> InventoryIndex | None:
+        """The cached inventory index of ``conn``'s vCenter (names of distributed port groups in
+        a VMInfo), None before one was built; never a SOAP call."""
+        cached = self._indexes.get(self.sessions.endpoint_for(conn).label)
+        return cached[1] if cached else None
 
     async def _index(self, conn: Connection, fresh: bool = False) -> InventoryIndex:
         label = self.sessions.endpoint_for(conn).label
@@ -216,26 +231,35 @@ class VSphereBackend:
         if not instance_uuid:
             return None
 
+        nets = self._nets(conn)
+
         def by_uuid(s: Session) -> VMInfo | None:
             vm = find.find_by_instance_uuid(s.content, instance_uuid)
-            return find.read_vm(s.content, vm, None) if vm is not None else None
+            return find.read_vm(s.content, vm, nets) if vm is not None else None
 
         return await self.sessions.run(conn, by_uuid)
 
-    async def create_vm(self, conn: Connection, spec: VMSpec) -> CreateResult:
+    async def create_vm(
+        self, conn: Connection, spec: VMSpec, on_clone_task: Callable[[str], Awaitable[None]] | None = None
+    ) -> CreateResult:
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
         delivered = self._delivered.setdefault(vcenter, set())
         found = await self._locate(conn, spec.uid, trust_miss=spec.uid not in delivered)
         created = False
-        mode = spec.clone_mode
+        mode: Any = spec.clone_mode
         message = ""
+        if found is not None:
+            self._clone_tasks.pop((vcenter, spec.uid), None)  # the clone landed: found by UID
+        elif (vcenter, spec.uid) in self._clone_tasks:
+            found, mode, message = await self._clone_outcome(conn, spec)
+            created = found is not None
         if found is None:
             if spec.uid in delivered:
                 # This process handed out the VM for this UID and it is gone now (removed by
                 # hand): the caller's view may be stale, but a second clone is never right.
                 raise NotFound(f"the VM for {spec.uid} was removed from vCenter; not cloning it again", reason="VMNotFound")
-            vm, mode, message = await self._clone(conn, spec)
+            vm, mode, message = await self._clone(conn, spec, on_clone_task)
             created = True
         else:
             vm = found[0]
@@ -278,7 +302,9 @@ class VSphereBackend:
                 raise InvalidSpec("the VM is powered on: CPU and memory change only while it is powered off")
         have = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
         if hardware is not None and all(m is not None for m in macs):
-            want = guestinfo.keep_redacted(self._guestinfo(spec, [m for m in macs if m is not None]), have)
+            want = guestinfo.keep_redacted(
+                self._guestinfo(spec, [(n, m) for n, m in zip(spec.nics, macs, strict=True) if m is not None]), have
+            )
             hardware.extraConfig = list(hardware.extraConfig or []) + [
                 vim.option.OptionValue(key=k, value=v) for k, v in want.items()
             ]
@@ -287,21 +313,28 @@ class VSphereBackend:
             if hardware is not None:
                 await self._reconfigure(run, vm, hardware, conn.provider)
                 props = await run(read)
-            devices = [d for d in props.get("config.hardware.device") or [] if isinstance(d, vim.vm.device.VirtualEthernetCard)]
-            final_macs = [str(d.macAddress).lower() for d in devices]
-            extra = clone.extra_config_spec(guestinfo.keep_redacted(self._guestinfo(spec, final_macs), have), props)
-            if extra is not None:
-                await self._reconfigure(run, vm, extra, conn.provider)
+            # Each spec NIC's MAC by its name (``nics`` module); a card added with a generated MAC
+            # gets its ``new:<rank>`` label replaced by the MAC in this same reconfigure.
+            extra = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
+            matched = nics.match_nics(props.get("config.hardware.device") or [], extra, [n.name for n in spec.nics])
+            pairs = [(n, nics.mac_of(matched[n.name])) for n in spec.nics if n.name in matched]
+            want = guestinfo.keep_redacted(self._guestinfo(spec, pairs), extra)
+            if nics.nic_labels(extra):
+                want.update({nics.NIC_KEY_PREFIX + n.name: mac for n, mac in pairs if mac})
+            update = clone.extra_config_spec(want, props)
+            if update is not None:
+                await self._reconfigure(run, vm, update, conn.provider)
 
-    def _guestinfo(self, spec: VMSpec, macs: list[str]) -> dict[str, str]:
-        pairs = list(zip(spec.nics, macs, strict=False))
+    def _guestinfo(self, spec: VMSpec, pairs: list[tuple[NicSpec, str]]) -> dict[str, str]:
         return guestinfo.guestinfo(spec.uid, spec.hostname or spec.name, pairs, spec.user_data)
 
     async def _reconfigure(self, run: Runner, vm: Any, cfg: Any, provider: str) -> None:
         task = await run(lambda s: vm.ReconfigVM_Task(spec=cfg))
         await wait_task(run, task, "reconfigure", self.task_timeout, provider)
 
-    async def _clone(self, conn: Connection, spec: VMSpec) -> tuple[Any, Any, str]:
+    async def _clone(
+        self, conn: Connection, spec: VMSpec, on_clone_task: Callable[[str], Awaitable[None]] | None = None
+    ) -> tuple[Any, Any, str]:
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
         key = (vcenter, spec.datacenter, spec.template)
@@ -340,18 +373,95 @@ class VSphereBackend:
             # lost, vCenter hung): a clone may be running. Never a definitive failure.
             raise Transient(f"clone of {spec.name!r}: no answer ({exc}); it may still be running",
                             reason=CLONE_OUTCOME_UNKNOWN) from exc
+        # Kept until the task's outcome is known: a later call resolves the clone by this task
+        # instead of cloning again (``_clone_outcome``).
+        self._clone_tasks[(vcenter, spec.uid)] = (task, plan.mode, plan.message)
+        waiter = asyncio.ensure_future(
+            wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider))
+        recorded = on_clone_task is None
+
+        async def record() -> None:
+            nonlocal recorded
+            if recorded or on_clone_task is None:
+                return
+            recorded = True
+            try:
+                await on_clone_task(str(task._moId))
+            except Exception as exc:  # a help for a restart, never a reason to fail the clone
+                log.warning("vsphere clone task key not recorded", vcenter=vcenter, vm=spec.name, error=str(exc))
+
         try:
-            vm = await wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider)
+            if not recorded:
+                # Handed out for a clone still running after CLONE_TASK_RECORD_AFTER seconds, or
+                # whose outcome became unknown: a quick clone (most on a simulator) costs no write.
+                done, _ = await asyncio.wait({waiter}, timeout=CLONE_TASK_RECORD_AFTER)
+                if not done:
+                    await record()
+            vm = await waiter
         except Transient as exc:
+            await record()
             raise Transient(f"clone of {spec.name!r}: lost track of its task ({exc}); it may still be running",
                             reason=CLONE_OUTCOME_UNKNOWN) from exc
         except TaskFailed as exc:
             if exc.reason != "TaskTimeout":
+                self._clone_tasks.pop((vcenter, spec.uid), None)
                 raise
+            await record()
             raise TaskFailed(f"{exc}; the clone may still be running", reason=CLONE_OUTCOME_UNKNOWN) from exc
+        except BackendError:
+            self._clone_tasks.pop((vcenter, spec.uid), None)
+            raise
+        finally:
+            if not waiter.done():
+                waiter.cancel()  # this call was cancelled: stop following the task
+        self._clone_tasks.pop((vcenter, spec.uid), None)
         self._vm_index(conn).put(spec.uid, vm)
         log.info("vsphere vm cloned", vcenter=vcenter, vm=spec.name, clone_mode=plan.mode)
         return vm, plan.mode, plan.message
+
+    async def _clone_outcome(self, conn: Connection, spec: VMSpec) -> tuple[tuple[Any, VMInfo] | None, Any, str]:
+        """Resolve a clone this process started and lost track of, by its task: (VM, VMInfo) when
+        it succeeded, None when it failed or vCenter forgot the task (clone again). Raises
+        Transient CloneOutcomeUnknown while the task is queued or running (never a second clone)."""
+        run = self._runner(conn)
+        vcenter = self.sessions.endpoint_for(conn).label
+        task, mode, message = self._clone_tasks[(vcenter, spec.uid)]
+
+        def read(s: Session) -> Any:
+            try:
+                found = retrieve_objects(s.content, [task], vim.Task, ["info.state", "info.result", "info.key"])
+            except vmodl.fault.ManagedObjectNotFound:
+                return None
+            return found[0] if found else None
+
+        info = await run(read)
+        state = str(info.get("info.state")) if info is not None else ""
+        if state in ("queued", "running"):
+            raise Transient(f"clone of {spec.name!r}: its task {info.moref} is still running; not cloning again",
+                            reason=CLONE_OUTCOME_UNKNOWN)
+        self._clone_tasks.pop((vcenter, spec.uid), None)
+        vm = info.get("info.result") if state == "success" else None
+        if vm is None:
+            log.info("vsphere clone task ended without a VM; cloning again", vcenter=vcenter, vm=spec.name, state=state or "forgotten")
+            return None, spec.clone_mode, ""
+        self._vm_index(conn).put(spec.uid, vm)
+        got = await run(lambda s: find.read_vm(s.content, vm, None))
+        if got is None or got.uid != spec.uid:
+            return None, spec.clone_mode, ""
+        log.info("vsphere clone resolved by its task", vcenter=vcenter, vm=spec.name, task=info.moref)
+        return (vm, got), mode, message
+
+    async def clone_task_state(self, conn: Connection, key: str) -> str:
+        task = vim.Task(key)
+
+        def read(s: Session) -> str:
+            try:
+                found = retrieve_objects(s.content, [task], vim.Task, ["info.state"])
+            except vmodl.fault.ManagedObjectNotFound:
+                return "unknown"
+            return str(found[0].get("info.state")) if found else "unknown"
+
+        return await self.sessions.run(conn, read)
 
     async def set_power_state(
         self,
@@ -362,6 +472,7 @@ class VSphereBackend:
         soft_timeout: float = 300.0,
     ) -> VMInfo:
         run = self._runner(conn)
+        nets = self._nets(conn)  # port group names in the VMInfo returned, as find_vm gives them
         fresh = self._fresh.pop(uid, None)
         # create_vm read this VM moments ago in this process (the usual create-then-power-on of
         # one reconcile): no second read. A stale power state fails the call or its task
@@ -374,11 +485,29 @@ class VSphereBackend:
             if found is None:
                 raise NotFound(f"no VM carries uid {uid}", reason="VMNotFound")
             vm, before = found
+        if not use_fresh and await tasks.wait_in_flight(run, vm, tasks.POWER_TASKS, f"earlier power task on {before.name}",
+                                                        self.task_timeout, conn.provider):
+            # A power task sent earlier (an answer lost, a process that died) ran on: its result
+            # is the starting point, never a second call on top of it.
+            now = await run(lambda s: find.read_vm(s.content, vm, nets))
+            if now is None:
+                raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
+            before = now
         if before.power_state == state:
             return before
         try:
             await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, conn.provider,
                                   before.power_state)
+        except Transient as exc:
+            if exc.reason == "PowerOffPending":
+                raise
+            # The call may have reached vCenter: its outcome is read from runtime.powerState (and
+            # a task it started is waited for) before anything is sent again.
+            await tasks.wait_in_flight(run, vm, tasks.POWER_TASKS, f"power task on {before.name}", self.task_timeout,
+                                       conn.provider)
+            if await power.power_state(run, vm) != state:
+                raise Transient(f"power {state} of {before.name}: outcome unknown ({exc}); not sent again before the "
+                                "VM's power state is read", reason="PowerOutcomeUnknown") from exc
         except BackendError as exc:
             if not use_fresh or (exc.reason != "InvalidPowerState" and not isinstance(exc, TaskFailed)):
                 raise
@@ -387,7 +516,7 @@ class VSphereBackend:
             # Powering on changes nothing else VMInfo reports (a guest reports addresses later,
             # through the change watch): the read-back would return this.
             return replace(before, power_state="PoweredOn")
-        info = await run(lambda s: find.read_vm(s.content, vm, None))
+        info = await run(lambda s: find.read_vm(s.content, vm, nets))
         if info is None:
             raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
         return info
@@ -395,12 +524,25 @@ class VSphereBackend:
     async def destroy_vm(
         self, conn: Connection, uid: str, off_mode: PowerOffMode = "trySoft", soft_timeout: float = 300.0
     ) -> bool:
+        """Power off (``off_mode``) and destroy the VM carrying ``uid``; False when there is none.
+        A destroy or power task already running on the VM (sent by an earlier call whose answer
+        was lost, or by a process that died) is waited for, never sent a second time; a
+        Destroy_Task whose outcome is not known raises Transient ``DestroyOutcomeUnknown``, so a
+        destroy is reported done only once the task succeeded or the VM is gone (ADR 0012)."""
         found = await self._locate(conn, uid, trust_miss=False)
         if found is None:
             return False
         vm, info = found
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
+        kinds = tasks.DESTROY_TASKS | tasks.POWER_TASKS
+        if await tasks.wait_in_flight(run, vm, kinds, f"earlier task on {info.name}", self.task_timeout, conn.provider):
+            now = await run(lambda s: find.read_vm(s.content, vm, None))
+            if now is None:
+                self._forget_vm(conn, vcenter, uid)
+                log.info("vsphere vm destroyed by an earlier task", vcenter=vcenter, vm=info.name)
+                return True
+            info = now
         if info.power_state != "PoweredOff":
             await power.set_power(
                 run, vm, "PoweredOff", off_mode, soft_timeout, self.task_timeout, conn.provider, info.power_state
@@ -412,14 +554,23 @@ class VSphereBackend:
             await wait_task(run, task, f"destroy {info.name}", self.task_timeout, conn.provider)
         except NotFound:
             pass  # already gone: success
+        except Transient as exc:
+            # The call may have reached vCenter, or its task runs on unfollowed: done only once
+            # the VM is gone; the next call waits for a running destroy instead of sending one.
+            if await run(lambda s: find.read_vm(s.content, vm, None)) is not None:
+                raise Transient(f"destroy of {info.name}: outcome unknown ({exc}); the VM is still there",
+                                reason="DestroyOutcomeUnknown") from exc
         except BackendError as exc:
             if "ManagedObjectNotFound" not in str(exc) and exc.reason != "NotFound":
                 raise
+        self._forget_vm(conn, vcenter, uid)
+        log.info("vsphere vm destroyed", vcenter=vcenter, vm=info.name)
+        return True
+
+    def _forget_vm(self, conn: Connection, vcenter: str, uid: str) -> None:
         self._vm_index(conn).forget(uid)
         self._delivered.get(vcenter, set()).discard(uid)
         self._fresh.pop(uid, None)
-        log.info("vsphere vm destroyed", vcenter=vcenter, vm=info.name)
-        return True
 
     def endpoint_label(self, conn: Connection) -> str:
         """``host:port`` of ``conn``'s vCenter (the label of metrics and reconnect notices).

@@ -21,6 +21,7 @@ from pyVmomi import vmodl as _vmodl
 from banlieue.backends.base import NicStatus, PowerState, TemplateInfo, VMInfo
 from banlieue.backends.vsphere import deserializer
 from banlieue.backends.vsphere import disks as vdisks
+from banlieue.backends.vsphere import nics as vnics
 from banlieue.backends.vsphere.inventory import InventoryIndex
 from banlieue.backends.vsphere.properties import (
     ObjectProps,
@@ -194,11 +195,11 @@ def to_vm_info(o: ObjectProps, idx: InventoryIndex | None) -> VMInfo:
         if gn.macAddress:
             guest_ips[str(gn.macAddress).lower()] = tuple(str(ip) for ip in gn.ipAddress or [])
     nics = []
-    for d in devices:
-        if not isinstance(d, vim.vm.device.VirtualEthernetCard):
-            continue
-        mac = str(d.macAddress or "").lower()
-        nics.append(NicStatus(mac_address=mac, network=_network_name(d, idx), ip_addresses=guest_ips.get(mac, ())))
+    cards = vnics.ethernet_cards(devices)
+    for d, name in zip(cards, vnics.nic_names(devices, extra), strict=True):
+        mac = vnics.mac_of(d)
+        nics.append(NicStatus(mac_address=mac, network=_network_name(d, idx), ip_addresses=guest_ips.get(mac, ()),
+                              name=name, connected=vnics.is_connected(d)))
     return VMInfo(
         uid=extra.get(UID_KEY),
         moref=o.moref,

@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from pyVmomi import vim as _vim
+from pyVmomi import vmodl as _vmodl
 
-from banlieue.backends.base import TaskFailed
+from banlieue.backends.base import BackendError, TaskFailed, Transient
 from banlieue.backends.vsphere import metrics
 from banlieue.backends.vsphere.faults import task_error
 from banlieue.backends.vsphere.properties import ObjectProps, retrieve_objects
@@ -23,6 +24,7 @@ from banlieue.backends.vsphere.session import Session
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
 vim: Any = _vim
+vmodl: Any = _vmodl
 
 T = TypeVar("T")
 
@@ -61,3 +63,50 @@ async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider:
             delay = min(delay * 2, 2.0)
     finally:
         gauge.dec()
+
+
+DESTROY_TASKS = frozenset({"destroy"})
+"""``TaskInfo.descriptionId`` suffixes (``VirtualMachine.<kind>``) of a VM's destroy task."""
+
+POWER_TASKS = frozenset({"powerOn", "powerOff", "suspend", "reset"})
+"""``TaskInfo.descriptionId`` suffixes of a VM's power tasks (shutdownGuest is not a task)."""
+
+
+def in_flight(content: Any, vm: Any, kinds: frozenset[str]) -> list[Any]:
+    """The VM's tasks of ``kinds`` that are queued or running, from ``vm.recentTask`` (vCenter
+    keeps a VM's tasks there while they run and for a while after): 2 calls, none when the VM
+    has no recent task. Empty when the VM no longer exists. Works for a process that did not
+    start the task (a restarted manager), so the task key needs no storing for a VM that exists."""
+    try:
+        found = retrieve_objects(content, [vm], vim.VirtualMachine, ["recentTask"])
+    except vmodl.fault.ManagedObjectNotFound:
+        return []
+    tasks = list(found[0].get("recentTask") or []) if found else []
+    if not tasks:
+        return []
+    out = []
+    for task in tasks:
+        try:
+            [info] = retrieve_objects(content, [task], vim.Task, ["info.state", "info.descriptionId"])
+        except (vmodl.fault.ManagedObjectNotFound, ValueError):
+            continue  # vCenter forgot the task meanwhile
+        kind = str(info.get("info.descriptionId") or "").rsplit(".", 1)[-1]
+        if kind in kinds and str(info.get("info.state")) in ("queued", "running"):
+            out.append(task)
+    return out
+
+
+async def wait_in_flight(run: Runner, vm: Any, kinds: frozenset[str], what: str, timeout: float, provider: str) -> bool:
+    """Wait for every queued or running task of ``kinds`` on ``vm`` (``in_flight``) to end,
+    whatever its result (the caller reads the VM's state afterwards). True when there was one.
+    Raises TaskFailed (TaskTimeout) or Transient like ``wait_task``."""
+    tasks = await run(lambda s: in_flight(s.content, vm, kinds))
+    for task in tasks:
+        try:
+            await wait_task(run, task, what, timeout, provider)
+        except Transient:
+            raise
+        except BackendError as exc:
+            if exc.reason == "TaskTimeout":
+                raise
+    return bool(tasks)

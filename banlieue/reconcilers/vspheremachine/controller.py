@@ -33,6 +33,7 @@ from banlieue.backends.base import Backend, BackendError, Connection, VMSpec
 from banlieue.reconcilers.connection import ConnectionConfigError
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
+    ANNOTATION_CLONE_TASK,
     CAPI_CLUSTER,
     CAPI_LABEL_CLUSTER_NAME,
     CAPI_LABEL_CONTROL_PLANE,
@@ -52,6 +53,7 @@ from banlieue.reconcilers.vspheremachine.decide import (
     Failure,
     Plan,
     Snapshot,
+    clone_started,
     decide,
     missing_object,
     ready_reason,
@@ -252,16 +254,31 @@ class VSphereMachineReconciler:
         status = snap.machine.status
         try:
             vm = await self.backend.find_vm(conn, snap.machine.metadata.uid or "", status.instance_uuid if status else None)
+            task_key = (snap.machine.metadata.annotations or {}).get(ANNOTATION_CLONE_TASK)
+            clone_task = None
+            if vm is None and task_key and status is not None and clone_started(status) is not None:
+                # A clone recorded as started, no VM yet: its task says whether it still runs
+                # (wait, whatever the time), failed (clone again) or is forgotten (ADR 0012).
+                clone_task = await self.backend.clone_task_state(conn, task_key)
         except BackendError as err:
             return replace(snap, looked_up=True, failure=Failure("lookup", err.reason, str(err)))
-        return replace(snap, looked_up=True, vm=vm)
+        return replace(snap, looked_up=True, vm=vm, clone_task=clone_task)
+
+    async def _record_clone_task(self, snap: Snapshot, key: str) -> None:
+        """Annotate the machine with its clone task's key (``ANNOTATION_CLONE_TASK``) the moment
+        vCenter returned it, so that a process started after this one dies can resolve it."""
+        meta = snap.machine.metadata
+        written = await self.ctx.client.patch(VSPHERE_MACHINE, meta.name or "", meta.namespace,
+                                              {"metadata": {"annotations": {ANNOTATION_CLONE_TASK: key}}})
+        self.writes.wrote(written, status=False)
 
     async def _act(self, snap: Snapshot, action: Action, conn: Connection) -> Snapshot:
         uid = snap.machine.metadata.uid or ""
         try:
             if action.kind == "create":
                 assert action.spec is not None
-                result = await self.backend.create_vm(conn, action.spec)
+                result = await self.backend.create_vm(conn, action.spec,
+                                                      on_clone_task=lambda key: self._record_clone_task(snap, key))
                 self._converged[uid] = action.spec
                 if result.message:
                     self._event(snap, Event("Normal", "CloneModeChanged", result.message))

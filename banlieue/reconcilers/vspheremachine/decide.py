@@ -158,7 +158,12 @@ BOOTSTRAP_POLL_SECONDS = 30.0
 CLONE_OUTCOME_UNKNOWN = "CloneOutcomeUnknown"
 """``Failure.reason`` of a clone that may have been accepted (``backends.vsphere.backend``)."""
 CLONE_WAIT_SECONDS = 5.0
-"""Re-check interval while waiting for a clone an earlier reconcile started."""
+"""Re-check interval while waiting for a clone an earlier reconcile started (also for a power
+or destroy call whose outcome is unknown)."""
+POWER_OUTCOME_UNKNOWN = "PowerOutcomeUnknown"
+"""``Failure.reason`` of a power call whose answer was lost (``backends.vsphere.backend``)."""
+DESTROY_OUTCOME_UNKNOWN = "DestroyOutcomeUnknown"
+"""``Failure.reason`` of a Destroy_Task whose outcome is not known while the VM is still there."""
 MISSING_FIRST_RETRY_SECONDS = 5.0
 MISSING_MAX_RETRY_SECONDS = 300.0
 """Back-off of the re-check of a template, resource pool, folder, datastore or network that does
@@ -191,7 +196,9 @@ class Snapshot:
     ``spec_error``: the backend's ``Backend.spec_error`` (a message when no vCenter could take
     the built spec; None: no limit is checked); ``domain_choice``: the failure domain the
     reconciler chose (``placement.choose_cluster_failure_domain``) for a CAPI machine with no
-    failure domain and no Provider, None when it needs none."""
+    failure domain and no Provider, None when it needs none; ``clone_task``: the state of the
+    clone task the machine's ``infrastructure.banlieue.io/clone-task`` annotation names
+    (``Backend.clone_task_state``), looked up only while a clone is recorded and no VM found."""
 
     machine: VSphereMachine
     now: datetime
@@ -213,6 +220,7 @@ class Snapshot:
     spec_error: Callable[[VMSpec], str | None] | None = None
     missing_retries: int = 0
     domain_choice: DomainChoice | None = None
+    clone_task: str | None = None
 
 
 def missing_object(failure: Failure) -> bool:
@@ -527,7 +535,13 @@ def _decide(snap: Snapshot) -> Plan:
             retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
             return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else _failure_requeue(snap, failure)))
         started = clone_started(status_now)
-        if started is not None:
+        if started is not None and snap.clone_task in ("queued", "running"):
+            # The clone's own task still runs (its key is on the object): never a second clone,
+            # however long it takes; the VM is looked up by UID again in a few seconds.
+            st.ready(False, R.CLONING, _cloning_message(status_now))
+            return _with_events(snap, Plan(status=st.status, requeue_after=CLONE_WAIT_SECONDS))
+        if started is not None and snap.clone_task != "error":
+            # (A clone task that failed left no VM: clone again at once, no window to wait out.)
             waited = (snap.now - started).total_seconds()
             if 0 <= waited < snap.clone_grace_seconds:
                 # A clone started by an earlier reconcile (another process, or one cancelled
@@ -564,6 +578,11 @@ def _decide(snap: Snapshot) -> Plan:
     hw_events = _hardware_condition(snap, st, pending) if provisioned_before else ()
     want = m.spec.power_state.value
     if failure is not None and failure.step == "power":
+        if failure.reason == POWER_OUTCOME_UNKNOWN:
+            # The power call may have reached vCenter: the backend reads runtime.powerState (and
+            # waits for a running power task) before it sends anything again (ADR 0012).
+            st.ready(False, R.POWERING_ON if want == "PoweredOn" else R.POWERING_OFF, failure.message)
+            return _with_events(snap, Plan(status=st.status, requeue_after=CLONE_WAIT_SECONDS), hw_events)
         soft = failure.reason == "PowerOffPending"
         st.ready(False, R.POWERING_OFF if soft else R.CONNECT_FAILED, failure.message)
         return _with_events(snap, Plan(status=st.status, requeue_after=POWER_OFF_POLL_SECONDS if soft else None, retry=not soft), hw_events)
@@ -713,7 +732,10 @@ def _decide_delete(snap: Snapshot, st: _Status, has_finalizer: bool, capi: bool)
             st.ready(False, R.DELETING, f"waiting for the guest to shut down: {failure.message}")
             return _with_events(snap, Plan(status=st.status, requeue_after=POWER_OFF_POLL_SECONDS))
         st.ready(False, R.DELETING, f"cannot delete the VM yet ({failure.reason}: {failure.message}); retrying")
-        return _with_events(snap, Plan(status=st.status, requeue_after=RETRY_SECONDS))
+        # A destroy whose outcome is unknown is looked at again soon: the VM may be gone already,
+        # or its task still running (waited for, never sent twice; ADR 0012).
+        unknown = failure.reason == DESTROY_OUTCOME_UNKNOWN
+        return _with_events(snap, Plan(status=st.status, requeue_after=CLONE_WAIT_SECONDS if unknown else RETRY_SECONDS))
     if snap.destroyed or snap.vm is None:
         events = [Event("Normal", "Deleted", f"VM {m.metadata.name} destroyed")] if snap.destroyed else []
         return Plan(status=st.status, remove_finalizer=True, events=tuple(events))

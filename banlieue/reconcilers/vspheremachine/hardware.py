@@ -13,6 +13,10 @@ Policy (the VM's hardware follows its spec, but never at the cost of a running V
   (at any power state); a smaller spec is refused (``DiskShrinkRefused``, the disk keeps its
   size); a disk whose name left the spec is kept with its data and reported
   (``DiskRemovedFromSpec``).
+- NICs are matched by name (``backends.vsphere.nics``): a NIC added to the spec is added, a
+  network edit moves the card to the new network, a reorder changes nothing (at any power
+  state; NIC hot-add needs no VM setting); a card whose name left the spec is kept with its MAC
+  but disconnected, and reported (``NicRemovedFromSpec``).
 - A change vCenter refused on a provisioned VM (``ChangeFailed``) is reported on the same
   condition and never turns the running VM NotReady.
 """
@@ -24,7 +28,8 @@ from dataclasses import dataclass, replace
 from banlieue.api.infrastructure import VSphereMachineReason as R
 from banlieue.backends.base import VMInfo, VMSpec
 
-_REASON_ORDER = (R.CHANGE_FAILED, R.DISK_SHRINK_REFUSED, R.DISK_REMOVED_FROM_SPEC, R.WAITING_FOR_POWER_OFF)
+_REASON_ORDER = (R.CHANGE_FAILED, R.DISK_SHRINK_REFUSED, R.DISK_REMOVED_FROM_SPEC, R.NIC_REMOVED_FROM_SPEC,
+                 R.WAITING_FOR_POWER_OFF)
 """The condition's reason when several things are pending: the most actionable first."""
 
 
@@ -80,6 +85,12 @@ def effective_spec(vm: VMInfo, spec: VMSpec) -> tuple[VMSpec, tuple[Pending, ...
         listed = ", ".join(f"{n} ({have[n]} GiB)" for n in removed)
         pending.append(Pending(R.DISK_REMOVED_FROM_SPEC, f"disk {listed} is no longer in the spec: kept attached "
                                "with its data; detach or delete it in vCenter if it is not needed"))
+    wanted_nics = {n.name for n in spec.nics}
+    gone = sorted((n.name, n.mac_address) for n in vm.nics if n.name is not None and n.name not in wanted_nics)
+    if gone:
+        listed = ", ".join(f"{name} ({mac})" for name, mac in gone)
+        pending.append(Pending(R.NIC_REMOVED_FROM_SPEC, f"NIC {listed} is no longer in the spec: kept with its MAC "
+                               "and disconnected; put the name back to reconnect it, or remove it in vCenter"))
     return out, tuple(pending)
 
 
@@ -90,12 +101,33 @@ def drifted(vm: VMInfo, spec: VMSpec) -> bool:
         return True
     if spec.num_cores_per_socket and vm.num_cores_per_socket != spec.num_cores_per_socket:
         return True
+    if nics_drifted(vm, spec):
+        return True
     if not spec.disks:
         return False
     if not vm.named_disks_gib():
         return True  # write the names (adopted by position) before the spec can change again
     have = current_disks(vm, spec)
     return any(have.get(d.name, -1) < d.size_gib for d in spec.disks)
+
+
+def nics_drifted(vm: VMInfo, spec: VMSpec) -> bool:
+    """Whether the VM's NICs differ from ``spec.nics`` by name: no card carries a name yet, a
+    name has no card, is on another network, has another manual MAC or is disconnected, or a
+    card whose name left the spec is still connected."""
+    if not spec.nics:
+        return any(n.name is not None and n.connected for n in vm.nics)
+    named = {n.name: n for n in vm.nics if n.name is not None}
+    if not named:
+        return True  # write the names (adopted by position) before the spec can change again
+    for want in spec.nics:
+        have = named.get(want.name)
+        if have is None or not have.connected or have.network != want.network:
+            return True
+        if want.mac_address and have.mac_address != want.mac_address.lower():
+            return True
+    wanted = {n.name for n in spec.nics}
+    return any(n.connected for name, n in named.items() if name not in wanted)
 
 
 def summary(pending: tuple[Pending, ...]) -> Pending | None:

@@ -21,6 +21,7 @@ from banlieue.backends.vsphere import guestinfo
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import FIELD_MANAGER_PROVIDER_VSPHERE, PROVIDER, SECRET, VSPHERE_MACHINE
+from banlieue.reconcilers.referenced import RESYNC_SECONDS
 from banlieue.reconcilers.vspheremachine import controller as vspheremachine
 from banlieue.runtime.client import Client
 from banlieue.runtime.errors import NotFound
@@ -205,7 +206,9 @@ async def test_missing_template_datastore_and_secret_are_reported(apiserver: Any
         # The Secret appears: the Secret watch resumes the machines.
         await client.create(SECRET, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vc1-creds", "namespace": ns},
                                      "data": {"username": b64(vcsim.username), "password": b64(vcsim.password)}})
-        obj = await wait_reason(client, ns, "tpl", "TemplateNotFound")
+        # Referenced Secrets are re-read by resourceVersion every RESYNC_SECONDS (30 s; issue 23:
+        # no Secret watch), so the resume may take a whole period: wait longer than that.
+        obj = await wait_reason(client, ns, "tpl", "TemplateNotFound", timeout=RESYNC_SECONDS + 15)
         assert "no-such-template" in ready_of(obj)[2]  # type: ignore[index]
         obj = await wait_reason(client, ns, "ds", "InvalidSpec")
         assert "NoSuchDS" in ready_of(obj)[2]  # type: ignore[index]

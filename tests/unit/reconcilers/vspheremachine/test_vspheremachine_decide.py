@@ -156,6 +156,11 @@ CASES: list[Any] = [
     pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm("PoweredOff", ips=())), ("True", "Provisioned"), {}, id="powered-off-as-requested-is-ready"),
     pytest.param(looked(machine({"powerState": "PoweredOff"}, status=PROVISIONED), vm(), failure=Failure("power", "PowerOffPending", "guest")),
                  ("False", "PoweringOff"), {"requeue_after": 10.0}, id="soft-power-off-pending"),
+    # Issue 19: a power call whose answer was lost is looked at again soon (the backend reads the
+    # power state before sending anything again), not reported as a connection failure.
+    pytest.param(looked(machine(status=PROVISIONED), vm("PoweredOff", ips=()),
+                        failure=Failure("power", "PowerOutcomeUnknown", "power PoweredOn of m1: outcome unknown")),
+                 ("False", "PoweringOn"), {"requeue_after": 5.0, "message": "outcome unknown"}, id="power-outcome-unknown-looks-again"),
     pytest.param(snap(machine(annotations={"cluster.x-k8s.io/paused": ""}), providers=PROV), ("False", "Paused"),
                  {"paused": True, "action": None}, id="paused-annotation-standalone"),
     pytest.param(looked(machine(annotations={"cluster.x-k8s.io/paused": ""}, status={**PROVISIONED, "conditions": [
@@ -172,6 +177,8 @@ CASES: list[Any] = [
                  {"remove_finalizer": False, "requeue_after": 60.0, "message": "SecretMissing"}, id="delete-secret-missing-retries"),
     pytest.param(looked(machine(deleting=True), vm(), failure=Failure("destroy", "PowerOffPending", "guest")), ("False", "Deleting"),
                  {"requeue_after": 10.0}, id="delete-waits-for-guest-shutdown"),
+    pytest.param(looked(machine(deleting=True), vm(), failure=Failure("destroy", "DestroyOutcomeUnknown", "destroy of m1: outcome unknown")),
+                 ("False", "Deleting"), {"remove_finalizer": False, "requeue_after": 5.0}, id="delete-outcome-unknown-not-done-looks-again"),
     pytest.param(snap(machine(deleting=True, finalizer=False)), None, {"remove_finalizer": False}, id="delete-without-finalizer-noop"),
     # CAPI path
     pytest.param(snap(machine(finalizer=False, labels=CAPI_LABELS)), ("False", "WaitingForOwner"), {"add_finalizer": False}, id="capi-waits-for-owner"),
@@ -322,6 +329,48 @@ def test_a_removed_disk_is_named_with_its_size_and_an_edit_converges_by_name() -
     cond = get_condition(after.status.conditions if after.status else None, HARDWARE_CHANGE_PENDING)
     assert cond is not None and cond.reason == "DiskRemovedFromSpec"
     assert "numCPUs 2 -> 4" in (cond.message or "") and "logs (5 GiB)" in (cond.message or "")
+
+
+def nics_vm(nics: dict[str, tuple[str, bool]]) -> VMInfo:
+    """A running provisioned VM whose cards carry names: name -> (port group, connected)."""
+    cards = tuple(NicStatus(mac_address=f"00:50:56:00:00:0{i}", network=net, ip_addresses=(), name=n, connected=c)
+                  for i, (n, (net, c)) in enumerate(nics.items()))
+    return replace(vm("PoweredOn"), nics=cards)
+
+
+def nics_spec(nics: list[tuple[str, str]]) -> dict[str, Any]:
+    return {"network": {"devices": [{"name": n, "portGroup": pg} for n, pg in nics]}}
+
+
+AB = {"a": ("VM Network", True), "b": ("DC0_DVPG0", True)}
+NIC_CASES: list[Any] = [
+    # (spec NICs, VM cards, action, HardwareChangePending reason or "": none); issue 19, NICs by name.
+    pytest.param([("b", "DC0_DVPG0"), ("a", "VM Network")], AB, None, "", id="reorder-changes-nothing"),
+    pytest.param([("a", "VM Network")], {**AB, "b": ("DC0_DVPG0", False)}, None, "NicRemovedFromSpec",
+                 id="removed-nic-kept-disconnected-reported"),
+    pytest.param([("a", "VM Network")], AB, "create", None, id="removed-nic-still-connected-is-converged"),
+    pytest.param([("a", "VM Network"), ("b", "VM Network")], AB, "create", None, id="network-edit-converged"),
+    pytest.param([("a", "VM Network"), ("b", "DC0_DVPG0"), ("c", "VM Network")], AB, "create", None, id="added-nic-converged"),
+    pytest.param([("a", "VM Network"), ("b", "DC0_DVPG0")], {**AB, "b": ("DC0_DVPG0", False)}, "create", None,
+                 id="re-added-nic-reconnected"),
+]
+
+
+@pytest.mark.parametrize(("nics", "cards", "action", "pending"), NIC_CASES)
+def test_nic_edits_on_provisioned_vms_follow_names(
+    nics: list[tuple[str, str]], cards: dict[str, tuple[str, bool]], action: str | None, pending: str | None
+) -> None:
+    plan = decide(looked(machine(nics_spec(nics), status=PROVISIONED), nics_vm(cards)))
+    assert (plan.action.kind if plan.action else None) == action
+    if pending is not None:
+        assert ready(plan) == ("True", "Provisioned")
+        cond = get_condition(plan.status.conditions if plan.status else None, HARDWARE_CHANGE_PENDING)
+        if not pending:
+            assert cond is None  # nothing differs, nothing pending
+            return
+        assert cond is not None and cond.reason == pending
+        if pending == "NicRemovedFromSpec":
+            assert "b (00:50:56:00:00:01)" in (cond.message or "")
 
 
 def test_storage_and_network_classes_resolve_through_provider() -> None:
@@ -698,3 +747,27 @@ def test_a_lookup_that_fails_while_a_clone_may_run_keeps_the_cloning_marker() ->
     assert clone_started(plan.status) == datetime(2026, 1, 2, 3, 4, 3, tzinfo=UTC)
     assert "vCenter did not answer in time" in (get_condition(plan.status.conditions, READY).message or "")  # type: ignore[union-attr]
     assert decide(looked(machine(status=plan.status.to_wire()), None)).action is None
+
+
+@pytest.mark.parametrize(("state", "clones"), [
+    ("running", False),   # its task still runs: wait, however long past the window
+    ("queued", False),
+    ("error", True),      # the task failed, no VM: clone again at once
+    ("unknown", True),    # vCenter forgot the task: the window (passed here) decides, as before
+    (None, True),
+])
+def test_a_recorded_clone_task_decides_past_the_window(state: str | None, clones: bool) -> None:
+    """Issue 19: a restarted manager reads the clone task the annotation names. The marker here
+    is 700 s old, past the 600 s window that alone would send a second clone."""
+    m = machine(status=_cloned_at("2026-01-02T02:52:23Z"))
+    plan = decide(looked(m, None, clone_task=state))
+    assert (plan.action is not None and plan.action.kind == "create") is clones
+    if not clones:
+        assert ready(plan) == ("False", "Cloning") and plan.requeue_after == 5.0
+
+
+def test_a_failed_clone_task_is_cloned_again_within_the_window() -> None:
+    m = machine(status=_cloned_at("2026-01-02T03:04:03Z"))  # 2 s old
+    assert decide(looked(m, None)).action is None
+    plan = decide(looked(m, None, clone_task="error"))
+    assert plan.action is not None and plan.action.kind == "create"
