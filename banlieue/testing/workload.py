@@ -24,7 +24,7 @@ deletion timestamp, on each :meth:`Kubelet.sync`:
   Node: creates Node ``<infrastructureRef.name>`` (the VM's hostname, what ``{{
   ds.meta_data.hostname }}`` gives kubeadm) with ``spec.providerID``, the kubelet's labels (and
   ``node-role.kubernetes.io/control-plane`` on control-plane Machines, as kubeadm sets), status
-  Ready True, ``nodeInfo`` and addresses. For a control-plane Machine it also does what
+  Ready True and no Memory/Disk/PID pressure, ``nodeInfo`` and addresses. For a control-plane Machine it also does what
   ``kubeadm init``/``join`` leaves in the cluster: the ``kube-system/kubeadm-config`` ConfigMap
   (once; KCP reads it as "the control plane is initialized") and Running, Ready mirror Pods of
   the static pods (``kube-apiserver``, ``kube-controller-manager``, ``kube-scheduler`` and, with
@@ -253,10 +253,10 @@ class Kubelet:
         ready = _ready(node)
         same_boot = name not in self.boots or self.boots[name] == power.boot_time
         if ready == "True" and not (on and same_boot):
-            self._post_ready(name, "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+            self._post_ready(name, posting=False)
             self.events.append(f"Node {name} Ready Unknown (VM {power.state}, boot {power.boot_time})")
         elif ready != "True" and on and self._booted(power.boot_time):
-            self._post_ready(name, "True", "KubeletReady", "kubelet is posting ready status")
+            self._post_ready(name, posting=True)
             self.boots[name] = power.boot_time
             self.events.append(f"Node {name} Ready True (boot {power.boot_time})")
 
@@ -283,8 +283,7 @@ class Kubelet:
             "nodeInfo": {"kubeletVersion": self.kubernetes_version, "kubeProxyVersion": "", "operatingSystem": "linux",
                          "architecture": "amd64", "osImage": "banlieue stand-in", "kernelVersion": "", "machineID": "",
                          "systemUUID": provider_id.removeprefix("vsphere://"), "bootID": "", "containerRuntimeVersion": ""},
-            "conditions": [self._condition("Ready", "True", "KubeletReady", "kubelet is posting ready status")]}},
-            content_type=MERGE_PATCH)
+            "conditions": self._conditions(posting=True)}}, content_type=MERGE_PATCH)
         # The API server's TaintNodesByCondition admission taints a new Node not-ready; the node
         # lifecycle controller (kube-controller-manager, not run here) lifts it once Ready.
         wc.call("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, content_type=MERGE_PATCH)
@@ -331,10 +330,22 @@ class Kubelet:
         return {"type": type_, "status": status, "reason": reason, "message": message,
                 "lastHeartbeatTime": now, "lastTransitionTime": now}
 
-    def _post_ready(self, name: str, status: str, reason: str, message: str) -> None:
+    @classmethod
+    def _conditions(cls, *, posting: bool) -> list[dict[str, str]]:
+        """The kubelet's four Node conditions: while it posts, Ready True and no pressure (CAPI's
+        Machine ``NodeHealthy`` needs all four reported); once it stops, all Unknown, as the node
+        lifecycle controller marks them (reason ``NodeStatusUnknown``)."""
+        if not posting:
+            return [cls._condition(t, "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+                    for t in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")]
+        return [cls._condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+                cls._condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                cls._condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                cls._condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available")]
+
+    def _post_ready(self, name: str, *, posting: bool) -> None:
         # A strategic merge patch merges conditions by type (a merge patch would replace the list).
-        self.workload.call("PATCH", f"/api/v1/nodes/{name}/status",
-                           {"status": {"conditions": [self._condition("Ready", status, reason, message)]}},
+        self.workload.call("PATCH", f"/api/v1/nodes/{name}/status", {"status": {"conditions": self._conditions(posting=posting)}},
                            content_type="application/strategic-merge-patch+json")
 
     async def run(self, machines: Callable[[], Awaitable[list[dict[str, Any]]]], interval: float = 1.0) -> None:

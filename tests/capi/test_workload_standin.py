@@ -70,7 +70,8 @@ async def test_kubelet_registers_reports_power_loss_and_comes_back_after_boot(wo
     assert node is not None and node["spec"]["providerID"] == "vsphere://4201" and not node["spec"].get("taints")
     assert "node-role.kubernetes.io/control-plane" in node["metadata"]["labels"]
     assert node["status"]["addresses"] == [{"type": "InternalIP", "address": HOST}]  # loopback only: the API server may dial it
-    assert [c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
+    assert {c["type"]: c["status"] for c in node["status"]["conditions"]} == {
+        "Ready": "True", "MemoryPressure": "False", "DiskPressure": "False", "PIDPressure": "False"}
     assert workload.node("demo-md-0") is None
     status, cm = workload.request("GET", "/api/v1/namespaces/kube-system/configmaps/kubeadm-config")
     assert status == 200 and "kind: ClusterConfiguration" in cm["data"]["ClusterConfiguration"]
@@ -100,6 +101,8 @@ async def test_kubelet_registers_reports_power_loss_and_comes_back_after_boot(wo
     await kubelet.sync([cp])
     await kubelet.sync([cp])
     assert ready() == "Unknown"
+    n = workload.node("demo-cp-0")
+    assert n is not None and {c["status"] for c in n["status"]["conditions"]} == {"Unknown"}
     assert [e for e in kubelet.events if "Ready" in e] == [f"Node demo-cp-0 Ready Unknown (VM poweredOn, boot {boot})",
                                                           f"Node demo-cp-0 Ready True (boot {boot})",
                                                           "Node demo-cp-0 Ready Unknown (VM poweredOff, boot None)"]
