@@ -105,17 +105,24 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise EnvtestError(f"openssl {args[0]} failed: {proc.stderr.strip().splitlines()[-1:]}")
 
 
-def make_pki(pki: Path) -> None:
-    """Write into ``pki``: ``ca.{crt,key}``; ``apiserver.{crt,key}`` (SANs 127.0.0.1, localhost
-    and the in-cluster names); client certificates ``admin.{crt,key}`` (CN envtest-admin, O
+def make_pki(pki: Path, *, ca: tuple[str, str] | None = None, ip: str = "127.0.0.1") -> None:
+    """Write into ``pki``: ``ca.{crt,key}``; ``apiserver.{crt,key}`` (SANs ``ip``, 127.0.0.1,
+    localhost and the in-cluster names); client certificates ``admin.{crt,key}`` (CN envtest-admin, O
     system:masters) and ``kcm.{crt,key}`` (CN system:kube-controller-manager, O system:masters);
     ``kcm-serving.{crt,key}``; ``sa.key``/``sa.pub`` (ECDSA P-256: the service-account token
-    signing key). All keys are ECDSA P-256, certificates valid 2 days. Raises EnvtestError."""
+    signing key). All keys are ECDSA P-256, certificates valid 2 days. ``ca`` = ``(cert PEM, key
+    PEM)`` signs everything instead of a generated CA (a workload cluster's CA that Cluster API
+    keeps in ``<cluster>-ca``: banlieue.testing.workload). Raises EnvtestError."""
     pki.mkdir(parents=True, exist_ok=True)
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2")
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=envtest-ca",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             cwd=pki)
+    if ca is None:
+        _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=envtest-ca",
+                 "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+                 cwd=pki)
+    else:
+        (pki / "ca.crt").write_text(ca[0])
+        (pki / "ca.key").write_text(ca[1])
+        (pki / "ca.key").chmod(0o600)
 
     def leaf(name: str, subj: str, usage: str, san: str | None = None) -> None:
         ext = ["-addext", "basicConstraints=critical,CA:FALSE", "-addext", f"extendedKeyUsage={usage}",
@@ -127,7 +134,8 @@ def make_pki(pki: Path) -> None:
 
     in_cluster = ",".join(f"DNS:{n}" for n in ("kubernetes", "kubernetes.default", "kubernetes.default.svc",
                                                "kubernetes.default.svc.cluster.local"))
-    leaf("apiserver", "/CN=kube-apiserver", "serverAuth", f"IP:127.0.0.1,DNS:localhost,{in_cluster}")
+    ips = ",".join(f"IP:{a}" for a in dict.fromkeys((ip, "127.0.0.1")))
+    leaf("apiserver", "/CN=kube-apiserver", "serverAuth", f"{ips},DNS:localhost,{in_cluster}")
     leaf("kcm-serving", "/CN=kube-controller-manager", "serverAuth", "IP:127.0.0.1,DNS:localhost")
     leaf("admin", f"/O=system:masters/CN={ADMIN_USER}", "clientAuth")
     leaf("kcm", "/O=system:masters/CN=system:kube-controller-manager", "clientAuth")
@@ -321,7 +329,8 @@ def _wait(env: Envtest, what: str, proc: _Proc, ready: Any, deadline: float) -> 
         time.sleep(0.1)
 
 
-def _launch(env: Envtest, binaries: Path, api_port: int = 0) -> None:
+def _launch(env: Envtest, binaries: Path, api_port: int = 0, *, bind_address: str = "127.0.0.1",
+            controller_manager: bool = True) -> None:
     etcd_port, peer_port, kcm_port = (free_port() for _ in range(3))
     api_port = api_port or free_port()
     data = env.dir / "etcd"
@@ -338,11 +347,11 @@ def _launch(env: Envtest, binaries: Path, api_port: int = 0) -> None:
     pki = env.pki
     audit_policy = pki / "audit-policy.yaml"
     audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
-    env.url = f"https://127.0.0.1:{api_port}"
+    env.url = f"https://{bind_address}:{api_port}"
     apiserver = _start(env, "kube-apiserver", [
         str(binaries / "kube-apiserver"),
         "--etcd-servers", env.etcd_url,
-        "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(api_port),
+        "--bind-address", bind_address, "--advertise-address", bind_address, "--secure-port", str(api_port),
         "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
         "--client-ca-file", str(pki / "ca.crt"),
         "--service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE,
@@ -353,6 +362,9 @@ def _launch(env: Envtest, binaries: Path, api_port: int = 0) -> None:
         # loopback IP (a logged error every 10 s); nothing here routes Service traffic anyway.
         "--endpoint-reconciler-type", "none",
         "--authorization-mode", "Node,RBAC",
+        # Network rule: the apiserver dials a Node's address for exec/logs/port-forward; never a
+        # hostname (the default order starts with Hostname, which is resolved through DNS).
+        "--kubelet-preferred-address-types", "InternalIP",
         "--enable-admission-plugins", "NodeRestriction",
         "--audit-policy-file", str(audit_policy), "--audit-log-path", str(env.audit_log),
         # blocking: each event is written before the answer, so a test reads what it just did.
@@ -368,6 +380,8 @@ def _launch(env: Envtest, binaries: Path, api_port: int = 0) -> None:
     _wait(env, "etcd serving", etcd, lambda: _plain_status(env.etcd_url + "/health") == 200, deadline)
     _wait(env, "kube-apiserver /readyz", apiserver, lambda: _http_status(env.url + "/readyz", admin_ctx) == 200,
           deadline)
+    if not controller_manager:
+        return
     env.kcm_url = f"https://127.0.0.1:{kcm_port}"
     kcm = _start(env, "kube-controller-manager", [
         str(binaries / "kube-controller-manager"),
@@ -398,11 +412,17 @@ def _plain_status(url: str) -> int:
         return 0
 
 
-def up(directory: Path, *, port: int = 0) -> Envtest:
+def up(directory: Path, *, port: int = 0, bind_address: str = "127.0.0.1", ca: tuple[str, str] | None = None,
+       controller_manager: bool = True) -> Envtest:
     """Start etcd, kube-apiserver (on 127.0.0.1:``port``, a free one when 0) and
     kube-controller-manager with their files in ``directory`` (created when missing) and return once all are ready (see the module docstring). On failure
     everything started is stopped, the logs are kept, and EnvtestError (one line naming the log
-    file) is raised."""
+    file) is raised.
+
+    For a second API server (banlieue.testing.workload): ``bind_address`` (a loopback address:
+    the caller checks) is where kube-apiserver listens and what its serving certificate names;
+    ``ca`` = ``(cert PEM, key PEM)`` is the CA of every certificate (``make_pki``);
+    ``controller_manager=False`` starts etcd and kube-apiserver only (``kcm_url`` stays "")."""
     missing = envtest_binaries_missing()
     if missing:
         raise EnvtestError(missing)
@@ -416,8 +436,8 @@ def up(directory: Path, *, port: int = 0) -> Envtest:
         path.mkdir()
         env.created.append(path)
     try:
-        make_pki(env.pki)
-        _launch(env, bin_dir(), port)
+        make_pki(env.pki, ca=ca, ip=bind_address)
+        _launch(env, bin_dir(), port, bind_address=bind_address, controller_manager=controller_manager)
         env.created.append(env.kubeconfig_path)
         env.kubeconfig_path.write_text(yaml.safe_dump(kubeconfig_dict(
             env.url, env.ca_pem,
