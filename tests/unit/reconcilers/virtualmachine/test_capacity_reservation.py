@@ -198,7 +198,8 @@ def place_with_machines(totals: PlacementTotals, machines: MachineReservations, 
     totals.observe(key, vm_obj(name, cls))
     vm = VirtualMachine.from_wire(vm_obj(name, cls))
     peer_totals = with_machines(totals.peer_totals(NS, key, class_size, {}, class_shape), machines.reserved(NS, providers))
-    decision = schedule(SchedulingInput(vm, CLASSES[cls], image({"a": True}), tuple(providers), totals=peer_totals))
+    img = image({"a": True})
+    decision = schedule(SchedulingInput(vm, CLASSES[cls], img, with_rows(providers, img), totals=peer_totals))
     if decision.placement is None:
         return decision.reason or ""
     where = (decision.placement.provider_name, decision.placement.failure_domain)
