@@ -187,9 +187,15 @@ class Proxy:
         return out
 
     def stop(self) -> None:
+        """SIGTERM, SIGKILL after 5 s (open WaitForUpdatesEx long polls keep aiohttp's graceful
+        shutdown waiting)."""
         if self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(10)
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
 
 def start_proxy(vc: VcsimProcess, workdir: Path) -> Proxy:
@@ -438,8 +444,10 @@ def soap_counts(proxy: Proxy, start: float, end: float) -> Counter[str]:
 
 
 def sessions(c: Counter[str]) -> int:
+    """vCenter logins: SOAP ``Login*`` plus vAPI session creations (``POST .../session`` without
+    ``~action``; ``?~action=get`` only checks the current session)."""
     return sum(v for k, v in c.items() if k in ("Login", "LoginByToken", "LoginExtensionByCertificate")
-               or (k.startswith("REST POST") and k.endswith("session")))
+               or (k.startswith("REST POST") and k.endswith("/session")))
 
 
 def vm_count(vc: VcsimProcess) -> int:
@@ -452,7 +460,7 @@ def vm_count(vc: VcsimProcess) -> int:
 
 
 def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int, *, settle: float, idle: float,
-                 timeout: float, capv: dict[str, Any]) -> dict[str, Any]:
+                 timeout: float, capv: dict[str, Any], profile: Path | None = None) -> dict[str, Any]:
     pdir = workdir / name
     pdir.mkdir()
     ns = f"bench-{name}"
@@ -482,6 +490,11 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
         except RuntimeError as e:
             raise RuntimeError(f"{e}\n{prov.tail()}") from None
         log(f"{name}: cluster provisioned; creating MachineDeployment of {machines} (load {loadavg()})")
+        spy = None
+        if profile is not None and name == "banlieue":
+            # CPU samples of the manager while the wave runs (py-spy skips idle threads by default).
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--format", "raw",
+                                    "--rate", "50", "--nonblocking", "--output", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cpu0, wall0, mono0 = cpu_seconds(pid), time.time(), time.monotonic()
         api.create(objs[-1])
         last_report = 0.0
@@ -499,6 +512,9 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
             raise RuntimeError(f"{e}\n{prov.tail()}") from None
         res["provision_seconds"] = time.monotonic() - mono0
         wall1 = time.time()
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
+            spy.wait(60)
         res["provision_load"] = loadavg()
         res["cpu_seconds_per_machine"] = (cpu_seconds(pid) - cpu0) / machines
         res["api_provision"] = dict(audit_counts(env, user, wall0, wall1))
@@ -594,16 +610,30 @@ def entries(b: dict[str, Any], c: dict[str, Any], n: int) -> list[dict[str, Any]
     ]
 
 
+def table(path: Path) -> str:
+    """The Markdown table of docs/performance.md from a results file (every entry but the raw ones)."""
+    rows = ["| figure | machines | banlieue | CAPV | unit | better |", "|---|---:|---:|---:|---|---|"]
+    for x in json.loads(path.read_text()):
+        if not x["name"].startswith("raw_"):
+            rows.append(f"| {x['name'].rsplit('_', 1)[0]} | {x['machines']:,} | {x['banlieue']} | {x['capv']} | {x['unit']} | {x['better']} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/capv.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--machines", type=int, default=100, help="Machines in the MachineDeployment (default 100)")
-    p.add_argument("--settle", type=float, default=60.0, help="seconds after the wave before the idle window (default 60)")
+    p.add_argument("--settle", type=float, default=120.0, help="seconds after the wave before the idle window (default 120: the issue's minute 2)")
     p.add_argument("--idle", type=float, default=120.0, help="idle window, seconds (default 120)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds for each wave (default 1800)")
     p.add_argument("--providers", default="banlieue,capv", help="comma list, in run order (default banlieue,capv)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs, audit log)")
+    p.add_argument("--profile", type=Path, help="py-spy raw CPU profile of banlieue's manager during the wave (pip install -e '.[bench]')")
+    p.add_argument("--table", action="store_true", help="print the Markdown table of --out and exit")
     args = p.parse_args(argv)
+    if args.table:
+        print(table(args.out))
+        return 0
     if args.machines < 1:
         p.error("--machines must be >= 1")
     providers = [x.strip() for x in args.providers.split(",")]
@@ -625,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in providers:
                 log(f"--- {name}: {args.machines} machines (load {loadavg()})")
                 results[name] = run_provider(name, env, api, workdir, args.machines, settle=args.settle, idle=args.idle,
-                                             timeout=args.timeout, capv=capv)
+                                             timeout=args.timeout, capv=capv, profile=args.profile)
                 log(f"{name}: {json.dumps({k: v for k, v in results[name].items() if not isinstance(v, dict)})}")
         finally:
             capi.stop()

@@ -2,7 +2,8 @@
 sends to "vCenter" goes through it and is logged as one line ``<unix time>\\t<method>`` to
 ``--log`` (flushed every 0.5 s), where ``<method>`` is the SOAP operation (the first element of the
 envelope's Body, e.g. ``CloneVM_Task``, ``RetrievePropertiesEx``) or, for vAPI REST, ``REST <verb>
-<path>`` with digits and ids reduced (``/api/session``, ``/rest/com/vmware/cis/tagging/...``).
+<path>`` with digits and ids reduced (``/api/session``, ``/rest/com/vmware/cis/tagging/...``) and
+the old vAPI's ``~action`` query kept (``REST POST /rest/com/vmware/cis/session?~action=get``).
 
     .venv/bin/python bench/soap_proxy.py --upstream https://127.0.0.1:PORT --ca CA.pem \\
         --cert SERVER.pem --key SERVER-KEY.pem --listen-port 0 --port-file F --log F
@@ -23,6 +24,7 @@ import ssl
 import sys
 import time
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -34,13 +36,17 @@ HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "conte
 ID_SEGMENT = re.compile(r"/(?:[0-9a-f-]{8,}|[\w:-]*\d[\w:.-]*)(?=/|$)")
 
 
-def operation(method: str, path: str, body: bytes) -> str:
+def operation(method: str, path: str, body: bytes, query: Mapping[str, str] | None = None) -> str:
     """The counted name of one request: the SOAP operation for ``POST /sdk``, else ``REST <verb>
     <path>`` with id-like segments replaced by ``/{id}`` (so counts group by endpoint)."""
+    query = query or {}
     if path.startswith("/sdk") and method == "POST":
         m = BODY_OP.search(body[:4096])
         return m.group(1).decode() if m else "SOAP?"
-    return f"REST {method} {ID_SEGMENT.sub('/{id}', path)}"
+    # The old vAPI endpoints name the operation in the query: POST .../session is a login,
+    # POST .../session?~action=get a check of the current session.
+    action = f"?~action={query['~action']}" if "~action" in query else ""
+    return f"REST {method} {ID_SEGMENT.sub('/{id}', path)}{action}"
 
 
 async def serve(args: argparse.Namespace, log: TextIO) -> None:
@@ -56,7 +62,7 @@ async def serve(args: argparse.Namespace, log: TextIO) -> None:
 
     async def handler(request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        log.write(f"{time.time():.3f}\t{operation(request.method, request.path, body)}\n")
+        log.write(f"{time.time():.3f}\t{operation(request.method, request.path, body, request.query)}\n")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         async with session.request(request.method, upstream + request.path_qs, data=body, headers=headers,
                                    allow_redirects=False) as up:
