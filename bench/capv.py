@@ -90,7 +90,8 @@ def log(msg: str) -> None:
 
 
 def loadavg() -> str:
-    return Path("/proc/loadavg").read_text().split(" ", 3)[0:3].__str__()
+    """The 1, 5 and 15 minute load averages, as recorded next to every figure."""
+    return str(Path("/proc/loadavg").read_text().split(" ", 3)[0:3])
 
 
 # -- processes ------------------------------------------------------------------------------------
@@ -480,7 +481,6 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
         objs = cluster_objects(name, ns, vc, proxy, machines)
         for obj in objs[:-1]:
             api.create(obj)
-        infra_plural = f"/apis/{objs[-1]['spec']['template']['spec']['infrastructureRef']['apiGroup']}"
 
         def cluster_ready() -> bool:
             c = api.call("GET", f"/apis/{CAPI_GROUP}/v1beta2/namespaces/{ns}/clusters/{CLUSTER}")
@@ -566,7 +566,6 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
         res["soap_delete"] = dict(soap_counts(proxy, d_wall0, d_wall1))
         res["soap_sessions_total"] = sessions(Counter(op for _, op in proxy.lines()))
         res["vms_left"] = vm_count(vc) - baseline_vms
-        _ = infra_plural
         api.call("DELETE", f"/apis/{CAPI_GROUP}/v1beta2/namespaces/{ns}/clusters/{CLUSTER}", ok=(200, 202))
         with contextlib.suppress(RuntimeError):
             wait_for(lambda: not api.items(f"/apis/{CAPI_GROUP}/v1beta2/namespaces/{ns}/clusters"), 120, f"{name}: Cluster deleted")
