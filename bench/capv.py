@@ -1,0 +1,685 @@
+"""banlieue side by side with cluster-api-provider-vsphere (CAPV) on the same work, in one run
+(issue 22); results go to ``bench/results/capv.json`` and the table in ``docs/performance.md``.
+
+    make envtest capi capv vcsim && .venv/bin/python bench/capv.py --machines 100
+
+What runs (every listener and every endpoint on 127.0.0.1; the Cluster's controlPlaneEndpoint is
+127.22.0.1, where nobody listens):
+
+- envtest's kube-apiserver (``banlieue.testing.envtest``; its audit log counts API requests) and
+  real Cluster API v1.14.2 core + kubeadm managers (``banlieue.testing.capi``);
+- banlieue's CRDs/RBAC (``config/default``) and CAPV v1.16.1's (``hack/capv``'s module
+  ``config/default`` rendered by ``kubectl kustomize``, webhooks rewritten to
+  ``https://127.0.0.1:PORT`` with a generated CA, as ``banlieue.testing.capi`` does for CAPI);
+- per provider, one after the other: one vcsim created identically (1 datacenter, 1 cluster of 4
+  hosts, template ``ubuntu-22.04`` of 10 GiB, guests report an address from 198.18.0.0/16, batch
+  PropertyCollector), a counting proxy in front of it (``bench/soap_proxy.py``: SOAP requests by
+  method), the provider's manager as a process with its own ServiceAccount token (banlieue:
+  ``banlieue manager``; CAPV: ``bin/capv-manager``; both without leader election), a Cluster with
+  the provider's infrastructure cluster, a pre-created bootstrap data Secret and one
+  MachineDeployment of N Machines.
+
+Same bar for both: a Machine is done when CAPI shows ``status.initialization.infrastructureProvisioned``
+and an address (CAPI copies both from the infrastructure machine). CAPV's workers wait for the
+Cluster's ControlPlaneInitialized, which nothing here can give (no workload cluster): the
+MachineDeployment's template carries the ``cluster.x-k8s.io/control-plane`` label for *both*
+providers, so CAPV treats the Machines as control-plane ones and does not wait.
+
+Figures per provider (entries ``{name, banlieue, capv, unit, better, ...}``): time to provisioned,
+deletion time, provider CPU seconds per machine (``/proc/<pid>/stat`` of the provider's process
+tree) during the wave, peak RSS (``VmHWM``), API requests per machine by verb and resource (audit
+log, the provider's ServiceAccount only), SOAP requests per machine by method (the proxy), vCenter
+sessions (Login calls + vAPI session creations), idle API and SOAP requests per minute in a window
+after the wave settled, and restart-to-reconciled time (a restart, then controller-runtime's
+``controller_runtime_reconcile_total`` of the provider's machine controller reaching N again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+from banlieue.testing import capi as capi_testing  # noqa: E402
+from banlieue.testing.envtest import Envtest, start_envtest  # noqa: E402
+from banlieue.testing.vcsim import VcsimProcess, start_vcsim  # noqa: E402
+
+RESULTS = HERE / "results" / "capv.json"
+CAPV_MODULE = "sigs.k8s.io/cluster-api-provider-vsphere"
+CAPV_MODULE_DIR = REPO / "hack" / "capv"
+CAPV_NS, CAPV_SA = "capv-system", "capv-manager"
+BANLIEUE_NS, BANLIEUE_SA = "banlieue-system", "banlieue-manager"
+CLUSTER = "bench"
+ENDPOINT = "127.22.0.1"  # the Cluster's control-plane endpoint: loopback, nobody listens (network rule)
+TEMPLATE = "ubuntu-22.04"
+VCSIM_OPTS: dict[str, Any] = {"dc": 1, "cluster": 1, "host": 4, "templates": [TEMPLATE], "batch_collector": True,
+                              "guest_ip": "198.18.0.0/16"}
+"""One vCenter per provider, created identically. ``guest_ip``: RFC 2544's benchmarking range, only
+reported as strings (never dialled); a /16 holds the 1,000-machine run."""
+MACHINE = {"numCPUs": 2, "memoryMiB": 64, "diskGiB": 10}  # 10 GiB: the vcsim template's own disk
+CAPI_GROUP = "cluster.x-k8s.io"
+LABEL_CLUSTER = "cluster.x-k8s.io/cluster-name"
+LABEL_CONTROL_PLANE = "cluster.x-k8s.io/control-plane"
+LABEL_DEPLOYMENT = "cluster.x-k8s.io/deployment-name"
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages, as recorded next to every figure."""
+    return str(Path("/proc/loadavg").read_text().split(" ", 3)[0:3])
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its descendants (``/proc/*/stat`` parent links)."""
+    parents: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    out, todo = [pid], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid``'s process tree, seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in tree_pids(pid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def peak_rss_mib(pid: int) -> float:
+    """``VmHWM`` summed over ``pid``'s process tree, MiB."""
+    total = 0.0
+    for p in tree_pids(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1]) / 1024
+    return total
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise RuntimeError(f"{what}: not within {timeout:g} s (last: {str(last)[:500]})")
+
+
+def http_text(url: str) -> str:
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=5) as r:
+        return str(r.read().decode())
+
+
+def reconcile_total(metrics_url: str, controller_substr: str) -> float:
+    """Sum of ``controller_runtime_reconcile_total`` over controllers whose name contains
+    ``controller_substr`` (0 when the endpoint does not answer)."""
+    try:
+        text = http_text(metrics_url)
+    except OSError:
+        return 0.0
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("controller_runtime_reconcile_total{") and f'controller="{controller_substr}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+# -- the SOAP proxy -------------------------------------------------------------------------------
+
+
+@dataclass
+class Proxy:
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def lines(self) -> list[tuple[float, str]]:
+        out = []
+        with contextlib.suppress(FileNotFoundError), self.log_path.open() as fh:
+            for line in fh:
+                t, _, op = line.rstrip("\n").partition("\t")
+                with contextlib.suppress(ValueError):
+                    out.append((float(t), op))
+        return out
+
+    def stop(self) -> None:
+        """SIGTERM, SIGKILL after 5 s (open WaitForUpdatesEx long polls keep aiohttp's graceful
+        shutdown waiting)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_proxy(vc: VcsimProcess, workdir: Path) -> Proxy:
+    tls = Path(vc.ca_file).parent
+    port_file, log_path = workdir / "proxy.port", workdir / "soap.log"
+    proc = subprocess.Popen([sys.executable, str(HERE / "soap_proxy.py"), "--upstream", f"https://127.0.0.1:{vc.port}",
+                             "--ca", vc.ca_file, "--cert", str(tls / "server.pem"), "--key", str(tls / "server-key.pem"),
+                             "--port-file", str(port_file), "--log", str(log_path)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=(workdir / "proxy.err").open("wb"))
+    wait_for(lambda: port_file.exists() and port_file.read_text(), 20, "the SOAP proxy's port", 0.1)
+    time.sleep(0.1)
+    return Proxy(proc, int(port_file.read_text()), log_path)
+
+
+def thumbprint_sha256(pem_path: Path) -> str:
+    der = ssl.PEM_cert_to_DER_cert(pem_path.read_text())
+    digest = hashlib.sha256(der).hexdigest().upper()
+    return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
+
+
+# -- the API server ---------------------------------------------------------------------------------
+
+
+class Api:
+    def __init__(self, env: Envtest) -> None:
+        self.env = env
+
+    def call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200, 201)) -> Any:
+        status, out = self.env.request(method, path, body, timeout=60,
+                                       content_type="application/merge-patch+json" if method == "PATCH" else "application/json")
+        if status not in ok:
+            raise RuntimeError(f"{method} {path}: {status} {str(out)[:800]}")
+        return out
+
+    def create(self, obj: dict[str, Any]) -> Any:
+        capi_testing.check_loopback([obj])  # the network rule, before anything reaches the API server
+        group_version = obj["apiVersion"]
+        ns = obj["metadata"].get("namespace")
+        plural = {"Cluster": "clusters", "MachineDeployment": "machinedeployments", "Secret": "secrets", "Namespace": "namespaces",
+                  "VSphereCluster": "vsphereclusters", "VSphereMachineTemplate": "vspheremachinetemplates",
+                  "Provider": "providers"}[obj["kind"]]
+        base = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+        path = f"{base}/namespaces/{ns}/{plural}" if ns else f"{base}/{plural}"
+        return self.call("POST", path, obj)
+
+    def items(self, path: str) -> list[dict[str, Any]]:
+        return list(self.call("GET", path).get("items") or [])
+
+
+def machines_path(ns: str) -> str:
+    return f"/apis/{CAPI_GROUP}/v1beta2/namespaces/{ns}/machines"
+
+
+def done_machines(api: Api, ns: str) -> tuple[int, int]:
+    """(Machines, Machines infrastructure-provisioned with an address) in ``ns``."""
+    ms = api.items(machines_path(ns))
+    done = 0
+    for m in ms:
+        st = m.get("status") or {}
+        if (st.get("initialization") or {}).get("infrastructureProvisioned") and st.get("addresses") and m["spec"].get("providerID"):
+            done += 1
+    return len(ms), done
+
+
+# -- the two providers ------------------------------------------------------------------------------
+
+
+def install_capv(env: Envtest, workdir: Path) -> dict[str, Any]:
+    """Render CAPV's ``config/default`` (kubectl kustomize over the module in the shared module
+    cache), rewrite its webhooks to 127.0.0.1 (``banlieue.testing.capi.rewrite``), check the network
+    rule and apply it server-side. Returns {webhook_port, cert_dir}."""
+    proc = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", CAPV_MODULE], cwd=CAPV_MODULE_DIR,
+                          env={**os.environ, **capi_testing.GO_ENV}, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"go list -m {CAPV_MODULE} in {CAPV_MODULE_DIR}: {proc.stderr.strip()}")
+    cert_dir = workdir / "capv-certs"
+    ca_pem = capi_testing.generate_serving_cert(cert_dir)
+    port = capi_testing.free_port()
+    docs = capi_testing.rewrite(capi_testing.kustomize(Path(proc.stdout.strip()) / "config" / "default"), port, ca_pem)
+    # The manager runs as a process with an identity Secret per cluster: no credentials file Secret.
+    docs = [d for d in docs if not (d["kind"] == "Secret" and d["metadata"]["name"].endswith("bootstrap-credentials"))]
+    capi_testing.check_loopback(docs)
+    (workdir / "capv.yaml").write_text(yaml.safe_dump_all(docs))
+    capi_testing.kubectl(env.kubeconfig_path, "apply", "--server-side", "--force-conflicts", "-f", str(workdir / "capv.yaml"))
+    crds = [f"crd/{d['metadata']['name']}" for d in docs if d["kind"] == "CustomResourceDefinition"]
+    capi_testing.kubectl(env.kubeconfig_path, "wait", "--for=condition=Established", "--timeout=60s", *crds)
+    return {"webhook_port": port, "cert_dir": cert_dir}
+
+
+@dataclass
+class Provider:
+    """One side of the comparison: how its manager starts and what it is given."""
+
+    name: str
+    user: str  # the audit log's user.username of its ServiceAccount
+    machine_controller: str  # controller_runtime_reconcile_total's controller label of its machine reconciler
+    workdir: Path
+    env: Envtest
+    extra: dict[str, Any] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    metrics_url: str = ""
+    health_url: str = ""
+    log_path: Path = Path(os.devnull)
+
+    def start(self) -> float:
+        """Start the manager; returns the monotonic start time after /readyz answered 200."""
+        kubeconfig = capi_testing.token_kubeconfig(self.env.kubeconfig_path, *self._sa(), self.workdir / f"{self.name}.kubeconfig")
+        metrics, health = capi_testing.free_port(), capi_testing.free_port()
+        self.metrics_url, self.health_url = f"http://127.0.0.1:{metrics}/metrics", f"http://127.0.0.1:{health}/readyz"
+        if self.name == "banlieue":
+            args = [sys.executable, "-m", "banlieue.cli", "manager", "--kubeconfig", str(kubeconfig),
+                    "--metrics-bind-address", f"127.0.0.1:{metrics}", "--health-probe-bind-address", f"127.0.0.1:{health}",
+                    "--log-format", "json", "--log-level", "warning", "--leader-elect", "false"]
+            environ = dict(os.environ)
+        else:
+            args = [str(capi_testing.REPO_ROOT / "bin" / "capv-manager"), "--kubeconfig", str(kubeconfig),
+                    "--leader-elect=false", "--webhook-port", str(self.extra["webhook_port"]),
+                    "--webhook-cert-dir", str(self.extra["cert_dir"]), "--health-addr", f"127.0.0.1:{health}",
+                    "--diagnostics-address", f"127.0.0.1:{metrics}", "--insecure-diagnostics",
+                    "--credentials-file", str(self.workdir / "no-credentials.yaml"), "--v", "0"]
+            environ = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+            # Credentials come from each VSphereCluster's identity Secret; an empty file keeps the
+            # manager's watcher of its default credentials quiet.
+            (self.workdir / "no-credentials.yaml").touch()
+        self.log_path = self.workdir / f"{self.name}.log"
+        with self.log_path.open("ab") as sink:
+            self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, env=environ,
+                                            start_new_session=True, cwd=REPO)
+        proc = self.process
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {proc.returncode}:\n{self.tail()}")
+            try:
+                return http_text(self.health_url) is not None
+            except OSError:
+                return False
+        wait_for(ready, 120, f"{self.name} /readyz", 0.2)
+        return time.monotonic()
+
+    def _sa(self) -> tuple[str, str]:
+        return (BANLIEUE_NS, BANLIEUE_SA) if self.name == "banlieue" else (CAPV_NS, CAPV_SA)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(45)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def tail(self, lines: int = 25) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def cluster_objects(provider: str, ns: str, vc: VcsimProcess, proxy: Proxy, machines: int) -> list[dict[str, Any]]:
+    """Everything one provider's run creates, in order: the namespace, the identity Secret, (banlieue:
+    the Provider), the infrastructure cluster, the Cluster, the machine template, the bootstrap data
+    Secret and the MachineDeployment of ``machines`` replicas (labelled control-plane, see the
+    module docstring). The vCenter URL is the proxy's."""
+    meta = {"namespace": ns}
+    user_data = "#cloud-config\nhostname: bench\n"
+    objs: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vcenter-credentials", **meta},
+         "stringData": {"username": vc.username, "password": vc.password}},
+    ]
+    if provider == "banlieue":
+        group = "infrastructure.banlieue.io"
+        objs.append({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "vcenter", **meta},
+                     "spec": {"providerClassRef": {"name": "vsphere"},
+                              "connection": {"endpoint": proxy.url + "/sdk", "credentialsRef": {"name": "vcenter-credentials"},
+                                             "caBundle": {"inline": vc.ca_pem}},
+                              "capabilities": {"storageClasses": [{"name": "standard", "target": {"datastore": "LocalDS_0"}}],
+                                               "networkClasses": [{"name": "default", "target": {"portGroup": "VM Network"}}]}}})
+        infra_cluster = {"apiVersion": f"{group}/v1alpha1", "kind": "VSphereCluster", "metadata": {"name": CLUSTER, **meta},
+                         "spec": {"controlPlaneEndpoint": {"host": ENDPOINT, "port": 6443}, "providerRefs": [{"name": "vcenter"}]}}
+        template_spec = {"template": TEMPLATE, "numCPUs": MACHINE["numCPUs"], "memoryMiB": MACHINE["memoryMiB"],
+                         "disks": [{"name": "os", "sizeGiB": MACHINE["diskGiB"], "storageClass": "standard"}],
+                         "network": {"devices": [{"name": "eth0", "networkClass": "default", "dhcp4": True}]},
+                         "powerOffMode": "hard"}
+        template = {"apiVersion": f"{group}/v1alpha1", "kind": "VSphereMachineTemplate", "metadata": {"name": "workers", **meta},
+                    "spec": {"template": {"spec": template_spec}}}
+    else:
+        group = "infrastructure.cluster.x-k8s.io"
+        tls = Path(vc.ca_file).parent
+        infra_cluster = {"apiVersion": f"{group}/v1beta2", "kind": "VSphereCluster", "metadata": {"name": CLUSTER, **meta},
+                         "spec": {"server": proxy.url, "thumbprint": thumbprint_sha256(tls / "server.pem"),
+                                  "controlPlaneEndpoint": {"host": ENDPOINT, "port": 6443},
+                                  "identityRef": {"kind": "Secret", "name": "vcenter-credentials"}}}
+        template_spec = {"template": TEMPLATE, "cloneMode": "fullClone", "server": proxy.url,
+                         "thumbprint": thumbprint_sha256(tls / "server.pem"), "datacenter": "DC0",
+                         "datastore": "LocalDS_0", "folder": "/DC0/vm", "resourcePool": "/DC0/host/DC0_C0/Resources",
+                         "numCPUs": MACHINE["numCPUs"], "memoryMiB": MACHINE["memoryMiB"], "diskGiB": MACHINE["diskGiB"],
+                         "network": {"devices": [{"networkName": "VM Network", "dhcp4": True}]}, "powerOffMode": "hard"}
+        template = {"apiVersion": f"{group}/v1beta2", "kind": "VSphereMachineTemplate", "metadata": {"name": "workers", **meta},
+                    "spec": {"template": {"spec": template_spec}}}
+    objs += [
+        infra_cluster,
+        {"apiVersion": f"{CAPI_GROUP}/v1beta2", "kind": "Cluster", "metadata": {"name": CLUSTER, **meta},
+         "spec": {"clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}},
+                  "infrastructureRef": {"apiGroup": group, "kind": "VSphereCluster", "name": CLUSTER}}},
+        template,
+        {"apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
+         "metadata": {"name": "bench-bootstrap", "labels": {LABEL_CLUSTER: CLUSTER}, **meta},
+         "data": {"value": base64.b64encode(user_data.encode()).decode(), "format": base64.b64encode(b"cloud-config").decode()}},
+        {"apiVersion": f"{CAPI_GROUP}/v1beta2", "kind": "MachineDeployment", "metadata": {"name": "md", **meta},
+         "spec": {"clusterName": CLUSTER, "replicas": machines, "selector": {"matchLabels": {LABEL_DEPLOYMENT: "md"}},
+                  "template": {"metadata": {"labels": {LABEL_DEPLOYMENT: "md", LABEL_CONTROL_PLANE: ""}},
+                               "spec": {"clusterName": CLUSTER, "bootstrap": {"dataSecretName": "bench-bootstrap"},
+                                        "infrastructureRef": {"apiGroup": group, "kind": "VSphereMachineTemplate", "name": "workers"}}}}},
+    ]
+    return objs
+
+
+# -- counting ---------------------------------------------------------------------------------------
+
+
+def audit_counts(env: Envtest, user: str, start: float, end: float) -> Counter[str]:
+    """API requests of ``user`` received in [start, end) (wall clock), keyed ``verb resource``
+    (``resource/subresource``); watches are counted when they were opened."""
+    out: Counter[str] = Counter()
+    for e in env.audit_events():
+        if (e.get("user") or {}).get("username") != user or e.get("stage") not in ("ResponseComplete", "ResponseStarted", "Panic"):
+            continue
+        if e.get("stage") == "ResponseComplete" and e.get("verb") == "watch":
+            continue  # a watch is counted once, when its response started
+        t = parse_ts(e["requestReceivedTimestamp"])
+        if start <= t < end:
+            ref = e.get("objectRef") or {}
+            res = ref.get("resource", e.get("requestURI", "?"))
+            if ref.get("subresource"):
+                res += "/" + ref["subresource"]
+            out[f"{e['verb']} {res}"] += 1
+    return out
+
+
+def parse_ts(text: str) -> float:
+    from datetime import datetime
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def soap_counts(proxy: Proxy, start: float, end: float) -> Counter[str]:
+    return Counter(op for t, op in proxy.lines() if start <= t < end)
+
+
+def sessions(c: Counter[str]) -> int:
+    """vCenter logins: SOAP ``Login*`` plus vAPI session creations (``POST .../session`` without
+    ``~action``; ``?~action=get`` only checks the current session)."""
+    return sum(v for k, v in c.items() if k in ("Login", "LoginByToken", "LoginExtensionByCertificate")
+               or (k.startswith("REST POST") and k.endswith("/session")))
+
+
+def vm_count(vc: VcsimProcess) -> int:
+    env = {**os.environ, **vc.govc_env}
+    out = subprocess.run([str(REPO / "bin" / "govc"), "find", "/", "-type", "m"], env=env, capture_output=True, text=True, check=True)
+    return len([line for line in out.stdout.splitlines() if line.strip()])
+
+
+# -- one provider's run -----------------------------------------------------------------------------
+
+
+def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int, *, settle: float, idle: float,
+                 timeout: float, capv: dict[str, Any], profile: Path | None = None) -> dict[str, Any]:
+    pdir = workdir / name
+    pdir.mkdir()
+    ns = f"bench-{name}"
+    user = f"system:serviceaccount:{BANLIEUE_NS}:{BANLIEUE_SA}" if name == "banlieue" else f"system:serviceaccount:{CAPV_NS}:{CAPV_SA}"
+    res: dict[str, Any] = {"provider": name, "machines": machines}
+    with contextlib.ExitStack() as stack:
+        vc = start_vcsim(**VCSIM_OPTS)
+        stack.callback(vc.stop)
+        baseline_vms = vm_count(vc)
+        proxy = start_proxy(vc, pdir)
+        stack.callback(proxy.stop)
+        prov = Provider(name, user, "", pdir, env, extra=capv)
+        stack.callback(prov.stop)
+        prov.start()
+        assert prov.process is not None
+        pid = prov.process.pid
+        objs = cluster_objects(name, ns, vc, proxy, machines)
+        for obj in objs[:-1]:
+            api.create(obj)
+
+        def cluster_ready() -> bool:
+            c = api.call("GET", f"/apis/{CAPI_GROUP}/v1beta2/namespaces/{ns}/clusters/{CLUSTER}")
+            return bool(((c.get("status") or {}).get("initialization") or {}).get("infrastructureProvisioned"))
+        try:
+            wait_for(cluster_ready, 120, f"{name}: Cluster infrastructureProvisioned")
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}\n{prov.tail()}") from None
+        log(f"{name}: cluster provisioned; creating MachineDeployment of {machines} (load {loadavg()})")
+        spy = None
+        if profile is not None and name == "banlieue":
+            # CPU samples of the manager while the wave runs (py-spy skips idle threads by default).
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--format", "raw",
+                                    "--rate", "50", "--nonblocking", "--output", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cpu0, wall0, mono0 = cpu_seconds(pid), time.time(), time.monotonic()
+        api.create(objs[-1])
+        last_report = 0.0
+
+        def all_done() -> bool:
+            nonlocal last_report
+            total, done = done_machines(api, ns)
+            if time.monotonic() - last_report > 15:
+                log(f"{name}: {done}/{machines} provisioned ({total} Machines) after {time.monotonic() - mono0:.0f} s, load {loadavg()}")
+                last_report = time.monotonic()
+            return done == machines and total == machines
+        try:
+            wait_for(all_done, timeout, f"{name}: {machines} Machines provisioned with an address")
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}\n{prov.tail()}") from None
+        res["provision_seconds"] = time.monotonic() - mono0
+        wall1 = time.time()
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
+            spy.wait(60)
+        res["provision_load"] = loadavg()
+        res["cpu_seconds_per_machine"] = (cpu_seconds(pid) - cpu0) / machines
+        res["api_provision"] = dict(audit_counts(env, user, wall0, wall1))
+        res["soap_provision"] = dict(soap_counts(proxy, wall0, wall1))
+        res["vms_created"] = vm_count(vc) - baseline_vms
+        log(f"{name}: {machines} provisioned in {res['provision_seconds']:.1f} s; settling {settle:g} s then idle window {idle:g} s")
+
+        time.sleep(settle)
+        i0 = time.time()
+        time.sleep(idle)
+        i1 = time.time()
+        res["idle_window_seconds"] = idle
+        res["idle_settle_seconds"] = settle
+        res["idle_load"] = loadavg()
+        res["api_idle"] = dict(audit_counts(env, user, i0, i1))
+        res["soap_idle"] = dict(soap_counts(proxy, i0, i1))
+        res["peak_rss_mib"] = peak_rss_mib(pid)
+
+        # Restart: every machine reconciled once by the provider's machine controller.
+        prov.stop()
+        r0 = time.monotonic()
+        prov.start()
+        controller = "vspheremachine"
+        res["restart_load"] = loadavg()
+        try:
+            wait_for(lambda: reconcile_total(prov.metrics_url, controller) >= machines, timeout,
+                     f"{name}: {machines} reconciles of {controller} after restart", 0.5)
+            res["restart_seconds"] = time.monotonic() - r0
+        except RuntimeError as e:
+            log(f"{name}: restart measure failed: {str(e)[:300]}")
+            res["restart_seconds"] = None
+        assert prov.process is not None
+        pid = prov.process.pid
+
+        # Deletion: the MachineDeployment goes; done when no Machine is left and the VMs are gone.
+        time.sleep(5)
+        d_wall0, d0 = time.time(), time.monotonic()
+        cpu_d0 = cpu_seconds(pid)
+        api.call("DELETE", f"/apis/{CAPI_GROUP}/v1beta2/namespaces/{ns}/machinedeployments/md")
+        try:
+            wait_for(lambda: not api.items(machines_path(ns)) and vm_count(vc) == baseline_vms, timeout, f"{name}: Machines and VMs deleted")
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}\n{prov.tail()}") from None
+        res["delete_seconds"] = time.monotonic() - d0
+        res["delete_load"] = loadavg()
+        res["delete_cpu_seconds_per_machine"] = (cpu_seconds(pid) - cpu_d0) / machines
+        d_wall1 = time.time()
+        res["api_delete"] = dict(audit_counts(env, user, d_wall0, d_wall1))
+        res["soap_delete"] = dict(soap_counts(proxy, d_wall0, d_wall1))
+        res["soap_sessions_total"] = sessions(Counter(op for _, op in proxy.lines()))
+        res["vms_left"] = vm_count(vc) - baseline_vms
+        api.call("DELETE", f"/apis/{CAPI_GROUP}/v1beta2/namespaces/{ns}/clusters/{CLUSTER}", ok=(200, 202))
+        with contextlib.suppress(RuntimeError):
+            wait_for(lambda: not api.items(f"/apis/{CAPI_GROUP}/v1beta2/namespaces/{ns}/clusters"), 120, f"{name}: Cluster deleted")
+    return res
+
+
+# -- figures ----------------------------------------------------------------------------------------
+
+
+def per_machine(c: dict[str, int], n: int, pred: Callable[[str], bool] = lambda k: True) -> float:
+    return sum(v for k, v in c.items() if pred(k)) / n
+
+
+def is_write(key: str) -> bool:
+    return key.split(" ", 1)[0] in WRITES
+
+
+def entries(b: dict[str, Any], c: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    def e(name: str, key: Callable[[dict[str, Any]], Any], unit: str, better: str = "lower") -> dict[str, Any]:
+        return {"name": name, "banlieue": key(b), "capv": key(c), "unit": unit, "better": better, "machines": n}
+
+    def idle_rate(r: dict[str, Any], which: str) -> float:
+        return float(sum(r[which].values()) / (r["idle_window_seconds"] / 60))
+
+    return [
+        e(f"provision_seconds_{n}", lambda r: round(r["provision_seconds"], 1), "s (MachineDeployment created -> every Machine infrastructureProvisioned with an address)"),
+        e(f"delete_seconds_{n}", lambda r: round(r["delete_seconds"], 1), "s (MachineDeployment deleted -> no Machine, no VM)"),
+        e(f"cpu_seconds_per_machine_{n}", lambda r: round(r["cpu_seconds_per_machine"], 3), "CPU s per machine provisioned (provider process tree)"),
+        e(f"delete_cpu_seconds_per_machine_{n}", lambda r: round(r["delete_cpu_seconds_per_machine"], 3), "CPU s per machine deleted"),
+        e(f"peak_rss_{n}", lambda r: round(r["peak_rss_mib"], 1), "MiB (VmHWM after the wave and the idle window)"),
+        e(f"api_requests_per_machine_{n}", lambda r: round(per_machine(r["api_provision"], n), 2), "API requests per machine provisioned"),
+        e(f"api_writes_per_machine_{n}", lambda r: round(per_machine(r["api_provision"], n, is_write), 2), "API writes per machine provisioned"),
+        e(f"soap_requests_per_machine_{n}", lambda r: round(per_machine(r["soap_provision"], n), 2), "vCenter requests (SOAP + vAPI) per machine provisioned"),
+        e(f"delete_soap_requests_per_machine_{n}", lambda r: round(per_machine(r["soap_delete"], n), 2), "vCenter requests per machine deleted"),
+        e(f"delete_api_requests_per_machine_{n}", lambda r: round(per_machine(r["api_delete"], n), 2), "API requests per machine deleted"),
+        e(f"vcenter_sessions_{n}", lambda r: r["soap_sessions_total"], "vCenter logins over the whole run (incl. one restart)"),
+        e(f"idle_api_requests_per_minute_{n}", lambda r: round(idle_rate(r, "api_idle"), 1), "API requests/min with every machine provisioned, nothing changing"),
+        e(f"idle_soap_requests_per_minute_{n}", lambda r: round(idle_rate(r, "soap_idle"), 1), "vCenter requests/min, same window"),
+        e(f"restart_seconds_{n}", lambda r: None if r["restart_seconds"] is None else round(r["restart_seconds"], 1),
+          "s from a restart (process start) to every machine reconciled once"),
+    ]
+
+
+def table(path: Path) -> str:
+    """The Markdown table of docs/performance.md from a results file (every entry but the raw ones)."""
+    rows = ["| figure | machines | banlieue | CAPV | unit | better |", "|---|---:|---:|---:|---|---|"]
+    for x in json.loads(path.read_text()):
+        if not x["name"].startswith("raw_"):
+            rows.append(f"| {x['name'].rsplit('_', 1)[0]} | {x['machines']:,} | {x['banlieue']} | {x['capv']} | {x['unit']} | {x['better']} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench/capv.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--machines", type=int, default=100, help="Machines in the MachineDeployment (default 100)")
+    p.add_argument("--settle", type=float, default=120.0, help="seconds after the wave before the idle window (default 120: the issue's minute 2)")
+    p.add_argument("--idle", type=float, default=120.0, help="idle window, seconds (default 120)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds for each wave (default 1800)")
+    p.add_argument("--providers", default="banlieue,capv", help="comma list, in run order (default banlieue,capv)")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--keep", action="store_true", help="keep the work directory (logs, audit log)")
+    p.add_argument("--profile", type=Path, help="py-spy raw CPU profile of banlieue's manager during the wave (pip install -e '.[bench]')")
+    p.add_argument("--table", action="store_true", help="print the Markdown table of --out and exit")
+    args = p.parse_args(argv)
+    if args.table:
+        print(table(args.out))
+        return 0
+    if args.machines < 1:
+        p.error("--machines must be >= 1")
+    providers = [x.strip() for x in args.providers.split(",")]
+    if not set(providers) <= {"banlieue", "capv"} or not providers:
+        p.error("--providers: a comma list of banlieue, capv")
+    for b in ("capv-manager", "capi-manager", "kube-apiserver", "vcsim", "govc"):
+        if not (REPO / "bin" / b).exists():
+            p.error(f"bin/{b} is missing: run `make envtest capi capv vcsim govc`")
+    workdir = Path(tempfile.mkdtemp(prefix="bench-capv-"))
+    log(f"work directory {workdir}; load {loadavg()}")
+    results: dict[str, Any] = {}
+    with start_envtest(workdir / "envtest", keep_logs=args.keep) as env:
+        capi = capi_testing.CapiEnvironment(kubeconfig=env.kubeconfig_path, workdir=workdir / "capi")
+        capi.start()
+        try:
+            capi_testing.install_banlieue(env.kubeconfig_path)
+            capv = install_capv(env, workdir)
+            api = Api(env)
+            for name in providers:
+                log(f"--- {name}: {args.machines} machines (load {loadavg()})")
+                results[name] = run_provider(name, env, api, workdir, args.machines, settle=args.settle, idle=args.idle,
+                                             timeout=args.timeout, capv=capv, profile=args.profile)
+                log(f"{name}: {json.dumps({k: v for k, v in results[name].items() if not isinstance(v, dict)})}")
+        finally:
+            capi.stop()
+    (workdir / "raw.json").write_text(json.dumps(results, indent=1))
+    log(f"raw results in {workdir / 'raw.json'}")
+    if set(providers) == {"banlieue", "capv"}:
+        new = entries(results["banlieue"], results["capv"], args.machines)
+        for entry in new:
+            entry["load"] = {"banlieue": results["banlieue"]["provision_load"], "capv": results["capv"]["provision_load"]}
+        old = json.loads(args.out.read_text()) if args.out.exists() else []
+        names = {x["name"] for x in new}
+        merged = [x for x in old if x["name"] not in names] + new
+        raw = {"name": f"raw_{args.machines}", "banlieue": results["banlieue"], "capv": results["capv"], "unit": "raw per-provider counts",
+               "better": "lower", "machines": args.machines}
+        merged = [x for x in merged if x["name"] != raw["name"]] + [raw]
+        args.out.write_text(json.dumps(merged, indent=1) + "\n")
+        log(f"wrote {args.out}")
+        for x in new:
+            print(f"{x['name']:45} banlieue={x['banlieue']!s:>10} capv={x['capv']!s:>10}  {x['unit']}")
+    if not args.keep:
+        import shutil
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""``bench/capv.py`` and its counting proxy ``bench/soap_proxy.py`` (issue 22): what the proxy
+counts (SOAP operation names, vAPI endpoints with their ``~action``), that it counts a real
+client's requests to a real vcsim, that both providers get the same shape of work (the same
+MachineDeployment, labelled control-plane, every endpoint on loopback) and that bad flags exit 2
+before anything starts."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from banlieue.testing.capi import loopback_violations
+from banlieue.testing.vcsim import VcsimProcess, govc_binary
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str) -> ModuleType:
+    saved = list(sys.path)
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through sys.modules
+    spec.loader.exec_module(module)
+    sys.path[:] = saved
+    return module
+
+
+@pytest.fixture(scope="module")
+def proxy_mod() -> ModuleType:
+    return _load("soap_proxy")
+
+
+@pytest.fixture(scope="module")
+def capv() -> Iterator[ModuleType]:
+    yield _load("capv")
+
+
+def test_operation_names(proxy_mod: ModuleType) -> None:
+    op = proxy_mod.operation
+    envelope = b'<?xml version="1.0"?><soapenv:Envelope xmlns:soapenv="x"><soapenv:Body><CloneVM_Task xmlns="urn:vim25"><_this>'
+    assert op("POST", "/sdk", envelope) == "CloneVM_Task"
+    assert op("POST", "/sdk", b"<Envelope><Body>\n  <RetrievePropertiesEx>") == "RetrievePropertiesEx"
+    assert op("GET", "/sdk/vimServiceVersions.xml", b"") == "REST GET /sdk/vimServiceVersions.xml"
+    assert op("POST", "/rest/com/vmware/cis/session", b"") == "REST POST /rest/com/vmware/cis/session"
+    assert op("POST", "/rest/com/vmware/cis/session", b"", {"~action": "get"}) == "REST POST /rest/com/vmware/cis/session?~action=get"
+    assert op("GET", "/api/vcenter/vm/vm-52/hardware", b"") == "REST GET /api/vcenter/vm/{id}/hardware"
+
+
+def test_sessions_count_logins_not_checks(capv: ModuleType) -> None:
+    from collections import Counter
+    c = Counter({"Login": 2, "REST POST /rest/com/vmware/cis/session": 3, "REST POST /rest/com/vmware/cis/session?~action=get": 40,
+                 "RetrievePropertiesEx": 9})
+    assert capv.sessions(c) == 5
+
+
+@pytest.mark.vcsim
+def test_proxy_counts_a_real_client(capv: ModuleType, vcsim: VcsimProcess, tmp_path: Path) -> None:
+    """govc through the proxy: its login, its reads and its logout are logged by name, and the
+    answer is vcsim's (the template is found)."""
+    proxy = capv.start_proxy(vcsim, tmp_path)
+    try:
+        env = {**os.environ, **vcsim.govc_env, "GOVC_URL": proxy.url + "/sdk"}
+        out = subprocess.run([str(govc_binary()), "find", "/", "-type", "m", "-name", "ubuntu-22.04"], env=env,
+                             capture_output=True, text=True, timeout=60, check=True)
+        assert "/ubuntu-22.04" in out.stdout
+        deadline = time.monotonic() + 5
+        while not any(op == "Logout" for _, op in proxy.lines()) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the proxy flushes its log every 0.5 s
+        ops = [op for _, op in proxy.lines()]
+        assert ops[0] == "RetrieveServiceContent" and "Login" in ops and "RetrievePropertiesEx" in ops and ops[-1] == "Logout", ops
+    finally:
+        proxy.stop()
+    assert proxy.process.returncode is not None
+
+
+def test_both_providers_get_the_same_work_on_loopback(capv: ModuleType, tmp_path: Path) -> None:
+    vc = VcsimProcess(process=None, workdir=tmp_path, info={"username": "u", "password": "p", "ca_file": str(tmp_path / "ca.pem")})  # type: ignore[arg-type]
+    # A self-signed certificate stands in for vcsim's (CAPV's thumbprint is computed from it).
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", str(tmp_path / "k.pem"), "-out", str(tmp_path / "server.pem")],
+                   check=True, capture_output=True)
+    (tmp_path / "ca.pem").write_bytes((tmp_path / "server.pem").read_bytes())
+    proxy = capv.Proxy(process=None, port=4443, log_path=tmp_path / "log")
+    shapes = {}
+    for provider in ("banlieue", "capv"):
+        objs = capv.cluster_objects(provider, f"ns-{provider}", vc, proxy, 7)
+        assert loopback_violations(objs) == []
+        md = objs[-1]
+        assert md["kind"] == "MachineDeployment" and md["spec"]["replicas"] == 7
+        assert capv.LABEL_CONTROL_PLANE in md["spec"]["template"]["metadata"]["labels"]
+        assert md["spec"]["template"]["spec"]["bootstrap"] == {"dataSecretName": "bench-bootstrap"}
+        shapes[provider] = [o["kind"] for o in objs if o["kind"] != "Provider"]
+    assert shapes["banlieue"] == shapes["capv"]
+    capv_cluster = next(o for o in capv.cluster_objects("capv", "n", vc, proxy, 1) if o["kind"] == "VSphereCluster")
+    assert capv_cluster["spec"]["server"] == "https://127.0.0.1:4443"
+    assert len(capv_cluster["spec"]["thumbprint"].split(":")) == 32  # SHA-256
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--machines", "0"], "--machines must be >= 1"),
+    (["--providers", "capv,other"], "--providers: a comma list of banlieue, capv"),
+])
+def test_bad_flags_exit_2(args: list[str], message: str) -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "capv.py"), *args], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert message in proc.stderr.strip().splitlines()[-1]
