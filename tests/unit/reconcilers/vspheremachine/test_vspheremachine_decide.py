@@ -321,7 +321,18 @@ def test_a_removed_disk_is_named_with_its_size_and_an_edit_converges_by_name() -
                           replace(running, disks_gib=(20, 5, 60)), converged=True))
     cond = get_condition(after.status.conditions if after.status else None, HARDWARE_CHANGE_PENDING)
     assert cond is not None and cond.reason == "DiskRemovedFromSpec"
-    assert "numCPUs 2 -> 4" in (cond.message or "") and "logs (5 GiB)" in (cond.message or "")
+    # Several causes: each is named by its reason, the condition's reason first (issue 24 3d).
+    assert cond.message.startswith("DiskRemovedFromSpec: disk logs (5 GiB) is no longer in the spec"), cond.message
+    assert "; WaitingForPowerOff: numCPUs 2 -> 4 is applied the next time" in cond.message, cond.message
+
+
+def test_one_pending_cause_is_not_prefixed_and_several_are_ordered_by_reason() -> None:
+    from banlieue.reconcilers.vspheremachine.hardware import Pending, summary
+
+    assert summary((Pending("WaitingForPowerOff", "numCPUs 1 -> 2 ..."),)) == Pending("WaitingForPowerOff", "numCPUs 1 -> 2 ...")
+    both = summary((Pending("WaitingForPowerOff", "cpu"), Pending("DiskShrinkRefused", "os"), Pending("DiskShrinkRefused", "data")))
+    assert both == Pending("DiskShrinkRefused", "DiskShrinkRefused: os; DiskShrinkRefused: data; WaitingForPowerOff: cpu")
+    assert summary((Pending("DiskShrinkRefused", "os"), Pending("DiskShrinkRefused", "data"))) == Pending("DiskShrinkRefused", "os; data")
 
 
 def test_storage_and_network_classes_resolve_through_provider() -> None:
