@@ -255,6 +255,9 @@ def _failure_message(provider: Provider, failure: Failure, reason: str) -> str:
             f"signed it (or insecureSkipTLSVerify for development): {detail}"
         )
     if reason == R.CONNECT_FAILED:
+        # The backend's Transient says "cannot reach vCenter: <error>" (faults.map_exception):
+        # said once here, with the endpoint.
+        detail = detail.removeprefix("cannot reach vCenter: ")
         return f"cannot reach vCenter {endpoint}: {detail}; retrying with back-off"
     return f"inventory walk of {endpoint} failed: {detail}"
 

@@ -206,6 +206,18 @@ def test_failure_messages_are_actionable() -> None:
     assert len(cond(plan.status, READY)[2]) < 1200
 
 
+def test_connect_failed_says_cannot_reach_once() -> None:
+    """issue 24 3e: the backend's "cannot reach vCenter: <error>" inside the Provider's own
+    "cannot reach vCenter <endpoint>: ..." said it twice."""
+    from banlieue.backends.vsphere.faults import map_exception
+
+    err = map_exception(OSError("[Errno -2] Name or service not known"))
+    plan = decide(Snapshot(provider(), NOW, failure=Failure("connect", type(err).__name__, str(err))))
+    message = cond(plan.status, READY)[2]
+    assert message.count("cannot reach vCenter") == 1, message
+    assert "OSError: [Errno -2] Name or service not known" in message, message
+
+
 def test_no_inventory_and_no_failure_is_connect_failed() -> None:
     plan = decide(Snapshot(provider(), NOW))
     assert cond(plan.status, READY)[:2] == (ConditionStatus.FALSE, R.CONNECT_FAILED)
