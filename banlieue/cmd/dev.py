@@ -129,6 +129,7 @@ class Child:
     argv: list[str]
     cwd: Path | None = None
     restartable: bool = False
+    pid_file: Path | None = None
     started: float = field(default_factory=time.monotonic)
     exits: list[float] = field(default_factory=list)
 
@@ -157,11 +158,16 @@ class Children:
     def start(self, name: str, argv: list[str], log: Path, *, stdout_pipe: bool = False,
               cwd: Path | None = None, restartable: bool = False) -> Child:
         """Start ``argv`` with stderr (and stdout unless piped) written to ``log``; an earlier
-        ``log`` (a previous run's) is kept as ``log.1`` (:func:`rotate_log`)."""
+        ``log`` (a previous run's) is kept as ``log.1`` (:func:`rotate_log`). Its process ID is
+        written to ``pid_file(log)`` (``manager.log`` -> ``manager.pid``) at every (re)start, so a
+        user can signal exactly this environment's child (``kill -9 $(cat .banlieue/manager.pid)``);
+        :meth:`stop_all` removes it."""
         log.parent.mkdir(parents=True, exist_ok=True)
         rotate_log(log)
-        child = Child(name, self._popen(argv, log, stdout_pipe, cwd), log, list(argv), cwd, restartable)
+        child = Child(name, self._popen(argv, log, stdout_pipe, cwd), log, list(argv), cwd, restartable,
+                      pid_file(log))
         self.started.append(child)
+        _write_pid(child)
         return child
 
     def _popen(self, argv: list[str], log: Path, stdout_pipe: bool, cwd: Path | None) -> subprocess.Popen[bytes]:
@@ -194,6 +200,7 @@ class Children:
         kept = rotate_log(child.log)
         child.process = self._popen(child.argv, child.log, False, child.cwd)
         child.started = now
+        _write_pid(child)
         return kept
 
     def stop_all(self) -> None:
@@ -209,7 +216,19 @@ class Children:
                     process.wait(timeout=10)
             if process.stdout is not None:
                 process.stdout.close()
+            if child.pid_file is not None:
+                child.pid_file.unlink(missing_ok=True)
         self.started.clear()
+
+
+def pid_file(log: Path) -> Path:
+    """Where the process ID of the child logging to ``log`` is written: ``log`` with suffix ``.pid``."""
+    return log.with_suffix(".pid")
+
+
+def _write_pid(child: Child) -> None:
+    if child.pid_file is not None:
+        child.pid_file.write_text(f"{child.process.pid}\n", encoding="utf-8")
 
 
 class Progress:
