@@ -592,6 +592,19 @@ def test_vm_not_found_from_create_is_vm_not_found(status: dict[str, Any]) -> Non
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "VMNotFound")]
 
 
+@pytest.mark.parametrize("failure", [
+    pytest.param(None, id="lookup-finds-nothing"),
+    pytest.param(Failure("create", "VMNotFound", "the VM for u was removed from vCenter; not cloning it again"), id="create-says-removed"),
+])
+def test_a_vanished_vm_shows_no_power_state_and_no_address(failure: Failure | None) -> None:
+    """issue 24 3a: a machine whose vCenter VM vanished kept PoweredOn and its old IP."""
+    was_running = {**PROVISIONED, "powerState": "PoweredOn", "addresses": [{"type": "InternalIP", "address": "10.0.0.9"}]}
+    plan = decide(looked(machine(status=was_running), None, failure=failure))
+    assert ready(plan) == ("False", "VMNotFound")
+    assert plan.status is not None and plan.status.power_state is None and plan.status.addresses is None
+    assert "powerState" not in plan.status.to_wire() and "addresses" not in plan.status.to_wire()
+
+
 # --- ADR 0011: progress-only status changes are coalesced ------------------------------------------
 
 def _cloned_at(at: str) -> dict[str, Any]:
