@@ -100,7 +100,7 @@ unit: venv
 
 # The README's first command: banlieue on an embedded default (API double + vcsim + manager).
 dev: deps venv bin/vcsim
-	$(VENV)/bin/banlieue dev $(ARGS)
+	$(VENV)/bin/banlieue dev $(if $(KEEP_STATE),--keep-state) $(ARGS)
 
 # clusterctl provider components (out/infrastructure-components.yaml).
 release:
