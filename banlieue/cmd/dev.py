@@ -653,7 +653,14 @@ class DevEnv:
         (label ``banlieue.io/owned-by``) before the manager starts: the provider drops their
         finalizers (no VM to destroy) and each VirtualMachine creates a new one, whose VM is
         cloned from the image. Returns how many were deleted. VSphereMachines of CAPI Machines
-        are left alone (they report ``VMNotFound``: delete their Machines)."""
+        are left alone (they report ``VMNotFound``: delete their Machines).
+
+        The kept Providers name the previous run's simulators (other ports, other CAs), so the
+        samples other than VirtualMachines are applied first: the manager then starts with every
+        Provider pointing at a running simulator, and the deletions need no reconnect."""
+        validate = () if self.real else ("--validate=false",)
+        first = self._samples()[1]
+        self.run_kubectl("apply", *validate, "-f", "-", stdin=yaml.safe_dump_all(first, sort_keys=False))
         names = self.run_kubectl("get", "vspheremachines", "-A", "-l", LABEL_OWNED_BY, "-o", "name").split()
         if names:
             self.run_kubectl("delete", "vspheremachines", "-A", "-l", LABEL_OWNED_BY, "--wait=false")
@@ -665,13 +672,9 @@ class DevEnv:
         order: :data:`APPLY_ORDER`), then, once every Provider and VMImage is Ready, the
         VirtualMachines (applied together, a VM could be scheduled before its class exists or
         its image is resolved: ``VMClass "small" not found``, phase ``Failed`` for a moment)."""
-        docs = sample_documents(config_dir("samples"))
-        endpoints = {name: (vc["url"], Path(vc["ca_file"]).read_text(encoding="utf-8")) for name, vc in self.vcsims.items()}
-        docs = sorted(point_providers_at(docs, endpoints), key=apply_rank)
-        vms = [d for d in docs if is_banlieue(d, "VirtualMachine")]
+        docs, first, vms = self._samples()
         self.vm_names = sorted(str(d["metadata"]["name"]) for d in vms)
         validate = () if self.real else ("--validate=false",)  # the double serves no OpenAPI v3 for kubectl
-        first = [d for d in docs if not is_banlieue(d, "VirtualMachine")]
         self.run_kubectl("apply", *validate, "-f", "-", stdin=yaml.safe_dump_all(first, sort_keys=False))
         waited = [self._path(d) for d in first if any(is_banlieue(d, kind) for kind in WAITED)]
         deadline = time.monotonic() + READY_TIMEOUT
@@ -684,6 +687,15 @@ class DevEnv:
         if vms:
             self.run_kubectl("apply", *validate, "-f", "-", stdin=yaml.safe_dump_all(vms, sort_keys=False))
         return len(docs)
+
+    def _samples(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+        """(every sample document in apply order, those that are not VirtualMachines, the
+        VirtualMachines), each Provider pointed at its simulator's URL and CA."""
+        docs = sample_documents(config_dir("samples"))
+        endpoints = {name: (vc["url"], Path(vc["ca_file"]).read_text(encoding="utf-8")) for name, vc in self.vcsims.items()}
+        docs = sorted(point_providers_at(docs, endpoints), key=apply_rank)
+        vms = [d for d in docs if is_banlieue(d, "VirtualMachine")]
+        return docs, [d for d in docs if not is_banlieue(d, "VirtualMachine")], vms
 
     @staticmethod
     def _path(doc: dict[str, Any]) -> str:
