@@ -650,9 +650,9 @@ class DevEnv:
         """With kept API state the simulators still start empty, so every VSphereMachine a
         VirtualMachine owns names a VM that no longer exists (banlieue would report
         ``VMNotFound`` and never clone it again on its own). dev deletes those VSphereMachines
-        (label ``banlieue.io/owned-by``) before the manager starts: the provider drops their
-        finalizers (no VM to destroy) and each VirtualMachine creates a new one, whose VM is
-        cloned from the image. Returns how many were deleted. VSphereMachines of CAPI Machines
+        (label ``banlieue.io/owned-by``) before the manager starts, after dropping the provider's
+        finalizer (there is no VM to destroy); each VirtualMachine then creates a new one, whose VM
+        is cloned from the image. Returns how many were deleted. VSphereMachines of CAPI Machines
         are left alone (they report ``VMNotFound``: delete their Machines).
 
         The kept Providers name the previous run's simulators (other ports, other CAs), so the
@@ -661,10 +661,19 @@ class DevEnv:
         validate = () if self.real else ("--validate=false",)
         first = self._samples()[1]
         self.run_kubectl("apply", *validate, "-f", "-", stdin=yaml.safe_dump_all(first, sort_keys=False))
-        names = self.run_kubectl("get", "vspheremachines", "-A", "-l", LABEL_OWNED_BY, "-o", "name").split()
-        if names:
-            self.run_kubectl("delete", "vspheremachines", "-A", "-l", LABEL_OWNED_BY, "--wait=false")
-        return len(names)
+        listed = self.run_kubectl("get", "vspheremachines", "-A", "-l", LABEL_OWNED_BY, "-o",
+                                  "jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name}{\"\\n\"}{end}")
+        machines = [line.split() for line in listed.splitlines() if line.strip()]
+        for namespace, name in machines:
+            # Their VMs are certainly gone (the simulators were started empty by this process),
+            # so dev drops the provider's finalizer itself: the machines are gone before the
+            # manager starts, and no reconcile of the old object (from a cache that has not seen
+            # the deletion yet) can write its status to the new machine of the same name.
+            self.run_kubectl("patch", "vspheremachine", "-n", namespace, name, "--type=merge",
+                             "-p", '{"metadata":{"finalizers":null}}')
+        if machines:
+            self.run_kubectl("delete", "vspheremachines", "-A", "-l", LABEL_OWNED_BY, "--wait=true", timeout=120)
+        return len(machines)
 
     def apply_samples(self) -> int:
         """Apply the samples in two steps so that start-up shows no transient failure: first
