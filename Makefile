@@ -114,8 +114,9 @@ unit: venv
 	$(VENV)/bin/pytest -q tests/unit $(ARGS)
 
 # The README's first command: banlieue on an embedded default (API double + vcsim + manager).
+# KEEP_STATE=1: start from the previous run's API objects (banlieue dev --keep-state, docs/dev.md).
 dev: deps venv bin/vcsim
-	$(VENV)/bin/banlieue dev $(ARGS)
+	$(VENV)/bin/banlieue dev $(if $(filter 1 true yes,$(KEEP_STATE)),--keep-state) $(ARGS)
 
 # clusterctl provider components (out/infrastructure-components.yaml).
 release:

@@ -126,6 +126,8 @@ class DevOptions:
         options: options for the embedded manager (``kubeconfig`` is ``None``: dev writes its own).
         vcsim_args: flags passed to every simulator after dev's own (``--vcsim-arg``, repeatable;
             a later flag wins in Go's flag package, so these can override dev's defaults).
+        keep_state: start from the API objects the previous run saved in the state directory
+            (``apiserver-state.json``; the API-server double only) instead of an empty API.
     """
 
     exit_when_ready: bool
@@ -135,6 +137,7 @@ class DevOptions:
     options: Options
     vcsim_args: tuple[str, ...] = ()
     apiserver: str = "double"
+    keep_state: bool = False
 
 
 # --- value parsers: str -> value, raising ValueError("must be ...") -------------------------

@@ -83,6 +83,58 @@ IMMUTABLE: dict[str, Any] = {
 }
 
 
+IP_PREFIX_MAX_LENGTH = 49
+"""Longest IP address with prefix in text form (``ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255/128``
+is 49 characters); bounds the CEL cost of ``isCIDR``."""
+
+IPAddress = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=IP_PREFIX_MAX_LENGTH,
+        json_schema_extra={"x-kubernetes-validations": [{"rule": "isIP(self)", "message": "must be an IP address (10.0.0.1, fd00::1)"}]},
+    ),
+]
+"""An IPv4 or IPv6 address (CEL ``isIP``, Kubernetes 1.31+: no prefix, no zone, no IPv4-mapped IPv6)."""
+
+IPv4Address = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=IP_PREFIX_MAX_LENGTH,
+        json_schema_extra={"x-kubernetes-validations": [
+            {"rule": "isIP(self) && !self.contains(':')", "message": "must be an IPv4 address (10.0.0.1)"}
+        ]},
+    ),
+]
+"""An IPv4 address (CEL ``isIP`` and no ``:``, the IPv6 separator)."""
+
+IPv6Address = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=IP_PREFIX_MAX_LENGTH,
+        json_schema_extra={"x-kubernetes-validations": [
+            {"rule": "isIP(self) && self.contains(':')", "message": "must be an IPv6 address (fd00::1)"}
+        ]},
+    ),
+]
+"""An IPv6 address (CEL ``isIP`` and a ``:``)."""
+
+IPPrefix = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=IP_PREFIX_MAX_LENGTH,
+        json_schema_extra={"x-kubernetes-validations": [
+            {"rule": "isCIDR(self)", "message": "must be an IP address with a prefix length (10.0.0.5/24, fd00::5/64)"}
+        ]},
+    ),
+]
+"""An interface address with its prefix length, ``10.0.0.5/24`` or ``fd00::5/64`` (CEL ``isCIDR``,
+Kubernetes 1.31+: host bits may be set, a netmask is not a prefix length)."""
+
+
 class ObjectMeta(ApiModel):
     """Standard object metadata (the subset banlieue reads; other metadata fields are ignored)."""
 

@@ -14,6 +14,10 @@ from banlieue.api.meta import (
     Condition,
     ContractVersionedObjectReference,
     Initialization,
+    IPAddress,
+    IPPrefix,
+    IPv4Address,
+    IPv6Address,
     KubeObject,
     LabelSelector,
     ListMeta,
@@ -22,6 +26,7 @@ from banlieue.api.meta import (
     Time,
     list_map,
 )
+from banlieue.api.vmclass import MAX_ADDRESSES, MAX_NICS
 
 _CONDITIONS = list_map("type")
 _BY_NAME = list_map("name")
@@ -70,6 +75,8 @@ class VirtualMachineReason:
     FAILURE_DOMAIN_CHANGED = "FailureDomainChanged"
     # Not named by the SPEC (banlieue's choice).
     MIGRATION_DESTROYS_VM = "MigrationDestroysVM"
+    INTERFACE_NOT_IN_CLASS = "InterfaceNotInClass"
+    """``spec.network.interfaces`` names an interface the VMClass does not have."""
     RESOLVED = "Resolved"
     READY = "Ready"
     SCHEDULED = "Scheduled"
@@ -139,6 +146,31 @@ class UserData(ApiModel):
     """Key of the Secret holding the user data."""
 
 
+class InterfaceOverride(ApiModel):
+    """This VM's own network settings for one interface of its VMClass, by name. Each field set
+    replaces the class's value for that interface; an unset field keeps the class's."""
+
+    name: str = Field(min_length=1)
+    """Name of an interface of the VMClass (``spec.network.interfaces[].name``); a name the class
+    does not have keeps the VM from being scheduled (``Scheduled`` False ``InterfaceNotInClass``)."""
+    addresses: list[IPPrefix] | None = Field(default=None, max_length=MAX_ADDRESSES, json_schema_extra=LIST_ATOMIC)
+    """Static addresses with their prefix length (``10.0.0.5/24``, ``fd00::5/64``; at most 16). Replaces
+    the class's addresses and turns the interface's IPv4 DHCP off, also on a class interface that uses DHCP."""
+    gateway4: IPv4Address | None = None
+    """IPv4 default gateway (an IPv4 address)."""
+    gateway6: IPv6Address | None = None
+    """IPv6 default gateway (an IPv6 address)."""
+    nameservers: list[IPAddress] | None = Field(default=None, max_length=MAX_ADDRESSES, json_schema_extra=LIST_ATOMIC)
+    """DNS servers (IP addresses; at most 16)."""
+
+
+class VirtualMachineNetwork(ApiModel):
+    """Per-VM network settings over the VMClass's interfaces."""
+
+    interfaces: list[InterfaceOverride] | None = Field(default=None, max_length=MAX_NICS, json_schema_extra=_BY_NAME)
+    """Overrides by interface name (at most 10, vSphere's per-VM NIC limit)."""
+
+
 class VirtualMachineSpec(ApiModel):
     """Desired state of a VirtualMachine."""
 
@@ -152,6 +184,9 @@ class VirtualMachineSpec(ApiModel):
     """PoweredOn, PoweredOff or Suspended."""
     user_data: UserData | None = None
     """Guest user data."""
+    network: VirtualMachineNetwork | None = None
+    """This VM's addresses, gateways and name servers per class interface (overriding the
+    VMClass's); delivered to the guest in the cloud-init metadata (guestinfo)."""
     migration_policy: MigrationPolicy = MigrationPolicy.MANUAL
     """What happens when the placement stops matching (drift): manual (default: the VM keeps
     running where it is, PlacementValid False, until the banlieue.io/migrate annotation authorises

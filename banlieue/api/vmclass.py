@@ -11,6 +11,10 @@ from banlieue.api.meta import (
     LIST_ATOMIC,
     LIST_SET,
     ApiModel,
+    IPAddress,
+    IPPrefix,
+    IPv4Address,
+    IPv6Address,
     KubeObject,
     ListMeta,
     list_map,
@@ -22,6 +26,8 @@ MAX_DISKS = 60
 """vSphere 8 limit of virtual disks per VM (4 PVSCSI controllers x 15); also bounds CEL cost."""
 MAX_NICS = 10
 """vSphere limit of virtual NICs per VM; also bounds CEL cost."""
+MAX_ADDRESSES = 16
+"""Most static addresses (and name servers) one interface takes; bounds CEL cost (banlieue's choice)."""
 
 class DiskProvisioning(StrEnum):
     """Virtual disk provisioning type."""
@@ -73,14 +79,14 @@ class Hardware(ApiModel):
 class StaticIPConfig(ApiModel):
     """Static addressing of an interface."""
 
-    addresses: list[str] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
-    """Addresses in CIDR notation (``10.0.0.5/24``, ``fd00::5/64``)."""
-    gateway4: str | None = None
-    """IPv4 default gateway."""
-    gateway6: str | None = None
-    """IPv6 default gateway."""
-    nameservers: list[str] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
-    """DNS servers."""
+    addresses: list[IPPrefix] | None = Field(default=None, max_length=MAX_ADDRESSES, json_schema_extra=LIST_ATOMIC)
+    """Addresses with their prefix length (``10.0.0.5/24``, ``fd00::5/64``; at most 16)."""
+    gateway4: IPv4Address | None = None
+    """IPv4 default gateway (an IPv4 address)."""
+    gateway6: IPv6Address | None = None
+    """IPv6 default gateway (an IPv6 address)."""
+    nameservers: list[IPAddress] | None = Field(default=None, max_length=MAX_ADDRESSES, json_schema_extra=LIST_ATOMIC)
+    """DNS servers (IP addresses; at most 16)."""
 
 
 class IPAM(ApiModel):

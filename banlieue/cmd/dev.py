@@ -2,7 +2,9 @@
 
 Stages, one progress line each (``[1/7] starting API server double ... ok (0.4 s)``):
 
-1. the API-server double (``python -m banlieue.testing.apiserver``), log ``apiserver.log``; with
+1. the API-server double (``python -m banlieue.testing.apiserver --state-file
+   <state>/apiserver-state.json``: it saves its objects there; a run without ``--keep-state``
+   removes the previous file first, a run with it starts from it), log ``apiserver.log``; with
    ``--apiserver real`` instead etcd + kube-apiserver + kube-controller-manager from ``make
    envtest`` (``python -m banlieue.testing.envtest up --dir <state>/envtest``, log
    ``envtest.log``, the components' logs in ``envtest/logs/``; kubeconfig: cluster-admin);
@@ -13,7 +15,8 @@ Stages, one progress line each (``[1/7] starting API server double ... ok (0.4 s
    documentation range per simulator; vcsim guests report none on their own), then every
    ``--vcsim-arg`` (e.g. ``-method-delay=CloneVM_Task=5000``);
 3. ``<state-dir>/kubeconfig`` and the CRDs (every ``config/crd/*.yaml`` through ``kubectl apply``;
-   the ``Kustomization`` is not a CRD and is skipped);
+   the ``Kustomization`` is not a CRD and is skipped); with kept state, the VSphereMachines that
+   VirtualMachines own are deleted (``reclone_kept_vms``: the simulators start without the VMs);
 4. ``banlieue manager --leader-elect`` with that kubeconfig, log ``manager.log``, metrics and
    probes on 127.0.0.1 (the configured port when free, else a free one), until ``/readyz`` is 200;
 5. ``config/samples/*.yaml`` through ``kubectl apply -f -``, each Provider's endpoint and CA
@@ -27,8 +30,9 @@ Then it prints how to use kubectl against it and runs until Ctrl-C/SIGTERM (``--
 exits 0 at once), supervising its children (docs/dev.md): a manager that dies is started again
 with the same flags (its log kept as ``manager.log.1``, up to ``LOGS_KEPT``); a simulator that
 dies is started again on its port with the same inventory and instance UUID (the VMs cloned into it are gone; its
-new CA is written to the Provider's ``caBundle``); the API-server double held its objects in
-memory, so its death ends dev; so does a child that crash-loops (``RESTART_LIMIT``). Children's
+new CA is written to the Provider's ``caBundle``); the API server's death ends dev (the double's
+objects stay in its state file); so does a child that crash-loops (``RESTART_LIMIT``). Each
+child's process ID is in ``<log stem>.pid`` (``manager.pid``) while it runs. Children's
 ``TMPDIR`` is ``<state-dir>/tmp``, removed at exit, so nothing is left in /tmp.
 
 A failing stage raises StartupError naming the stage, the reason and the log; every child is
@@ -63,6 +67,7 @@ import structlog
 import yaml
 
 from banlieue.options import DevOptions, StartupError, split_bind_address
+from banlieue.reconcilers.kinds import LABEL_OWNED_BY
 from banlieue.reconcilers.metrics import READY, phase_of
 from banlieue.testing.guestnet import GUEST_IP_RANGES, GuestNetwork, static_address  # noqa: F401  (tests/chaos imports them from here)
 
@@ -87,6 +92,8 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+API_STATE_FILE = "apiserver-state.json"
+"""The API-server double's objects in the state directory (``banlieue dev --keep-state``)."""
 LOGS_KEPT = 5
 """How many earlier logs of a child are kept (``manager.log.1`` is the newest, ``.5`` the oldest)."""
 RESTART_LIMIT = 5
@@ -129,6 +136,7 @@ class Child:
     argv: list[str]
     cwd: Path | None = None
     restartable: bool = False
+    pid_file: Path | None = None
     started: float = field(default_factory=time.monotonic)
     exits: list[float] = field(default_factory=list)
 
@@ -157,11 +165,16 @@ class Children:
     def start(self, name: str, argv: list[str], log: Path, *, stdout_pipe: bool = False,
               cwd: Path | None = None, restartable: bool = False) -> Child:
         """Start ``argv`` with stderr (and stdout unless piped) written to ``log``; an earlier
-        ``log`` (a previous run's) is kept as ``log.1`` (:func:`rotate_log`)."""
+        ``log`` (a previous run's) is kept as ``log.1`` (:func:`rotate_log`). Its process ID is
+        written to ``pid_file(log)`` (``manager.log`` -> ``manager.pid``) at every (re)start, so a
+        user can signal exactly this environment's child (``kill -9 $(cat .banlieue/manager.pid)``);
+        :meth:`stop_all` removes it."""
         log.parent.mkdir(parents=True, exist_ok=True)
         rotate_log(log)
-        child = Child(name, self._popen(argv, log, stdout_pipe, cwd), log, list(argv), cwd, restartable)
+        child = Child(name, self._popen(argv, log, stdout_pipe, cwd), log, list(argv), cwd, restartable,
+                      pid_file(log))
         self.started.append(child)
+        _write_pid(child)
         return child
 
     def _popen(self, argv: list[str], log: Path, stdout_pipe: bool, cwd: Path | None) -> subprocess.Popen[bytes]:
@@ -194,6 +207,7 @@ class Children:
         kept = rotate_log(child.log)
         child.process = self._popen(child.argv, child.log, False, child.cwd)
         child.started = now
+        _write_pid(child)
         return kept
 
     def stop_all(self) -> None:
@@ -209,7 +223,19 @@ class Children:
                     process.wait(timeout=10)
             if process.stdout is not None:
                 process.stdout.close()
+            if child.pid_file is not None:
+                child.pid_file.unlink(missing_ok=True)
         self.started.clear()
+
+
+def pid_file(log: Path) -> Path:
+    """Where the process ID of the child logging to ``log`` is written: ``log`` with suffix ``.pid``."""
+    return log.with_suffix(".pid")
+
+
+def _write_pid(child: Child) -> None:
+    if child.pid_file is not None:
+        child.pid_file.write_text(f"{child.process.pid}\n", encoding="utf-8")
 
 
 class Progress:
@@ -387,6 +413,7 @@ class DevEnv:
     metrics_url: str = ""
     probes_url: str = ""
     vm_names: list[str] = field(default_factory=list)
+    restored: bool = False
 
     @property
     def state(self) -> Path:
@@ -431,13 +458,30 @@ class DevEnv:
             raise StartupError(f"envtest failed: {child.tail(1) or line!r} (log {child.log})")
         self.api_url, self.kubeconfig = match.group(1), Path(match.group(2))
 
+    @property
+    def state_file(self) -> Path:
+        """Where the API-server double keeps its objects (``--state-file``): written by every run,
+        read back only with ``--keep-state``."""
+        return self.state / API_STATE_FILE
+
     def start_apiserver(self) -> None:
+        """Start the API server. The double always saves its objects to :attr:`state_file`; a run
+        without ``--keep-state`` removes the previous run's file first (a fresh API), a run with
+        it starts from that file (``restored`` says whether there was one)."""
         if self.real:
+            if self.args.keep_state:
+                raise StartupError("--keep-state keeps the API-server double's objects; with --apiserver real "
+                                   "the API starts empty every run (envtest's etcd is temporary)")
             self.start_envtest()
             return
+        if self.args.keep_state:
+            self.restored = self.state_file.is_file()
+        else:
+            self.state_file.unlink(missing_ok=True)
         child = self.children.start(
             "API server double",
-            [sys.executable, "-m", "banlieue.testing.apiserver", "--host", "127.0.0.1", "--port", str(self.args.api_port)],
+            [sys.executable, "-m", "banlieue.testing.apiserver", "--host", "127.0.0.1", "--port", str(self.args.api_port),
+             "--state-file", str(self.state_file)],
             self.state / "apiserver.log", stdout_pipe=True,
         )
         assert child.process.stdout is not None
@@ -495,15 +539,18 @@ class DevEnv:
         """Restart every child that has died: the manager (its log kept as ``manager.log.1``)
         and the simulators (same port, same inventory, a fresh CA written to the Provider).
 
-        Raises StartupError when the API server double died (its objects were in memory: there
-        is nothing to restart it with) or a child crash-loops (:meth:`Children.restart`).
+        Raises StartupError when the API server double (or envtest) died (it is not restarted;
+        the double's objects up to ``--save-interval`` before are in ``apiserver-state.json``,
+        which ``--keep-state`` starts from) or a child crash-loops (:meth:`Children.restart`).
         """
         for child in self.children.exited():
             code = child.process.returncode
             uptime = time.monotonic() - child.started
             if not child.restartable:
-                raise StartupError(f"{child.name} {describe_exit(code)} (log {child.log}): {child.tail(5)}; "
-                                   "its objects were in memory, so dev stops")
+                kept = (f"; its objects are in {self.state_file}: `make dev KEEP_STATE=1` starts from them"
+                        if not self.real else "; its objects were in a temporary etcd")
+                raise StartupError(f"{child.name} {describe_exit(code)} (log {child.log}): {child.tail(5)}{kept}; "
+                                   "dev stops")
             provider = next((p for p, c in self.vcsim_children.items() if c is child), None)
             if provider is None:
                 self._restart_manager(child, f"{child.name} {describe_exit(code)} after {uptime:.0f} s")
@@ -603,19 +650,44 @@ class DevEnv:
                 raise StartupError(f"/readyz not ready within {STARTUP_TIMEOUT:g} s (log {child.log})")
             time.sleep(0.2)
 
+    def reclone_kept_vms(self) -> int:
+        """With kept API state the simulators still start empty, so every VSphereMachine a
+        VirtualMachine owns names a VM that no longer exists (banlieue would report
+        ``VMNotFound`` and never clone it again on its own). dev deletes those VSphereMachines
+        (label ``banlieue.io/owned-by``) before the manager starts, after dropping the provider's
+        finalizer (there is no VM to destroy); each VirtualMachine then creates a new one, whose VM
+        is cloned from the image. Returns how many were deleted. VSphereMachines of CAPI Machines
+        are left alone (they report ``VMNotFound``: delete their Machines).
+
+        The kept Providers name the previous run's simulators (other ports, other CAs), so the
+        samples other than VirtualMachines are applied first: the manager then starts with every
+        Provider pointing at a running simulator, and the deletions need no reconnect."""
+        validate = () if self.real else ("--validate=false",)
+        first = self._samples()[1]
+        self.run_kubectl("apply", *validate, "-f", "-", stdin=yaml.safe_dump_all(first, sort_keys=False))
+        listed = self.run_kubectl("get", "vspheremachines", "-A", "-l", LABEL_OWNED_BY, "-o",
+                                  "jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name}{\"\\n\"}{end}")
+        machines = [line.split() for line in listed.splitlines() if line.strip()]
+        for namespace, name in machines:
+            # Their VMs are certainly gone (the simulators were started empty by this process),
+            # so dev drops the provider's finalizer itself: the machines are gone before the
+            # manager starts, and no reconcile of the old object (from a cache that has not seen
+            # the deletion yet) can write its status to the new machine of the same name.
+            self.run_kubectl("patch", "vspheremachine", "-n", namespace, name, "--type=merge",
+                             "-p", '{"metadata":{"finalizers":null}}')
+        if machines:
+            self.run_kubectl("delete", "vspheremachines", "-A", "-l", LABEL_OWNED_BY, "--wait=true", timeout=120)
+        return len(machines)
+
     def apply_samples(self) -> int:
         """Apply the samples in two steps so that start-up shows no transient failure: first
         everything but the VirtualMachines (Secrets, Providers, classes, images, in dependency
         order: :data:`APPLY_ORDER`), then, once every Provider and VMImage is Ready, the
         VirtualMachines (applied together, a VM could be scheduled before its class exists or
         its image is resolved: ``VMClass "small" not found``, phase ``Failed`` for a moment)."""
-        docs = sample_documents(config_dir("samples"))
-        endpoints = {name: (vc["url"], Path(vc["ca_file"]).read_text(encoding="utf-8")) for name, vc in self.vcsims.items()}
-        docs = sorted(point_providers_at(docs, endpoints), key=apply_rank)
-        vms = [d for d in docs if is_banlieue(d, "VirtualMachine")]
+        docs, first, vms = self._samples()
         self.vm_names = sorted(str(d["metadata"]["name"]) for d in vms)
         validate = () if self.real else ("--validate=false",)  # the double serves no OpenAPI v3 for kubectl
-        first = [d for d in docs if not is_banlieue(d, "VirtualMachine")]
         self.run_kubectl("apply", *validate, "-f", "-", stdin=yaml.safe_dump_all(first, sort_keys=False))
         waited = [self._path(d) for d in first if any(is_banlieue(d, kind) for kind in WAITED)]
         deadline = time.monotonic() + READY_TIMEOUT
@@ -628,6 +700,15 @@ class DevEnv:
         if vms:
             self.run_kubectl("apply", *validate, "-f", "-", stdin=yaml.safe_dump_all(vms, sort_keys=False))
         return len(docs)
+
+    def _samples(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+        """(every sample document in apply order, those that are not VirtualMachines, the
+        VirtualMachines), each Provider pointed at its simulator's URL and CA."""
+        docs = sample_documents(config_dir("samples"))
+        endpoints = {name: (vc["url"], Path(vc["ca_file"]).read_text(encoding="utf-8")) for name, vc in self.vcsims.items()}
+        docs = sorted(point_providers_at(docs, endpoints), key=apply_rank)
+        vms = [d for d in docs if is_banlieue(d, "VirtualMachine")]
+        return docs, [d for d in docs if not is_banlieue(d, "VirtualMachine")], vms
 
     @staticmethod
     def _path(doc: dict[str, Any]) -> str:
@@ -737,6 +818,9 @@ def _run(args: DevOptions, out: IO[str], started: float) -> int:
             notes.append("guest IPs simulated")
         with env.progress.stage("installing CRDs (config/crd)") as notes:
             notes.append(f"{env.install_crds()} CRDs")
+            if env.restored:
+                notes.append(f"kept API state from {env.state_file}; the simulators start empty: "
+                             f"{env.reclone_kept_vms()} VMs will be cloned again")
         with env.progress.stage("starting banlieue manager") as notes:
             env.start_manager()
             notes.append(f"log {env.state / 'manager.log'}")

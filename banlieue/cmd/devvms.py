@@ -10,11 +10,14 @@ clones, ``banlieue.uid`` first among them). VMs without such keys belong to the 
 inventory (``DC0_C0_RP0_VM0``...), not to banlieue.
 
 Output: a text block per VM, or ``--output json`` (a list of objects, one per VM, with the keys
-of :func:`describe_vm`). Exit 1 with one line when no simulator is found or one cannot be read.
+of :func:`describe_vm`). Exit 1 with one line when no simulator is found, the dev environment is not
+running ("dev is not running (no simulator at <url>); start it with `make dev`") or a simulator
+cannot be read.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import ssl
 import sys
@@ -33,11 +36,32 @@ VM_PROPERTIES = (
 )
 
 
+def dev_running(state_dir: Path) -> bool:
+    """Whether a ``banlieue dev`` holds ``state_dir/dev.lock`` (its ``flock``, taken for as long
+    as it runs; released by the kernel when it dies, however it dies)."""
+    try:
+        with (state_dir / "dev.lock").open("rb") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return False
+
+
+def not_running(info: dict[str, Any]) -> StartupError:
+    """The one line for a simulator of a dev environment that is not running."""
+    return StartupError(f"dev is not running (no simulator at {info.get('url')}); start it with `make dev`")
+
+
 def simulators(state_dir: Path, only: str | None = None) -> dict[str, dict[str, Any]]:
     """``{provider: info}`` of the simulators whose info file is in ``state_dir`` (sorted by name).
 
     ``only`` keeps one Provider. Raises StartupError when none is found (dev not started with that
-    state directory) or ``only`` names none of them.
+    state directory), ``only`` names none of them, or the dev that wrote them is not running
+    (its info files stay behind when it stops).
     """
     found: dict[str, dict[str, Any]] = {}
     for info in sorted(state_dir.glob("vcsim-*/info.json")):
@@ -50,7 +74,9 @@ def simulators(state_dir: Path, only: str | None = None) -> dict[str, dict[str, 
     if only is not None:
         if only not in found:
             raise StartupError(f"no simulator for --vcenter {only} in {state_dir}: there are {', '.join(found)}")
-        return {only: found[only]}
+        found = {only: found[only]}
+    if not dev_running(state_dir):
+        raise not_running(next(iter(found.values())))
     return found
 
 
@@ -66,7 +92,9 @@ def connect(info: dict[str, Any]) -> Iterator[Any]:
         si = pyvim.SmartConnect(host=info["host"], port=int(info["port"]), user=info["username"],
                                 pwd=info["password"], sslContext=context,
                                 protocol="https" if info.get("tls") else "http", connectionPoolTimeout=-1)
-    except Exception as exc:  # connection refused, TLS, login: one line for the user
+    except ConnectionRefusedError:
+        raise not_running(info) from None  # dev stopped after its lock was checked
+    except Exception as exc:  # TLS, login: one line for the user
         raise StartupError(f"cannot connect to {info.get('url')}: {type(exc).__name__}: {exc}") from None
     try:
         yield si

@@ -7,7 +7,7 @@ Subcommands::
     banlieue manager            [role flags] [--vsphere-task-timeout S]   # both roles
     banlieue crdgen --out DIR
     banlieue crddoc [--out FILE]
-    banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--apiserver double|real] [--vcsim-port N] [--vcsim-arg=-FLAG=V]... ...
+    banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--apiserver double|real] [--keep-state] [--vcsim-port N] [--vcsim-arg=-FLAG=V]... ...
     banlieue dev vms [--state-dir DIR] [--vcenter NAME] [--output text|json]
     banlieue --version
 
@@ -107,6 +107,8 @@ DEV_FLAGS = [
     FlagSpec("--apiserver", parse_apiserver_kind, "double",
              "double (embedded, no build) or real (kube-apiserver + etcd from 'make envtest')", metavar="KIND"),
     FlagSpec("--vcsim-port", parse_port, "0", "127.0.0.1 port of vcsim (0 = free)", metavar="PORT"),
+    FlagSpec("--keep-state", parse_bool, "false",
+             "start from the API objects the previous run saved in --state-dir (bare flag = true)", boolean=True),
 ]
 
 
@@ -261,6 +263,7 @@ def parse_command(
             options=manager,
             vcsim_args=tuple(parse_vcsim_arg(a) for a in args.vcsim_args),
             apiserver=values["apiserver"],
+            keep_state=values["keep_state"],
         ))
     role: Role
     if args.command == "controller":

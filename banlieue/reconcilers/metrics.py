@@ -42,6 +42,7 @@ PHASES: tuple[str, ...] = (PENDING, PROVISIONING, READY, DELETING, FAILED)
 FAILED_REASONS = frozenset({
     VirtualMachineReason.CLASS_NOT_FOUND,
     VirtualMachineReason.IMAGE_NOT_FOUND,
+    VirtualMachineReason.INTERFACE_NOT_IN_CLASS,
     VirtualMachineReason.FIRMWARE_UNSUPPORTED,
     VSphereMachineReason.TEMPLATE_NOT_FOUND,
     VSphereMachineReason.INVALID_SPEC,

@@ -42,10 +42,10 @@ PROVIDER_API = "/apis/banlieue.io/v1alpha1/namespaces/default/providers"
 class DevProcess:
     """``banlieue dev`` with its stdout read line by line on a thread."""
 
-    def __init__(self, state: Path, tmpdir: Path) -> None:
+    def __init__(self, state: Path, tmpdir: Path, *flags: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "banlieue.cli", "dev", "--state-dir", str(state),
-             "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"],
+             "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
             env={**os.environ, "TMPDIR": str(tmpdir)},
         )
@@ -138,6 +138,8 @@ def test_dev_restarts_a_killed_manager_and_simulator(tmp_path: Path) -> None:
         # --- the manager -------------------------------------------------------------------
         managers = [pid for pid, cmd in children_of(dev.proc.pid).items() if " manager " in cmd]
         assert len(managers) == 1, children_of(dev.proc.pid)
+        # The README's way: this environment's manager by its pid file, not pgrep -f.
+        assert (state / "manager.pid").read_text() == f"{managers[0]}\n"
         os.kill(managers[0], signal.SIGKILL)
         line = dev.wait_line("banlieue manager was killed by SIGKILL", 30)
         assert f"its log so far: {state / 'manager.log.1'}" in line
@@ -146,6 +148,7 @@ def test_dev_restarts_a_killed_manager_and_simulator(tmp_path: Path) -> None:
         assert "starting" in (state / "manager.log.1").read_text().lower()
         restarted = [pid for pid, cmd in children_of(dev.proc.pid).items() if " manager " in cmd]
         assert len(restarted) == 1 and restarted[0] != managers[0]
+        assert (state / "manager.pid").read_text() == f"{restarted[0]}\n"
         assert all(ready(vm) for vm in vms().values())
         # The new process reconciles once it holds the Leases: a VM created now becomes Ready.
         new_vm = json.loads(json.dumps(samples["web-1"]))
@@ -158,6 +161,7 @@ def test_dev_restarts_a_killed_manager_and_simulator(tmp_path: Path) -> None:
         provider = samples["web-1"]["status"]["scheduled"]["providerName"]
         on_it = sorted(n for n, vm in vms().items() if vm["status"]["scheduled"]["providerName"] == provider)
         info = json.loads((state / f"vcsim-{provider}" / "info.json").read_text())
+        assert (state / f"vcsim-{provider}" / "vcsim.pid").read_text() == f"{info['pid']}\n"
         os.kill(int(info["pid"]), signal.SIGKILL)
         line = dev.wait_line(f"vcsim {provider} was killed by SIGKILL", 30)
         assert f"restarting it on {info['url']} with the same inventory" in line
@@ -209,4 +213,5 @@ def test_dev_restarts_a_killed_manager_and_simulator(tmp_path: Path) -> None:
     assert not children_of(dev.proc.pid)
     assert not alive(int(again["pid"]))
     assert list(tmpdir.iterdir()) == []  # nothing in $TMPDIR
+    assert not list(state.glob("**/*.pid"))  # removed with their processes
     assert not (state / "tmp").exists()

@@ -17,10 +17,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import yaml
 
+from banlieue.backends.vsphere import guestinfo
+from banlieue.cmd.dev import sample_documents
 from banlieue.reconcilers.kinds import LEASE_CONTROLLER, LEASE_PROVIDER_VSPHERE
 
-from .harness import ManagerEnv, VcsimClient, condition, http, requirements_skip, wait_for
+from .harness import REPO, ManagerEnv, VcsimClient, apply_flags, condition, http, requirements_skip, wait_for
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.kubectl, pytest.mark.timeout(120), requirements_skip()]
 
@@ -120,6 +123,36 @@ def test_sample_vms_become_ready_in_vcsim(manager_env: ManagerEnv) -> None:
     ready = wait_for("banlieue_virtual_machines{phase=Ready} = 4",
                      lambda: sample_value(scrape(env), "banlieue_virtual_machines", phase="Ready") == len(vms), 10)
     assert ready
+
+
+def test_per_vm_network_settings_reach_guestinfo_in_vcsim(manager_env: ManagerEnv) -> None:
+    """config/samples/network/static-address.yaml: the VM's own eth0 addresses, gateways and name
+    servers (over the class's DHCP) are in the cloud-init metadata of its vCenter VM, and the
+    simulated guest reports the static address."""
+    env = manager_env
+    wait_all_ready(env)
+    docs = sample_documents(REPO / "config/samples/network")
+    [sample] = [d for d in docs if d.get("kind") == "VirtualMachine"]
+    name = sample["metadata"]["name"]
+    override = sample["spec"]["network"]["interfaces"][0]
+    env.kubectl_run("apply", *apply_flags(env), "-f", "-", stdin=yaml.safe_dump_all(docs))
+    wait_for(f"{name} Ready", lambda: condition(env.get(f"{VMS}/{name}")[1], "Ready").get("status") == "True", READY_TIMEOUT)
+    _, vm = env.get(f"{VMS}/{name}")
+    client = VcsimClient(env.vcsims[vm["status"]["scheduled"]["providerName"]])
+    try:
+        found = client.find_by_bios_uuid(vm["status"]["providerID"].removeprefix("vsphere://"))
+        assert found is not None
+        md, _ = guestinfo.decode({o.key: str(o.value) for o in found.config.extraConfig})
+    finally:
+        client.close()
+    assert md is not None
+    [eth0] = md["network"]["ethernets"].values()
+    assert eth0["dhcp4"] is False and eth0["addresses"] == override["addresses"]
+    assert eth0["routes"] == [{"to": "0.0.0.0/0", "via": override["gateway4"]}, {"to": "::/0", "via": override["gateway6"]}]
+    assert eth0["nameservers"] == {"addresses": override["nameservers"]}
+    assert vm["status"]["addresses"][0]["address"] == override["addresses"][0].split("/")[0]
+    env.kubectl_run("delete", "virtualmachine", name, "--wait=false")
+    wait_for(f"{name} deleted", lambda: env.get(f"{VMS}/{name}")[0] == 404, 60)
 
 
 AUDIT_METHODS = {"create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE"}

@@ -113,6 +113,29 @@ def test_the_crd_rules_reject_first_with_their_field_path(installed: Kubectl) ->
     assert "spec.classRef: Invalid value" in err and "field is immutable" in err, err
 
 
+def test_per_vm_network_settings_are_checked_at_admission(installed: Kubectl) -> None:
+    """A VirtualMachine's interface overrides: addresses need a prefix length, gateways and name
+    servers are IPs of the right family; kubectl names the field and says what is expected."""
+    def net_vm(name: str, **iface: Any) -> dict[str, Any]:
+        vm = _vm(name)
+        vm["spec"]["network"] = {"interfaces": [{"name": "eth0", **iface}]}
+        return vm
+
+    installed.ok("apply", "--server-side", "-f", "-", docs=[net_vm(
+        "net-ok", addresses=["10.0.0.5/24", "fd00::5/64"], gateway4="10.0.0.1", gateway6="fd00::1",
+        nameservers=["10.0.0.53", "fd00::53"])])
+    err = installed.rejected("apply", "--server-side", "-f", "-", docs=[net_vm("net-bad", addresses=["10.0.0.5"])])
+    assert "spec.network.interfaces[0].addresses[0]: Invalid value" in err, err
+    assert "must be an IP address with a prefix length (10.0.0.5/24, fd00::5/64)" in err, err
+    err = installed.rejected("apply", "--server-side", "-f", "-", docs=[net_vm("net-bad", gateway4="fd00::1")])
+    assert "spec.network.interfaces[0].gateway4: Invalid value" in err and "must be an IPv4 address" in err, err
+    err = installed.rejected("apply", "--server-side", "-f", "-", docs=[net_vm("net-bad", nameservers=["ns1.example.com"])])
+    assert "spec.network.interfaces[0].nameservers[0]: Invalid value" in err and "must be an IP address" in err, err
+    # An existing VM's override is checked on update too.
+    err = installed.rejected("apply", "--server-side", "-f", "-", docs=[net_vm("net-ok", addresses=["10.0.0.5/24", "bad"])])
+    assert "spec.network.interfaces[0].addresses[1]: Invalid value" in err, err
+
+
 def test_what_must_pass_passes(installed: Kubectl) -> None:
     installed.ok("apply", "--server-side", "-f", "-", docs=[
         _provider("no-ca"), _provider("inline-ca", {"inline": "pem"}),

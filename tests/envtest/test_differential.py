@@ -57,6 +57,22 @@ def steps(rv: Callable[[str], str]) -> Iterator[Step]:
     yield ("create vm without classRef.name", "POST", VMS,
            {**_vm("b"), "spec": {"classRef": {}, "imageRef": {"name": "x"}}}, "application/json")
     yield ("create vm with a bad enum", "POST", VMS, _vm("c", desiredPowerState="Sideways"), "application/json")
+    good_net = {"interfaces": [{"name": "eth0", "addresses": ["10.0.0.5/24", "fd00::5/64"], "gateway4": "10.0.0.1",
+                                "gateway6": "fd00::1", "nameservers": ["10.0.0.53", "fd00::53"]}]}
+    yield ("create vm with network overrides", "POST", VMS, _vm("net-ok", network=good_net), "application/json")
+    for label, bad in (
+        ("an address without prefix", {"addresses": ["10.0.0.5/24", "10.0.0.6"]}),
+        ("a netmask for a prefix", {"addresses": ["10.0.0.5/255.255.255.0"]}),
+        ("a prefix too long", {"addresses": ["fd00::5/129"]}),
+        ("an IPv4-mapped address", {"addresses": ["::ffff:10.0.0.5/120"]}),
+        ("a gateway4 that is IPv6", {"gateway4": "fd00::1"}),
+        ("a gateway6 that is IPv4", {"gateway6": "10.0.0.1"}),
+        ("a gateway with a prefix", {"gateway4": "10.0.0.1/24"}),
+        ("a name server that is a name", {"nameservers": ["10.0.0.53", "dns.example.com"]}),
+        ("an octet with a leading zero", {"nameservers": ["10.0.0.053"]}),
+    ):
+        yield (f"create vm with {label}", "POST", VMS,
+               _vm("net-bad", network={"interfaces": [{"name": "eth0"}, {"name": "eth1", **bad}]}), "application/json")
     yield ("update with a stale resourceVersion", "PUT", f"{VMS}/a",
            {**_vm("a"), "metadata": {"name": "a", "namespace": NS, "resourceVersion": "1"}}, "application/json")
     yield ("change an immutable ref", "PATCH", f"{VMS}/a", {"spec": {"classRef": {"name": "large"}}}, MERGE)
@@ -73,6 +89,11 @@ def steps(rv: Callable[[str], str]) -> Iterator[Step]:
     yield ("status subresource", "PATCH", f"{VMS}/a/status",
            {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "X", "message": "",
                                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, MERGE)
+    # A status apply naming another object's UID (a stale write meant for a deleted object of
+    # the same name): kube-apiserver applies it (metadata.uid is no precondition of an apply).
+    yield ("status apply with another uid", "PATCH", f"{VMS}/a/status?fieldManager=provider&force=true",
+           json.dumps({**_vm("a"), "metadata": {"name": "a", "namespace": NS, "uid": "00000000-0000-0000-0000-000000000000"},
+                       "status": {"observedPowerState": "PoweredOn"}}), APPLY)
     yield ("spec through the status subresource is ignored", "PATCH", f"{VMS}/a/status",
            {"spec": {"desiredPowerState": "PoweredOff"}}, MERGE)
     for i in range(3):
@@ -173,3 +194,22 @@ def test_the_double_answers_like_kube_apiserver(both: dict[str, ApiServerUnderTe
                    if double[name] != real[name] and name not in KNOWN}
     (tmp_path / "differences.json").write_text(json.dumps(differences, indent=1))
     assert differences == {}, json.dumps(differences, indent=1)
+    # Measured, and why a controller must not write a status by name from a stale cache: the
+    # UID in an apply body does not protect the new object of the same name.
+    assert real["status apply with another uid"]["status"] == 200, real["status apply with another uid"]
+    # The network steps are refused by the CEL IP/CIDR rules, at the item's own path.
+    assert real["create vm with network overrides"]["status"] == 201, real["create vm with network overrides"]
+    bad_net = {name: r for name, r in real.items() if name.startswith("create vm with a") and "enum" not in name}
+    assert len(bad_net) == 9
+    iface = "spec.network.interfaces[1]"
+    assert {name: (r["status"], r.get("cause fields")) for name, r in bad_net.items()} == {
+        "create vm with an address without prefix": (422, [f"{iface}.addresses[1]"]),
+        "create vm with a netmask for a prefix": (422, [f"{iface}.addresses[0]"]),
+        "create vm with a prefix too long": (422, [f"{iface}.addresses[0]"]),
+        "create vm with an IPv4-mapped address": (422, [f"{iface}.addresses[0]"]),
+        "create vm with a gateway4 that is IPv6": (422, [f"{iface}.gateway4"]),
+        "create vm with a gateway6 that is IPv4": (422, [f"{iface}.gateway6"]),
+        "create vm with a gateway with a prefix": (422, [f"{iface}.gateway4"]),
+        "create vm with a name server that is a name": (422, [f"{iface}.nameservers[1]"]),
+        "create vm with an octet with a leading zero": (422, [f"{iface}.nameservers[0]"]),
+    }

@@ -106,6 +106,21 @@ class Snapshot:
     peer_totals: PeerTotals | None = None
 
 
+def interface_mismatch(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, str] | None:
+    """(``InterfaceNotInClass``, message) when ``vm.spec.network.interfaces`` names an interface
+    its VMClass does not have, else None. The class is another object, so admission cannot check
+    this (CEL sees one object); the controller refuses to place or change the VM instead."""
+    overrides = vm.spec.network.interfaces if vm.spec.network is not None else None
+    have = [nic.name for nic in (vm_class.spec.network.interfaces if vm_class.spec.network else None) or ()]
+    unknown = [o.name for o in overrides or () if o.name not in have]
+    if not unknown:
+        return None
+    listed = ", ".join(have) if have else "none"
+    return (VirtualMachineReason.INTERFACE_NOT_IN_CLASS,
+            f"spec.network.interfaces: VMClass {vm_class.metadata.name} has no interface {', '.join(unknown)} "
+            f"(its interfaces: {listed}); override only the class's interfaces")
+
+
 def not_found_message(kind: str, wanted: str, existing: Sequence[str]) -> str:
     """``VMClass "smal" not found; existing classes: medium, small``: at most
     ``MAX_LISTED_NAMES`` names, sorted, the closest to ``wanted`` (difflib) kept first when there
@@ -326,27 +341,26 @@ class _Decider:
             self.events.append(RecordedEvent("Warning", Reason.INFRASTRUCTURE_CONFLICT, message))
         return _finish(self.s, self.conds, self.status, events=tuple(self.events))
 
-    def unresolved(self, current: tuple[str, str] | None) -> _Placing:
-        """The VMClass or VMImage is missing: nothing can be placed or applied. A VM that is
-        placed and has its VSphereMachine keeps running as it is (ADR 0012): its machine is left
-        alone and mirrored, ``Ready`` follows it, and ``ReferencesResolved`` False says what is
-        missing; a new VMClass/VMImage of that name is picked up when it appears."""
+    def unresolved(self, current: tuple[str, str] | None, mismatch: tuple[str, str] | None = None) -> _Placing:
+        """The VMClass or VMImage is missing, or ``mismatch`` = (reason, message) says the VM's
+        spec names something its class lacks (``InterfaceNotInClass``): nothing can be placed or
+        applied. A VM that is placed and has its VSphereMachine keeps running as it is (ADR 0012):
+        its machine is left alone and mirrored, ``Ready`` follows it, and ``ReferencesResolved``
+        False says what is missing; a new VMClass/VMImage of that name (or a fixed spec) is picked
+        up when it appears."""
         vm = self.vm
+        if mismatch is not None:
+            reason, message = mismatch
+        elif self.s.vm_class is None:
+            reason = VirtualMachineReason.CLASS_NOT_FOUND
+            message = not_found_message("VMClass", vm.spec.class_ref.name, self.s.class_names)
+        else:
+            reason = VirtualMachineReason.IMAGE_NOT_FOUND
+            message = not_found_message("VMImage", vm.spec.image_ref.name, self.s.image_names)
         if current is not None and self.machine is not None and not self.machine.deleting:
-            if self.s.vm_class is None:
-                reason = VirtualMachineReason.CLASS_NOT_FOUND
-                message = not_found_message("VMClass", vm.spec.class_ref.name, self.s.class_names)
-            else:
-                reason = VirtualMachineReason.IMAGE_NOT_FOUND
-                message = not_found_message("VMImage", vm.spec.image_ref.name, self.s.image_names)
             self.conds.set(C.REFERENCES_RESOLVED, False, reason, f"{message}; the running VM is kept as it is")
             return _Placing(target=None)
-        if self.s.vm_class is None:
-            message = not_found_message("VMClass", vm.spec.class_ref.name, self.s.class_names)
-            blocked = self.unschedulable(VirtualMachineReason.CLASS_NOT_FOUND, message)
-        else:
-            message = not_found_message("VMImage", vm.spec.image_ref.name, self.s.image_names)
-            blocked = self.unschedulable(VirtualMachineReason.IMAGE_NOT_FOUND, message)
+        blocked = self.unschedulable(reason, message)
         if get_condition(self.conds.items, C.PLACEMENT_VALID) is None:
             self.conds.set(C.PLACEMENT_VALID, ConditionStatus.UNKNOWN, Reason.NOT_SCHEDULED, "not scheduled yet")
         if get_condition(self.conds.items, C.MIGRATING) is None:
@@ -444,8 +458,9 @@ def decide(s: Snapshot) -> Plan:
     d.conds.set(C.PAUSED, False, Reason.NOT_PAUSED)
     d.status.observed_generation = s.vm.metadata.generation
     current = current_placement(s.vm, d.machine)
-    if s.vm_class is None or s.image is None:
-        placing = d.unresolved(current)
+    mismatch = interface_mismatch(s.vm, s.vm_class) if s.vm_class is not None else None
+    if s.vm_class is None or s.image is None or mismatch is not None:
+        placing = d.unresolved(current, mismatch)
     else:
         if get_condition(d.conds.items, C.REFERENCES_RESOLVED) is not None:
             d.conds.set(C.REFERENCES_RESOLVED, True, Reason.RESOLVED)

@@ -3,8 +3,9 @@ and whether a live one belongs to the VM at all (split from ``virtualmachine.dec
 
 The VSphereMachine has the VM's name and namespace, a controller ownerReference to the VM
 (``blockOwnerDeletion``), the VM's labels plus ``banlieue.io/owned-by`` and
-``banlieue.io/provider``, and a spec built from the VMClass, the image source and the placement
-(SPEC §4). User data is passed by reference (``bootstrapDataSecretRef``), never read.
+``banlieue.io/provider``, and a spec built from the VMClass, the VM's per-interface network settings
+(``spec.network.interfaces``, by interface name, each field replacing the class's), the image
+source and the placement (SPEC §4). User data is passed by reference (``bootstrapDataSecretRef``), never read.
 
 The apply also carries the provider's finalizer ``infrastructure.banlieue.io/vspheremachine``
 (ADR 0011): the VSphereMachine is born with it, so the provider role finds it present and sends
@@ -41,6 +42,7 @@ def desired_machine(vm: VirtualMachine, vm_class: VMClass, target: Placement) ->
     labels = {**(vm.metadata.labels or {}), LABEL_OWNED_BY: name, LABEL_PROVIDER: target.provider_name}
     hw = vm_class.spec.hardware
     devices: list[dict[str, Any]] = []
+    overrides = {o.name: o for o in (vm.spec.network.interfaces if vm.spec.network else None) or ()}
     for nic in (vm_class.spec.network.interfaces if vm_class.spec.network else None) or ():
         device: dict[str, Any] = {"name": nic.name, "networkClass": nic.network_class}
         if nic.ipam is not None and nic.ipam.source is IPAMSource.STATIC:
@@ -50,6 +52,13 @@ def desired_machine(vm: VirtualMachine, vm_class: VMClass, target: Placement) ->
                 device.update(static.to_wire())
         else:
             device["dhcp4"] = True
+        override = overrides.get(nic.name)
+        if override is not None:
+            # The VM's own settings replace the class's field by field (SPEC §2 VirtualMachine
+            # spec.network); static addresses turn IPv4 DHCP off.
+            device.update(override.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"name"}))
+            if override.addresses:
+                device["dhcp4"] = False
         devices.append(device)
     spec: dict[str, Any] = {
         "providerRef": {"name": target.provider_name},
@@ -94,6 +103,20 @@ def _contains(actual: Any, desired: Any) -> bool:
     return bool(actual == desired)
 
 
+_DEVICE_IP_KEYS = ("addresses", "gateway4", "gateway6", "nameservers")
+"""Network device fields without a server default: one the desired device lacks must be absent
+on the live machine too (an override or class setting removed), which ``_contains`` cannot see."""
+
+
+def _stale_ip_settings(actual_spec: dict[str, Any], desired_spec: dict[str, Any]) -> bool:
+    live = {d.get("name"): d for d in (actual_spec.get("network") or {}).get("devices") or ()}
+    for device in (desired_spec.get("network") or {}).get("devices") or ():
+        have = live.get(device["name"]) or {}
+        if any(key in have and key not in device for key in _DEVICE_IP_KEYS):
+            return True
+    return False
+
+
 def machine_differs(machine: VSphereMachine | None, desired: dict[str, Any]) -> bool:
     """Whether applying ``desired`` would change ``machine``: labels differ, the owner reference
     is missing, or a managed spec field differs (set, changed or to be removed)."""
@@ -113,7 +136,7 @@ def machine_differs(machine: VSphereMachine | None, desired: dict[str, Any]) -> 
                 return True
         elif key in spec:
             return True
-    return False
+    return _stale_ip_settings(spec, desired["spec"])
 
 
 def owns(vm: VirtualMachine, machine: VSphereMachine) -> bool:

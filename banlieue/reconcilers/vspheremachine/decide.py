@@ -307,6 +307,13 @@ class _Status:
     def ready(self, status: bool, reason: str, message: str) -> None:
         self.cond(READY, status, reason, message)
 
+    def vm_gone(self) -> None:
+        """The VM is no longer in vCenter: no power state and no address are known (a vanished VM
+        showed PoweredOn and its last IP, issue 24). instanceUUID, vmRef and providerID stay:
+        they name what vanished."""
+        self.status.power_state = None
+        self.status.addresses = None
+
     def vm(self, vm: VMInfo, failure_domain: str | None) -> None:
         self.status.instance_uuid = vm.instance_uuid
         self.status.bios_uuid = vm.bios_uuid
@@ -515,6 +522,7 @@ def _decide(snap: Snapshot) -> Plan:
     if vm is None:
         if status_now.instance_uuid and not (failure and failure.step == "create"):
             st.ready(False, R.VM_NOT_FOUND, f"VM {status_now.instance_uuid} ({status_now.vm_ref}) is no longer in vCenter: {REPLACE_HINT}")
+            st.vm_gone()
             return _with_events(snap, Plan(status=st.status))
         if failure is not None and failure.step == "create":
             reason = _failure_reason(failure)
@@ -522,6 +530,7 @@ def _decide(snap: Snapshot) -> Plan:
                 # create_vm returned this UID's VM before and it is gone: never clone it again,
                 # even when the status this reconcile started from has no instanceUUID yet.
                 st.ready(False, R.VM_NOT_FOUND, f"{failure.message}: {REPLACE_HINT}")
+                st.vm_gone()
                 return _with_events(snap, Plan(status=st.status))
             if failure.reason == CLONE_OUTCOME_UNKNOWN:
                 # The clone may still land: keep the "Cloning ... since" marker the guard below

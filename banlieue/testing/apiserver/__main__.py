@@ -1,7 +1,10 @@
-"""``python -m banlieue.testing.apiserver --port PORT [--host 127.0.0.1] [--crd-dir DIR]``.
+"""``python -m banlieue.testing.apiserver --port PORT [--host 127.0.0.1] [--crd-dir DIR] [--state-file FILE]``.
 
 Prints the base URL on stdout (one line, flushed) once listening, then serves until SIGINT or
-SIGTERM. Bad flags exit 2 with argparse's usage and one ``error:`` line; an address it cannot
+SIGTERM. With ``--state-file`` the objects outlive the process (``banlieue dev --keep-state``):
+loaded from FILE at start when it exists, written to it every ``--save-interval`` seconds when
+something changed and at SIGINT/SIGTERM (atomically: a kill loses at most the last interval's
+writes, never the file). An unreadable FILE exits 1 with one line. Bad flags exit 2 with argparse's usage and one ``error:`` line; an address it cannot
 listen on (port in use, host not local or unknown) exits 1 with one line
 ``python -m banlieue.testing.apiserver: error: cannot listen on HOST:PORT: <reason>``.
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -37,9 +41,24 @@ def _reason(err: OSError) -> str:
     return err.strerror or str(err)
 
 
+def _restore(server: ApiServer, state: Path) -> None:
+    """Load ``state`` into ``server`` when the file exists (a line on stderr says how many
+    objects). Raises ListenError (exit 1, one line) when it cannot be read or is not a snapshot."""
+    if not state.exists():
+        return
+    try:
+        restored = server.restore(state)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ListenError(f"cannot restore --state-file {state}: {err}") from None
+    print(f"restored {restored} objects from {state}", file=sys.stderr, flush=True)
+
+
 async def _serve(args: argparse.Namespace) -> None:
     """Serve until SIGINT/SIGTERM. Raises ListenError when ``args.host:args.port`` cannot be bound."""
     server = ApiServer(bookmark_interval=args.bookmark_interval, request_log_size=args.request_log_size)
+    state: Path | None = args.state_file
+    if state is not None:
+        _restore(server, state)
     if args.crd_dir:
         server.load_crd_dir(args.crd_dir)
     try:
@@ -52,10 +71,18 @@ async def _serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    saved = -1
     try:
-        await stop.wait()
+        while not stop.is_set():
+            if state is not None and server.store.rv != saved:
+                saved = server.store.rv
+                server.save(state)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=args.save_interval)
     finally:
         await server.stop()
+        if state is not None:
+            server.save(state)
 
 
 def existing_directory(text: str) -> Path:
@@ -77,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds between watch bookmarks, > 0 (default 60)")
     p.add_argument("--request-log-size", type=at_least_one, default=100_000,
                    help="requests kept in the request log served at /debug/requests (default 100000)")
+    p.add_argument("--state-file", type=Path, default=None,
+                   help="keep the objects in this JSON file: loaded at start, saved while serving and at exit")
+    p.add_argument("--save-interval", type=positive_seconds, default=2.0,
+                   help="seconds between saves of --state-file when something changed, > 0 (default 2)")
     args = p.parse_args(argv)
     # stdout carries only the URL line; logs go to stderr.
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))

@@ -842,7 +842,8 @@ def _validate_default(node: _Node, value: Any) -> list[Cause]:
 # Supported: literals (int, double, string, bool, null, list, map), self / oldSelf, field
 # selection and indexing, has(), size(), int()/double()/string(), the operators ! - * / % + -
 # < <= > >= == != in && || ?:, string methods startsWith/endsWith/contains/matches/lowerAscii/
-# upperAscii/trim, list/map macros all/exists/exists_one/filter/map. A rule outside this subset is
+# upperAscii/trim, list/map macros all/exists/exists_one/filter/map, and the Kubernetes IP/CIDR
+# library's isIP(string) / isCIDR(string) (Kubernetes 1.31+). A rule outside this subset is
 # skipped (treated as passing) rather than rejecting a CRD the real server would accept.
 
 
@@ -1156,8 +1157,38 @@ def _cel_call(node: Any, env: dict[str, Any]) -> Any:
     return _cel_function(name, vals)
 
 
+def _cel_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address ``text`` parses to under the Kubernetes CEL IP library's rules (Go
+    ``netip.ParseAddr``: no leading zeros in IPv4 octets; then no zone and no IPv4-mapped IPv6
+    address), else None. Source: k8s.io/apiserver/pkg/cel/library/ip.go ``parseIPAddr``."""
+    if "%" in text:
+        return None
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return None
+    return addr
+
+
+def _cel_is_cidr(text: str) -> bool:
+    """Kubernetes CEL ``isCIDR``: an address (as ``_cel_ip``), ``/`` and a decimal prefix length
+    without leading zeros, at most the address's bit length (Go ``netip.ParsePrefix``); host bits
+    may be set. Source: k8s.io/apiserver/pkg/cel/library/cidr.go ``parseCIDR``."""
+    address, slash, bits = text.rpartition("/")
+    if not slash or re.fullmatch(r"0|[1-9][0-9]{0,2}", bits) is None:
+        return False
+    addr = _cel_ip(address)
+    return addr is not None and int(bits) <= addr.max_prefixlen
+
+
 def _cel_function(name: str, vals: list[Any]) -> Any:
     try:
+        if name in ("isIP", "isCIDR") and len(vals) == 1:
+            if not isinstance(vals[0], str):
+                raise TypeError
+            return _cel_ip(vals[0]) is not None if name == "isIP" else _cel_is_cidr(vals[0])
         if name == "size" and len(vals) == 1:
             if isinstance(vals[0], str | list | dict):
                 return len(vals[0])

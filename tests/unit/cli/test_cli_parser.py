@@ -146,6 +146,13 @@ def test_dev_defaults_and_flags() -> None:
     assert dev.options.max_concurrent_reconciles == 3
     # Passed through in order (bin/vcsim's own flag parser checks them).
     assert dev.vcsim_args == ("-method-delay=CloneVM_Task=5000,PowerOnVM_Task=10", "--autostart")
+    assert dev.keep_state is False
+
+
+def test_dev_keep_state_flag_and_variable() -> None:
+    for argv, env in ((["dev", "--keep-state"], {}), (["dev"], {"BANLIEUE_KEEP_STATE": "true"})):
+        command = parse_command(argv, env)
+        assert isinstance(command, DevCommand) and command.dev.keep_state is True, (argv, env)
 
 
 def test_dev_vms_state_dir_from_its_flag_then_dev_s_then_the_environment() -> None:

@@ -80,3 +80,20 @@ def test_a_child_that_printed_go_flag_usage_reports_the_cause(tmp_path: Path) ->
     assert child.tail(5) == "flag provided but not defined: -foo"
     log.write_text("one\ntwo\nthree\n", encoding="utf-8")
     assert child.tail(2) == "two | three"
+
+
+def test_each_child_has_a_pid_file_for_this_environment_only(tmp_path: Path) -> None:
+    """issue 24 3b: ``pgrep -f 'banlieue.cli manager'`` matched any manager on the machine; dev
+    writes ``<log stem>.pid`` (``manager.pid``) at every (re)start and removes it at stop."""
+    children = Children()
+    log = tmp_path / "manager.log"
+    child = children.start("banlieue manager", [sys.executable, "-c", "import time; time.sleep(60)"], log, restartable=True)
+    pid_file = tmp_path / "manager.pid"
+    assert pid_file.read_text() == f"{child.process.pid}\n"
+    first = child.process.pid
+    child.process.kill()
+    child.process.wait(timeout=30)
+    children.restart(child)
+    assert child.process.pid != first and pid_file.read_text() == f"{child.process.pid}\n"
+    children.stop_all()
+    assert not pid_file.exists()

@@ -238,6 +238,9 @@ async def test_vm_removed_by_hand_is_reported_not_recreated(apiserver: Any, clie
         assert task.info.state == "success", task.info.error
         obj = await wait_reason(client, ns, "gone", "VMNotFound", timeout=20)
         assert ready_of(obj)[0] == "False"  # type: ignore[index]
+        # Nothing is known of a VM that vanished: no power state, no address (issue 24).
+        assert "powerState" not in obj["status"] and "addresses" not in obj["status"], obj["status"]
+        assert obj["status"]["instanceUUID"]  # what vanished stays named
         await asyncio.sleep(1.0)
         assert vms_with_uid(si, uid) == []  # not silently re-created
         await client.delete(VSPHERE_MACHINE, "gone", ns)

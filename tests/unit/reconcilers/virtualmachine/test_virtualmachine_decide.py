@@ -271,6 +271,74 @@ def test_machine_spec_labels_owner_and_user_data_reference() -> None:
     VSphereMachine.from_wire(body)  # the body is a valid VSphereMachine
 
 
+def _with_nics(cls: Any, *interfaces: dict[str, Any]) -> Any:
+    wire = cls.to_wire()
+    return type(cls).from_wire({**wire, "spec": {**wire["spec"], "network": {"interfaces": list(interfaces)}}})
+
+
+def _with_overrides(the_vm: VirtualMachine, *interfaces: dict[str, Any]) -> VirtualMachine:
+    wire = the_vm.to_wire()
+    return VirtualMachine.from_wire({**wire, "spec": {**wire["spec"], "network": {"interfaces": list(interfaces)}}})
+
+
+NET_CLASS = _with_nics(
+    CLASS,
+    {"name": "eth0", "networkClass": "default",
+     "ipam": {"source": "static", "static": {"addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.1", "nameservers": ["10.0.0.53"]}}},
+    {"name": "eth1", "networkClass": "default"},
+)
+
+
+def test_per_vm_network_settings_override_the_class_field_by_field() -> None:
+    """SPEC §2 VirtualMachine spec.network: each field set replaces the class's for that
+    interface (matched by name, not position); addresses turn IPv4 DHCP off; unset fields keep
+    the class's values."""
+    the_vm = _with_overrides(vm(), {"name": "eth1", "addresses": ["192.168.7.9/24", "fd00::9/64"], "gateway6": "fd00::1"},
+                             {"name": "eth0", "addresses": ["10.0.0.77/24"]})
+    body = desired_machine(the_vm, NET_CLASS, _placement(Plan(placement=("a", "a-dc0-c0"))))
+    assert body["spec"]["network"]["devices"] == [
+        {"name": "eth0", "networkClass": "default", "dhcp4": False, "addresses": ["10.0.0.77/24"],
+         "gateway4": "10.0.0.1", "nameservers": ["10.0.0.53"]},
+        {"name": "eth1", "networkClass": "default", "dhcp4": False, "addresses": ["192.168.7.9/24", "fd00::9/64"],
+         "gateway6": "fd00::1"},
+    ]
+    # Name servers alone on a DHCP interface keep DHCP on.
+    dns_only = _with_overrides(vm(), {"name": "eth1", "nameservers": ["1.1.1.1"]})
+    body = desired_machine(dns_only, NET_CLASS, _placement(Plan(placement=("a", "a-dc0-c0"))))
+    assert body["spec"]["network"]["devices"][1] == {"name": "eth1", "networkClass": "default", "dhcp4": True,
+                                                     "nameservers": ["1.1.1.1"]}
+    VSphereMachine.from_wire(body)
+
+
+def test_an_override_removed_is_removed_from_the_machine() -> None:
+    """A setting the desired device no longer has (the VM's override dropped) makes the machine
+    differ, so the apply removes it (the controller owns those fields)."""
+    dns_only = _with_overrides(vm(), {"name": "eth1", "nameservers": ["1.1.1.1"]})
+    target = _placement(Plan(placement=("a", "a-dc0-c0")))
+    live = VSphereMachine.from_wire(desired_machine(dns_only, NET_CLASS, target))
+    assert not machine_differs(live, desired_machine(dns_only, NET_CLASS, target))
+    assert machine_differs(live, desired_machine(vm(), NET_CLASS, target))
+
+
+def test_an_override_of_an_interface_the_class_lacks_is_refused() -> None:
+    """The class is another object (admission cannot see it): a new VM is not scheduled and says
+    which names exist; a placed VM keeps running as it is (ADR 0012)."""
+    bad = _with_overrides(vm(), {"name": "eth0", "nameservers": ["1.1.1.1"]}, {"name": "nic9", "addresses": ["10.0.0.9/24"]})
+    plan = decide(snap(bad, cls=NET_CLASS))
+    assert plan.apply_machine is None and plan.placement is None
+    assert cond(plan, "Scheduled") == ("False", "InterfaceNotInClass")
+    assert plan.status is not None
+    message = get_condition(VirtualMachineStatus.from_wire(plan.status).conditions, "Scheduled").message  # type: ignore[union-attr]
+    assert "VMClass small has no interface nic9 (its interfaces: eth0, eth1)" in message, message
+    assert [e.reason for e in plan.events] == ["FailedScheduling"]
+
+    placed = _with_overrides(vm(scheduled=("a", "a-dc0-c0")), {"name": "nic9"})
+    plan = decide(snap(placed, cls=NET_CLASS, m=READY_MACHINE))
+    assert plan.apply_machine is None and not plan.delete_machine
+    assert cond(plan, "ReferencesResolved") == ("False", "InterfaceNotInClass")
+    assert cond(plan, "Ready")[0] == "True"
+
+
 def test_machine_differs_detects_removed_field_and_ignores_defaults() -> None:
     wanted = desired_machine(vm(), CLASS, _placement(Plan(placement=("a", "a-dc0-c0"))))
     live = VSphereMachine.from_wire(wanted)  # adds server defaults (cloneMode, powerOffMode)

@@ -328,7 +328,18 @@ def test_a_removed_disk_is_named_with_its_size_and_an_edit_converges_by_name() -
                           replace(running, disks_gib=(20, 5, 60)), converged=True))
     cond = get_condition(after.status.conditions if after.status else None, HARDWARE_CHANGE_PENDING)
     assert cond is not None and cond.reason == "DiskRemovedFromSpec"
-    assert "numCPUs 2 -> 4" in (cond.message or "") and "logs (5 GiB)" in (cond.message or "")
+    # Several causes: each is named by its reason, the condition's reason first (issue 24 3d).
+    assert cond.message.startswith("DiskRemovedFromSpec: disk logs (5 GiB) is no longer in the spec"), cond.message
+    assert "; WaitingForPowerOff: numCPUs 2 -> 4 is applied the next time" in cond.message, cond.message
+
+
+def test_one_pending_cause_is_not_prefixed_and_several_are_ordered_by_reason() -> None:
+    from banlieue.reconcilers.vspheremachine.hardware import Pending, summary
+
+    assert summary((Pending("WaitingForPowerOff", "numCPUs 1 -> 2 ..."),)) == Pending("WaitingForPowerOff", "numCPUs 1 -> 2 ...")
+    both = summary((Pending("WaitingForPowerOff", "cpu"), Pending("DiskShrinkRefused", "os"), Pending("DiskShrinkRefused", "data")))
+    assert both == Pending("DiskShrinkRefused", "DiskShrinkRefused: os; DiskShrinkRefused: data; WaitingForPowerOff: cpu")
+    assert summary((Pending("DiskShrinkRefused", "os"), Pending("DiskShrinkRefused", "data"))) == Pending("DiskShrinkRefused", "os; data")
 
 
 def nics_vm(nics: dict[str, tuple[str, bool]]) -> VMInfo:
@@ -628,6 +639,19 @@ def test_vm_not_found_from_create_is_vm_not_found(status: dict[str, Any]) -> Non
     cond = get_condition(plan.status.conditions if plan.status else None, READY)
     assert cond is not None and "removed from vCenter" in cond.message and "delete this VSphereMachine" in cond.message
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "VMNotFound")]
+
+
+@pytest.mark.parametrize("failure", [
+    pytest.param(None, id="lookup-finds-nothing"),
+    pytest.param(Failure("create", "VMNotFound", "the VM for u was removed from vCenter; not cloning it again"), id="create-says-removed"),
+])
+def test_a_vanished_vm_shows_no_power_state_and_no_address(failure: Failure | None) -> None:
+    """issue 24 3a: a machine whose vCenter VM vanished kept PoweredOn and its old IP."""
+    was_running = {**PROVISIONED, "powerState": "PoweredOn", "addresses": [{"type": "InternalIP", "address": "10.0.0.9"}]}
+    plan = decide(looked(machine(status=was_running), None, failure=failure))
+    assert ready(plan) == ("False", "VMNotFound")
+    assert plan.status is not None and plan.status.power_state is None and plan.status.addresses is None
+    assert "powerState" not in plan.status.to_wire() and "addresses" not in plan.status.to_wire()
 
 
 # --- ADR 0011: progress-only status changes are coalesced ------------------------------------------
