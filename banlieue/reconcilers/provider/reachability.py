@@ -8,7 +8,7 @@ and ``add_reconnect_listener``: the change watch polls every vCenter and retries
 every reconciler call counts), so each transition enqueues the vSphere Providers on that
 endpoint; their reconcile probes the vCenter (``check_connection``) and writes what it finds.
 A vCenter that hangs rather than refuses is noticed by the backend's reachability probe
-(``backends/vsphere/health``: ``CurrentTime`` every 2 s with a 5 s timeout, on its own
+(``backends/vsphere/health``: ``CurrentTime`` every 5 s with a 5 s timeout, on its own
 connection): the backend then reports since when it is silent (``SilenceReporter``) and the
 Provider's reconcile writes ``ProviderReachable=False`` with that time instead of sending requests
 that would wait for the request timeout (120 s).
