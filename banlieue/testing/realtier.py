@@ -105,6 +105,31 @@ class RealServer:
         self.loaded.update(crds)
         self.loaded.add(str((REPO_ROOT / "config/crd").resolve()))
 
+    def clear_custom_resources(self, envtest: Envtest) -> None:
+        """Delete every custom resource on the server (every CRD's storage version, all
+        namespaces), finalizers dropped: each test starts without any, as on a fresh double.
+        Cluster-scoped ones (VMClass, VMImage) and controllers that read across namespaces (a
+        VMImage matches every Provider) would otherwise see the previous tests' objects; the
+        namespaces themselves stay (built-in objects in them are the test's own)."""
+        status, crds = envtest.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+        if status != 200:
+            return
+        for crd in crds.get("items", []):
+            spec = crd["spec"]
+            version = next((v["name"] for v in spec["versions"] if v.get("storage")), spec["versions"][0]["name"])
+            path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
+            status, listing = envtest.request("GET", path)
+            if status != 200:
+                continue
+            for item in listing.get("items", []):
+                meta = item["metadata"]
+                obj = (f"/apis/{spec['group']}/{version}/namespaces/{meta['namespace']}/{spec['names']['plural']}/{meta['name']}"
+                       if meta.get("namespace") else f"{path}/{meta['name']}")
+                if meta.get("finalizers"):
+                    envtest.request("PATCH", obj, {"metadata": {"finalizers": None}},
+                                    content_type="application/merge-patch+json")
+                envtest.request("DELETE", obj)
+
     # What only the double has: the test is skipped, naming it.
     @property
     def faults(self) -> NoReturn:

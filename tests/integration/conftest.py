@@ -7,7 +7,8 @@ directory, so one fixture serves both suites with their own client.
 ``apiserver``: the in-process API-server double (as ``banlieue.testing.apiserver.fixture``'s,
 the default), or with ``BANLIEUE_TEST_APISERVER=real`` envtest's kube-apiserver, shared by the
 session, banlieue's API installed once, behind ``kubectl proxy`` (``banlieue.testing.realtier``);
-tests keep to their own namespace. What only the double has skips the test, naming it."""
+tests keep to their own namespace, and every custom resource is deleted before and after each
+test (``RealServer.clear_custom_resources``). What only the double has skips the test, naming it."""
 
 from __future__ import annotations
 
@@ -41,7 +42,12 @@ async def apiserver(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIter
     stopped after the test; or the session's real one."""
     if apiservers.selected() == "real":
         server, url, kubeconfig = request.getfixturevalue("real_integration")
-        yield RealApiServerHandle(server, url, kubeconfig, request.getfixturevalue("envtest"))
+        envtest = request.getfixturevalue("envtest")
+        server.clear_custom_resources(envtest)
+        try:
+            yield RealApiServerHandle(server, url, kubeconfig, envtest)
+        finally:
+            server.clear_custom_resources(envtest)
         return
     double = ApiServer(bookmark_interval=TEST_BOOKMARK_INTERVAL)
     url = await double.start("127.0.0.1", 0)
