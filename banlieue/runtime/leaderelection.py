@@ -116,7 +116,10 @@ class LeaderElector:
             "leaseDurationSeconds": max(1, round(self.lease_duration)),
             "acquireTime": previous.get("acquireTime") if ours and previous.get("acquireTime") else _micro_time(now),
             "renewTime": _micro_time(now),
-            "leaderTransitions": int(previous.get("leaderTransitions") or 0) + (0 if ours else 1),
+            # The Lease field is leaseTransitions (coordination.k8s.io/v1 LeaseSpec); client-go's
+            # LeaderElectionRecord calls it LeaderTransitions, but a Lease has no such field:
+            # kube-apiserver drops it, so the count was never kept on a real cluster.
+            "leaseTransitions": int(previous.get("leaseTransitions") or 0) + (0 if ours else 1),
         }
 
     async def _put(self, lease: dict[str, Any]) -> dict[str, Any]:

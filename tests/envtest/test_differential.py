@@ -213,3 +213,63 @@ def test_the_double_answers_like_kube_apiserver(both: dict[str, ApiServerUnderTe
         "create vm with a name server that is a name": (422, [f"{iface}.nameservers[1]"]),
         "create vm with an octet with a leading zero": (422, [f"{iface}.nameservers[0]"]),
     }
+
+
+KUBECTL_NS = "kdiff"
+READY = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned", "message": "",
+                                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+
+
+def _table(text: str) -> list[dict[str, str]]:
+    """``kubectl get`` output as one ``{column: cell}`` per row (cells cut at the header's column
+    offsets: empty cells stay empty), the AGE column (time-dependent) left out."""
+    import re
+
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    starts = [m.start() for m in re.finditer(r"\S+", lines[0])]
+    names = lines[0].split()
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    return [{name: line[a:b].strip() for name, (a, b) in zip(names, bounds, strict=True) if name != "AGE"}
+            for line in lines[1:]] + [{"columns": " ".join(n for n in names if n != "AGE")}]
+
+
+def _kubectl_session(api: ApiServerUnderTest, kubectl: str) -> dict[str, Any]:
+    """The same kubectl commands on ``api``: what each printed (stdout, exit status)."""
+    out: dict[str, Any] = {}
+
+    def run(name: str, *args: str, stdin: str | None = None, table: bool = False) -> None:
+        proc = api.kubectl(kubectl, *args, stdin=stdin, timeout=60)
+        out[name] = {"exit": proc.returncode, "stdout": _table(proc.stdout) if table else proc.stdout.strip()}
+
+    run("create namespace", "create", "namespace", KUBECTL_NS)
+    vm = {**_vm("k"), "metadata": {"name": "k", "namespace": KUBECTL_NS}}
+    run("apply vm", "apply", "--server-side", "-f", "-", stdin=json.dumps(vm))
+    run("get before status", "get", "virtualmachines", "-n", KUBECTL_NS, table=True)
+    run("wait for Ready, not yet", "wait", "--for=condition=Ready", "virtualmachine/k", "-n", KUBECTL_NS, "--timeout=1s")
+    run("patch status", "patch", "virtualmachine", "k", "-n", KUBECTL_NS, "--subresource=status", "--type=merge",
+        "-p", json.dumps(READY))
+    run("get after status", "get", "virtualmachines", "-n", KUBECTL_NS, table=True)
+    run("get wide", "get", "vm", "-n", KUBECTL_NS, "-o", "wide", table=True)
+    run("wait for Ready", "wait", "--for=condition=Ready", "virtualmachine/k", "-n", KUBECTL_NS, "--timeout=10s")
+    run("explain a field", "explain", "virtualmachines.spec.classRef")
+    run("explain the kind", "explain", "virtualmachines")
+    return out
+
+
+KUBECTL_KNOWN: dict[str, str] = {}
+"""kubectl step -> why the double's output differs there (docs/decisions/0006-test-doubles.md)."""
+
+
+def test_kubectl_get_explain_wait_print_the_same_on_both(both: dict[str, ApiServerUnderTest], tmp_path: Path) -> None:
+    """``kubectl get`` (the CRDs' printer columns), ``kubectl explain`` (the published OpenAPI v3
+    schema) and ``kubectl wait --for=condition`` print the same on the double as on kube-apiserver."""
+    kubectl = find_kubectl()
+    double, real = _kubectl_session(both["double"], kubectl), _kubectl_session(both["real"], kubectl)
+    differences = {name: {"double": double[name], "real": real[name]} for name in real
+                   if double[name] != real[name] and name not in KUBECTL_KNOWN}
+    (tmp_path / "kubectl-differences.json").write_text(json.dumps(differences, indent=1))
+    assert real["wait for Ready"]["exit"] == 0 and real["wait for Ready, not yet"]["exit"] != 0, real
+    assert real["get after status"]["stdout"][0]["READY"] == "True", real["get after status"]
+    assert differences == {}, json.dumps(differences, indent=1)

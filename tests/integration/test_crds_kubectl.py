@@ -49,7 +49,8 @@ async def install(apiserver: Any) -> None:
     args = [a for f in files for a in ("-f", f)]
     code, out, err = await kubectl(apiserver, "apply", "--validate=false", *args)
     assert code == 0, err
-    assert out.count("created") == len(resource_kinds())
+    # "created" on a fresh double; on the real tier's shared server they are already installed.
+    assert sum(out.count(word) for word in ("created", "configured", "unchanged")) == len(resource_kinds()), out
 
 
 def _sample_docs() -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from pyVim.connect import Disconnect, SmartConnect
@@ -155,3 +155,38 @@ async def test_vcenter_back_after_a_restart_is_reported_and_its_inventory_re_rea
             second.stop()
     finally:
         first.stop()
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A 127.0.0.1 port that completes TCP handshakes (kernel backlog) and never answers a byte:
+    a vCenter (or the load balancer in front of it) that hangs."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize("scheme", ["https", "http"])
+async def test_login_to_a_vcenter_that_never_answers_gives_up_after_the_request_timeout(
+    silent_port: int, scheme: str
+) -> None:
+    """The login's first round trip (API version discovery, ``GET /sdk/vimServiceVersions.xml``;
+    for https its TLS handshake first) is bounded by the request timeout like every other one.
+    pyVmomi's ``SmartConnect`` sends it without any timeout: a vCenter that accepted the
+    connection and never answered held the Provider's login (and a worker of the vCenter's pool)
+    forever, so the Provider never even reported ConnectFailed."""
+    backend = VSphereBackend(max_workers=2, request_timeout=1.0, probe_interval=0)
+    conn = Connection(provider="ns/hung", endpoint=f"{scheme}://127.0.0.1:{silent_port}", username="u", password="p")
+    try:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(Transient) as err:
+            await asyncio.wait_for(backend.check_connection(conn), timeout=15)
+        took = asyncio.get_running_loop().time() - started
+        assert took < 5, f"gave up after {took:.1f} s, request timeout 1 s"
+        assert err.value.reason == "Timeout", err.value
+    finally:
+        await backend.close()

@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import http.client
 import socket
 import ssl
 import threading
@@ -58,9 +59,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
+from xml.etree import ElementTree
 
 import structlog
 from pyVim import connect as _connect
+from pyVmomi import VmomiSupport as _VmomiSupport
 from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
 
@@ -79,8 +82,9 @@ from banlieue.backends.vsphere.health import PROBE_INTERVAL, ReachabilityProbe, 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
 vim: Any = _vim
 vmodl: Any = _vmodl
-SmartConnect: Any = _connect.SmartConnect
+Connect: Any = _connect.Connect
 Disconnect: Any = _connect.Disconnect
+VmomiSupport: Any = _VmomiSupport
 
 T = TypeVar("T")
 log = structlog.get_logger("banlieue.backends.vsphere")
@@ -103,6 +107,47 @@ def verify_certificate(host: str, port: int, context: ssl.SSLContext, timeout: f
         return f"TLS certificate verification failed: {getattr(exc, 'verify_message', None) or exc}"
     except (OSError, ssl.SSLError):
         return None
+
+
+SDK_PATH = "/sdk"
+MAX_VERSIONS_DOCUMENT = 1 << 20
+"""Bytes of ``vimServiceVersions.xml`` read at most (vCenter's is about 2 KiB)."""
+
+
+def negotiate_version(protocol: str, host: str, port: int, context: ssl.SSLContext | None, timeout: float) -> str:
+    """The most preferred ``vim25`` API version pyVmomi speaks that the server lists in
+    ``/sdk/vimServiceVersions.xml`` (a ``namespaces`` document, version 1.0: each ``namespace``
+    has a ``version`` and ``priorVersions/version`` ids), e.g. ``vim.version.v8_0_3_0``.
+
+    What pyVmomi's ``SmartConnect`` does first, but with ``timeout`` seconds on the connection
+    (connect, TLS handshake, every read): SmartConnect sends this GET with no timeout at all,
+    so a vCenter that accepts the connection and never answers held the login forever.
+    Raises what the connection raises (``TimeoutError``, ``ssl.SSLError``, ``OSError``,
+    ``http.client.HTTPException``) and ``BackendError`` (reason ``NotVimServer``) when the
+    document is missing or lists no version pyVmomi speaks."""
+    conn: http.client.HTTPConnection
+    if protocol == "https":
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", f"{SDK_PATH}/vimServiceVersions.xml")
+        response = conn.getresponse()
+        body = response.read(MAX_VERSIONS_DOCUMENT)
+    finally:
+        conn.close()
+    offered: set[str] = set()
+    if response.status == 200:
+        with contextlib.suppress(ElementTree.ParseError):
+            root = ElementTree.fromstring(body)
+            if root.tag == "namespaces" and root.get("version") == "1.0":
+                for ns in root.findall("namespace"):
+                    offered.update(v.text or "" for v in [*ns.findall("version"), *ns.findall("priorVersions/version")])
+    for version in VmomiSupport.GetServiceVersions("vim25"):
+        if VmomiSupport.versionIdMap.get(version) in offered:
+            return str(version)
+    raise BackendError(f"{host}:{port} is not a vCenter: {SDK_PATH}/vimServiceVersions.xml answered "
+                       f"{response.status} and lists no API version pyVmomi speaks", reason="NotVimServer")
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, str, int]:
@@ -285,16 +330,21 @@ class Session:
         return changed
 
     def login(self) -> None:
-        """Connect and log in (SmartConnect negotiates the API version). Raises BackendError."""
+        """Connect and log in: negotiate the API version (:func:`negotiate_version`), then
+        pyVim's ``Connect`` (RetrieveServiceContent, Login), every round trip bounded by the
+        request timeout. Raises BackendError."""
         start = time.monotonic()
         try:
-            si = SmartConnect(
-                protocol=self.protocol,
+            context = ssl_context(self.conn) if self.protocol == "https" else None
+            version = negotiate_version(self.protocol, self.host, self.port, context, self.request_timeout)
+            si = Connect(
                 host=self.host,
-                port=self.port,
+                port=self.port if self.protocol == "https" else -self.port,  # pyVmomi: negative = plain http
                 user=self.conn.username,
                 pwd=self.conn.password,
-                sslContext=ssl_context(self.conn) if self.protocol == "https" else None,
+                version=version,
+                path=SDK_PATH,
+                sslContext=context,
                 httpConnectionTimeout=self.request_timeout,
                 connectionPoolTimeout=-1,
             )

@@ -64,7 +64,7 @@ async def test_one_leader_and_takeover_after_crash(client: Client, other_client:
         assert DURATIONS["lease_duration"] - DURATIONS["retry_period"] * 2 <= took <= bound
         lease = await client.get(LEASE, "le-test", namespace)
         assert lease["spec"]["holderIdentity"] == backup.identity
-        assert lease["spec"]["leaderTransitions"] >= 1
+        assert lease["spec"]["leaseTransitions"] >= 1  # the Lease's field (a real server drops others)
     finally:
         for task in tasks.values():
             await _stop(task)
