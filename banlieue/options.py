@@ -114,6 +114,8 @@ class DevOptions:
         options: options for the embedded manager (``kubeconfig`` is ``None``: dev writes its own).
         vcsim_args: flags passed to every simulator after dev's own (``--vcsim-arg``, repeatable;
             a later flag wins in Go's flag package, so these can override dev's defaults).
+        capi: ``--capi``: also the real Cluster API managers of ``make capi`` (banlieue.testing.capi)
+            and a clusterctl local repository of the release; implies ``apiserver == "real"``.
     """
 
     exit_when_ready: bool
@@ -123,6 +125,7 @@ class DevOptions:
     options: Options
     vcsim_args: tuple[str, ...] = ()
     apiserver: str = "double"
+    capi: bool = False
 
 
 # --- value parsers: str -> value, raising ValueError("must be ...") -------------------------
