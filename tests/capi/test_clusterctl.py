@@ -15,6 +15,7 @@ generated documents go through ``check_loopback`` before ``kubectl apply``.
 from __future__ import annotations
 
 import base64
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ PROVISION_TIMEOUT = 120.0  # seconds for CAPI + banlieue to provision a batch of
 FLAVOR_REQUIRED = {
     "": {"CONTROL_PLANE_ENDPOINT_IP", "KUBERNETES_VERSION"},
     "bootstrap-secret": {"BOOTSTRAP_DATA_SECRET_NAME", "CONTROL_PLANE_ENDPOINT_IP", "KUBERNETES_VERSION"},
+    "topology": {"CONTROL_PLANE_ENDPOINT_IP", "KUBERNETES_VERSION"},
 }
 # Machines small enough for a vcsim host (and a template-sized disk): the flavours' defaults are
 # for real clusters.
@@ -58,7 +60,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> clusterctl.Repository:
 def test_release_is_laid_out_as_a_clusterctl_local_repository(repo: clusterctl.Repository) -> None:
     assert repo.version == "v0.1.0"
     files = sorted(p.name for p in repo.release_dir.iterdir())
-    assert files == ["cluster-template-bootstrap-secret.yaml", "cluster-template.yaml", "infrastructure-components.yaml", "metadata.yaml"]
+    assert files == ["cluster-template-bootstrap-secret.yaml", "cluster-template-topology.yaml", "cluster-template.yaml",
+                     "clusterclass-banlieue.yaml", "infrastructure-components.yaml", "metadata.yaml"]
     assert repo.flavors() == sorted(FLAVOR_REQUIRED)
     [config] = clusterctl.documents(repo.config.read_text())
     [provider] = config["providers"]
@@ -93,8 +96,10 @@ def test_generate_cluster_lists_each_flavors_variables(repo: clusterctl.Reposito
     args = clusterctl.generate_cluster_args(NAME, flavor=flavor, namespace="ns", version=repo.version)
     required, optional = clusterctl.parse_variables(clusterctl.run(repo, *args, "--list-variables"))
     assert required == FLAVOR_REQUIRED[flavor]
-    assert optional["CONTROL_PLANE_ENDPOINT_PORT"] == "6443" and optional["BANLIEUE_TEMPLATE"] == "ubuntu-22.04"
-    assert {"BANLIEUE_WORKER_MEMORY_MIB", "BANLIEUE_STORAGE_CLASS", "BANLIEUE_NETWORK_CLASS"} <= optional.keys()
+    assert optional["CONTROL_PLANE_ENDPOINT_PORT"] == "6443"
+    if flavor != "topology":  # the ClusterClass's variables are not listed (clusterctl lists the Cluster template's)
+        assert optional["BANLIEUE_TEMPLATE"] == "ubuntu-22.04"
+        assert {"BANLIEUE_WORKER_MEMORY_MIB", "BANLIEUE_STORAGE_CLASS", "BANLIEUE_NETWORK_CLASS"} <= optional.keys()
 
 
 def test_generate_cluster_refuses_a_missing_required_variable(repo: clusterctl.Repository) -> None:
@@ -103,10 +108,14 @@ def test_generate_cluster_refuses_a_missing_required_variable(repo: clusterctl.R
         clusterctl.run(repo, *args)
 
 
-def test_a_generated_cluster_off_loopback_is_refused_before_it_reaches_capi(repo: clusterctl.Repository) -> None:
-    args = clusterctl.generate_cluster_args(NAME, namespace="ns", kubernetes_version=KUBERNETES_VERSION, version=repo.version)
-    docs = clusterctl.documents(clusterctl.run(repo, *args, variables={"CONTROL_PLANE_ENDPOINT_IP": "10.0.0.100"}))
-    with pytest.raises(NetworkRuleViolation, match=r"VSphereCluster/cc: spec.controlPlaneEndpoint.host '10.0.0.100' is not on loopback"):
+@pytest.mark.parametrize("flavor", sorted(FLAVOR_REQUIRED))
+def test_a_generated_cluster_off_loopback_is_refused_before_it_reaches_capi(repo: clusterctl.Repository, flavor: str) -> None:
+    args = clusterctl.generate_cluster_args(NAME, flavor=flavor, namespace="ns", kubernetes_version=KUBERNETES_VERSION, version=repo.version)
+    docs = clusterctl.documents(clusterctl.run(repo, *args, variables={"CONTROL_PLANE_ENDPOINT_IP": "10.0.0.100",
+                                                                       "BOOTSTRAP_DATA_SECRET_NAME": "s"}))
+    where = "Cluster/cc: spec.topology.variables[controlPlaneEndpointHost]" if flavor == "topology" else \
+        "VSphereCluster/cc: spec.controlPlaneEndpoint.host"
+    with pytest.raises(NetworkRuleViolation, match=re.escape(f"{where} '10.0.0.100' is not on loopback")):
         check_loopback(docs)
 
 
@@ -259,3 +268,37 @@ async def test_default_flavor_from_clusterctl_gets_its_first_control_plane_machi
     assert tree[("Machine", machine["metadata"]["name"])]["InfrastructureReady"].reason == "Provisioned", text
     [worker] = [m for m in await r.list(CAPI_MACHINE, {LABEL_CLUSTER_NAME: NAME}) if LABEL_CONTROL_PLANE not in m["metadata"]["labels"]]
     assert tree[("Machine", worker["metadata"]["name"])]["BootstrapConfigReady"].status == "False", text
+
+
+@pytest.mark.vcsim
+@pytest.mark.timeout(420)
+async def test_topology_flavor_from_clusterctl_brings_the_cluster_class_and_provisions(real_capi: RealCapi,
+                                                                                     repo: clusterctl.Repository) -> None:
+    """The ``topology`` flavour: clusterctl adds the repository's ClusterClass ``banlieue`` (and its
+    templates) to what it prints; CAPI's topology controller patches the Cluster's endpoint
+    variable into the VSphereCluster it creates (so the Cluster gets 127.17.0.23:6443), reconciles
+    the topology without an admission rejection, and banlieue provisions the first control-plane
+    Machine."""
+    r, env = real_capi, real_capi.env
+    await env.wait_providers_ready()
+    docs = await apply_generated(r, repo, "topology", "127.17.0.23", control_plane=1, workers=1, extra={})
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["Cluster", "ClusterClass", "KubeadmConfigTemplate", "KubeadmControlPlaneTemplate", "VSphereClusterTemplate",
+                     "VSphereMachineTemplate", "VSphereMachineTemplate"], kinds
+    c = await wait_cluster(r)
+    assert c["spec"]["controlPlaneEndpoint"] == {"host": "127.17.0.23", "port": 6443}
+    vsc = c["spec"]["infrastructureRef"]["name"]
+
+    async def reconciled() -> dict[str, Any] | None:
+        cond = condition(await r.get(CAPI_CLUSTER, NAME), "TopologyReconciled") or {}
+        return cond if cond.get("status") == "True" else None
+    try:
+        await eventually(reconciled, timeout=60, what="Cluster TopologyReconciled True", interval=1.0)
+    except AssertionError:
+        raise AssertionError(f"{condition(await r.get(CAPI_CLUSTER, NAME), 'TopologyReconciled')}\n{r.logs()}") from None
+    [machine] = await wait_provisioned(r, 1, control_plane=True)
+    vsm = await r.get(VSPHERE_MACHINE, machine["spec"]["infrastructureRef"]["name"])
+    assert vsm["spec"]["memoryMiB"] == 512 and vsm["status"]["failureDomain"] == machine["spec"]["failureDomain"]
+    tree = clusterctl.parse_describe(describe(r, repo))
+    assert tree[("VSphereCluster", vsc)]["Ready"] == clusterctl.Condition("True", "Ready", "6 failure domains from 2 Providers"), tree
+    assert tree[("Cluster", NAME)]["TopologyReconciled"].status == "True"
