@@ -9,7 +9,7 @@ ARGS ?=
 GO := GOTOOLCHAIN=local GO111MODULE=on GOFLAGS='-mod=readonly -buildvcs=false' go
 VCSIM_MOD := hack/vcsim/go.mod hack/vcsim/go.sum
 
-.PHONY: dev test lint check-generated check-base-image unit vcsim govc envtest capi capv deps venv clean generate release image e2e-kind lock
+.PHONY: dev test lint check-generated check-base-image unit vcsim govc envtest capi capv deps venv clean generate release clusterctl-repo image e2e-kind lock
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -121,6 +121,11 @@ dev: deps venv bin/vcsim
 # clusterctl provider components (out/infrastructure-components.yaml).
 release:
 	bash hack/release.sh
+
+# The same release as a clusterctl local repository: out/repo/infrastructure-banlieue/<tag>/ and
+# out/repo/clusterctl.yaml (clusterctl generate provider|cluster --config out/repo/clusterctl.yaml).
+clusterctl-repo:
+	REPO_DIR=$(or $(REPO_DIR),out/repo) bash hack/release.sh
 
 # requirements.lock: the image's hash-locked dependencies, resolved from pyproject.toml by a pinned uv.
 UV_VERSION := 0.13.9

@@ -128,6 +128,8 @@ class DevOptions:
             a later flag wins in Go's flag package, so these can override dev's defaults).
         keep_state: start from the API objects the previous run saved in the state directory
             (``apiserver-state.json``; the API-server double only) instead of an empty API.
+        capi: ``--capi``: also the real Cluster API managers of ``make capi`` (banlieue.testing.capi)
+            and a clusterctl local repository of the release; implies ``apiserver == "real"``.
     """
 
     exit_when_ready: bool
@@ -138,6 +140,7 @@ class DevOptions:
     vcsim_args: tuple[str, ...] = ()
     apiserver: str = "double"
     keep_state: bool = False
+    capi: bool = False
 
 
 # --- value parsers: str -> value, raising ValueError("must be ...") -------------------------

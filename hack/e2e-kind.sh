@@ -63,14 +63,10 @@ docker build -t "$image" .
 kind load docker-image "$image" --name "$cluster"
 
 step "clusterctl init: CAPI core + kubeadm + banlieue from a local provider repository"
-repo=$work/repo/infrastructure-banlieue/v0.1.0
-BANLIEUE_IMAGE=$image OUT_DIR=$repo hack/release.sh
-cat >"$work/clusterctl.yaml" <<EOF
-providers:
-  - name: banlieue
-    type: InfrastructureProvider
-    url: file://$repo/infrastructure-components.yaml
-EOF
+# The local repository and its clusterctl.yaml (the image written as docker.io/library/banlieue:e2e,
+# the canonical name clusterctl requires and kind loaded it under).
+BANLIEUE_IMAGE=$image REPO_DIR=$work/repo hack/release.sh
+cp "$work/repo/clusterctl.yaml" "$work/clusterctl.yaml"
 clusterctl init --config "$work/clusterctl.yaml" --infrastructure banlieue --wait-providers
 
 step "samples from $samples, pointed at $VSPHERE_SERVER"

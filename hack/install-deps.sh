@@ -33,6 +33,8 @@ command -v make >/dev/null 2>&1 || need+=(make)
 # to unit-test the alert rules.
 command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# strace: tests/capi/test_clusterctl.py checks that clusterctl opens no network connection.
+command -v strace >/dev/null 2>&1 || need+=(strace)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -26,6 +26,15 @@ Stages, one progress line each (``[1/7] starting API server double ... ok (0.4 s
    the phases as they change;
 7. ``kubectl get bvm,vsm,bprov``.
 
+With ``--capi`` (implies ``--apiserver real``; ``make capi`` first) stage 3 installs banlieue as an
+operator does (``config/default`` without the Deployment and Service: CRDs with CAPI's contract
+labels, RBAC, admission policies; banlieue.testing.capi.install_banlieue), and a stage after it
+starts real Cluster API v1.14.2 (``python -m banlieue.testing.capi up``: core, kubeadm bootstrap
+and control-plane managers as processes, webhooks on 127.0.0.1, each with its own RBAC; log
+``capi.log``, the managers' logs in ``capi/``) and writes the release as a clusterctl local
+repository in ``clusterctl/`` (``hack/release.sh`` with ``REPO_DIR``; banlieue.testing.clusterctl).
+The usage text then shows a ``clusterctl generate cluster … | kubectl apply -f -`` line for it.
+
 Then it prints how to use kubectl against it and runs until Ctrl-C/SIGTERM (``--exit-when-ready``:
 exits 0 at once), supervising its children (docs/dev.md): a manager that dies is started again
 with the same flags (its log kept as ``manager.log.1``, up to ``LOGS_KEPT``); a simulator that
@@ -241,8 +250,9 @@ def _write_pid(child: Child) -> None:
 class Progress:
     """Prints ``[i/7] title ... ok (x s)`` lines; detail lines in between repeat the title."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[str], total: int = STAGES) -> None:
         self.out = out
+        self.total = total
         self.index = 0
         self._detail = False
 
@@ -260,7 +270,7 @@ class Progress:
         A StartupError inside gets the stage's name prepended."""
         self.index += 1
         self._detail = False
-        prefix = f"[{self.index}/{STAGES}] {title} ..."
+        prefix = f"[{self.index}/{self.total}] {title} ..."
         self.out.write(prefix + " ")
         self.out.flush()
         started = time.monotonic()
@@ -269,7 +279,7 @@ class Progress:
             yield notes
         except StartupError as err:
             self._finish(prefix, f"failed ({time.monotonic() - started:.1f} s)")
-            raise StartupError(f"stage {self.index}/{STAGES} ({title}) failed: {err}") from None
+            raise StartupError(f"stage {self.index}/{self.total} ({title}) failed: {err}") from None
         except BaseException:
             self._finish(prefix, f"interrupted ({time.monotonic() - started:.1f} s)")
             raise
@@ -414,6 +424,8 @@ class DevEnv:
     probes_url: str = ""
     vm_names: list[str] = field(default_factory=list)
     restored: bool = False
+    clusterctl_repo: Path | None = None  # --capi: the clusterctl local repository (its clusterctl.yaml inside)
+    clusterctl_version: str = ""
 
     @property
     def state(self) -> Path:
@@ -605,6 +617,16 @@ class DevEnv:
         self._say(f"{child.name} is serving again on {new['url']} ({time.monotonic() - started:.1f} s){note}")
 
     def install_crds(self) -> int:
+        if self.args.capi:
+            # As the CAPI tier does: CAPI follows references only to CRDs with its contract label,
+            # which config/default's kustomization adds (config/crd alone lacks it).
+            from banlieue.testing.capi import install_banlieue
+
+            try:
+                install_banlieue(self.kubeconfig)
+            except RuntimeError as err:
+                raise StartupError(str(err)) from None
+            return len(list(config_dir("crd").glob("*.yaml")))
         if not self.real:
             self.kubeconfig = write_kubeconfig(self.state / "kubeconfig", self.api_url)
         files = sorted(p for p in config_dir("crd").glob("*.yaml") if p.name.lower() != "kustomization.yaml")
@@ -619,6 +641,33 @@ class DevEnv:
         else:
             self.run_kubectl("apply", "--validate=false", *(a for p in crds for a in ("-f", str(p))))
         return len(crds)
+
+    def start_capi(self) -> None:
+        """``--capi``: the three CAPI managers (``python -m banlieue.testing.capi up``, which prints
+        one line once all answer ``/readyz``), then the clusterctl local repository."""
+        from banlieue.testing.capi import READY_TIMEOUT as CAPI_READY_TIMEOUT
+        from banlieue.testing.clusterctl import ClusterctlError, write_repository
+
+        workdir = self.state / "capi"
+        shutil.rmtree(workdir, ignore_errors=True)
+        argv = [sys.executable, "-m", "banlieue.testing.capi", "up", "--kubeconfig", str(self.kubeconfig), "--dir", str(workdir)]
+        child = self.children.start("Cluster API managers", argv, self.state / "capi.log", stdout_pipe=True)
+        assert child.process.stdout is not None
+        timeout = CAPI_READY_TIMEOUT + STARTUP_TIMEOUT  # rendering (go list, kubectl kustomize) and applying come first
+        with selectors.DefaultSelector() as sel:
+            sel.register(child.process.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout=timeout):
+                raise StartupError(f"not ready within {timeout:g} s (log {child.log})")
+        line = child.process.stdout.readline().decode(errors="replace").strip()
+        if not line.startswith("capi: core, kubeadm bootstrap and control plane managers ready"):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.process.wait(timeout=STOP_TIMEOUT)
+            raise StartupError(f"{child.tail(1) or line!r} (log {child.log})")
+        try:
+            repo = write_repository(self.state / "clusterctl")
+        except (ClusterctlError, subprocess.TimeoutExpired) as err:
+            raise StartupError(f"clusterctl repository: {err}") from None
+        self.clusterctl_repo, self.clusterctl_version = repo.root, repo.version
 
     def start_manager(self) -> None:
         options = self.args.options
@@ -794,7 +843,12 @@ def main(args: DevOptions, out: IO[str] | None = None) -> int:
 
 
 def _run(args: DevOptions, out: IO[str], started: float) -> int:
-    env = DevEnv(args, Progress(out))
+    if args.capi:
+        from banlieue.testing.capi import binaries_missing
+
+        if missing := binaries_missing():  # before anything starts: one line, nothing to stop
+            raise StartupError(missing)
+    env = DevEnv(args, Progress(out, STAGES + (1 if args.capi else 0)))
     # Children's temporary files (the simulators' datastore directories; a killed simulator
     # cannot remove its own) go to <state>/tmp, removed when dev stops: nothing is left in /tmp.
     tmp = env.state / "tmp"
@@ -816,11 +870,17 @@ def _run(args: DevOptions, out: IO[str], started: float) -> int:
             env.start_vcsims(providers)
             notes.extend(f"{name} {vc['url']}" for name, vc in env.vcsims.items())
             notes.append("guest IPs simulated")
-        with env.progress.stage("installing CRDs (config/crd)") as notes:
+        title = "installing banlieue (config/default: CRDs, RBAC, admission policies)" if args.capi else "installing CRDs (config/crd)"
+        with env.progress.stage(title) as notes:
             notes.append(f"{env.install_crds()} CRDs")
             if env.restored:
                 notes.append(f"kept API state from {env.state_file}; the simulators start empty: "
                              f"{env.reclone_kept_vms()} VMs will be cloned again")
+        if args.capi:
+            with env.progress.stage("starting Cluster API (core, kubeadm bootstrap and control plane managers)") as notes:
+                env.start_capi()
+                notes.append(f"logs in {env.state / 'capi'}")
+                notes.append(f"clusterctl repository {env.clusterctl_repo}")
         with env.progress.stage("starting banlieue manager") as notes:
             env.start_manager()
             notes.append(f"log {env.state / 'manager.log'}")
@@ -864,12 +924,39 @@ def _run(args: DevOptions, out: IO[str], started: float) -> int:
 def _print_usage(env: DevEnv, out: IO[str], elapsed: float) -> None:
     given = env.args.state_dir
     shown = given if given.is_absolute() else Path("$PWD") / given
-    state = env.state
+    state = env.state  # the kubeconfig is in it: <state>/kubeconfig, or envtest/kubeconfig with --apiserver real
     out.write(
         f"\nbanlieue dev is ready ({elapsed:.1f} s). In another terminal:\n"
-        f"  export KUBECONFIG={shown / 'kubeconfig'}\n"
+        f"  export KUBECONFIG={shown / env.kubeconfig.absolute().relative_to(state)}\n"
         f"  kubectl get bvm,vsm,bprov,bvmc,bvmi,vsc\n"
         f"Manager log: {state / 'manager.log'}   metrics: {env.metrics_url}   probes: {env.probes_url}/readyz\n"
-        "Ctrl-C stops everything.\n"
     )
+    if env.clusterctl_repo is not None:
+        out.write("Cluster API (logs in {}): a Cluster from the clusterctl repository {}:\n{}".format(
+            state / "capi", env.clusterctl_repo, "".join(f"  {line}\n" for line in capi_usage(env))))
+    out.write("Ctrl-C stops everything.\n")
     out.flush()
+
+
+CAPI_EXAMPLE_ENDPOINT = "127.17.0.1"
+"""The example's control-plane endpoint: CAPI's cluster cache dials it, so it is on loopback
+(nobody serves it: the Machines are provisioned, their nodes never join)."""
+
+
+def capi_usage(env: DevEnv) -> list[str]:
+    """The shell lines that create a Cluster ``capi-demo`` (``demo`` is the samples' VSphereCluster) of the ``bootstrap-secret`` flavour from the dev
+    environment's clusterctl repository (with ``KUBECONFIG`` exported), then describe it. Machine
+    sizes fit the simulated hosts (4 GiB each)."""
+    assert env.clusterctl_repo is not None
+    from banlieue.testing.capi import binary
+
+    clusterctl, config = binary("clusterctl"), env.clusterctl_repo / "clusterctl.yaml"
+    return [
+        "kubectl create secret generic capi-demo-bootstrap --type cluster.x-k8s.io/secret "
+        "--from-literal=format=cloud-config --from-literal=value='#cloud-config'",
+        f"CONTROL_PLANE_ENDPOINT_IP={CAPI_EXAMPLE_ENDPOINT} BOOTSTRAP_DATA_SECRET_NAME=capi-demo-bootstrap "
+        "BANLIEUE_WORKER_CPUS=1 BANLIEUE_WORKER_MEMORY_MIB=1024 BANLIEUE_WORKER_DISK_GIB=10 "
+        f"{clusterctl} generate cluster capi-demo --config {config} --infrastructure banlieue:{env.clusterctl_version} "
+        "--flavor bootstrap-secret --kubernetes-version v1.34.4 --worker-machine-count 2 | kubectl apply -f -",
+        f"{clusterctl} describe cluster capi-demo --config {config} --show-conditions all",
+    ]

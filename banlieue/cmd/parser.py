@@ -7,7 +7,7 @@ Subcommands::
     banlieue manager            [role flags] [--vsphere-task-timeout S]   # both roles
     banlieue crdgen --out DIR
     banlieue crddoc [--out FILE]
-    banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--apiserver double|real] [--keep-state] [--vcsim-port N] [--vcsim-arg=-FLAG=V]... ...
+    banlieue dev [--exit-when-ready] [--state-dir DIR] [--api-port N] [--apiserver double|real] [--keep-state] [--capi] [--vcsim-port N] [--vcsim-arg=-FLAG=V]... ...
     banlieue dev vms [--state-dir DIR] [--vcenter NAME] [--output text|json]
     banlieue --version
 
@@ -109,6 +109,9 @@ DEV_FLAGS = [
     FlagSpec("--vcsim-port", parse_port, "0", "127.0.0.1 port of vcsim (0 = free)", metavar="PORT"),
     FlagSpec("--keep-state", parse_bool, "false",
              "start from the API objects the previous run saved in --state-dir (bare flag = true)", boolean=True),
+    FlagSpec("--capi", parse_bool, "false",
+             "also real Cluster API (core + kubeadm managers from 'make capi') and a clusterctl repository; "
+             "implies --apiserver real (bare flag = true)", boolean=True),
 ]
 
 
@@ -255,6 +258,8 @@ def parse_command(
         values = _resolve_all(DEV_FLAGS + DEV_MANAGER_FLAGS, args, env)
         dev_keys = {spec.dest for spec in DEV_FLAGS}
         manager = Options(**{k: v for k, v in values.items() if k not in dev_keys})
+        if values["capi"] and values["apiserver"] == "double" and (args.apiserver is not None or env.get("BANLIEUE_APISERVER")):
+            raise UsageError("--capi needs --apiserver real (CAPI's webhooks and CRD conversion need a real kube-apiserver)")
         return DevCommand(DevOptions(
             exit_when_ready=values["exit_when_ready"],
             state_dir=Path(values["state_dir"]),
@@ -262,8 +267,9 @@ def parse_command(
             vcsim_port=values["vcsim_port"],
             options=manager,
             vcsim_args=tuple(parse_vcsim_arg(a) for a in args.vcsim_args),
-            apiserver=values["apiserver"],
+            apiserver="real" if values["capi"] else values["apiserver"],
             keep_state=values["keep_state"],
+            capi=values["capi"],
         ))
     role: Role
     if args.command == "controller":

@@ -66,6 +66,11 @@ STOP_TIMEOUT = 15.0  # seconds after SIGTERM before SIGKILL
 TOKEN_DURATION = "48h"  # TokenRequest lifetime of each manager's kubeconfig (longer than any test run)
 
 
+TOPOLOGY_ENDPOINT_VARIABLE = "controlPlaneEndpointHost"
+"""The variable of banlieue's ClusterClass (templates/clusterclass-banlieue.yaml) that becomes the
+VSphereCluster's ``spec.controlPlaneEndpoint.host``."""
+
+
 class CapiUnavailable(RuntimeError):
     """A binary of ``make capi`` is missing, or the module cache lacks the pinned module."""
 
@@ -120,7 +125,8 @@ def _url_host(url: str) -> str:
 def loopback_violations(objs: Iterable[Mapping[str, Any]]) -> list[str]:
     """Every non-loopback endpoint in ``objs`` (Kubernetes objects as dicts), one line each:
     ``spec.controlPlaneEndpoint.host`` of any object (Cluster, VSphereCluster, …) and
-    ``spec.template.spec.controlPlaneEndpoint.host`` of a template (VSphereClusterTemplate), a Provider's
+    ``spec.template.spec.controlPlaneEndpoint.host`` of a template (VSphereClusterTemplate), a topology
+    Cluster's ``controlPlaneEndpointHost`` variable (``TOPOLOGY_ENDPOINT_VARIABLE``), a Provider's
     ``spec.connection.endpoint``, the ``clientConfig.url`` of admission webhooks and of CRD
     conversion webhooks (a ``clientConfig.service`` is a violation too: it would be dialled
     through a cluster Service address)."""
@@ -133,6 +139,12 @@ def loopback_violations(objs: Iterable[Mapping[str, Any]]) -> list[str]:
             cpe = where.get("controlPlaneEndpoint") or {}
             if cpe.get("host") and not is_loopback(str(cpe["host"])):
                 out.append(f"{kind}/{name}: {path}.controlPlaneEndpoint.host {cpe['host']!r} is not on loopback (127.0.0.0/8)")
+        for variable in (spec.get("topology") or {}).get("variables") or () if kind == "Cluster" else ():
+            # A topology Cluster gives its endpoint to the ClusterClass as a variable, which a patch
+            # writes into the VSphereCluster (templates/clusterclass-banlieue.yaml).
+            if variable.get("name") == TOPOLOGY_ENDPOINT_VARIABLE and not is_loopback(str(variable.get("value", ""))):
+                out.append(f"{kind}/{name}: spec.topology.variables[{TOPOLOGY_ENDPOINT_VARIABLE}] {variable.get('value')!r} "
+                           "is not on loopback (127.0.0.0/8)")
         endpoint = (spec.get("connection") or {}).get("endpoint") if kind == "Provider" else None
         if endpoint and not is_loopback(_url_host(str(endpoint)) or str(endpoint).split(":")[0]):
             out.append(f"{kind}/{name}: spec.connection.endpoint {endpoint!r} is not on loopback (127.0.0.0/8)")
