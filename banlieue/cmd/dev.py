@@ -517,15 +517,36 @@ class DevEnv:
                 "--tls=true", f"--tls-dir={workdir / 'tls'}", f"--guest-ip={GUEST_IP_RANGES[index % len(GUEST_IP_RANGES)]}",
                 *identity, *self.args.vcsim_args]
 
+    def kept_vcenter_identities(self) -> dict[str, str]:
+        """``{Provider name: status.vcenter.instanceUUID}`` of the Providers in the kept state
+        file (empty without ``--keep-state`` or a file). A kept Provider refuses a vCenter of
+        another instance UUID while machines use it (ADR 0013), so the new simulators take the
+        kept ones: the same vCenters, their VMs gone. An unreadable file gives {} (the double
+        itself then reports it)."""
+        if not self.restored:
+            return {}
+        try:
+            doc = json.loads(self.state_file.read_text(encoding="utf-8"))
+            out: dict[str, str] = {}
+            for entry in doc.get("objects") or []:
+                obj = entry.get("object") or {}
+                uuid = ((obj.get("status") or {}).get("vcenter") or {}).get("instanceUUID")
+                if obj.get("kind") == "Provider" and uuid:
+                    out[str(obj["metadata"]["name"])] = str(uuid)
+            return out
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):
+            return {}
+
     def start_vcsims(self, providers: list[str]) -> None:
         binary = find_vcsim()
+        kept = self.kept_vcenter_identities()
         pending: dict[str, tuple[Child, Path]] = {}
         for index, provider in enumerate(providers):
             workdir = self.state / f"vcsim-{provider}"
             shutil.rmtree(workdir, ignore_errors=True)
             workdir.mkdir(parents=True)
             port = self.args.vcsim_port + index if self.args.vcsim_port else 0
-            argv = self.vcsim_argv(binary, workdir, port, index)
+            argv = self.vcsim_argv(binary, workdir, port, index, kept.get(provider))
             child = self.children.start(f"vcsim {provider}", argv, workdir / "vcsim.log", cwd=workdir, restartable=True)
             pending[provider] = (child, workdir / "info.json")
         deadline = time.monotonic() + STARTUP_TIMEOUT
