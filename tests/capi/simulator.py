@@ -8,14 +8,17 @@ Cluster provisioning, MachineDeployments per failure domain and without one, sca
 deletion, pause, Cluster deletion, KCP's first control-plane Machine, ClusterClass. The simulator
 stays only where real CAPI cannot reach on these machines (``test_capi_acceptance.py``):
 
-* **More than one control-plane Machine.** Real KCP creates its first Machine, then waits for the
-  workload cluster's API server on ``controlPlaneEndpoint`` (a 127.x address nobody serves here:
-  no kubelet, no kubeadm) before it scales further; so "replicas: 6 land one per (datacenter,
-  cluster) pair", "five replicas use five domains" and "control-plane Machines only on
-  control-plane domains" (three of them) mint control-plane Machines with the simulator.
+* **More than one control-plane Machine.** Without a workload cluster, real KCP creates its first
+  Machine, then waits for the workload cluster's API server on ``controlPlaneEndpoint``; with the
+  workload-cluster stand-in (``banlieue.testing.workload``, ``test_real_capi_workload.py``) it
+  scales to three Machines across control-plane domains only with external etcd (stacked etcd
+  stops at one: its member health check port-forwards to a kubelet nobody serves,
+  docs/capi-workload.md). "replicas: 6 land one per (datacenter, cluster) pair", "five replicas
+  use five domains" and "control-plane Machines only on control-plane domains" still mint their
+  control-plane Machines with the simulator: not ported to the stand-in yet.
 * **Bootstrap data arriving late, on demand** (``provide_bootstrap``): real CABPK writes join data
-  only after the control plane is initialized, which never happens here (real CAPI shows the
-  waiting side: the ClusterClass worker stays ``WaitingForBootstrapData``).
+  only after the control plane is initialized, which happens only on the stand-in (there a worker
+  gets ``kubeadm join`` and a nodeRef); the simulator's timing-controlled variant stays.
 * **A VSphereCluster spec change while its Cluster is paused** (``pause``/``unpause`` around a
   control-plane selector change): reachable with real CAPI, not ported yet; kept here. (A Machine
   in a domain no Provider advertises moved to the real suite.)
