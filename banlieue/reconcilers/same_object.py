@@ -1,7 +1,8 @@
 """Writes by name that land only on the object the reconcile read (same ``metadata.uid``).
 
 A controller reads an object from its informer cache and writes its status (or one spec field)
-back by name with server-side apply. When the object was deleted and re-created with the same
+back by name with server-side apply (or an annotation with a merge patch, which honours the
+same precondition). When the object was deleted and re-created with the same
 name meanwhile (``kubectl delete`` then create, ``dev --keep-state``), a stale cached copy would
 make that write land on the new object: kube-apiserver (v1.34) and the API double both accept an
 apply whose body names another object's ``metadata.uid`` (tests/envtest/test_differential.py;

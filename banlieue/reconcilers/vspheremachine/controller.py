@@ -145,6 +145,9 @@ class VSphereMachineReconciler:
         # until its status shows it: counted for the next choice at once, before the Cloning
         # status (which records it) is written, so concurrent workers spread machines too.
         self._chosen_domain: dict[str, str] = {}
+        # The machine as returned by the clone-task annotation patch, by UID, until the
+        # reconcile that made it takes it as its copy (``_record_clone_task``).
+        self._annotated: dict[str, dict[str, Any]] = {}
 
     # --- gather -------------------------------------------------------------------------
     def _in_scope(self, raw: dict[str, Any]) -> bool:
@@ -269,8 +272,14 @@ class VSphereMachineReconciler:
         """Annotate the machine with its clone task's key (``ANNOTATION_CLONE_TASK``) the moment
         vCenter returned it, so that a process started after this one dies can resolve it."""
         meta = snap.machine.metadata
-        written = await self.ctx.client.patch(VSPHERE_MACHINE, meta.name or "", meta.namespace,
-                                              {"metadata": {"annotations": {ANNOTATION_CLONE_TASK: key}}})
+        # Only onto the machine read (a merge patch honours metadata.resourceVersion as the
+        # apply does); the object returned goes on as the reconcile's copy (``_annotated``), so
+        # the status written after the clone does not trip over this write's version.
+        read = {"metadata": meta.to_wire()}
+        written = await write_same_object(
+            self.ctx.client, VSPHERE_MACHINE, read, {"metadata": {"annotations": {ANNOTATION_CLONE_TASK: key}}},
+            lambda b: self.ctx.client.patch(VSPHERE_MACHINE, meta.name or "", meta.namespace, b))
+        self._annotated[meta.uid or ""] = written
         self.writes.wrote(written, status=False)
 
     async def _act(self, snap: Snapshot, action: Action, conn: Connection) -> Snapshot:
@@ -428,6 +437,7 @@ class VSphereMachineReconciler:
                     final = ready_reason(plan.status)
                     snap = replace(snap, machine=VSphereMachine.from_wire(raw))
                 snap = await self._act(snap, plan.action, conn)
+                raw = self._annotated.pop(str(machine.metadata.uid or ""), raw)
             else:
                 log.warning("vspheremachine reconcile did not settle", machine=str(request), steps=MAX_STEPS)
             events.extend(plan.events)

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from banlieue.api.conditions import READY
-from banlieue.api.infrastructure import VSphereMachineStatus
+from banlieue.api.infrastructure import VSphereMachine, VSphereMachineStatus
 from banlieue.api.meta import Condition
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
+    ANNOTATION_CLONE_TASK,
     FIELD_MANAGER_CONTROLLER,
     FIELD_MANAGER_PROVIDER_VSPHERE,
     VIRTUAL_MACHINE,
@@ -30,6 +33,7 @@ from banlieue.reconcilers.same_object import Replaced
 from banlieue.reconcilers.virtualmachine.controller import VirtualMachineReconciler
 from banlieue.reconcilers.virtualmachine.decide import Plan
 from banlieue.reconcilers.vspheremachine.controller import VSphereMachineReconciler
+from banlieue.reconcilers.vspheremachine.decide import Snapshot
 from banlieue.runtime.client import Client
 from banlieue.runtime.config import load_config
 from banlieue.runtime.kinds import NAMESPACE
@@ -109,10 +113,13 @@ async def test_vspheremachine_status_and_provider_id_never_land_on_a_recreated_m
     try:
         rec = VSphereMachineReconciler(_context(client, FIELD_MANAGER_PROVIDER_VSPHERE), backend)
         stale, b = await _replace(client, VSPHERE_MACHINE, _machine())
+        snap = Snapshot(machine=VSphereMachine.from_wire(stale), now=datetime.now(UTC))
         outcomes = [await _outcome(rec._write_status(stale, _provisioned())),
-                    await _outcome(rec._write_provider_id(stale, f"vsphere://{UUID_A}"))]
+                    await _outcome(rec._write_provider_id(stale, f"vsphere://{UUID_A}")),
+                    await _outcome(rec._record_clone_task(snap, "task-of-a"))]
         now = await client.get(VSPHERE_MACHINE, NAME, NS)
         assert now["metadata"]["uid"] == b["metadata"]["uid"]
+        assert ANNOTATION_CLONE_TASK not in (now["metadata"].get("annotations") or {})
         assert not (now.get("status") or {}).get("instanceUUID"), now["status"]
         assert "providerID" not in now["spec"], now["spec"]
         assert all(isinstance(o, Replaced) for o in outcomes), outcomes
@@ -128,6 +135,8 @@ async def test_vspheremachine_status_and_provider_id_never_land_on_a_recreated_m
         written = await rec._write_provider_id(read, f"vsphere://{UUID_A}")
         assert written["spec"]["providerID"] == f"vsphere://{UUID_A}"
         assert written["metadata"]["labels"] == {"x": "y"}
+        await rec._record_clone_task(replace(snap, machine=VSphereMachine.from_wire(read)), "task-of-b")
+        assert rec._annotated[b["metadata"]["uid"]]["metadata"]["annotations"] == {ANNOTATION_CLONE_TASK: "task-of-b"}
 
     finally:
         await backend.close()
