@@ -36,6 +36,7 @@ from banlieue.reconcilers.vspheremachine.controller import VSphereMachineReconci
 from banlieue.reconcilers.vspheremachine.decide import Snapshot
 from banlieue.runtime.client import Client
 from banlieue.runtime.config import load_config
+from banlieue.runtime.errors import NotFound
 from banlieue.runtime.kinds import NAMESPACE
 from banlieue.runtime.manager import Manager
 from banlieue.testing.apiservers import kinds, start_api_server
@@ -157,3 +158,19 @@ async def test_virtualmachine_status_never_lands_on_a_recreated_vm(client: Clien
     await rec.execute(f"{NS}/{NAME}", read, None, Plan(status={"providerID": "vsphere://b"}))
     now = await client.get(VIRTUAL_MACHINE, NAME, NS)
     assert now["status"]["providerID"] == "vsphere://b" and now["metadata"]["labels"] == {"x": "y"}
+
+
+async def test_a_finalizer_is_never_moved_onto_a_recreated_object(client: Client) -> None:
+    """A stale copy's finalizer removal (the provider's deletion reconcile) must not strip the
+    finalizer of the machine re-created under the name: the VM of B would be left behind."""
+    fin = "infrastructure.banlieue.io/vspheremachine"
+    body = _machine()
+    body["metadata"]["finalizers"] = [fin]
+    stale = await client.create(VSPHERE_MACHINE, body)
+    await client.delete(VSPHERE_MACHINE, NAME, NS)
+    await client.patch(VSPHERE_MACHINE, NAME, NS, {"metadata": {"finalizers": None}})
+    b = await client.create(VSPHERE_MACHINE, body)
+    outcome = await _outcome(client.remove_finalizer(VSPHERE_MACHINE, stale, fin))
+    now = await client.get(VSPHERE_MACHINE, NAME, NS)
+    assert now["metadata"]["uid"] == b["metadata"]["uid"] and now["metadata"]["finalizers"] == [fin]
+    assert isinstance(outcome, NotFound), outcome
