@@ -314,14 +314,21 @@ class Client:
             try:
                 return await self.patch(kind, meta["name"], meta.get("namespace"), patch)
             except Conflict:
-                current = await self.get(kind, meta["name"], meta.get("namespace"))
+                fresh = await self.get(kind, meta["name"], meta.get("namespace"))
+                if meta.get("uid") and fresh["metadata"].get("uid") != meta.get("uid"):
+                    # Re-created under the same name: the object read is gone, and its
+                    # finalizers are never moved onto its successor.
+                    raise NotFound(404, "NotFound", f"{kind.kind} {meta.get('namespace')}/{meta['name']} with uid "
+                                   f"{meta['uid']} is gone (the name now holds uid {fresh['metadata'].get('uid')})") from None
+                current = fresh
                 raise
 
         return await retry_on_conflict(attempt)
 
     async def add_finalizer(self, kind: ResourceKind, obj: Mapping[str, Any], finalizer: str) -> dict[str, Any]:
         """Add ``finalizer`` (no-op when present), guarded by resourceVersion, re-read and
-        retried on Conflict (DefaultRetry). Returns the object as written."""
+        retried on Conflict (DefaultRetry) while the name holds the same UID; NotFound when the
+        object is gone or was re-created under its name. Returns the object as written."""
         return await self._set_finalizers(kind, obj, lambda fs: fs if finalizer in fs else [*fs, finalizer])
 
     async def remove_finalizer(self, kind: ResourceKind, obj: Mapping[str, Any], finalizer: str) -> dict[str, Any]:

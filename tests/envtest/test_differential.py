@@ -94,6 +94,11 @@ def steps(rv: Callable[[str], str]) -> Iterator[Step]:
     yield ("status apply with another uid", "PATCH", f"{VMS}/a/status?fieldManager=provider&force=true",
            json.dumps({**_vm("a"), "metadata": {"name": "a", "namespace": NS, "uid": "00000000-0000-0000-0000-000000000000"},
                        "status": {"observedPowerState": "PoweredOn"}}), APPLY)
+    # ... but a resourceVersion is a precondition of an apply, on /status too (409 when stale):
+    # the guard of reconcilers.same_object.
+    yield ("status apply with a stale resourceVersion", "PATCH", f"{VMS}/a/status?fieldManager=provider&force=true",
+           json.dumps({**_vm("a"), "metadata": {"name": "a", "namespace": NS, "resourceVersion": "1"},
+                       "status": {"observedPowerState": "PoweredOff"}}), APPLY)
     yield ("spec through the status subresource is ignored", "PATCH", f"{VMS}/a/status",
            {"spec": {"desiredPowerState": "PoweredOff"}}, MERGE)
     for i in range(3):

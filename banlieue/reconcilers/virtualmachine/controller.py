@@ -47,6 +47,7 @@ from banlieue.reconcilers.kinds import (
 )
 from banlieue.reconcilers.parsed import ParsedCache
 from banlieue.reconcilers.read_your_writes import ReadYourWrites
+from banlieue.reconcilers.same_object import Replaced, write_same_object
 from banlieue.reconcilers.virtualmachine.decide import Plan, Snapshot, current_placement, decide
 from banlieue.reconcilers.virtualmachine.machine_totals import (
     MachineReservations,
@@ -281,6 +282,12 @@ class VirtualMachineReconciler:
         except NotFound:
             # The VM went away while we wrote; its delete event finishes the job.
             return Result()
+        except Replaced as err:
+            # Re-created under the same name while we worked from the old copy: nothing of the
+            # old VM's status is written; the new VM's own add event reconciles it.
+            log.info("virtualmachine replaced, status not written", vm=key, read_uid=err.read_uid,
+                     current_uid=err.current_uid)
+            return Result()
         return Result()
 
     async def execute(self, key: str, raw: Object, machine_raw: Object | None, plan: Plan) -> None:
@@ -320,7 +327,10 @@ class VirtualMachineReconciler:
             body = {"apiVersion": raw.get("apiVersion"), "kind": raw.get("kind"),
                     "metadata": {"name": name, "namespace": namespace}, "status": plan.status}
             before = current
-            current = await client.apply_status(VIRTUAL_MACHINE, body, field_manager=fm, force=True)
+            # Only onto the VM read (same UID), never onto one re-created under its name.
+            current = await write_same_object(
+                client, VIRTUAL_MACHINE, before, body,
+                lambda b: client.apply_status(VIRTUAL_MACHINE, b, field_manager=fm, force=True))
             self.vms.record(key, before, current)
         if plan.remove_finalizer:
             await client.remove_finalizer(VIRTUAL_MACHINE, current, FINALIZER_VIRTUAL_MACHINE)

@@ -47,6 +47,7 @@ from banlieue.reconcilers.kinds import (
 from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
 from banlieue.reconcilers.parsed import ParsedCache, parse_provider
 from banlieue.reconcilers.referenced import referenced
+from banlieue.reconcilers.same_object import Replaced, write_same_object
 from banlieue.reconcilers.vspheremachine.decide import (
     Action,
     Event,
@@ -144,6 +145,9 @@ class VSphereMachineReconciler:
         # until its status shows it: counted for the next choice at once, before the Cloning
         # status (which records it) is written, so concurrent workers spread machines too.
         self._chosen_domain: dict[str, str] = {}
+        # The machine as returned by the clone-task annotation patch, by UID, until the
+        # reconcile that made it takes it as its copy (``_record_clone_task``).
+        self._annotated: dict[str, dict[str, Any]] = {}
 
     # --- gather -------------------------------------------------------------------------
     def _in_scope(self, raw: dict[str, Any]) -> bool:
@@ -268,8 +272,14 @@ class VSphereMachineReconciler:
         """Annotate the machine with its clone task's key (``ANNOTATION_CLONE_TASK``) the moment
         vCenter returned it, so that a process started after this one dies can resolve it."""
         meta = snap.machine.metadata
-        written = await self.ctx.client.patch(VSPHERE_MACHINE, meta.name or "", meta.namespace,
-                                              {"metadata": {"annotations": {ANNOTATION_CLONE_TASK: key}}})
+        # Only onto the machine read (a merge patch honours metadata.resourceVersion as the
+        # apply does); the object returned goes on as the reconcile's copy (``_annotated``), so
+        # the status written after the clone does not trip over this write's version.
+        read = {"metadata": meta.to_wire()}
+        written = await write_same_object(
+            self.ctx.client, VSPHERE_MACHINE, read, {"metadata": {"annotations": {ANNOTATION_CLONE_TASK: key}}},
+            lambda b: self.ctx.client.patch(VSPHERE_MACHINE, meta.name or "", meta.namespace, b))
+        self._annotated[meta.uid or ""] = written
         self.writes.wrote(written, status=False)
 
     async def _act(self, snap: Snapshot, action: Action, conn: Connection) -> Snapshot:
@@ -319,7 +329,10 @@ class VSphereMachineReconciler:
             "apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind,
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "status": desired,
         }
-        written = await self.ctx.client.apply_status(VSPHERE_MACHINE, body, field_manager=self.ctx.field_manager, force=True)
+        # Only onto the object read (same UID), never onto one re-created under its name.
+        written = await write_same_object(
+            self.ctx.client, VSPHERE_MACHINE, raw, body,
+            lambda b: self.ctx.client.apply_status(VSPHERE_MACHINE, b, field_manager=self.ctx.field_manager, force=True))
         self._written_status[meta["uid"]] = desired
         self.writes.wrote(written, status=True)
         return written
@@ -334,7 +347,9 @@ class VSphereMachineReconciler:
             "apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind,
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "spec": {"providerID": provider_id},
         }
-        written = await self.ctx.client.apply(VSPHERE_MACHINE, body, field_manager=self.ctx.field_manager, force=True)
+        written = await write_same_object(
+            self.ctx.client, VSPHERE_MACHINE, raw, body,
+            lambda b: self.ctx.client.apply(VSPHERE_MACHINE, b, field_manager=self.ctx.field_manager, force=True))
         self._written_provider_id[meta["uid"]] = provider_id
         self.writes.wrote(written, status=False)
         return written
@@ -379,8 +394,8 @@ class VSphereMachineReconciler:
                 log.info("vspheremachine waits for Cluster API", machine=str(request), capi_served=served)
                 try:
                     await self._write_status(raw, waiting)
-                except NotFound:
-                    return Result()
+                except (NotFound, Replaced):
+                    return Result()  # gone, or re-created under this name: its own events follow
             return Result(requeue_after=CAPI_NOT_SYNCED_REQUEUE)
         initial = ready_reason(machine.status)
         # Ready reason of the last status this reconcile wrote (a coalesced final step writes
@@ -422,6 +437,7 @@ class VSphereMachineReconciler:
                     final = ready_reason(plan.status)
                     snap = replace(snap, machine=VSphereMachine.from_wire(raw))
                 snap = await self._act(snap, plan.action, conn)
+                raw = self._annotated.pop(str(machine.metadata.uid or ""), raw)
             else:
                 log.warning("vspheremachine reconcile did not settle", machine=str(request), steps=MAX_STEPS)
             events.extend(plan.events)
@@ -444,6 +460,12 @@ class VSphereMachineReconciler:
                 self.writes.forget(uid)
         except NotFound:
             return Result()  # deleted while we worked: nothing left to report on
+        except Replaced as err:
+            # Re-created under the same name while we worked from the old copy: nothing of the
+            # old object's is written; the new object's own add event reconciles it.
+            log.info("vspheremachine replaced, nothing written", machine=str(request), read_uid=err.read_uid,
+                     current_uid=err.current_uid)
+            return Result()
         finally:
             if snap.failure is not None and missing_object(snap.failure):
                 self._missing[str(machine.metadata.uid or "")] = snap.missing_retries + 1

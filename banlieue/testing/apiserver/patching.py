@@ -138,8 +138,9 @@ def _apply(
         return rest.create(rt, ns, merged, opts, operation="Apply"), True
     merged = dict(merged)
     merged["metadata"] = dict(merged.get("metadata") or {})
-    if not amd.get("resourceVersion"):
-        merged["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+    # The applied resourceVersion is a precondition (409 when it is not the live one), on the
+    # status subresource too, where the merge keeps only the configuration's status.
+    merged["metadata"]["resourceVersion"] = amd.get("resourceVersion") or live["metadata"]["resourceVersion"]
     return rest.update(rt, ns, name, merged, opts, subresource=subresource, operation="Apply"), False
 
 

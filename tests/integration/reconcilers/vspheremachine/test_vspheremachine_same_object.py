@@ -1,0 +1,176 @@
+"""Status and providerID writes by name land only on the object the reconcile read (same UID),
+on the API double and on envtest's kube-apiserver (``BANLIEUE_TEST_APISERVER`` picks one; unset,
+both). A reconcile holding a stale copy of object A (as an informer cache may after ``kubectl
+delete`` and a re-create under the same name) must not write A's status or providerID onto B:
+both servers accept an apply naming another object's UID (tests/envtest/test_differential.py),
+so the guard is the read object's resourceVersion (``reconcilers.same_object``). A concurrent
+write by another field manager to the same object is no reason to drop ours."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from banlieue.api.conditions import READY
+from banlieue.api.infrastructure import VSphereMachine, VSphereMachineStatus
+from banlieue.api.meta import Condition
+from banlieue.backends.vsphere.backend import VSphereBackend
+from banlieue.reconcilers.context import RoleContext
+from banlieue.reconcilers.kinds import (
+    ANNOTATION_CLONE_TASK,
+    FIELD_MANAGER_CONTROLLER,
+    FIELD_MANAGER_PROVIDER_VSPHERE,
+    VIRTUAL_MACHINE,
+    VSPHERE_MACHINE,
+)
+from banlieue.reconcilers.same_object import Replaced
+from banlieue.reconcilers.virtualmachine.controller import VirtualMachineReconciler
+from banlieue.reconcilers.virtualmachine.decide import Plan
+from banlieue.reconcilers.vspheremachine.controller import VSphereMachineReconciler
+from banlieue.reconcilers.vspheremachine.decide import Snapshot
+from banlieue.runtime.client import Client
+from banlieue.runtime.config import load_config
+from banlieue.runtime.errors import NotFound
+from banlieue.runtime.kinds import NAMESPACE
+from banlieue.runtime.manager import Manager
+from banlieue.testing.apiservers import kinds, start_api_server
+
+pytestmark = [pytest.mark.kubectl, pytest.mark.timeout(180),
+              pytest.mark.skipif(shutil.which("kubectl") is None and not Path("bin/kubectl").exists(),
+                                 reason="kubectl not installed")]
+
+NS = "same"
+NAME = "m1"
+UUID_A = "42000000-0000-0000-0000-00000000000a"
+
+
+def _kubectl() -> str:
+    return str(Path("bin/kubectl").resolve()) if Path("bin/kubectl").exists() else str(shutil.which("kubectl"))
+
+
+def _machine() -> dict[str, Any]:
+    return {"apiVersion": VSPHERE_MACHINE.api_version, "kind": "VSphereMachine", "metadata": {"name": NAME, "namespace": NS},
+            "spec": {"providerRef": {"name": "vc1"}, "template": "ubuntu-22.04", "numCPUs": 2, "memoryMiB": 2048}}
+
+
+def _vm() -> dict[str, Any]:
+    return {"apiVersion": VIRTUAL_MACHINE.api_version, "kind": "VirtualMachine", "metadata": {"name": NAME, "namespace": NS},
+            "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "ubuntu-22.04"}}}
+
+
+def _provisioned() -> VSphereMachineStatus:
+    """The status A's reconcile would write: A's VM, found in vCenter."""
+    return VSphereMachineStatus.from_wire({
+        "instanceUUID": UUID_A, "biosUUID": UUID_A, "powerState": "PoweredOn", "initialization": {"provisioned": True},
+        "conditions": [Condition(type=READY, status="True", reason="Provisioned", message="",
+                                 last_transition_time="2026-01-01T00:00:00Z").to_wire()]})
+
+
+@pytest.fixture(params=kinds(both_by_default=True))
+async def client(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Client]:
+    """A cluster-admin client of the API server ``request.param`` with banlieue's CRDs and
+    namespace ``same``."""
+    with start_api_server(request.param, tmp_path) as api:
+        api.install(_kubectl())
+        c = Client(await load_config(str(api.kubeconfig_path)))
+        try:
+            await c.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+            yield c
+        finally:
+            await c.close()
+
+
+def _context(client: Client, field_manager: str) -> RoleContext:
+    mgr = Manager(client, metrics_bind_address="0", health_probe_bind_address="0", handle_signals=False)
+    return RoleContext(client=client, cache=mgr.cache, recorder=mgr.get_event_recorder(field_manager), field_manager=field_manager)
+
+
+async def _outcome(write: Awaitable[Any]) -> BaseException | None:
+    """The exception ``write`` raised, None when it returned."""
+    try:
+        await write
+    except Exception as err:
+        return err
+    return None
+
+
+async def _replace(client: Client, kind: Any, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Create A, keep the copy read, delete A, create B under the same name: (A as read, B)."""
+    a = await client.create(kind, body)
+    await client.delete(kind, NAME, NS)
+    b = await client.create(kind, body)
+    assert b["metadata"]["uid"] != a["metadata"]["uid"]
+    return a, b
+
+
+async def test_vspheremachine_status_and_provider_id_never_land_on_a_recreated_machine(client: Client) -> None:
+    backend = VSphereBackend(max_workers=1)
+    try:
+        rec = VSphereMachineReconciler(_context(client, FIELD_MANAGER_PROVIDER_VSPHERE), backend)
+        stale, b = await _replace(client, VSPHERE_MACHINE, _machine())
+        snap = Snapshot(machine=VSphereMachine.from_wire(stale), now=datetime.now(UTC))
+        outcomes = [await _outcome(rec._write_status(stale, _provisioned())),
+                    await _outcome(rec._write_provider_id(stale, f"vsphere://{UUID_A}")),
+                    await _outcome(rec._record_clone_task(snap, "task-of-a"))]
+        now = await client.get(VSPHERE_MACHINE, NAME, NS)
+        assert now["metadata"]["uid"] == b["metadata"]["uid"]
+        assert ANNOTATION_CLONE_TASK not in (now["metadata"].get("annotations") or {})
+        assert not (now.get("status") or {}).get("instanceUUID"), now["status"]
+        assert "providerID" not in now["spec"], now["spec"]
+        assert all(isinstance(o, Replaced) for o in outcomes), outcomes
+        assert not rec._written_status and not rec._written_provider_id  # nothing remembered as written
+
+        # B itself, read and then written by another field manager (a label, as CAPI adds):
+        # the same object, so both writes land (after one GET each).
+        read = await client.get(VSPHERE_MACHINE, NAME, NS)
+        await client.apply(VSPHERE_MACHINE, {**_machine(), "metadata": {"name": NAME, "namespace": NS, "labels": {"x": "y"}}},
+                           field_manager=FIELD_MANAGER_CONTROLLER, force=True)
+        written = await rec._write_status(read, _provisioned())
+        assert written["status"]["instanceUUID"] == UUID_A and written["metadata"]["uid"] == b["metadata"]["uid"]
+        written = await rec._write_provider_id(read, f"vsphere://{UUID_A}")
+        assert written["spec"]["providerID"] == f"vsphere://{UUID_A}"
+        assert written["metadata"]["labels"] == {"x": "y"}
+        await rec._record_clone_task(replace(snap, machine=VSphereMachine.from_wire(read)), "task-of-b")
+        assert rec._annotated[b["metadata"]["uid"]]["metadata"]["annotations"] == {ANNOTATION_CLONE_TASK: "task-of-b"}
+
+    finally:
+        await backend.close()
+
+
+async def test_virtualmachine_status_never_lands_on_a_recreated_vm(client: Client) -> None:
+    rec = VirtualMachineReconciler(_context(client, FIELD_MANAGER_CONTROLLER))
+    stale, b = await _replace(client, VIRTUAL_MACHINE, _vm())
+    outcome = await _outcome(rec.execute(f"{NS}/{NAME}", stale, None, Plan(status={"providerID": f"vsphere://{UUID_A}"})))
+    now = await client.get(VIRTUAL_MACHINE, NAME, NS)
+    assert now["metadata"]["uid"] == b["metadata"]["uid"]
+    assert not (now.get("status") or {}).get("providerID"), now.get("status")
+    assert isinstance(outcome, Replaced), outcome
+
+    # B, read, then relabelled by someone else: still B, so the status lands.
+    read = await client.get(VIRTUAL_MACHINE, NAME, NS)
+    await client.patch(VIRTUAL_MACHINE, NAME, NS, {"metadata": {"labels": {"x": "y"}}})
+    await rec.execute(f"{NS}/{NAME}", read, None, Plan(status={"providerID": "vsphere://b"}))
+    now = await client.get(VIRTUAL_MACHINE, NAME, NS)
+    assert now["status"]["providerID"] == "vsphere://b" and now["metadata"]["labels"] == {"x": "y"}
+
+
+async def test_a_finalizer_is_never_moved_onto_a_recreated_object(client: Client) -> None:
+    """A stale copy's finalizer removal (the provider's deletion reconcile) must not strip the
+    finalizer of the machine re-created under the name: the VM of B would be left behind."""
+    fin = "infrastructure.banlieue.io/vspheremachine"
+    body = _machine()
+    body["metadata"]["finalizers"] = [fin]
+    stale = await client.create(VSPHERE_MACHINE, body)
+    await client.delete(VSPHERE_MACHINE, NAME, NS)
+    await client.patch(VSPHERE_MACHINE, NAME, NS, {"metadata": {"finalizers": None}})
+    b = await client.create(VSPHERE_MACHINE, body)
+    outcome = await _outcome(client.remove_finalizer(VSPHERE_MACHINE, stale, fin))
+    now = await client.get(VSPHERE_MACHINE, NAME, NS)
+    assert now["metadata"]["uid"] == b["metadata"]["uid"] and now["metadata"]["finalizers"] == [fin]
+    assert isinstance(outcome, NotFound), outcome
