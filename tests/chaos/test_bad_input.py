@@ -196,11 +196,12 @@ def test_bad_references_become_conditions(chaos_env: ChaosEnv) -> None:
     env.create(VMS, env.vm_body("user-data-missing", userData={"secretRef": {"name": "absent"}}, **on_good))
     env.create(VMS, env.vm_body("user-data-key-missing", userData={"secretRef": {"name": "no-user-data-key"}}, **on_good))
     expected_providers = {
-        "secret-missing": ("SecretMissing", "absent"),
+        # Issue 23 case 8: the message names the spec field at fault, never the Secret's name or keys.
+        "secret-missing": ("SecretMissing", "spec.connection.credentialsRef"),
         "secret-invalid": ("SecretInvalid", "password"),
         "ca-garbage": ("TLSVerifyFailed", "caBundle"),
-        "ca-configmap-missing": ("SecretMissing", "absent"),
-        "ca-secret-key-missing": ("SecretInvalid", "ca.crt"),
+        "ca-configmap-missing": ("SecretMissing", "spec.connection.caBundle.configMapRef"),
+        "ca-secret-key-missing": ("SecretInvalid", "spec.connection.caBundle.secretRef"),
     }
 
     def providers_report() -> dict[str, dict[str, Any]] | None:
