@@ -530,4 +530,18 @@ func main() {
 		}()
 	}
 	<-sig
+	// The deferred clean-up runs next, and srv.Close waits for every request in progress: a
+	// long poll (WaitForUpdatesEx) whose client died holds it for its whole wait (measured: a
+	// SIGTERMed simulator still alive 20 s later), so a `banlieue dev` killed with -9 left its
+	// simulators running. Past the grace period the simulator exits anyway, temp dirs removed.
+	time.AfterFunc(shutdownGrace, func() {
+		for _, d := range inv.tempDirs {
+			_ = os.RemoveAll(d)
+		}
+		log.Printf("requests still in progress %s after the stop signal: exiting", shutdownGrace)
+		os.Exit(0)
+	})
 }
+
+// shutdownGrace bounds the clean-up after SIGTERM/SIGINT/stdin EOF.
+const shutdownGrace = 3 * time.Second
