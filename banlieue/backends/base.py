@@ -400,6 +400,13 @@ class Backend(Protocol):
         (``create_vm`` would raise InvalidSpec for the same spec)."""
         ...
 
+    def guest_data_drifted(self, vm: VMInfo, spec: VMSpec) -> bool:
+        """Whether converging ``vm`` to ``spec`` would change the guest data the backend delivers
+        besides hardware and NICs (vSphere: the cloud-init metadata in guestinfo: host name and
+        per-NIC network configuration). Pure and cheap, no call: the VSphereMachine reconciler
+        converges a provisioned VM when it is True."""
+        ...
+
     async def inventory(self, conn: Connection, capabilities: Capabilities) -> Inventory:
         """One failure domain per (datacenter, ClusterComputeResource) with free capacity,
         the storage/network classes verified there and detected features."""

@@ -11,6 +11,7 @@ test is last because it stops the manager.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections import Counter
@@ -151,6 +152,27 @@ def test_per_vm_network_settings_reach_guestinfo_in_vcsim(manager_env: ManagerEn
     assert eth0["routes"] == [{"to": "0.0.0.0/0", "via": override["gateway4"]}, {"to": "::/0", "via": override["gateway6"]}]
     assert eth0["nameservers"] == {"addresses": override["nameservers"]}
     assert vm["status"]["addresses"][0]["address"] == override["addresses"][0].split("/")[0]
+
+    # Day 2 (found by a new-user pass): a name server changed on the running VM reaches its
+    # guestinfo (before: the VSphereMachine's spec changed, guestinfo never did, Ready stayed True).
+    changed = ["192.0.2.53"]
+    patch = {"spec": {"network": {"interfaces": [{**override, "nameservers": changed}]}}}
+    env.kubectl_run("patch", "virtualmachine", name, "--type=merge", "-p", json.dumps(patch))
+
+    def nameservers() -> list[str] | None:
+        client = VcsimClient(env.vcsims[vm["status"]["scheduled"]["providerName"]])
+        try:
+            found = client.find_by_bios_uuid(vm["status"]["providerID"].removeprefix("vsphere://"))
+            assert found is not None
+            md, _ = guestinfo.decode({o.key: str(o.value) for o in found.config.extraConfig})
+        finally:
+            client.close()
+        assert md is not None
+        [eth] = md["network"]["ethernets"].values()
+        got = list(eth["nameservers"]["addresses"])
+        return got if got == changed else None
+
+    wait_for("the changed name server in guestinfo", nameservers, 60)
     env.kubectl_run("delete", "virtualmachine", name, "--wait=false")
     wait_for(f"{name} deleted", lambda: env.get(f"{VMS}/{name}")[0] == 404, 60)
 

@@ -204,6 +204,10 @@ class VSphereBackend:
         gzip+base64-encoded, or base64 metadata over 64 KiB."""
         return guestinfo.spec_error(spec)
 
+    def guest_data_drifted(self, vm: VMInfo, spec: VMSpec) -> bool:
+        """``guestinfo.metadata_drifted``: the cloud-init metadata differs from the spec's."""
+        return guestinfo.metadata_drifted(vm, spec)
+
     async def check_connection(self, conn: Connection) -> str:
         # CurrentTime needs a live session: one request proves reachability and credentials.
         await self.sessions.run(conn, lambda s: s.si.CurrentTime())

@@ -36,7 +36,7 @@ import gzip
 import json
 from typing import Any
 
-from banlieue.backends.base import InvalidSpec, NicSpec, VMSpec
+from banlieue.backends.base import InvalidSpec, NicSpec, VMInfo, VMSpec
 
 USERDATA = "guestinfo.userdata"
 USERDATA_ENCODING = "guestinfo.userdata.encoding"
@@ -139,6 +139,24 @@ def spec_error(spec: VMSpec) -> str | None:
     """``size_error`` of what ``spec`` would put in guestinfo (host name, NICs, user data): the
     vSphere backend's ``Backend.spec_error``."""
     return size_error(spec.uid, spec.hostname or spec.name, list(spec.nics), spec.user_data)
+
+
+def metadata_drifted(vm: VMInfo, spec: VMSpec) -> bool:
+    """Whether ``spec`` asks for other cloud-init metadata (host name, network configuration of
+    each NIC, matched by its card's MAC) than the VM's ``guestinfo.metadata`` holds: a day-2
+    change of a running VM's addresses, gateways or name servers (found by a new-user pass: it
+    never reached the VM). False when the VM's extraConfig was not read or a spec NIC has no named
+    card yet (the NIC converge comes first and writes the metadata with it). The comparison is of
+    the exact value a converge writes (sorted JSON, base64), so a converged VM never compares
+    unequal."""
+    have = vm.extra_config.get(METADATA)
+    if have is None:
+        return False
+    cards = {n.name: n.mac_address for n in vm.nics if n.name is not None}
+    if any(not cards.get(nic.name) for nic in spec.nics):
+        return False
+    pairs = [(nic, cards[nic.name]) for nic in spec.nics]
+    return _b64(_metadata_bytes(spec.uid, spec.hostname or spec.name, pairs)) != have
 
 
 def _metadata_bytes(instance_id: str, hostname: str, nics: list[tuple[NicSpec, str]]) -> bytes:

@@ -191,6 +191,7 @@ class VSphereMachineReconciler:
             bootstrap=bootstrap, bootstrap_error=bootstrap_error, clone_grace_seconds=self.ctx.vsphere_task_timeout,
             known_connections=last_known(cache).known(ns) if machine.metadata.deletion_timestamp is not None else frozenset(),
             converged_spec=self._converged_spec(machine), spec_error=self.backend.spec_error,
+            guest_data_drifted=self.backend.guest_data_drifted,
             missing_retries=self._missing.get(machine.metadata.uid or "", 0),
         )
 

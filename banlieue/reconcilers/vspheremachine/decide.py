@@ -194,7 +194,9 @@ class Snapshot:
     converged the VM to (``create`` succeeded), kept in memory until a stored status says
     ``provisioned`` (None after a restart: the VM is converged again, which is idempotent);
     ``spec_error``: the backend's ``Backend.spec_error`` (a message when no vCenter could take
-    the built spec; None: no limit is checked); ``domain_choice``: the failure domain the
+    the built spec; None: no limit is checked); ``guest_data_drifted``: the backend's
+    ``Backend.guest_data_drifted`` (a provisioned VM whose guest data differs is converged; None:
+    not checked); ``domain_choice``: the failure domain the
     reconciler chose (``placement.choose_cluster_failure_domain``) for a CAPI machine with no
     failure domain and no Provider, None when it needs none; ``clone_task``: the state of the
     clone task the machine's ``infrastructure.banlieue.io/clone-task`` annotation names
@@ -218,6 +220,7 @@ class Snapshot:
     known_connections: frozenset[str] = frozenset()
     converged_spec: VMSpec | None = None
     spec_error: Callable[[VMSpec], str | None] | None = None
+    guest_data_drifted: Callable[[VMInfo, VMSpec], bool] | None = None
     missing_retries: int = 0
     domain_choice: DomainChoice | None = None
     clone_task: str | None = None
@@ -580,7 +583,10 @@ def _decide(snap: Snapshot) -> Plan:
     # Converged by this process to this very spec, its status write deferred (ADR 0011): no
     # second converge. Once provisioned is stored, drift is checked as usual.
     converged = snap.converged or create_failed or (not provisioned_before and snap.converged_spec == vm_spec)
-    if not converged and (not provisioned_before or drifted(vm, target)):
+    # Guest data (cloud-init metadata: addresses, gateways, name servers) is converged like
+    # hardware: a day-2 network edit must reach the VM (Backend.guest_data_drifted).
+    guest_drift = snap.guest_data_drifted is not None and snap.guest_data_drifted(vm, target)
+    if not converged and (not provisioned_before or drifted(vm, target) or guest_drift):
         return Plan(action=Action("create", spec=target), provider=placement.provider)
 
     st.vm(vm, placement.failure_domain)
