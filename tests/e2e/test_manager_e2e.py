@@ -126,6 +126,21 @@ def test_sample_vms_become_ready_in_vcsim(manager_env: ManagerEnv) -> None:
     assert ready
 
 
+def _guest_ethernet(env: ManagerEnv, vm: dict[str, Any]) -> dict[str, Any]:
+    """The one ethernet of the cloud-init network config in the guestinfo of ``vm``'s vCenter VM
+    (found by its providerID, read through an independent pyVmomi session)."""
+    client = VcsimClient(env.vcsims[vm["status"]["scheduled"]["providerName"]])
+    try:
+        found = client.find_by_bios_uuid(vm["status"]["providerID"].removeprefix("vsphere://"))
+        assert found is not None
+        md, _ = guestinfo.decode({o.key: str(o.value) for o in found.config.extraConfig})
+    finally:
+        client.close()
+    assert md is not None
+    [eth] = md["network"]["ethernets"].values()
+    return dict(eth)
+
+
 def test_per_vm_network_settings_reach_guestinfo_in_vcsim(manager_env: ManagerEnv) -> None:
     """config/samples/network/static-address.yaml: the VM's own eth0 addresses, gateways and name
     servers (over the class's DHCP) are in the cloud-init metadata of its vCenter VM, and the
@@ -139,15 +154,7 @@ def test_per_vm_network_settings_reach_guestinfo_in_vcsim(manager_env: ManagerEn
     env.kubectl_run("apply", *apply_flags(env), "-f", "-", stdin=yaml.safe_dump_all(docs))
     wait_for(f"{name} Ready", lambda: condition(env.get(f"{VMS}/{name}")[1], "Ready").get("status") == "True", READY_TIMEOUT)
     _, vm = env.get(f"{VMS}/{name}")
-    client = VcsimClient(env.vcsims[vm["status"]["scheduled"]["providerName"]])
-    try:
-        found = client.find_by_bios_uuid(vm["status"]["providerID"].removeprefix("vsphere://"))
-        assert found is not None
-        md, _ = guestinfo.decode({o.key: str(o.value) for o in found.config.extraConfig})
-    finally:
-        client.close()
-    assert md is not None
-    [eth0] = md["network"]["ethernets"].values()
+    eth0 = _guest_ethernet(env, vm)
     assert eth0["dhcp4"] is False and eth0["addresses"] == override["addresses"]
     assert eth0["routes"] == [{"to": "0.0.0.0/0", "via": override["gateway4"]}, {"to": "::/0", "via": override["gateway6"]}]
     assert eth0["nameservers"] == {"addresses": override["nameservers"]}
@@ -160,16 +167,7 @@ def test_per_vm_network_settings_reach_guestinfo_in_vcsim(manager_env: ManagerEn
     env.kubectl_run("patch", "virtualmachine", name, "--type=merge", "-p", json.dumps(patch))
 
     def nameservers() -> list[str] | None:
-        client = VcsimClient(env.vcsims[vm["status"]["scheduled"]["providerName"]])
-        try:
-            found = client.find_by_bios_uuid(vm["status"]["providerID"].removeprefix("vsphere://"))
-            assert found is not None
-            md, _ = guestinfo.decode({o.key: str(o.value) for o in found.config.extraConfig})
-        finally:
-            client.close()
-        assert md is not None
-        [eth] = md["network"]["ethernets"].values()
-        got = list(eth["nameservers"]["addresses"])
+        got = list(_guest_ethernet(env, vm)["nameservers"]["addresses"])
         return got if got == changed else None
 
     wait_for("the changed name server in guestinfo", nameservers, 60)
