@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, overload
 
-from banlieue.runtime.event import Object
+from banlieue.runtime.event import DeletedFinalStateUnknown, Object
 from banlieue.runtime.kinds import ResourceKind
 
 IndexFunc = Callable[[Object], list[str]]
@@ -39,6 +39,27 @@ def meta_namespace_key(obj: Object) -> str:
     meta = obj["metadata"]
     ns = meta.get("namespace")
     return f"{ns}/{meta['name']}" if ns else str(meta["name"])
+
+
+class KeyedStateHandler:
+    """A ResourceEventHandler for state kept per object key (:func:`meta_namespace_key`): adds
+    and updates call ``observe(key, obj)`` with the newest object, deletions ``forget(key)`` (a
+    ``DeletedFinalStateUnknown`` by its own key). Subclasses define both."""
+
+    def observe(self, key: str, obj: Object) -> None:
+        raise NotImplementedError
+
+    def forget(self, key: str) -> None:
+        raise NotImplementedError
+
+    def on_add(self, obj: Object, is_in_initial_list: bool) -> None:
+        self.observe(meta_namespace_key(obj), obj)
+
+    def on_update(self, old: Object, new: Object) -> None:
+        self.observe(meta_namespace_key(new), new)
+
+    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
+        self.forget(obj.key if isinstance(obj, DeletedFinalStateUnknown) else meta_namespace_key(obj))
 
 
 def namespace_index(obj: Object) -> builtins.list[str]:

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field, replace
 from banlieue.api.provider import Provider, ProviderFailureDomain
 from banlieue.reconcilers.kinds import LABEL_OWNED_BY
 from banlieue.reconcilers.virtualmachine.scheduler import PeerTotals, Reserved
-from banlieue.runtime.cache import meta_namespace_key
-from banlieue.runtime.event import DeletedFinalStateUnknown, Object, nested
+from banlieue.runtime.cache import KeyedStateHandler
+from banlieue.runtime.event import Object, nested
 
 Where = tuple[str, str]
 """(provider name, failure domain name)."""
@@ -111,7 +111,7 @@ class _Spot:
                 self.disks.pop(key, None)
 
 
-class MachineReservations:
+class MachineReservations(KeyedStateHandler):
     """Per-namespace reservations of the VSphereMachines no VirtualMachine owns (module
     docstring), fed as a ``ResourceEventHandler`` of the VSphereMachine informer. Keys are the
     cache's ``<namespace>/<name>``."""
@@ -119,16 +119,6 @@ class MachineReservations:
     def __init__(self) -> None:
         self._held: dict[str, Held] = {}
         self._sums: dict[str, dict[Spot, _Spot]] = {}
-
-    # --- ResourceEventHandler ---------------------------------------------------------------
-    def on_add(self, obj: Object, is_in_initial_list: bool) -> None:
-        self.observe(meta_namespace_key(obj), obj)
-
-    def on_update(self, old: Object, new: Object) -> None:
-        self.observe(meta_namespace_key(new), new)
-
-    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
-        self.forget(obj.key if isinstance(obj, DeletedFinalStateUnknown) else meta_namespace_key(obj))
 
     # --- writes -----------------------------------------------------------------------------
     def observe(self, key: str, obj: Object) -> None:

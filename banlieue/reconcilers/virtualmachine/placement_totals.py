@@ -63,8 +63,8 @@ from typing import Any
 
 from banlieue.api.virtualmachine import VirtualMachineConditionType
 from banlieue.reconcilers.virtualmachine.scheduler import PeerTotals, Reserved
-from banlieue.runtime.cache import meta_namespace_key
-from banlieue.runtime.event import DeletedFinalStateUnknown, Object, nested
+from banlieue.runtime.cache import KeyedStateHandler
+from banlieue.runtime.event import Object, nested
 
 Where = tuple[str, str]
 """(provider name, failure domain name)."""
@@ -184,7 +184,7 @@ def _bump(counts: dict[Any, int], key: Any, delta: int) -> None:
         counts.pop(key, None)
 
 
-class PlacementTotals:
+class PlacementTotals(KeyedStateHandler):
     """Per-namespace placement sums of the VirtualMachines (module docstring), fed as a
     ``ResourceEventHandler`` of the VirtualMachine informer plus ``assume``/``drop_assumed``.
 
@@ -194,16 +194,6 @@ class PlacementTotals:
         self._observed: dict[str, Observed] = {}
         self._assumed: dict[str, Where] = {}
         self._sums: dict[str, _Sums] = {}
-
-    # --- ResourceEventHandler ---------------------------------------------------------------
-    def on_add(self, obj: Object, is_in_initial_list: bool) -> None:
-        self.observe(meta_namespace_key(obj), obj)
-
-    def on_update(self, old: Object, new: Object) -> None:
-        self.observe(meta_namespace_key(new), new)
-
-    def on_delete(self, obj: Object | DeletedFinalStateUnknown) -> None:
-        self.forget(obj.key if isinstance(obj, DeletedFinalStateUnknown) else meta_namespace_key(obj))
 
     # --- writes -----------------------------------------------------------------------------
     def observe(self, key: str, obj: Object) -> None:
