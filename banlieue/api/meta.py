@@ -226,6 +226,26 @@ class LabelSelector(ApiModel):
                 return False
         return True
 
+    def format(self) -> str:
+        """The selector as kubectl and Kubernetes messages print it: ``app=web,tier in (a,b),!gone``.
+
+        Rule: apimachinery ``metav1.FormatLabelSelector`` (requirements sorted by key, values
+        sorted, ``<none>`` for a selector with no requirement, which matches everything).
+        """
+        parts: list[tuple[str, str]] = [(k, f"{k}={v}") for k, v in (self.match_labels or {}).items()]
+        for req in self.match_expressions or []:
+            values = ",".join(sorted(req.values or []))
+            text = {
+                LabelSelectorOperator.IN: f"{req.key} in ({values})",
+                LabelSelectorOperator.NOT_IN: f"{req.key} notin ({values})",
+                LabelSelectorOperator.EXISTS: req.key,
+                LabelSelectorOperator.DOES_NOT_EXIST: f"!{req.key}",
+            }[req.operator]
+            parts.append((req.key, text))
+        if not parts:
+            return "<none>"
+        return ",".join(text for _, text in sorted(parts))
+
 
 class MachineAddressType(StrEnum):
     """CAPI MachineAddressType."""

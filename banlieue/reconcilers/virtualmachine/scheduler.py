@@ -188,9 +188,8 @@ def _names(items: Iterable[str]) -> str:
 
 
 def _selector_text(selector: LabelSelector | None) -> str:
-    if selector is None:
-        return "{}"
-    return str(selector.to_wire())
+    """A selector in kubectl's label-selector syntax (``<none>``: absent or empty, matches all)."""
+    return "<none>" if selector is None else selector.format()
 
 
 def provider_class_of(provider: Provider) -> str:

@@ -8,11 +8,14 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from banlieue.api import core, infrastructure
 from banlieue.api.kinds import dump_object, kind_info, parse_object, resource_kinds
 from banlieue.api.meta import LabelSelector
+from banlieue.testing.apiserver.selectors import parse_label_selector
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -190,3 +193,45 @@ def test_provider_endpoint_that_no_reconcile_could_use_is_refused(endpoint: str)
     doc = yaml.safe_load((REPO / "config/crd/banlieue.io_providers.yaml").read_text(encoding="utf-8"))
     props = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
     assert re.match(props["spec"]["properties"]["connection"]["properties"]["endpoint"]["pattern"], endpoint) is None
+
+
+def test_label_selector_format_is_kubectl_syntax() -> None:
+    sel = LabelSelector.from_wire(
+        {
+            "matchLabels": {"tier": "web", "app": "shop"},
+            "matchExpressions": [
+                {"key": "zone", "operator": "In", "values": ["b", "a"]},
+                {"key": "gone", "operator": "DoesNotExist"},
+                {"key": "gpu", "operator": "Exists"},
+                {"key": "env", "operator": "NotIn", "values": ["dev"]},
+            ],
+        }
+    )
+    assert sel.format() == "app=shop,env notin (dev),!gone,gpu,tier=web,zone in (a,b)"
+    assert LabelSelector.from_wire({}).format() == "<none>"
+
+
+_sel_key = st.sampled_from(["a", "b", "zone", "x.io/k"])
+_sel_value = st.sampled_from(["1", "2", "dc0"])
+
+
+@given(
+    st.dictionaries(_sel_key, _sel_value, max_size=2),
+    st.lists(
+        st.tuples(_sel_key, st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]), st.lists(_sel_value, min_size=1, max_size=2)),
+        max_size=3,
+    ),
+    st.dictionaries(_sel_key, _sel_value, max_size=4),
+)
+def test_label_selector_format_parses_back_to_the_same_meaning(
+    match_labels: dict[str, str], exprs: list[tuple[str, str, list[str]]], labels: dict[str, str]
+) -> None:
+    """The printed form, read by an independent parser of kubectl's syntax (the API double's
+    ``labels.Parse``), selects exactly what the selector does."""
+    wire: dict[str, Any] = {"matchLabels": match_labels, "matchExpressions": [
+        {"key": k, "operator": op, **({"values": vals} if op in ("In", "NotIn") else {})} for k, op, vals in exprs
+    ]}
+    sel = LabelSelector.from_wire(wire)
+    text = sel.format()
+    parsed = parse_label_selector("" if text == "<none>" else text)
+    assert parsed.matches(labels) == sel.matches(labels)
