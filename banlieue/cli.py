@@ -2,12 +2,14 @@
 
 Exit codes: 0 success; 1 the process could not start or failed (:class:`StartupError`, one line
 on stderr); 2 invalid usage (bad flag or ``BANLIEUE_*`` value, including a ``--kubeconfig`` or
-``KUBECONFIG`` that names no existing file; one line on stderr, as argparse does); 130 interrupted before the runtime installed its own signal handling.
+``KUBECONFIG`` that names no existing file; one line on stderr, as argparse does); 130 interrupted before the runtime installed its own signal handling; 141 the reader of stdout went
+away (``| head``), quietly, as a shell reports a process SIGPIPE killed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -43,7 +45,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         if isinstance(command, DevVmsCommand):
             from banlieue.cmd import devvms
 
-            return devvms.main(command.state_dir, command.vcenter, command.output)
+            code = devvms.main(command.state_dir, command.vcenter, command.output)
+            sys.stdout.flush()  # here, where a reader gone away is handled, not at interpreter exit
+            return code
         from banlieue.runtime.log import configure_logging
 
         if isinstance(command, DevCommand):
@@ -59,6 +63,24 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         return _fail(str(err), 1)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+SIGPIPE_EXIT = 128 + 13
+"""Exit status of a command whose reader went away (``banlieue dev vms | head``): what a shell
+reports for a process SIGPIPE killed, as it does for kubectl and other Go CLIs."""
+
+
+def _reader_gone() -> int:
+    # Python ignores SIGPIPE and raises instead; the reader (head, less) has what it wanted, so
+    # this is no error to print. stdout is pointed at /dev/null so that the interpreter's final
+    # flush of the buffered rest does not fail again with "Exception ignored ... BrokenPipeError"
+    # (the recipe of the Python docs, "Note on SIGPIPE").
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return SIGPIPE_EXIT
 
 
 if __name__ == "__main__":
