@@ -77,6 +77,10 @@ class VirtualMachineReason:
     MIGRATION_DESTROYS_VM = "MigrationDestroysVM"
     INTERFACE_NOT_IN_CLASS = "InterfaceNotInClass"
     """``spec.network.interfaces`` names an interface the VMClass does not have."""
+    NETWORK_SETTINGS_INCONSISTENT = "NetworkSettingsInconsistent"
+    """The interfaces' effective settings (the VM's overrides over its VMClass) are each valid but
+    cannot work together: a gateway outside the interface's networks, an IPv4 address that is its
+    network's network or broadcast address, one address on two interfaces."""
     RESOLVED = "Resolved"
     READY = "Ready"
     SCHEDULED = "Scheduled"

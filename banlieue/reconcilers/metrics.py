@@ -43,6 +43,7 @@ FAILED_REASONS = frozenset({
     VirtualMachineReason.CLASS_NOT_FOUND,
     VirtualMachineReason.IMAGE_NOT_FOUND,
     VirtualMachineReason.INTERFACE_NOT_IN_CLASS,
+    VirtualMachineReason.NETWORK_SETTINGS_INCONSISTENT,
     VirtualMachineReason.FIRMWARE_UNSUPPORTED,
     VSphereMachineReason.TEMPLATE_NOT_FOUND,
     VSphereMachineReason.INVALID_SPEC,

@@ -32,6 +32,7 @@ The status in the plan is the full desired status, or None when it equals the cu
 from __future__ import annotations
 
 import difflib
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -50,7 +51,7 @@ from banlieue.api.virtualmachine import (
     VirtualMachineStatus,
 )
 from banlieue.api.virtualmachine import VirtualMachineConditionType as C
-from banlieue.api.vmclass import VMClass
+from banlieue.api.vmclass import ClassInterface, IPAMSource, VMClass
 from banlieue.api.vmimage import VMImage
 from banlieue.reconcilers.kinds import (
     ANNOTATION_MIGRATE,
@@ -119,6 +120,64 @@ def interface_mismatch(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, str]
     return (VirtualMachineReason.INTERFACE_NOT_IN_CLASS,
             f"spec.network.interfaces: VMClass {vm_class.metadata.name} has no interface {', '.join(unknown)} "
             f"(its interfaces: {listed}); override only the class's interfaces")
+
+
+def _effective_ip(vm: VirtualMachine, nic: ClassInterface) -> tuple[list[str], str | None, str | None, str]:
+    """(addresses, gateway4, gateway6, where) of class interface ``nic`` once the VM's override of
+    it is applied field by field (as ``desired_machine`` does); ``where`` names the source of
+    the addresses for messages."""
+    override = next((o for o in (vm.spec.network.interfaces if vm.spec.network else None) or () if o.name == nic.name), None)
+    static = nic.ipam.static if nic.ipam is not None and nic.ipam.source is IPAMSource.STATIC else None
+    addresses = [str(a) for a in (override.addresses if override is not None and override.addresses is not None
+                                  else (static.addresses if static is not None else None)) or ()]
+    gateway4 = (override.gateway4 if override is not None and override.gateway4 is not None
+                else static.gateway4 if static is not None else None)
+    gateway6 = (override.gateway6 if override is not None and override.gateway6 is not None
+                else static.gateway6 if static is not None else None)
+    return addresses, None if gateway4 is None else str(gateway4), None if gateway6 is None else str(gateway6), nic.name
+
+
+_LINK_LOCAL6 = ipaddress.IPv6Network("fe80::/10")
+
+
+def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, str] | None:
+    """(``NetworkSettingsInconsistent``, message) when the VM's effective interface settings (its
+    overrides over the class's, each valid on its own) cannot work in a guest, else None.
+
+    Rules (what cloud-init/netplan would accept but the guest could not use): a gateway must lie
+    in one of its interface's networks of that family (an IPv6 gateway may also be link-local,
+    as router advertisements give it, RFC 4861); an IPv4 address on a network of prefix length
+    /30 or shorter is neither the network nor the broadcast address (RFC 919/RFC 3021 leave /31
+    and /32 without either); an address is on one interface only.
+    """
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    for nic in (vm_class.spec.network.interfaces if vm_class.spec.network else None) or ():
+        addresses, gateway4, gateway6, name = _effective_ip(vm, nic)
+        ifaces = [ipaddress.ip_interface(a) for a in addresses]
+        for iface in ifaces:
+            ip = str(iface.ip)
+            if ip in seen and seen[ip] != name:
+                problems.append(f"address {ip} is on interfaces {seen[ip]} and {name}")
+            seen.setdefault(ip, name)
+            net = iface.network
+            if iface.version == 4 and net.prefixlen <= 30 and iface.ip in (net.network_address, net.broadcast_address):
+                which = "network" if iface.ip == net.network_address else "broadcast"
+                problems.append(f"{name} address {iface} is the {which} address of {net}")
+        for family, gateway in ((4, gateway4), (6, gateway6)):
+            nets = [i.network for i in ifaces if i.version == family]
+            if gateway is None or not nets:
+                continue  # DHCP / SLAAC interfaces: the gateway's reach cannot be judged here
+            gw = ipaddress.ip_address(gateway)
+            if any(gw in n for n in nets) or (family == 6 and gw in _LINK_LOCAL6):
+                continue
+            problems.append(f"{name} gateway{family} {gw} is outside its networks "
+                            f"({', '.join(str(n) for n in nets)}): the guest could not reach it")
+    if not problems:
+        return None
+    return (VirtualMachineReason.NETWORK_SETTINGS_INCONSISTENT,
+            f"spec.network.interfaces over VMClass {vm_class.metadata.name}: {'; '.join(problems)}; "
+            "fix the addresses or gateways of the VM (or of its class)")
 
 
 def not_found_message(kind: str, wanted: str, existing: Sequence[str]) -> str:
@@ -343,7 +402,8 @@ class _Decider:
 
     def unresolved(self, current: tuple[str, str] | None, mismatch: tuple[str, str] | None = None) -> _Placing:
         """The VMClass or VMImage is missing, or ``mismatch`` = (reason, message) says the VM's
-        spec names something its class lacks (``InterfaceNotInClass``): nothing can be placed or
+        spec names something its class lacks (``InterfaceNotInClass``) or network settings that
+        cannot work with the class's (``NetworkSettingsInconsistent``): nothing can be placed or
         applied. A VM that is placed and has its VSphereMachine keeps running as it is (ADR 0012):
         its machine is left alone and mirrored, ``Ready`` follows it, and ``ReferencesResolved``
         False says what is missing; a new VMClass/VMImage of that name (or a fixed spec) is picked
@@ -458,7 +518,8 @@ def decide(s: Snapshot) -> Plan:
     d.conds.set(C.PAUSED, False, Reason.NOT_PAUSED)
     d.status.observed_generation = s.vm.metadata.generation
     current = current_placement(s.vm, d.machine)
-    mismatch = interface_mismatch(s.vm, s.vm_class) if s.vm_class is not None else None
+    mismatch = (interface_mismatch(s.vm, s.vm_class) or network_inconsistency(s.vm, s.vm_class)
+                if s.vm_class is not None else None)
     if s.vm_class is None or s.image is None or mismatch is not None:
         placing = d.unresolved(current, mismatch)
     else:

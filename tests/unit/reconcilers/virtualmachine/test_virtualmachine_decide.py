@@ -490,3 +490,60 @@ def test_a_deleted_class_leaves_the_running_vm_alone_and_a_new_one_is_picked_up(
     assert gone.status is not None and gone.status["addresses"]  # still mirrored
     back = decide(snap(VirtualMachine.from_wire({**running.to_wire(), "status": gone.status}), m=READY_MACHINE))
     assert cond(back, "ReferencesResolved") == ("True", "Resolved") and cond(back, "Ready") == ("True", "Ready")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        pytest.param([{"name": "eth0", "gateway4": "10.9.0.1"}],
+                     "eth0 gateway4 10.9.0.1 is outside its networks (10.0.0.0/24)", id="gateway4-outside"),
+        pytest.param([{"name": "eth0", "addresses": ["172.16.0.5/24"]}],
+                     "eth0 gateway4 10.0.0.1 is outside its networks (172.16.0.0/24)", id="gateway-vs-new-address"),
+        pytest.param([{"name": "eth1", "addresses": ["192.168.7.9/24", "fd00::9/64"], "gateway6": "fd01::1"}],
+                     "eth1 gateway6 fd01::1 is outside its networks (fd00::/64)", id="gateway6-outside"),
+        pytest.param([{"name": "eth1", "addresses": ["192.168.7.0/24"]}],
+                     "eth1 address 192.168.7.0/24 is the network address of 192.168.7.0/24", id="network-address"),
+        pytest.param([{"name": "eth1", "addresses": ["192.168.7.255/24"]}],
+                     "eth1 address 192.168.7.255/24 is the broadcast address of 192.168.7.0/24", id="broadcast"),
+        pytest.param([{"name": "eth1", "addresses": ["10.0.0.77/24"]}],
+                     "address 10.0.0.77 is on interfaces eth0 and eth1", id="one-address-two-nics"),
+    ],
+)
+def test_network_settings_valid_alone_but_inconsistent_are_refused(overrides: list[dict[str, Any]], expected: str) -> None:
+    """New-user finding: each value passed admission (isIP/isCIDR) yet the guest could not use the
+    combination. Effective settings = the VM's overrides over NET_CLASS (eth0 static
+    10.0.0.77/24 via 10.0.0.1 set by the override below, eth1 DHCP)."""
+    base = {"name": "eth0", "addresses": ["10.0.0.77/24"], "gateway4": "10.0.0.1"}
+    merged = {o["name"]: o for o in [base, *overrides]}
+    if overrides[0]["name"] == "eth0":
+        merged["eth0"] = {**base, **overrides[0]}
+    bad = _with_overrides(vm(), *merged.values())
+    plan = decide(snap(bad, cls=NET_CLASS))
+    assert plan.apply_machine is None and plan.placement is None
+    assert cond(plan, "Scheduled") == ("False", "NetworkSettingsInconsistent")
+    assert plan.status is not None
+    message = get_condition(VirtualMachineStatus.from_wire(plan.status).conditions, "Scheduled").message  # type: ignore[union-attr]
+    assert expected in message, message
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param([{"name": "eth0", "addresses": ["10.0.0.77/24"], "gateway4": "10.0.0.1"}], id="gateway-inside"),
+        pytest.param([{"name": "eth1", "addresses": ["192.168.7.9/24", "fd00::9/64"], "gateway6": "fe80::1"}], id="link-local-gateway6"),
+        pytest.param([{"name": "eth1", "addresses": ["192.168.7.0/31"]}], id="slash-31-has-no-network-address"),
+        pytest.param([{"name": "eth1", "gateway4": "10.9.9.9"}], id="dhcp-interface-gateway-not-judged"),
+    ],
+)
+def test_consistent_network_settings_are_placed(overrides: list[dict[str, Any]]) -> None:
+    plan = decide(snap(_with_overrides(vm(), *overrides), cls=NET_CLASS))
+    assert cond(plan, "Scheduled")[1] != "NetworkSettingsInconsistent"
+    assert plan.apply_machine is not None
+
+
+def test_a_running_vm_given_inconsistent_settings_keeps_running_as_it_is() -> None:
+    placed = _with_overrides(vm(scheduled=("a", "a-dc0-c0")), {"name": "eth1", "addresses": ["192.168.7.255/24"]})
+    plan = decide(snap(placed, cls=NET_CLASS, m=READY_MACHINE))
+    assert plan.apply_machine is None and not plan.delete_machine
+    assert cond(plan, "ReferencesResolved") == ("False", "NetworkSettingsInconsistent")
+    assert cond(plan, "Ready")[0] == "True"
