@@ -30,20 +30,21 @@ from banlieue.testing.vcsim import VcsimProcess
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(90)]
 FIN = "infrastructure.banlieue.io/vspheremachine"
+SECRET_RESYNC = 2.0  # seconds: --secret-resync-period of the tests that wait for a Secret to appear
 
 
 class Running:
     """A provider-role Manager running the vspheremachine controller in ``ns``."""
 
     def __init__(self, apiserver: Any, ns: str, watch_filter: str | None = None, shutdown_timeout: float = 5.0,
-                 request_timeout: float = 30.0) -> None:
+                 request_timeout: float = 30.0, secret_resync_period: float = RESYNC_SECONDS) -> None:
         self.client = new_client(apiserver.url)
         self.mgr = Manager(self.client, namespace=ns, metrics_bind_address="0", health_probe_bind_address="0",
                            graceful_shutdown_timeout=shutdown_timeout, handle_signals=False)
         self.backend = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=request_timeout, watch_max_wait=2.0)
         ctx = RoleContext(client=self.client, cache=self.mgr.cache, recorder=self.mgr.get_event_recorder(FIELD_MANAGER_PROVIDER_VSPHERE),
                           field_manager=FIELD_MANAGER_PROVIDER_VSPHERE, backend=self.backend, namespace=ns,
-                          watch_filter=watch_filter, vsphere_task_timeout=60.0)
+                          watch_filter=watch_filter, vsphere_task_timeout=60.0, secret_resync_period=secret_resync_period)
         self.controller = vspheremachine.setup(self.mgr, ctx)
         self.task = asyncio.create_task(self.mgr.start())
 
@@ -56,8 +57,9 @@ class Running:
 
 
 @contextlib.asynccontextmanager
-async def running(apiserver: Any, ns: str, watch_filter: str | None = None) -> AsyncIterator[Running]:
-    r = Running(apiserver, ns, watch_filter)
+async def running(apiserver: Any, ns: str, watch_filter: str | None = None,
+                  secret_resync_period: float = RESYNC_SECONDS) -> AsyncIterator[Running]:
+    r = Running(apiserver, ns, watch_filter, secret_resync_period=secret_resync_period)
     try:
         yield r
     finally:
@@ -198,7 +200,8 @@ async def test_missing_template_datastore_and_secret_are_reported(apiserver: Any
     await client.create(VSPHERE_MACHINE, machine("tpl", ns, template="no-such-template"))
     await client.create(VSPHERE_MACHINE, machine("ds", ns, disks=[{"name": "os", "sizeGiB": 20, "storageClass": "gold"}]))
     await client.create(VSPHERE_MACHINE, machine("cls", ns, disks=[{"name": "os", "sizeGiB": 20, "storageClass": "silver"}]))
-    async with running(apiserver, ns):
+    # --secret-resync-period 2 s (default 30 s): the resume below waits for one period.
+    async with running(apiserver, ns, secret_resync_period=SECRET_RESYNC):
         obj = await wait_reason(client, ns, "tpl", "SecretMissing")
         assert "spec.connection.credentialsRef" in ready_of(obj)[2]  # type: ignore[index]
         obj = await wait_reason(client, ns, "cls", "InvalidSpec")
@@ -206,9 +209,9 @@ async def test_missing_template_datastore_and_secret_are_reported(apiserver: Any
         # The Secret appears: the Secret watch resumes the machines.
         await client.create(SECRET, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vc1-creds", "namespace": ns},
                                      "data": {"username": b64(vcsim.username), "password": b64(vcsim.password)}})
-        # Referenced Secrets are re-read by resourceVersion every RESYNC_SECONDS (30 s; issue 23:
-        # no Secret watch), so the resume may take a whole period: wait longer than that.
-        obj = await wait_reason(client, ns, "tpl", "TemplateNotFound", timeout=RESYNC_SECONDS + 15)
+        # Referenced Secrets are re-read by resourceVersion every resync period (issue 23: no
+        # Secret watch), so the resume may take a whole period: wait longer than that.
+        obj = await wait_reason(client, ns, "tpl", "TemplateNotFound", timeout=SECRET_RESYNC + 30)
         assert "no-such-template" in ready_of(obj)[2]  # type: ignore[index]
         obj = await wait_reason(client, ns, "ds", "InvalidSpec")
         assert "NoSuchDS" in ready_of(obj)[2]  # type: ignore[index]
