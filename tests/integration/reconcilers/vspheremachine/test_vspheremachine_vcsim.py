@@ -151,14 +151,23 @@ async def test_standalone_lifecycle(apiserver: Any, client: Client, ns: str, vcs
         await client.delete(VSPHERE_MACHINE, "m1", ns)
         await eventually(lambda: _gone(client, ns, "m1"), what="object deleted")
         assert vms_with_uid(si, uid) == []
-        events = await client.list(apiserver_event_kind(), ns)
-        reasons = {e["reason"] for e in events["items"]}
-        assert {"Cloning", "Provisioned", "PoweredOff", "Deleted"} <= reasons, reasons
+        await eventually(lambda: _events_with(client, ns, "Cloning", "Provisioned", "PoweredOff", "Deleted"), what="events")
 
 
 def apiserver_event_kind() -> Any:
     from banlieue.runtime.kinds import EVENT
     return EVENT
+
+
+async def _events_with(client: Client, ns: str, *reasons: str) -> list[dict[str, Any]] | None:
+    """The Events of ``ns`` with one of ``reasons`` (one per reason, the first listed), once every
+    reason has one; None before. The recorder posts in the background (runtime.recorder): an
+    Event may arrive after the change it tells of, later on kube-apiserver than on the double."""
+    items = (await client.list(apiserver_event_kind(), ns))["items"]
+    found = {}
+    for e in items:
+        found.setdefault(e["reason"], e)
+    return [found[r] for r in reasons] if all(r in found for r in reasons) else None
 
 
 async def _task_done(task: Any) -> bool:
@@ -315,8 +324,7 @@ async def test_delete_after_secret_gone_uses_last_known_connection(
         await client.delete(VSPHERE_MACHINE, "lastknown", ns)
         await eventually(lambda: _gone(client, ns, "lastknown"), what="object deleted")
         assert vms_with_uid(si, uid) == []
-        events = await client.list(apiserver_event_kind(), ns)
-        assert any(e["reason"] == "Deleted" for e in events["items"])
+        await eventually(lambda: _events_with(client, ns, "Deleted"), what="Deleted event")
 
 
 async def test_delete_without_credentials_retries_then_provider_gone_drops_finalizer(
@@ -337,8 +345,8 @@ async def test_delete_without_credentials_retries_then_provider_gone_drops_final
         # reach the VM any more, the finalizer is dropped.
         await client.delete(PROVIDER, "vc1", ns)
         await eventually(lambda: _gone(client, ns, "orphan"), what="object deleted")
-        events = await client.list(apiserver_event_kind(), ns)
-        assert any(e["reason"] == "ProviderGone" and e["type"] == "Warning" for e in events["items"])
+        [gone] = await eventually(lambda: _events_with(client, ns, "ProviderGone"), what="ProviderGone event")
+        assert gone["type"] == "Warning", gone
     [vm] = vms_with_uid(si, uid)  # left behind, as the Warning says; clean up the shared vcsim
     vm.Destroy_Task()
 
@@ -411,8 +419,7 @@ async def test_class_edits_on_a_running_vm_never_wedge_it_or_touch_the_wrong_dis
         assert (vm.config.hardware.numCPU, vm.runtime.powerState) == (2, "poweredOff")
         assert ready_of(obj)[:2] == ("True", "Provisioned")  # type: ignore[index]
         assert sizes() == [10, 5, 50]
-        events = await client.list(apiserver_event_kind(), ns)
-        assert "HardwareChangePending" in {e["reason"] for e in events["items"]}
+        await eventually(lambda: _events_with(client, ns, "HardwareChangePending"), what="HardwareChangePending event")
 
 
 async def test_a_clone_answered_after_the_request_timeout_gives_one_vm(
