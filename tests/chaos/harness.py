@@ -58,9 +58,12 @@ AUDIT_METHODS = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", 
 """HTTP method of each audit verb (kube-apiserver's RequestInfo, reversed)."""
 
 ON_BOTH_SERVERS = pytest.mark.parametrize("chaos_env", kinds(both_by_default=True), indirect=True)
+LIST_POLL = 0.25
+"""Seconds between two lists of the API server while a scenario waits for a state (one local GET;
+a 1 s pause cost half a second per wait on average, ~100 waits per chaos run)."""
 """A scenario plain ``make test`` also runs on kube-apiserver (envtest)."""
 
-__all__ = ["ON_BOTH_SERVERS", "BanlieueProcess", "ChaosEnv", "Pulse", "condition", "http", "wait_for"]
+__all__ = ["LIST_POLL", "ON_BOTH_SERVERS", "BanlieueProcess", "ChaosEnv", "Pulse", "condition", "http", "wait_for"]
 
 
 @dataclass
@@ -274,7 +277,7 @@ class ChaosEnv:
             pending = self.not_ready(names)
             if not pending:
                 return
-            time.sleep(1.0)
+            time.sleep(LIST_POLL)
         sample = dict(list(pending.items())[:8])
         logs = "\n".join(p.tail(15) for p in self.procs[-1:])
         pytest.fail(f"{len(pending)}/{len(names)} VirtualMachines not Ready within {timeout:g} s: {sample}\n{logs}")
