@@ -58,12 +58,15 @@ AUDIT_METHODS = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", 
 """HTTP method of each audit verb (kube-apiserver's RequestInfo, reversed)."""
 
 ON_BOTH_SERVERS = pytest.mark.parametrize("chaos_env", kinds(both_by_default=True), indirect=True)
+ON_THE_REAL_SERVER = pytest.mark.parametrize("chaos_env", kinds(real_by_default=True), indirect=True)
+"""A scenario about banlieue's own processes, not the API server's: plain ``make test`` runs it once,
+on kube-apiserver (``$BANLIEUE_TEST_APISERVER`` picks another)."""
 LIST_POLL = 0.25
 """Seconds between two lists of the API server while a scenario waits for a state (one local GET;
 a 1 s pause cost half a second per wait on average, ~100 waits per chaos run)."""
 """A scenario plain ``make test`` also runs on kube-apiserver (envtest)."""
 
-__all__ = ["LIST_POLL", "ON_BOTH_SERVERS", "BanlieueProcess", "ChaosEnv", "Pulse", "condition", "http", "wait_for"]
+__all__ = ["LIST_POLL", "ON_BOTH_SERVERS", "ON_THE_REAL_SERVER", "BanlieueProcess", "ChaosEnv", "Pulse", "condition", "http", "wait_for"]
 
 
 @dataclass
