@@ -231,12 +231,34 @@ class ChaosEnv:
         connection: dict[str, Any] = {"endpoint": vc.url, "credentialsRef": {"name": f"{name}-credentials"}}
         if vc.proc.tls and ca:
             connection["caBundle"] = {"inline": vc.proc.ca_pem}
-        self.create(PROVIDERS, {
+        body = {
             "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
             "metadata": {"name": name, "namespace": NS, "labels": labels or {}},
             "spec": {"providerClassRef": {"name": "vsphere"}, "connection": connection,
                      "capabilities": {"storageClasses": [{"name": "standard", "target": {"datastore": "LocalDS_0"}}],
-                                      "networkClasses": [{"name": "default", "target": {"portGroup": "VM Network"}}]}}})
+                                      "networkClasses": [{"name": "default", "target": {"portGroup": "VM Network"}}]}}}
+        if not vc.proc.tls:
+            self.allow_http_endpoints(body)
+        self.create(PROVIDERS, body)
+
+    def allow_http_endpoints(self, provider: dict[str, Any], timeout: float = 15.0) -> None:
+        """On the real server, what a development cluster against a plain-http simulator does
+        (banlieue.api.admission, docs/security.md): delete the binding of the
+        ``banlieue-provider-https-endpoint`` policy, then wait until kube-apiserver's admission
+        has seen it (a dry-run create of ``provider`` is admitted). The manager must run with
+        ``--development-allow-http-endpoints``. Nothing to do on the double (no admission)."""
+        if self.api is None or self.api.envtest is None:
+            return
+        status, out = self.api.request(
+            "DELETE", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/banlieue-provider-https-endpoint")
+        assert status in (200, 404), f"delete the https-endpoint policy binding: {status} {out}"
+        deadline = time.monotonic() + timeout
+        while True:
+            status, out = self.api.request("POST", f"{PROVIDERS}?dryRun=All", provider)
+            if status == 201:
+                return
+            assert time.monotonic() < deadline, f"an http:// Provider still refused {timeout:g} s after the binding went: {status} {out}"
+            time.sleep(0.2)
 
     def vm_body(self, name: str, **spec: Any) -> dict[str, Any]:
         return {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
