@@ -10,7 +10,7 @@ e2e suite, three chaos scenarios) runs against both (``real`` skipped, with the 
 Public API:
 
 - :func:`selected` -> ``"double"`` | ``"real"`` | None (unset); :func:`kinds` -> the kinds a
-  suite parametrizes over; :func:`skip_unless_double(fault) <skip_unless_double>`.
+  suite parametrizes over (``both_by_default``, ``real_by_default``); :func:`skip_unless_double(fault) <skip_unless_double>`.
 - :func:`start_api_server(kind, tmp) <start_api_server>` (context manager) -> :class:`ApiServerUnderTest`:
   ``url``, ``kubeconfig_path`` (all rights: the double has no auth, envtest's is cluster-admin),
   ``request()``, ``install(kubectl)`` (CRDs; on the real server all of config/default but the
@@ -54,13 +54,17 @@ def selected() -> str | None:
     return value
 
 
-def kinds(*, both_by_default: bool = False) -> list[str]:
+def kinds(*, both_by_default: bool = False, real_by_default: bool = False) -> list[str]:
     """The API servers a suite runs against: the selected one; unset, the double, or both when
-    ``both_by_default`` (the suites plain ``make test`` runs on the real server too)."""
+    ``both_by_default`` (the suites plain ``make test`` runs on the real server too), or only the
+    real one when ``real_by_default`` (a scenario the API server plays no part in, where one run
+    suffices and the real server is the judge)."""
     chosen = selected()
     if chosen:
         return [chosen]
-    return list(KINDS) if both_by_default else ["double"]
+    if both_by_default:
+        return list(KINDS)
+    return ["real"] if real_by_default else ["double"]
 
 
 def skip_unless_double(fault: str) -> pytest.MarkDecorator:

@@ -16,9 +16,10 @@ credentials: ``config_for_url``), ``apiserver.kubeconfig_path`` and a few calls 
   their own fresh namespace (tests/integration/conftest.py ``namespace``) on the shared server.
 
 ``server`` (:class:`RealServer`) does on kube-apiserver what the double's ``ApiServer`` does where
-a real server can: ``load_crd_dir`` / ``load_crd`` (apply, wait Established). What only the double
-has (fault injection, its request log, compaction on demand) skips the test, the reason naming it:
-:func:`skip_double_only`.
+a real server can: ``load_crd_dir`` / ``load_crd`` (apply, wait Established) and ``request_log``
+(read from kube-apiserver's audit log, from the start of the test: :meth:`RealServer.mark_requests`).
+What only the double has (fault injection, its in-memory store, compaction on demand) skips the
+test, the reason naming it: :func:`skip_double_only`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -38,11 +40,16 @@ import pytest
 import yaml
 
 from .apiserver.fixture import write_kubeconfig
+from .apiserver.server import RequestRecord
 from .apiservers import REPO_ROOT
 from .envtest import Envtest
 
 PROXY_STARTUP_TIMEOUT = 30.0  # seconds
 KUBECTL_TIMEOUT = 120.0  # seconds per kubectl call
+AUDIT_VERB_METHODS = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "update": "PUT",
+                      "patch": "PATCH", "delete": "DELETE", "deletecollection": "DELETE"}
+"""The HTTP method of each audit ``verb`` (k8s.io/apiserver request info: the verb is derived from
+the method and the path, so this inverse is exact for resource requests)."""
 
 
 def skip_double_only(what: str) -> NoReturn:
@@ -64,7 +71,11 @@ class RealServer:
 
     kubeconfig_path: Path
     """Cluster-admin kubeconfig of envtest (client certificate)."""
+    audit_log: Path | None = None
+    """kube-apiserver's audit log (JSON lines, every request at level Metadata, written before
+    the answer: ``--audit-log-mode blocking``); None: ``request_log`` skips the test."""
     loaded: set[str] = field(default_factory=set)
+    _audit_offset: int = 0
 
     def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """``kubectl --kubeconfig <admin> ARGS``; AssertionError with stderr when it fails."""
@@ -130,6 +141,46 @@ class RealServer:
                                     content_type="application/merge-patch+json")
                 envtest.request("DELETE", obj)
 
+    def mark_requests(self) -> None:
+        """Start :meth:`request_log` here: it sees only the requests answered after this call (the
+        ``apiserver`` fixture calls it when a test starts; the server is shared by the session)."""
+        if self.audit_log is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._audit_offset = self.audit_log.stat().st_size
+
+    def request_log(self, *, method: str | None = None, path_contains: str | None = None) -> list[RequestRecord]:
+        """The double's ``ApiServer.request_log`` on kube-apiserver: the requests answered since
+        :meth:`mark_requests`, oldest first, optionally filtered by HTTP method and path substring,
+        read from the audit log (one ``ResponseComplete``/``Panic`` event per request: a watch is
+        counted when it ends). ``time`` is the request's arrival (``requestReceivedTimestamp``),
+        ``duration`` until ``stageTimestamp``. Skips the test when there is no audit log."""
+        if self.audit_log is None:
+            skip_double_only("request log (ApiServer.request_log: no audit log on this server)")
+        out: list[RequestRecord] = []
+        with contextlib.suppress(FileNotFoundError), self.audit_log.open("rb") as fh:
+            if fh.seek(0, 2) >= self._audit_offset:  # smaller: the log was rotated, read it all
+                fh.seek(self._audit_offset)
+            else:
+                fh.seek(0)
+            for line in fh:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # a line being written
+                if event.get("stage") not in ("ResponseComplete", "Panic"):
+                    continue
+                verb_method = AUDIT_VERB_METHODS.get(str(event.get("verb", "")), str(event.get("verb", "")).upper())
+                path, _, query = str(event.get("requestURI", "")).partition("?")
+                if (method is not None and verb_method != method) or (path_contains is not None and path_contains not in path):
+                    continue
+                received = _audit_time(event.get("requestReceivedTimestamp"))
+                out.append(RequestRecord(method=verb_method, path=path, query=query,
+                                         status=int((event.get("responseStatus") or {}).get("code") or 0),
+                                         time=received, duration=max(0.0, _audit_time(event.get("stageTimestamp")) - received),
+                                         user_agent=str(event.get("userAgent", ""))))
+        out.sort(key=lambda r: r.time)
+        return out
+
     # What only the double has: the test is skipped, naming it.
     @property
     def faults(self) -> NoReturn:
@@ -139,14 +190,19 @@ class RealServer:
     def store(self) -> NoReturn:
         skip_double_only("in-memory store (ApiServer.store)")
 
-    def request_log(self, *args: Any, **kwargs: Any) -> NoReturn:
-        skip_double_only("request log (ApiServer.request_log: counts the writes it received)")
-
     def compact(self, *args: Any, **kwargs: Any) -> NoReturn:
         skip_double_only("compaction on demand (ApiServer.compact)")
 
     def drop_watches(self, *args: Any, **kwargs: Any) -> NoReturn:
         skip_double_only("fault injection (ApiServer.drop_watches)")
+
+
+def _audit_time(value: Any) -> float:
+    """An audit event's RFC 3339 timestamp (``2026-12-02T00:56:41.123456Z``) as seconds since the
+    epoch; 0.0 when missing."""
+    if not value:
+        return 0.0
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
 @dataclass
@@ -197,7 +253,7 @@ def kubectl_proxy(kubeconfig: Path) -> Iterator[str]:
 def real_integration_server(envtest: Envtest, tmp: Path) -> Iterator[tuple[RealServer, str, Path]]:
     """banlieue installed on ``envtest`` and ``kubectl proxy`` in front of it: yields
     ``(server, proxy URL, kubeconfig of the proxy URL)`` for the session."""
-    server = RealServer(envtest.kubeconfig_path)
+    server = RealServer(envtest.kubeconfig_path, audit_log=envtest.audit_log)
     server.install_banlieue()
     with kubectl_proxy(envtest.kubeconfig_path) as url:
         yield server, url, write_kubeconfig(tmp / "kubeconfig-proxy", url, context="envtest-proxy")

@@ -98,9 +98,15 @@ async def test_watch_initial_resume_and_bookmarks(http: Http) -> None:
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "w2"), ("DELETED", "w1")]
     deleted = events[1]["object"]["metadata"]["resourceVersion"]
     assert int(deleted) > int(events[0]["object"]["metadata"]["resourceVersion"])
-    events = await http.watch_lines(CMS, {"resourceVersion": deleted, "allowWatchBookmarks": "true",
-                                          "timeoutSeconds": "3"}, max_events=1)
+    # Bookmarks come only when the store is newer than the resourceVersion the watch started
+    # from (kube-apiserver's watch cache): none from the latest one on a quiet server ...
+    quiet = await http.watch_lines(CMS, {"resourceVersion": deleted, "allowWatchBookmarks": "true", "timeoutSeconds": "2"})
+    assert quiet == []
+    # ... one (every bookmark interval, 1 s here) from an older one, whose changes this selector hides.
+    events = await http.watch_lines(CMS, {"resourceVersion": rv_after_a, "allowWatchBookmarks": "true",
+                                          "labelSelector": "none=match", "timeoutSeconds": "3"}, max_events=1)
     assert events[0]["type"] == "BOOKMARK"
+    assert events[0]["object"]["metadata"]["resourceVersion"] == deleted
     assert events[0]["object"]["metadata"] == {"resourceVersion": events[0]["object"]["metadata"]["resourceVersion"]}
     assert events[0]["object"]["kind"] == "ConfigMap"
 

@@ -2,7 +2,8 @@
 
 ``chaos_env`` gives each scenario a fresh :class:`ChaosEnv` (API double in its own process, or
 envtest's kube-apiserver: ``$BANLIEUE_TEST_APISERVER``, or per scenario with
-``@ON_BOTH_SERVERS``, which plain ``make test`` runs on both; the scenario adds vcsims and
+``@ON_BOTH_SERVERS``, which plain ``make test`` runs on both, or ``@ON_THE_REAL_SERVER``, which it
+runs on kube-apiserver only; the scenario adds vcsims and
 banlieue processes); everything is stopped at teardown.
 
 At the end of a run that collected chaos scenarios, the terminal summary prints

@@ -58,9 +58,15 @@ AUDIT_METHODS = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", 
 """HTTP method of each audit verb (kube-apiserver's RequestInfo, reversed)."""
 
 ON_BOTH_SERVERS = pytest.mark.parametrize("chaos_env", kinds(both_by_default=True), indirect=True)
+ON_THE_REAL_SERVER = pytest.mark.parametrize("chaos_env", kinds(real_by_default=True), indirect=True)
+"""A scenario about banlieue's own processes, not the API server's: plain ``make test`` runs it once,
+on kube-apiserver (``$BANLIEUE_TEST_APISERVER`` picks another)."""
+LIST_POLL = 0.25
+"""Seconds between two lists of the API server while a scenario waits for a state (one local GET;
+a 1 s pause cost half a second per wait on average, ~100 waits per chaos run)."""
 """A scenario plain ``make test`` also runs on kube-apiserver (envtest)."""
 
-__all__ = ["ON_BOTH_SERVERS", "BanlieueProcess", "ChaosEnv", "Pulse", "condition", "http", "wait_for"]
+__all__ = ["LIST_POLL", "ON_BOTH_SERVERS", "ON_THE_REAL_SERVER", "BanlieueProcess", "ChaosEnv", "Pulse", "condition", "http", "wait_for"]
 
 
 @dataclass
@@ -225,12 +231,34 @@ class ChaosEnv:
         connection: dict[str, Any] = {"endpoint": vc.url, "credentialsRef": {"name": f"{name}-credentials"}}
         if vc.proc.tls and ca:
             connection["caBundle"] = {"inline": vc.proc.ca_pem}
-        self.create(PROVIDERS, {
+        body = {
             "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
             "metadata": {"name": name, "namespace": NS, "labels": labels or {}},
             "spec": {"providerClassRef": {"name": "vsphere"}, "connection": connection,
                      "capabilities": {"storageClasses": [{"name": "standard", "target": {"datastore": "LocalDS_0"}}],
-                                      "networkClasses": [{"name": "default", "target": {"portGroup": "VM Network"}}]}}})
+                                      "networkClasses": [{"name": "default", "target": {"portGroup": "VM Network"}}]}}}
+        if not vc.proc.tls:
+            self.allow_http_endpoints(body)
+        self.create(PROVIDERS, body)
+
+    def allow_http_endpoints(self, provider: dict[str, Any], timeout: float = 15.0) -> None:
+        """On the real server, what a development cluster against a plain-http simulator does
+        (banlieue.api.admission, docs/security.md): delete the binding of the
+        ``banlieue-provider-https-endpoint`` policy, then wait until kube-apiserver's admission
+        has seen it (a dry-run create of ``provider`` is admitted). The manager must run with
+        ``--development-allow-http-endpoints``. Nothing to do on the double (no admission)."""
+        if self.api is None or self.api.envtest is None:
+            return
+        status, out = self.api.request(
+            "DELETE", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/banlieue-provider-https-endpoint")
+        assert status in (200, 404), f"delete the https-endpoint policy binding: {status} {out}"
+        deadline = time.monotonic() + timeout
+        while True:
+            status, out = self.api.request("POST", f"{PROVIDERS}?dryRun=All", provider)
+            if status == 201:
+                return
+            assert time.monotonic() < deadline, f"an http:// Provider still refused {timeout:g} s after the binding went: {status} {out}"
+            time.sleep(0.2)
 
     def vm_body(self, name: str, **spec: Any) -> dict[str, Any]:
         return {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
@@ -274,7 +302,7 @@ class ChaosEnv:
             pending = self.not_ready(names)
             if not pending:
                 return
-            time.sleep(1.0)
+            time.sleep(LIST_POLL)
         sample = dict(list(pending.items())[:8])
         logs = "\n".join(p.tail(15) for p in self.procs[-1:])
         pytest.fail(f"{len(pending)}/{len(names)} VirtualMachines not Ready within {timeout:g} s: {sample}\n{logs}")

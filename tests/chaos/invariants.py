@@ -15,7 +15,11 @@ from collections.abc import Iterable
 
 import pytest
 
-from .harness import VMS, VSMS, BanlieueProcess, ChaosEnv, wait_for
+from .harness import LIST_POLL, VMS, VSMS, BanlieueProcess, ChaosEnv, wait_for
+
+CONVERGED_POLL = 0.5
+"""Seconds between two looks at every vcsim (one property retrieval per simulator) while waiting
+for convergence; the other waits poll the API server every ``LIST_POLL`` s."""
 
 
 def assert_exact_vms(env: ChaosEnv, names: Iterable[str], timeout: float = 30.0) -> None:
@@ -48,7 +52,7 @@ def assert_exact_vms(env: ChaosEnv, names: Iterable[str], timeout: float = 30.0)
     deadline = time.monotonic() + timeout
     problem = check()
     while problem and time.monotonic() < deadline:
-        time.sleep(1.0)
+        time.sleep(CONVERGED_POLL)
         problem = check()
     assert problem is None, problem
 
@@ -72,7 +76,7 @@ def wait_for_clean(env: ChaosEnv, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     left = leftovers()
     while left and time.monotonic() < deadline:
-        time.sleep(1.0)
+        time.sleep(LIST_POLL)
         left = leftovers()
     if left:
         pytest.fail(f"objects left after {timeout:g} s (stuck finalizers): {left}")

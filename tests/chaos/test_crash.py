@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from .harness import ON_BOTH_SERVERS, VMS, ChaosEnv
+from .harness import ON_THE_REAL_SERVER, VMS, ChaosEnv
 from .invariants import assert_exact_vms, assert_serving, wait_for_clean
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(240)]
@@ -29,7 +29,9 @@ KILLS_PROVISIONING = 4
 KILLS_DELETING = 3
 
 
-@ON_BOTH_SERVERS
+# kill -9 of banlieue's processes: the recovery is banlieue's; once, on kube-apiserver, in plain
+# make test (it also ran on the double: 73 s more on the dev machine).
+@ON_THE_REAL_SERVER
 def test_kill_9_while_provisioning_and_deleting(chaos_env: ChaosEnv) -> None:
     env = chaos_env
     seed = int(os.environ.get("CHAOS_SEED") or time.time())

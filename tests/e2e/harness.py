@@ -154,13 +154,19 @@ def start_manager_env(stack: ExitStack, tmp: Path, api: ApiServerUnderTest,
 def manager_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagerEnv]:
     """API server (``request.param``: double or real) + vcsim per sample Provider + ``banlieue
     manager``, samples applied."""
+    yield from samples_env(request.param, tmp_path_factory)
+
+
+def samples_env(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagerEnv]:
+    """The body of ``manager_env`` on the API server ``kind``, for modules that choose their own
+    servers."""
     kubectl = kubectl_path()
     assert kubectl is not None
     tmp = tmp_path_factory.mktemp("manager-e2e")
     docs = sample_documents(REPO / "config/samples")
     providers = [d["metadata"]["name"] for d in docs if d.get("kind") == "Provider"]
     with ExitStack() as stack:
-        api = stack.enter_context(start_api_server(request.param, tmp, bookmark_interval=5.0))
+        api = stack.enter_context(start_api_server(kind, tmp, bookmark_interval=5.0))
         # 4 hosts per cluster: the sample class medium needs 8 GiB free in one cluster.
         vcsims = {name: stack.enter_context(start_vcsim(host=4, guest_ip=GUEST_IP_RANGES[i % len(GUEST_IP_RANGES)]))
                   for i, name in enumerate(providers)}

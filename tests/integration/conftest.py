@@ -8,7 +8,8 @@ directory, so one fixture serves both suites with their own client.
 the default), or with ``BANLIEUE_TEST_APISERVER=real`` envtest's kube-apiserver, shared by the
 session, banlieue's API installed once, behind ``kubectl proxy`` (``banlieue.testing.realtier``);
 tests keep to their own namespace, and every custom resource is deleted before and after each
-test (``RealServer.clear_custom_resources``). What only the double has skips the test, naming it."""
+test (``RealServer.clear_custom_resources``); ``server.request_log`` reads the test's requests
+from kube-apiserver's audit log. What only the double has skips the test, naming it."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ async def apiserver(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIter
         server, url, kubeconfig = request.getfixturevalue("real_integration")
         envtest = request.getfixturevalue("envtest")
         server.clear_custom_resources(envtest)
+        server.mark_requests()  # request_log: this test's requests only
         try:
             yield RealApiServerHandle(server, url, kubeconfig, envtest)
         finally:

@@ -168,13 +168,20 @@ async def watch_objects(server: Backing, t: Target, request: web.Request) -> web
     else:
         def transform(obj: JSON) -> JSON:
             return present(rt, obj)
+    send_initial_events = None if sie is None else _bool(sie)
+    if sie is None and not q.get("resourceVersionMatch") and q.get("resourceVersion", "") in ("", "0"):
+        # kube-apiserver with the WatchList feature (on since 1.32) defaults a watch from ""/"0"
+        # to sendInitialEvents=true (metainternalversion.SetListOptionsDefaults, after the
+        # validation of the query): with allowWatchBookmarks it ends the initial events with
+        # the k8s.io/initial-events-end bookmark too (measured: tests/envtest/test_differential.py).
+        send_initial_events = True
     req = WatchRequest(
         rt=rt,
         namespace=t.namespace if rt.namespaced else None,
         matches=matches,
         resource_version=q.get("resourceVersion"),
         allow_bookmarks=_bool(q.get("allowWatchBookmarks")),
-        send_initial_events=None if sie is None else _bool(sie),
+        send_initial_events=send_initial_events,
         timeout=timeout,
         transform=transform,
     )

@@ -94,12 +94,11 @@ def validate_list_options(request: web.Request, *, watch: bool) -> None:
             causes.append({"reason": "FieldValueForbidden", "field": "sendInitialEvents",
                            "message": "Forbidden: sendInitialEvents is forbidden for list"})
         elif q.get("sendInitialEvents", "").lower() in ("1", "true"):
+            # Without allowWatchBookmarks kube-apiserver accepts it too (no end bookmark then:
+            # tests/envtest/test_differential.py).
             if match != "NotOlderThan":
                 causes.append({"reason": "FieldValueForbidden", "field": "resourceVersionMatch",
                                "message": "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"})
-            if q.get("allowWatchBookmarks", "").lower() not in ("1", "true"):
-                causes.append({"reason": "FieldValueForbidden", "field": "allowWatchBookmarks",
-                               "message": "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"})
     if rv and not rv.isdigit():
         causes.append({"reason": "FieldValueInvalid", "field": "resourceVersion",
                        "message": f'Invalid value: "{rv}": must be a non-negative integer'})

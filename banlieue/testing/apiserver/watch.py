@@ -5,9 +5,14 @@ Source: Kubernetes API concepts, "Efficient detection of changes" and "Watch boo
 - resourceVersion N: every change after N from the event history; N older than the history
   yields one ERROR event carrying a 410 Expired Status (``too old resource version: N (M)``)
   and the stream ends;
-- ``allowWatchBookmarks``: BOOKMARK events whose object has only ``metadata.resourceVersion``;
-- ``sendInitialEvents=true``: the initial ADDED events end with a BOOKMARK annotated
-  ``k8s.io/initial-events-end: "true"``;
+- ``allowWatchBookmarks``: BOOKMARK events whose object has only ``metadata.resourceVersion``,
+  as kube-apiserver's watch cache sends them (k8s.io/apiserver ``cacheWatcher.nextBookmarkTime``
+  and ``process``): every ``bookmark_interval`` (kube: one minute) and once 2 s before the
+  watch's ``timeoutSeconds`` end, each only when the store's resourceVersion is newer than the
+  one the watch started from (a quiet watch gets none);
+- ``sendInitialEvents=true`` (which kube-apiserver defaults for a watch from ``""``/``"0"``
+  without ``resourceVersionMatch``: the handler does the same): the initial ADDED events end
+  with a BOOKMARK annotated ``k8s.io/initial-events-end: "true"`` when bookmarks are allowed;
 - selectors: an object that stops matching is reported DELETED, one that starts matching ADDED;
 - ``timeoutSeconds`` ends the stream cleanly.
 """
@@ -93,6 +98,7 @@ async def serve_watch(
     initial: list[tuple[str, JSON]] = []
     error: ApiError | None = None
     watcher = store.subscribe(gr)
+    start_rv: int | None = None  # the resourceVersion asked for, when the watch resumes from one
     try:
         if faults.take_expired_watch():
             error = expired(f"too old resource version: {req.resource_version or 0} ({store.rv})")
@@ -115,7 +121,13 @@ async def serve_watch(
                     t = translate(req, ev)
                     if t is not None:
                         initial.append(t)
+                start_rv = rv
         snapshot_rv = store.rv
+        # A bookmark is sent only when the store has moved past the resourceVersion the watch
+        # started from: the one asked for, or the snapshot's for initial events.
+        if start_rv is None:
+            start_rv = snapshot_rv
+        deadline = time.monotonic() + req.timeout
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json", **headers})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -124,16 +136,32 @@ async def serve_watch(
             return resp
         enc = req.transform or (lambda o: o)
         try:
+            while faults.freeze_watches:  # frozen: not even the initial events go out
+                if time.monotonic() >= deadline:
+                    return resp
+                await asyncio.sleep(0.05)
             for kind, obj in initial:
                 await resp.write(_line(kind, enc(obj)))
             if req.send_initial_events and req.allow_bookmarks:
                 await resp.write(_line("BOOKMARK", _bookmark(req.rt, snapshot_rv, initial_end=True)))
-            await _pump(resp, req, watcher, store, faults, bookmark_interval, enc)
+            await _pump(resp, req, watcher, store, faults, bookmark_interval, enc, deadline, start_rv)
         except ConnectionResetError:
             pass  # the client went away mid-stream: the watch simply ends (no error to report)
         return resp
     finally:
         store.unsubscribe(watcher)
+
+
+PRE_TIMEOUT_BOOKMARK = 2.0
+"""Seconds before a watch's end at which kube-apiserver sends its last bookmark (cacheWatcher)."""
+
+
+def _next_bookmark(now: float, deadline: float, interval: float) -> float:
+    """When the next bookmark is due (monotonic seconds): ``interval`` from ``now``, or
+    :data:`PRE_TIMEOUT_BOOKMARK` before ``deadline`` when that comes first and is still ahead."""
+    due = now + interval
+    pre_timeout = deadline - PRE_TIMEOUT_BOOKMARK
+    return pre_timeout if now < pre_timeout < due else due
 
 
 def _bookmark(rt: ResourceType, rv: int, *, initial_end: bool = False) -> JSON:
@@ -151,9 +179,10 @@ async def _pump(
     faults: Faults,
     bookmark_interval: float,
     enc: Callable[[JSON], JSON],
+    deadline: float,
+    start_rv: int,
 ) -> None:
-    deadline = time.monotonic() + req.timeout
-    next_bookmark = time.monotonic() + bookmark_interval
+    next_bookmark = _next_bookmark(time.monotonic(), deadline, bookmark_interval)
     while not watcher.closed:
         now = time.monotonic()
         if now >= deadline:
@@ -168,8 +197,9 @@ async def _pump(
             ev = await asyncio.wait_for(watcher.queue.get(), timeout=max(wait, 0.001))
         except TimeoutError:
             if req.allow_bookmarks and time.monotonic() >= next_bookmark and watcher.queue.empty():
-                await resp.write(_line("BOOKMARK", _bookmark(req.rt, store.rv)))
-                next_bookmark = time.monotonic() + bookmark_interval
+                if store.rv > start_rv:
+                    await resp.write(_line("BOOKMARK", _bookmark(req.rt, store.rv)))
+                next_bookmark = _next_bookmark(time.monotonic(), deadline, bookmark_interval)
             continue
         if ev is None:
             return

@@ -135,6 +135,10 @@ async def _placed_on(env: Env, name: str, provider: str) -> dict[str, Any] | Non
     return vsm if vsm["spec"]["providerRef"]["name"] == provider and not vsm["metadata"].get("deletionTimestamp") else None
 
 
+async def _scheduled_on(env: Env, name: str, provider: str) -> bool:
+    return bool(((await env.get_vm(name)).get("status") or {}).get("scheduled", {}).get("providerName") == provider)
+
+
 async def test_automatic_migration_waits_for_the_old_machine_then_recreates(env: Env) -> None:
     await env.vm("mig-1", migrationPolicy="automatic", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
     old = await eventually(lambda: _placed_on(env, "mig-1", "vc-a"))
@@ -151,7 +155,9 @@ async def test_automatic_migration_waits_for_the_old_machine_then_recreates(env:
     await env.client.patch(VSPHERE_MACHINE, "mig-1", env.namespace, {"metadata": {"finalizers": None}})
     new = await eventually(lambda: _placed_on(env, "mig-1", "vc-b"))
     assert new["metadata"]["uid"] != old["metadata"]["uid"] and new["metadata"]["labels"]["banlieue.io/provider"] == "vc-b"
-    assert (await env.get_vm("mig-1"))["status"]["scheduled"]["providerName"] == "vc-b"
+    # The new machine is created first, then the VM's status says where it is scheduled (the
+    # status write of the same reconcile): on kube-apiserver a read can fall between the two.
+    await eventually(lambda: _scheduled_on(env, "mig-1", "vc-b"))
     assert (await env.condition("mig-1", "Migrating"))["status"] == "True"  # until the new machine is Ready
     await env.provision("mig-1")
     await eventually(lambda: _is(env, "mig-1", "Migrating", "False", "NotMigrating"))

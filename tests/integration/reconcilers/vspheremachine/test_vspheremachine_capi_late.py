@@ -3,26 +3,55 @@ VSphereMachine says at once what it waits for, and the CAPI kinds are picked up 
 of their CRDs being created (as ``clusterctl init`` would: POST customresourcedefinitions).
 
 A real Manager running the VSphereMachine controller against the API-server double; no vCenter
-is needed (the machine never gets past waiting for CAPI)."""
+is needed (the machine never gets past waiting for CAPI). With ``BANLIEUE_TEST_APISERVER=real``
+the test gets a kube-apiserver of its own: the session's shared one has Cluster API installed by
+the tests before it (the CAPI tier, the CAPI VSphereMachine tests), and "installed later" needs a
+server without it."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from test_vspheremachine_vcsim import ready_of, running, wait_reason
 
 from banlieue.reconcilers.kinds import VSPHERE_MACHINE
 from banlieue.reconcilers.vspheremachine.sources import CAPI_DISCOVERY_SECONDS
 from banlieue.runtime.client import Client
+from banlieue.testing import apiservers
+from banlieue.testing.apiserver.fixture import TEST_BOOKMARK_INTERVAL, ApiServerHandle, write_kubeconfig
+from banlieue.testing.apiserver.server import ApiServer
+from banlieue.testing.envtest import envtest_binaries_missing, start_envtest
+from banlieue.testing.realtier import RealApiServerHandle, real_integration_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from capi.crds import install
 
-pytestmark = [pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.timeout(90)]
+
+
+@pytest_asyncio.fixture
+async def apiserver(tmp_path: Path) -> AsyncIterator[ApiServerHandle | RealApiServerHandle]:
+    """An API server without Cluster API: a fresh double, or (real) an envtest of this test's own
+    with banlieue installed behind ``kubectl proxy``."""
+    if apiservers.selected() == "real":
+        reason = envtest_binaries_missing()
+        if reason:
+            pytest.skip(reason)
+        with start_envtest(tmp_path / "envtest") as env, real_integration_server(env, tmp_path) as (server, url, kubeconfig):
+            yield RealApiServerHandle(server, url, kubeconfig, env)
+        return
+    double = ApiServer(bookmark_interval=TEST_BOOKMARK_INTERVAL)
+    url = await double.start("127.0.0.1", 0)
+    try:
+        yield ApiServerHandle(double, url, write_kubeconfig(tmp_path / "kubeconfig", url))
+    finally:
+        await double.stop()
 
 
 async def test_capi_installed_later_is_picked_up_in_seconds(apiserver: Any, client: Client, ns: str) -> None:

@@ -8,8 +8,11 @@ write by another field manager to the same object is no reason to drop ours."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shutil
-from collections.abc import AsyncIterator, Awaitable
+import time
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,9 +40,8 @@ from banlieue.reconcilers.vspheremachine.decide import Snapshot
 from banlieue.runtime.client import Client
 from banlieue.runtime.config import load_config
 from banlieue.runtime.errors import NotFound
-from banlieue.runtime.kinds import NAMESPACE
 from banlieue.runtime.manager import Manager
-from banlieue.testing.apiservers import kinds, start_api_server
+from banlieue.testing.apiservers import ApiServerUnderTest, kinds, start_api_server
 
 pytestmark = [pytest.mark.kubectl, pytest.mark.timeout(180),
               pytest.mark.skipif(shutil.which("kubectl") is None and not Path("bin/kubectl").exists(),
@@ -72,18 +74,38 @@ def _provisioned() -> VSphereMachineStatus:
                                  last_transition_time="2026-01-01T00:00:00Z").to_wire()]})
 
 
-@pytest.fixture(params=kinds(both_by_default=True))
-async def client(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Client]:
-    """A cluster-admin client of the API server ``request.param`` with banlieue's CRDs and
-    namespace ``same``."""
-    with start_api_server(request.param, tmp_path) as api:
-        api.install(_kubectl())
-        c = Client(await load_config(str(api.kubeconfig_path)))
-        try:
-            await c.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-            yield c
-        finally:
-            await c.close()
+@pytest.fixture(scope="module", params=kinds(both_by_default=True))
+def api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServerUnderTest]:
+    """The API server ``request.param`` with banlieue's CRDs and namespace ``same``, shared by the
+    module's tests (each removes its objects: ``client``)."""
+    with start_api_server(request.param, tmp_path_factory.mktemp("same-object")) as server:
+        server.install(_kubectl())
+        status, answer = server.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        assert status == 201, answer
+        yield server
+
+
+@pytest.fixture
+async def client(api: ApiServerUnderTest) -> AsyncIterator[Client]:
+    """A cluster-admin client of ``api``; after the test, the VirtualMachine and VSphereMachine
+    ``m1`` are gone (finalizers dropped), so the next test creates them afresh."""
+    c = Client(await load_config(str(api.kubeconfig_path)))
+    try:
+        yield c
+    finally:
+        for kind in (VIRTUAL_MACHINE, VSPHERE_MACHINE):
+            with contextlib.suppress(NotFound):
+                await c.patch(kind, NAME, NS, {"metadata": {"finalizers": None}})
+            with contextlib.suppress(NotFound):
+                await c.delete(kind, NAME, NS)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    await c.get(kind, NAME, NS)
+                except NotFound:
+                    break
+                await asyncio.sleep(0.1)
+        await c.close()
 
 
 def _context(client: Client, field_manager: str) -> RoleContext:

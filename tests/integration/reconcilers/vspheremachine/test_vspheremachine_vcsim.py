@@ -30,20 +30,21 @@ from banlieue.testing.vcsim import VcsimProcess
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(90)]
 FIN = "infrastructure.banlieue.io/vspheremachine"
+SECRET_RESYNC = 2.0  # seconds: --secret-resync-period of the tests that wait for a Secret to appear
 
 
 class Running:
     """A provider-role Manager running the vspheremachine controller in ``ns``."""
 
     def __init__(self, apiserver: Any, ns: str, watch_filter: str | None = None, shutdown_timeout: float = 5.0,
-                 request_timeout: float = 30.0) -> None:
+                 request_timeout: float = 30.0, secret_resync_period: float = RESYNC_SECONDS) -> None:
         self.client = new_client(apiserver.url)
         self.mgr = Manager(self.client, namespace=ns, metrics_bind_address="0", health_probe_bind_address="0",
                            graceful_shutdown_timeout=shutdown_timeout, handle_signals=False)
         self.backend = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=request_timeout, watch_max_wait=2.0)
         ctx = RoleContext(client=self.client, cache=self.mgr.cache, recorder=self.mgr.get_event_recorder(FIELD_MANAGER_PROVIDER_VSPHERE),
                           field_manager=FIELD_MANAGER_PROVIDER_VSPHERE, backend=self.backend, namespace=ns,
-                          watch_filter=watch_filter, vsphere_task_timeout=60.0)
+                          watch_filter=watch_filter, vsphere_task_timeout=60.0, secret_resync_period=secret_resync_period)
         self.controller = vspheremachine.setup(self.mgr, ctx)
         self.task = asyncio.create_task(self.mgr.start())
 
@@ -56,8 +57,9 @@ class Running:
 
 
 @contextlib.asynccontextmanager
-async def running(apiserver: Any, ns: str, watch_filter: str | None = None) -> AsyncIterator[Running]:
-    r = Running(apiserver, ns, watch_filter)
+async def running(apiserver: Any, ns: str, watch_filter: str | None = None,
+                  secret_resync_period: float = RESYNC_SECONDS) -> AsyncIterator[Running]:
+    r = Running(apiserver, ns, watch_filter, secret_resync_period=secret_resync_period)
     try:
         yield r
     finally:
@@ -149,14 +151,23 @@ async def test_standalone_lifecycle(apiserver: Any, client: Client, ns: str, vcs
         await client.delete(VSPHERE_MACHINE, "m1", ns)
         await eventually(lambda: _gone(client, ns, "m1"), what="object deleted")
         assert vms_with_uid(si, uid) == []
-        events = await client.list(apiserver_event_kind(), ns)
-        reasons = {e["reason"] for e in events["items"]}
-        assert {"Cloning", "Provisioned", "PoweredOff", "Deleted"} <= reasons, reasons
+        await eventually(lambda: _events_with(client, ns, "Cloning", "Provisioned", "PoweredOff", "Deleted"), what="events")
 
 
 def apiserver_event_kind() -> Any:
     from banlieue.runtime.kinds import EVENT
     return EVENT
+
+
+async def _events_with(client: Client, ns: str, *reasons: str) -> list[dict[str, Any]] | None:
+    """The Events of ``ns`` with one of ``reasons`` (one per reason, the first listed), once every
+    reason has one; None before. The recorder posts in the background (runtime.recorder): an
+    Event may arrive after the change it tells of, later on kube-apiserver than on the double."""
+    items = (await client.list(apiserver_event_kind(), ns))["items"]
+    found = {}
+    for e in items:
+        found.setdefault(e["reason"], e)
+    return [found[r] for r in reasons] if all(r in found for r in reasons) else None
 
 
 async def _task_done(task: Any) -> bool:
@@ -198,7 +209,8 @@ async def test_missing_template_datastore_and_secret_are_reported(apiserver: Any
     await client.create(VSPHERE_MACHINE, machine("tpl", ns, template="no-such-template"))
     await client.create(VSPHERE_MACHINE, machine("ds", ns, disks=[{"name": "os", "sizeGiB": 20, "storageClass": "gold"}]))
     await client.create(VSPHERE_MACHINE, machine("cls", ns, disks=[{"name": "os", "sizeGiB": 20, "storageClass": "silver"}]))
-    async with running(apiserver, ns):
+    # --secret-resync-period 2 s (default 30 s): the resume below waits for one period.
+    async with running(apiserver, ns, secret_resync_period=SECRET_RESYNC):
         obj = await wait_reason(client, ns, "tpl", "SecretMissing")
         assert "spec.connection.credentialsRef" in ready_of(obj)[2]  # type: ignore[index]
         obj = await wait_reason(client, ns, "cls", "InvalidSpec")
@@ -206,9 +218,9 @@ async def test_missing_template_datastore_and_secret_are_reported(apiserver: Any
         # The Secret appears: the Secret watch resumes the machines.
         await client.create(SECRET, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vc1-creds", "namespace": ns},
                                      "data": {"username": b64(vcsim.username), "password": b64(vcsim.password)}})
-        # Referenced Secrets are re-read by resourceVersion every RESYNC_SECONDS (30 s; issue 23:
-        # no Secret watch), so the resume may take a whole period: wait longer than that.
-        obj = await wait_reason(client, ns, "tpl", "TemplateNotFound", timeout=RESYNC_SECONDS + 15)
+        # Referenced Secrets are re-read by resourceVersion every resync period (issue 23: no
+        # Secret watch), so the resume may take a whole period: wait longer than that.
+        obj = await wait_reason(client, ns, "tpl", "TemplateNotFound", timeout=SECRET_RESYNC + 30)
         assert "no-such-template" in ready_of(obj)[2]  # type: ignore[index]
         obj = await wait_reason(client, ns, "ds", "InvalidSpec")
         assert "NoSuchDS" in ready_of(obj)[2]  # type: ignore[index]
@@ -312,8 +324,7 @@ async def test_delete_after_secret_gone_uses_last_known_connection(
         await client.delete(VSPHERE_MACHINE, "lastknown", ns)
         await eventually(lambda: _gone(client, ns, "lastknown"), what="object deleted")
         assert vms_with_uid(si, uid) == []
-        events = await client.list(apiserver_event_kind(), ns)
-        assert any(e["reason"] == "Deleted" for e in events["items"])
+        await eventually(lambda: _events_with(client, ns, "Deleted"), what="Deleted event")
 
 
 async def test_delete_without_credentials_retries_then_provider_gone_drops_finalizer(
@@ -334,8 +345,8 @@ async def test_delete_without_credentials_retries_then_provider_gone_drops_final
         # reach the VM any more, the finalizer is dropped.
         await client.delete(PROVIDER, "vc1", ns)
         await eventually(lambda: _gone(client, ns, "orphan"), what="object deleted")
-        events = await client.list(apiserver_event_kind(), ns)
-        assert any(e["reason"] == "ProviderGone" and e["type"] == "Warning" for e in events["items"])
+        [gone] = await eventually(lambda: _events_with(client, ns, "ProviderGone"), what="ProviderGone event")
+        assert gone["type"] == "Warning", gone
     [vm] = vms_with_uid(si, uid)  # left behind, as the Warning says; clean up the shared vcsim
     vm.Destroy_Task()
 
@@ -408,8 +419,7 @@ async def test_class_edits_on_a_running_vm_never_wedge_it_or_touch_the_wrong_dis
         assert (vm.config.hardware.numCPU, vm.runtime.powerState) == (2, "poweredOff")
         assert ready_of(obj)[:2] == ("True", "Provisioned")  # type: ignore[index]
         assert sizes() == [10, 5, 50]
-        events = await client.list(apiserver_event_kind(), ns)
-        assert "HardwareChangePending" in {e["reason"] for e in events["items"]}
+        await eventually(lambda: _events_with(client, ns, "HardwareChangePending"), what="HardwareChangePending event")
 
 
 async def test_a_clone_answered_after_the_request_timeout_gives_one_vm(
