@@ -32,7 +32,8 @@ from typing import Any
 VIM = "{urn:vim25}"
 SOAP_FAULT = "{http://schemas.xmlsoap.org/soap/envelope/}Fault"
 CHUNK_BYTES = 64 * 1024
-KEPT_PATHS = frozenset({"config.extraConfig", "config.instanceUuid", "config.template"})
+KEPT_PATHS = frozenset({"config.extraConfig", "config.instanceUuid", "config.template", "config.changeVersion",
+                        "runtime.powerState", "guest.ipAddress", "guest.net", "info.state", "info.result"})
 """Property paths whose values are read; others come back with ``val`` None."""
 
 
@@ -86,6 +87,13 @@ class UpdateSet:
     filterSet: list[FilterUpdate] = field(default_factory=list)  # vSphere's field name
 
 
+class _Other:
+    """An ``info.result`` value that is not a managed object reference (not read)."""
+
+
+_OTHER = _Other()
+
+
 def _text(el: ET.Element | None) -> str:
     return (el.text or "").strip() if el is not None else ""
 
@@ -104,6 +112,16 @@ def _object_update(el: ET.Element, uid_key: str) -> ObjectUpdate:
                               for o in val.iterfind(f"{VIM}OptionValue") if _text(o.find(f"{VIM}key")) == uid_key]
             elif name == "config.template":
                 change.val = _text(val) == "true"
+            elif name == "guest.net":
+                # (MAC, its addresses) per guest NIC: what find.to_vm_info takes from guest.net.
+                change.val = tuple((_text(n.find(f"{VIM}macAddress")).lower(),
+                                    tuple(_text(ip) for ip in n.iterfind(f"{VIM}ipAddress")))
+                                   for n in val.iterfind(f"{VIM}GuestNicInfo"))
+            elif name == "info.result":
+                # A task's result: (type, moref) of a managed object (a clone's VM); any other
+                # value is not kept here (the task's waiter reads it: tasks.NO_RESULT).
+                mor_type = val.get("type")
+                change.val = (mor_type, _text(val)) if mor_type else _OTHER
             else:
                 change.val = _text(val)
         update.changeSet.append(change)
