@@ -517,16 +517,17 @@ class VSphereBackend:
             before = now
         if before.power_state == state:
             return before
+        # A power change leaves the configuration (changeVersion) as it was: the kept read stays,
+        # held from lookups while the task runs, updated by the watch meanwhile (a guest's
+        # address at power-on), and takes the new power state at the end (``VMIndex.release``).
         index = self._vm_index(conn)
-        version = index.invalidate(before.moref)  # no lookup answers from a read of before this change
+        index.hold(before.moref)
+        reached: PowerState | None = None
         try:
             info = await self._set_power(conn, uid, vm, before, state, off_mode, soft_timeout, use_fresh, nets)
+            reached = info.power_state if info.power_state == state else None
         finally:
-            index.invalidate(before.moref)
-        if version is not None and info.power_state == state:
-            # A power change leaves the configuration (changeVersion) as it was: the kept read
-            # with the new power state stands, unless the watch reports anything else meanwhile.
-            index.remember(info, version, index.mark())
+            index.release(before.moref, reached)
         return info
 
     async def _set_power(

@@ -108,6 +108,8 @@ class VMIndex:
         # moref -> ``_seq`` of a configuration change seen without a changeVersion (vcsim reports
         # extraConfig and changeVersion in separate updates), until a changeVersion follows
         self._uncovered: dict[str, int] = {}
+        # moref -> whether the watch reported its power state since ``hold``: a power task runs
+        self._held: dict[str, bool] = {}
         self._cleared = 0  # ``_seq`` of the last reset (a new collector)
         self._by_uid: dict[str, Any] = {}
         self._uid_by_moref: dict[str, str] = {}
@@ -177,20 +179,37 @@ class VMIndex:
                 return  # a configuration change this read may not show
             self._infos[info.moref] = (kept, change_version)
 
-    def invalidate(self, moref: str) -> str | None:
+    def invalidate(self, moref: str) -> tuple[VMInfo, str] | None:
         """banlieue is changing the VM (a task it sends): drop its kept read, and refuse reads
-        begun before now. Returns the dropped read's changeVersion (None: there was none)."""
+        begun before now. Returns the dropped read and its changeVersion (None: there was none)."""
         with self._lock:
             self._seq += 1
             self._dirty[moref] = self._seq
-            got = self._infos.pop(moref, None)
-            return got[1] if got is not None else None
+            return self._infos.pop(moref, None)
+
+    def hold(self, moref: str) -> None:
+        """A power task on the VM is being sent: no lookup is answered from the kept read until
+        ``release`` (the watch still updates it), and reads begun before now are not kept."""
+        with self._lock:
+            self._seq += 1
+            self._dirty[moref] = self._seq
+            self._held[moref] = False
+
+    def release(self, moref: str, power_state: PowerState | None) -> None:
+        """The power task ended; ``power_state``: the state it reached (None: it failed). The kept
+        read takes that state unless the watch reported a power state since ``hold`` (then the
+        watch's, the latest, stands)."""
+        with self._lock:
+            reported = self._held.pop(moref, True)
+            got = self._infos.get(moref)
+            if got is not None and power_state is not None and not reported:
+                self._infos[moref] = (replace(got[0], power_state=power_state), got[1])
 
     def recall(self, moref: str) -> VMInfo | None:
-        """The VM's last full read, as the watch's changes left it; None when there is none or
-        the watch is not authoritative."""
+        """The VM's last full read, as the watch's changes left it; None when there is none, the
+        watch is not authoritative, or a power task of banlieue's runs on the VM."""
         with self._lock:
-            if not self.authoritative:
+            if not self.authoritative or moref in self._held:
                 return None
             got = self._infos.get(moref)
             return got[0] if got is not None else None
@@ -212,6 +231,8 @@ class VMIndex:
                     self._uncovered[moref] = self._seq
             else:
                 self._dirty[moref] = self._seq
+            if moref in self._held and "runtime.powerState" in changes:
+                self._held[moref] = True
             got = self._infos.get(moref)
             if got is None:
                 return
