@@ -1,8 +1,10 @@
 """A lean, streaming reader of the change watch's ``WaitForUpdatesEx`` responses.
 
 The watch (``watch.VMWatch``) only needs, per VM in an update: its moref, the update kind
-(``enter``/``modify``/``leave``), and three values: the ``banlieue.uid`` extraConfig entry,
-``config.instanceUuid`` and ``config.template``. pyVmomi's deserializer builds the whole
+(``enter``/``modify``/``leave``), and a few values: the ``banlieue.uid`` extraConfig entry,
+``config.instanceUuid``, ``config.template``, and for ``find.VMIndex.observe``
+``config.changeVersion``, ``runtime.powerState``, ``guest.ipAddress`` and, of ``guest.net``, each
+NIC's MAC and addresses (``KEPT_PATHS``). pyVmomi's deserializer builds the whole
 ``UpdateSet`` first: every ``OptionValue`` of every VM's extraConfig (guestinfo user data
 included), every ``GuestNicInfo`` with its IP stack, as typed objects, before the watch looks
 at any of it. A collector's first batch lists every VM, so at 10,000 VMs that tree was about 2.3
@@ -33,7 +35,7 @@ VIM = "{urn:vim25}"
 SOAP_FAULT = "{http://schemas.xmlsoap.org/soap/envelope/}Fault"
 CHUNK_BYTES = 64 * 1024
 KEPT_PATHS = frozenset({"config.extraConfig", "config.instanceUuid", "config.template", "config.changeVersion",
-                        "runtime.powerState", "guest.ipAddress", "guest.net", "info.state", "info.result"})
+                        "runtime.powerState", "guest.ipAddress", "guest.net"})
 """Property paths whose values are read; others come back with ``val`` None."""
 
 
@@ -87,13 +89,6 @@ class UpdateSet:
     filterSet: list[FilterUpdate] = field(default_factory=list)  # vSphere's field name
 
 
-class _Other:
-    """An ``info.result`` value that is not a managed object reference (not read)."""
-
-
-_OTHER = _Other()
-
-
 def _text(el: ET.Element | None) -> str:
     return (el.text or "").strip() if el is not None else ""
 
@@ -117,11 +112,6 @@ def _object_update(el: ET.Element, uid_key: str) -> ObjectUpdate:
                 change.val = tuple((_text(n.find(f"{VIM}macAddress")).lower(),
                                     tuple(_text(ip) for ip in n.iterfind(f"{VIM}ipAddress")))
                                    for n in val.iterfind(f"{VIM}GuestNicInfo"))
-            elif name == "info.result":
-                # A task's result: (type, moref) of a managed object (a clone's VM); any other
-                # value is not kept here (the task's waiter reads it: tasks.NO_RESULT).
-                mor_type = val.get("type")
-                change.val = (mor_type, _text(val)) if mor_type else _OTHER
             else:
                 change.val = _text(val)
         update.changeSet.append(change)

@@ -10,11 +10,6 @@ socket timeout (``max_wait_seconds + 60``, i.e. 120 s, the pool's request timeou
 hung-then-restarted vCenter kept the watch (and the index it keeps authoritative) stale for 11
 minutes. Noticing the hang itself is the reachability probe's job (``health``: seconds).
 
-The same collector has a second filter: ``TaskManager.recentTask`` with each task's ``info.state``
-and ``info.result``, handed to the session's ``tasks.TaskBoard`` so that waiting for a clone,
-reconfigure or power task sends nothing (``tasks`` module); it wakes the long poll when a task
-changes, which the VM changes the task makes wake anyway.
-
 Watched paths: ``runtime.powerState``, ``guest.ipAddress``, ``guest.net``, ``config.instanceUuid``,
 ``config.uuid`` (the BIOS UUID of providerID), ``config.extraConfig`` (the UID), ``config.template``,
 ``config.changeVersion`` and ``name`` (with the power state, what ``VMIndex.observe`` needs to
@@ -60,7 +55,6 @@ from banlieue.backends.vsphere.faults import map_exception
 from banlieue.backends.vsphere.find import UID_KEY, VMIndex
 from banlieue.backends.vsphere.properties import PC, moid, vm_traversal
 from banlieue.backends.vsphere.session import Session, ssl_context
-from banlieue.backends.vsphere.tasks import NO_RESULT, TASK_BOARD, TaskBoard
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
 vim: Any = _vim
@@ -80,10 +74,6 @@ WATCH_PATHS = [
     "config.changeVersion",
     "name",
 ]
-
-TASK_PATHS = ["info.state", "info.result"]
-"""Task paths of the collector's second filter (``TaskManager.recentTask``): what ``tasks.wait_task``
-needs to return without polling (module docstring of ``tasks``)."""
 
 PENDING_CHECK_SECONDS = 1.0
 """Seconds the collector gets to report a VM the index learned (a clone) before it is read."""
@@ -146,11 +136,6 @@ class VMWatch:
         self._resync = False  # replace the collector at the next poll (full state again)
         self._checks: dict[str, int] = {}  # moref -> reads that found it present but unreported
         self._ignored: set[str] = set()
-        # Task states for tasks.wait_task, reached from a task through the session's stub.
-        board = getattr(session.stub, TASK_BOARD, None)
-        self.tasks: TaskBoard = board if isinstance(board, TaskBoard) else TaskBoard()
-        if session.stub is not None:
-            setattr(session.stub, TASK_BOARD, self.tasks)
 
     def _make_stub(self) -> Any:
         s = self.session
@@ -170,7 +155,7 @@ class VMWatch:
         return stub
 
     def setup(self) -> None:
-        """Create the collector and its two filters on the current session (4 SOAP calls)."""
+        """Create the collector and its filter on the current session (3 SOAP calls)."""
         if self.stub is None:
             self.stub = self._make_stub()
             self.session.extra_stubs.add(self.stub)  # closed by the certificate check
@@ -183,13 +168,6 @@ class VMWatch:
             propSet=[PC.PropertySpec(type=vim.VirtualMachine, pathSet=WATCH_PATHS)],
         )
         collector.CreateFilter(spec, partialUpdates=False)
-        task_manager = vim.TaskManager(moid(self.session.content.taskManager), self.stub)
-        recent = PC.TraversalSpec(name="recentTask", type=vim.TaskManager, path="recentTask", skip=False)
-        collector.CreateFilter(PC.FilterSpec(
-            objectSet=[PC.ObjectSpec(obj=task_manager, skip=True, selectSet=[recent])],
-            propSet=[PC.PropertySpec(type=vim.Task, pathSet=TASK_PATHS)],
-        ), partialUpdates=False)
-        self.tasks.set_live(False)  # live again once this collector's first batch is applied
         self.index.reset_reads()  # what changed while no collector listened was not seen
         with self._lock:
             # A new collector reports everything again: what the old one reported means nothing.
@@ -219,7 +197,6 @@ class VMWatch:
             return []  # check_pending asked for a resync (or the watch is stopping)
         except (vim.fault.NotAuthenticated, vmodl.fault.ManagedObjectNotFound):
             self.index.authoritative = False
-            self.tasks.set_live(False)
             # The session ended (or the collector went with it): share the pool's session,
             # logging in again if that one is the dead one too, then resync.
             if self.stub.GetSessionId() == self.session.stub.GetSessionId():
@@ -245,7 +222,6 @@ class VMWatch:
             with self._lock:
                 self._synced = True
             self.index.authoritative = True
-            self.tasks.set_live(True)
         return changes
 
     def _changes(self, update: Any) -> list[VMChange]:
@@ -255,9 +231,6 @@ class VMWatch:
             for fs in update.filterSet or []:
                 for oc in fs.objectSet or []:
                     ref = moid(oc.obj)
-                    if _is_task(oc.obj):
-                        self._task_change(ref, oc)
-                        continue
                     if oc.kind == "leave":
                         self.index.observe(ref, {}, removed=True)
                         uid, iu = self.known.pop(ref, (None, None))
@@ -283,21 +256,6 @@ class VMWatch:
                     if uid is not None and not template:
                         out.append(VMChange(label, ref, uid, iu, "modified"))
         return out
-
-    def _task_change(self, ref: str, oc: Any) -> None:
-        """Hand a task's update to the board (``info.result``: (type, moref) of a managed object)."""
-        if oc.kind == "leave":
-            self.tasks.left(ref)
-            return
-        state: str | None = None
-        result: Any = None
-        has_result = False
-        for change in oc.changeSet or []:
-            if change.name == "info.state":
-                state = str(change.val) if change.val is not None else None
-            elif change.name == "info.result":
-                has_result, result = True, _result_of(change.val)
-        self.tasks.seen(ref, state, result, has_result)
 
     def pending(self) -> dict[str, str]:
         """moref -> UID of indexed VMs the collector has not reported (empty until its first
@@ -351,30 +309,9 @@ class VMWatch:
 
     def cancel(self) -> None:
         """Unblock a pending long poll (CancelWaitForUpdates) and destroy the collector."""
-        self.tasks.set_live(False)
         collector, self.collector = self.collector, None
         if collector is not None:
             _destroy(vmodl.query.PropertyCollector(moid(collector), self.session.stub))
-
-
-def _is_task(obj: Any) -> bool:
-    """Whether an update's object is a Task (lean ``updateset.Ref`` or a pyVmomi object)."""
-    type_name = getattr(obj, "type", None)
-    if isinstance(type_name, str):
-        return type_name == "Task"
-    return isinstance(obj, vim.Task)
-
-
-def _result_of(val: Any) -> Any:
-    """A task result as the board keeps it: None, (type, moref) of a managed object, or
-    ``tasks.NO_RESULT`` for another value (read from vCenter by the waiter)."""
-    if val is None:
-        return None
-    if isinstance(val, tuple):
-        return val  # the lean reader's (type, moref)
-    if hasattr(val, "_moId"):
-        return (type(val).__name__.rsplit(".", 1)[-1], str(val._moId))
-    return NO_RESULT
 
 
 def _destroy(collector: Any) -> None:
@@ -477,7 +414,6 @@ async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float) -
                     raise err from exc
                 log.warning("vsphere watch failed; retrying", vcenter=session.endpoint.label, reason=err.reason)
                 w.collector = None
-                w.tasks.set_live(False)
                 index.authoritative = False
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, RETRY_MAX_SECONDS)
