@@ -178,11 +178,16 @@ class Proxy:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
-    def lines(self) -> list[tuple[float, str]]:
+    def lines(self, detailed: bool = False) -> list[tuple[float, str]]:
+        """(time, operation) per request; ``detailed``: the operation with the proxy's detail
+        column appended (``RetrievePropertiesEx Task``: what a property read was about)."""
         out = []
         with contextlib.suppress(FileNotFoundError), self.log_path.open() as fh:
             for line in fh:
-                t, _, op = line.rstrip("\n").partition("\t")
+                t, _, rest = line.rstrip("\n").partition("\t")
+                op, _, extra = rest.partition("\t")
+                if detailed and extra:
+                    op = f"{op} {extra}"
                 with contextlib.suppress(ValueError):
                     out.append((float(t), op))
         return out
@@ -440,8 +445,8 @@ def parse_ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def soap_counts(proxy: Proxy, start: float, end: float) -> Counter[str]:
-    return Counter(op for t, op in proxy.lines() if start <= t < end)
+def soap_counts(proxy: Proxy, start: float, end: float, detailed: bool = False) -> Counter[str]:
+    return Counter(op for t, op in proxy.lines(detailed) if start <= t < end)
 
 
 def sessions(c: Counter[str]) -> int:
@@ -519,6 +524,7 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
         res["cpu_seconds_per_machine"] = (cpu_seconds(pid) - cpu0) / machines
         res["api_provision"] = dict(audit_counts(env, user, wall0, wall1))
         res["soap_provision"] = dict(soap_counts(proxy, wall0, wall1))
+        res["soap_provision_detail"] = dict(soap_counts(proxy, wall0, wall1, detailed=True))
         res["vms_created"] = vm_count(vc) - baseline_vms
         log(f"{name}: {machines} provisioned in {res['provision_seconds']:.1f} s; settling {settle:g} s then idle window {idle:g} s")
 
@@ -609,6 +615,32 @@ def entries(b: dict[str, Any], c: dict[str, Any], n: int) -> list[dict[str, Any]
     ]
 
 
+def write_solo(path: Path, label: str, r: dict[str, Any], n: int) -> None:
+    """Merge banlieue's per-machine counts of one run into ``path`` as ``soap_per_machine_<label>_<n>``
+    (the results schema: ``name``, ``banlieue``, ``capv`` None, ``unit``, ``better``; the count by
+    method in ``by_method``) and ``api_per_machine_<label>_<n>``."""
+    def by_key(c: dict[str, int]) -> dict[str, float]:
+        return {k: round(v / n, 2) for k, v in sorted(c.items(), key=lambda kv: -kv[1])}
+
+    new = [
+        {"name": f"soap_per_machine_{label}_{n}", "banlieue": round(per_machine(r["soap_provision"], n), 2), "capv": None,
+         "unit": "vCenter requests (SOAP + vAPI) per machine provisioned, banlieue alone", "better": "lower", "machines": n,
+         "by_method": by_key(r["soap_provision"]), "by_method_and_object": by_key(r.get("soap_provision_detail") or {}),
+         "provision_seconds": round(r["provision_seconds"], 1),
+         "cpu_seconds_per_machine": round(r["cpu_seconds_per_machine"], 3), "load": r["provision_load"],
+         "delete_by_method": by_key(r["soap_delete"]), "idle_per_minute": round(sum(r["soap_idle"].values()) / (r["idle_window_seconds"] / 60), 1)},
+        {"name": f"api_per_machine_{label}_{n}", "banlieue": round(per_machine(r["api_provision"], n), 2), "capv": None,
+         "unit": "API requests per machine provisioned, banlieue alone", "better": "lower", "machines": n,
+         "by_verb_resource": by_key(r["api_provision"]), "writes": round(per_machine(r["api_provision"], n, is_write), 2)},
+    ]
+    old = json.loads(path.read_text()) if path.exists() else []
+    names = {x["name"] for x in new}
+    path.write_text(json.dumps([x for x in old if x["name"] not in names] + new, indent=1) + "\n")
+    log(f"wrote {path}")
+    for x in new:
+        print(json.dumps(x))
+
+
 def table(path: Path) -> str:
     """The Markdown table of docs/performance.md from a results file (every entry but the raw ones)."""
     rows = ["| figure | machines | banlieue | CAPV | unit | better |", "|---|---:|---:|---:|---|---|"]
@@ -629,6 +661,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs, audit log)")
     p.add_argument("--profile", type=Path, help="py-spy raw CPU profile of banlieue's manager during the wave (pip install -e '.[bench]')")
     p.add_argument("--table", action="store_true", help="print the Markdown table of --out and exit")
+    p.add_argument("--solo-out", type=Path, help="with --providers banlieue: merge banlieue's per-machine counts into this file")
+    p.add_argument("--solo-label", help="with --solo-out: the entry's name suffix (e.g. the commit measured)")
     args = p.parse_args(argv)
     if args.table:
         print(table(args.out))
@@ -639,6 +673,8 @@ def main(argv: list[str] | None = None) -> int:
     if not set(providers) <= {"banlieue", "capv"} or not providers:
         p.error("--providers: a comma list of banlieue, capv")
     for b in ("capv-manager", "capi-manager", "kube-apiserver", "vcsim", "govc"):
+        if b == "capv-manager" and "capv" not in providers:
+            continue  # banlieue alone (its per-machine counts) needs no CAPV build
         if not (REPO / "bin" / b).exists():
             p.error(f"bin/{b} is missing: run `make envtest capi capv vcsim govc`")
     workdir = Path(tempfile.mkdtemp(prefix="bench-capv-"))
@@ -649,7 +685,7 @@ def main(argv: list[str] | None = None) -> int:
         capi.start()
         try:
             capi_testing.install_banlieue(env.kubeconfig_path)
-            capv = install_capv(env, workdir)
+            capv = install_capv(env, workdir) if "capv" in providers else {}
             api = Api(env)
             for name in providers:
                 log(f"--- {name}: {args.machines} machines (load {loadavg()})")
@@ -674,6 +710,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"wrote {args.out}")
         for x in new:
             print(f"{x['name']:45} banlieue={x['banlieue']!s:>10} capv={x['capv']!s:>10}  {x['unit']}")
+    elif providers == ["banlieue"] and args.solo_out is not None:
+        # banlieue alone: its per-machine counts (SOAP by method, API by verb and resource), for a
+        # before/after of a banlieue change; the side-by-side table keeps its own run.
+        write_solo(args.solo_out, args.solo_label or "banlieue", results["banlieue"], args.machines)
     if not args.keep:
         import shutil
         shutil.rmtree(workdir, ignore_errors=True)

@@ -33,6 +33,7 @@ from aiohttp import web
 
 BODY_OP = re.compile(rb"<(?:[\w-]+:)?Body\b[^>]*>\s*<(?:[\w-]+:)?([A-Za-z_][\w]*)")
 HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host", "upgrade"})
+OBJ_TYPE = re.compile(rb"<(?:[\w-]+:)?obj\b[^>]*\btype=\"(\w+)\"")
 ID_SEGMENT = re.compile(r"/(?:[0-9a-f-]{8,}|[\w:-]*\d[\w:.-]*)(?=/|$)")
 
 
@@ -49,6 +50,16 @@ def operation(method: str, path: str, body: bytes, query: Mapping[str, str] | No
     return f"REST {method} {ID_SEGMENT.sub('/{id}', path)}{action}"
 
 
+def detail(op: str, body: bytes) -> str:
+    """For a PropertyCollector read (``RetrievePropertiesEx``), the type of the first object it
+    names (``Task``: a task poll; ``VirtualMachine``: a VM read; ``Folder``: a traversal from the
+    root, i.e. a scan); "" otherwise. Logged as a third column, so counts by method are unchanged."""
+    if op != "RetrievePropertiesEx":
+        return ""
+    m = OBJ_TYPE.search(body)
+    return m.group(1).decode() if m else "?"
+
+
 async def serve(args: argparse.Namespace, log: TextIO) -> None:
     upstream = args.upstream.rstrip("/")
     host = urllib.parse.urlsplit(upstream).hostname or ""
@@ -62,7 +73,9 @@ async def serve(args: argparse.Namespace, log: TextIO) -> None:
 
     async def handler(request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        log.write(f"{time.time():.3f}\t{operation(request.method, request.path, body, request.query)}\n")
+        op = operation(request.method, request.path, body, request.query)
+        extra = detail(op, body)
+        log.write(f"{time.time():.3f}\t{op}" + (f"\t{extra}" if extra else "") + "\n")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         async with session.request(request.method, upstream + request.path_qs, data=body, headers=headers,
                                    allow_redirects=False) as up:

@@ -55,6 +55,16 @@ def test_operation_names(proxy_mod: ModuleType) -> None:
     assert op("GET", "/api/vcenter/vm/vm-52/hardware", b"") == "REST GET /api/vcenter/vm/{id}/hardware"
 
 
+def test_property_reads_are_told_apart_by_object_type(proxy_mod: ModuleType) -> None:
+    """The detail column: what a RetrievePropertiesEx read (pyVmomi's serialization of an ObjectSpec)."""
+    poll = (b'<soapenv:Body><RetrievePropertiesEx xmlns="urn:vim25"><_this type="PropertyCollector">propertyCollector'
+            b'</_this><specSet><propSet><type>Task</type></propSet><objectSet><obj type="Task">task-12</obj>')
+    assert proxy_mod.detail("RetrievePropertiesEx", poll) == "Task"
+    read = b'<RetrievePropertiesEx><specSet><objectSet><obj type="VirtualMachine">vm-7</obj><skip>false</skip>'
+    assert proxy_mod.detail("RetrievePropertiesEx", read) == "VirtualMachine"
+    assert proxy_mod.detail("CloneVM_Task", b'<obj type="Task">') == ""
+
+
 def test_sessions_count_logins_not_checks(capv: ModuleType) -> None:
     from collections import Counter
     c = Counter({"Login": 2, "REST POST /rest/com/vmware/cis/session": 3, "REST POST /rest/com/vmware/cis/session?~action=get": 40,
@@ -77,6 +87,8 @@ def test_proxy_counts_a_real_client(capv: ModuleType, vcsim: VcsimProcess, tmp_p
             time.sleep(0.1)  # the proxy flushes its log every 0.5 s
         ops = [op for _, op in proxy.lines()]
         assert ops[0] == "RetrieveServiceContent" and "Login" in ops and "RetrievePropertiesEx" in ops and ops[-1] == "Logout", ops
+        detailed = [op for _, op in proxy.lines(detailed=True)]
+        assert len(detailed) == len(ops) and any(op.startswith("RetrievePropertiesEx ") for op in detailed), detailed
     finally:
         proxy.stop()
     assert proxy.process.returncode is not None

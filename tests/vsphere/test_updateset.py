@@ -154,7 +154,9 @@ def test_memory_is_bounded_by_one_object_update_not_the_batch() -> None:
     assert [u.obj._moId for u in updates] == [f"vm-{i}" for i in range(1000)]
     assert all(u.kind == "enter" for u in updates)
     assert [u.changeSet[0].val[0].value for u in updates[:2]] == ["uid-0", "uid-1"]
-    assert updates[0].changeSet[1].name == "guest.net" and updates[0].changeSet[1].val is None  # not kept
+    # The guest's addresses are kept as (MAC, addresses) pairs (find.VMIndex.observe applies them).
+    assert updates[0].changeSet[1].name == "guest.net"
+    assert updates[0].changeSet[1].val == (("00:50:56:00:00:01", ("10.0.0.0",)),)
     assert updates[0].changeSet[2].val is False
     # The lean results themselves (1,000 small updates) plus one chunk and one objectSet: far
     # below the body, let alone a tree of it (which would be several times the body).

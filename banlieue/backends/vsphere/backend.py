@@ -47,7 +47,7 @@ from banlieue.backends.vsphere import clone, find, guestinfo, nics, power, tasks
 from banlieue.backends.vsphere.allowlist import Network
 from banlieue.backends.vsphere.health import PROBE_INTERVAL
 from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, failure_domains
-from banlieue.backends.vsphere.properties import retrieve_objects
+from banlieue.backends.vsphere.properties import moid, retrieve_objects
 from banlieue.backends.vsphere.session import Session, SessionPool
 from banlieue.backends.vsphere.tasks import Runner, wait_task
 from banlieue.backends.vsphere.watch import watch_vms
@@ -179,12 +179,20 @@ class VSphereBackend:
         idx = self._indexes.get(self.sessions.endpoint_for(conn).label)
         nets = idx[1] if idx else None
 
+        known = index.get(uid)
+        if known is not None:
+            kept = index.recall(moid(known))
+            if kept is not None and kept.uid == uid:
+                return known, kept  # the last full read, and the watch saw nothing it misses
+
         def locate(s: Session) -> tuple[Any, VMInfo] | None:
             vm = index.get(uid)
             if vm is not None:
-                info = find.read_vm(s.content, vm, nets)
-                if info is not None and info.uid == uid:
-                    return vm, info
+                since = index.mark()
+                got = find.read_vm_versioned(s.content, vm, nets)
+                if got is not None and got[0].uid == uid:
+                    index.remember(got[0], got[1], since)
+                    return vm, got[0]
                 index.forget(uid)
             if index.authoritative and trust_miss:
                 return None  # the change watch keeps the index complete: no scan needed
@@ -278,9 +286,14 @@ class VSphereBackend:
             if exc.reason != "NotFound" or await run(lambda s: find.read_vm(s.content, vm, None)) is not None:
                 raise
             raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound") from exc
-        info = await run(lambda s: find.read_vm(s.content, vm, idx))
-        if info is None:
+        index = self._vm_index(conn)
+        since = index.mark()
+        got = await run(lambda s: find.read_vm_versioned(s.content, vm, idx))
+        if got is None:
             raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound")
+        info = got[0]
+        if info.uid == spec.uid:
+            index.remember(info, got[1], since)
         delivered.add(spec.uid)
         self._fresh[spec.uid] = (time.monotonic(), vm, info)
         log.info("vsphere vm converged", vcenter=vcenter, vm=info.name, created=created, clone_mode=mode)
@@ -312,10 +325,10 @@ class VSphereBackend:
             hardware.extraConfig = list(hardware.extraConfig or []) + [
                 vim.option.OptionValue(key=k, value=v) for k, v in want.items()
             ]
-            await self._reconfigure(run, vm, hardware, conn.provider)
+            await self._reconfigure(run, vm, hardware, conn)
         else:
             if hardware is not None:
-                await self._reconfigure(run, vm, hardware, conn.provider)
+                await self._reconfigure(run, vm, hardware, conn)
                 props = await run(read)
             # Each spec NIC's MAC by its name (``nics`` module); a card added with a generated MAC
             # gets its ``new:<rank>`` label replaced by the MAC in this same reconfigure.
@@ -327,14 +340,19 @@ class VSphereBackend:
                 want.update({nics.NIC_KEY_PREFIX + n.name: mac for n, mac in pairs if mac})
             update = clone.extra_config_spec(want, props)
             if update is not None:
-                await self._reconfigure(run, vm, update, conn.provider)
+                await self._reconfigure(run, vm, update, conn)
 
     def _guestinfo(self, spec: VMSpec, pairs: list[tuple[NicSpec, str]]) -> dict[str, str]:
         return guestinfo.guestinfo(spec.uid, spec.hostname or spec.name, pairs, spec.user_data)
 
-    async def _reconfigure(self, run: Runner, vm: Any, cfg: Any, provider: str) -> None:
-        task = await run(lambda s: vm.ReconfigVM_Task(spec=cfg))
-        await wait_task(run, task, "reconfigure", self.task_timeout, provider)
+    async def _reconfigure(self, run: Runner, vm: Any, cfg: Any, conn: Connection) -> None:
+        index = self._vm_index(conn)
+        index.invalidate(moid(vm))  # no lookup answers from a read of before this change
+        try:
+            task = await run(lambda s: vm.ReconfigVM_Task(spec=cfg))
+            await wait_task(run, task, "reconfigure", self.task_timeout, conn.provider)
+        finally:
+            index.invalidate(moid(vm))
 
     async def _clone(
         self, conn: Connection, spec: VMSpec, on_clone_task: Callable[[str], Awaitable[None]] | None = None
@@ -499,6 +517,25 @@ class VSphereBackend:
             before = now
         if before.power_state == state:
             return before
+        # A power change leaves the configuration (changeVersion) as it was: the kept read stays,
+        # held from lookups while the task runs, updated by the watch meanwhile (a guest's
+        # address at power-on), and takes the new power state at the end (``VMIndex.release``).
+        index = self._vm_index(conn)
+        index.hold(before.moref)
+        reached: PowerState | None = None
+        try:
+            info = await self._set_power(conn, uid, vm, before, state, off_mode, soft_timeout, use_fresh, nets)
+            reached = info.power_state if info.power_state == state else None
+        finally:
+            index.release(before.moref, reached)
+        return info
+
+    async def _set_power(
+        self, conn: Connection, uid: str, vm: Any, before: VMInfo, state: PowerState, off_mode: PowerOffMode,
+        soft_timeout: float, use_fresh: bool, nets: InventoryIndex | None,
+    ) -> VMInfo:
+        """``set_power_state`` once the VM is known and not in ``state`` yet."""
+        run = self._runner(conn)
         try:
             await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, conn.provider,
                                   before.power_state)
@@ -537,6 +574,7 @@ class VSphereBackend:
         if found is None:
             return False
         vm, info = found
+        self._vm_index(conn).invalidate(info.moref)  # powered off and destroyed from here on
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
         kinds = tasks.DESTROY_TASKS | tasks.POWER_TASKS

@@ -12,7 +12,8 @@ vcsim 0.24, the simulator until issue 18, did not support them) and the result i
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from pyVmomi import vim as _vim
@@ -55,7 +56,15 @@ VM_PATHS = [
     "config.extraConfig",
     "guest.ipAddress",
     "guest.net",
+    "config.changeVersion",
 ]
+
+CONFIG_PATHS = frozenset({"config.changeVersion", "config.extraConfig", "name"})
+"""Watched paths a configuration change sets, covered by the ``config.changeVersion`` it bumps
+(vcsim reports them in separate updates, and ``name`` with an unchanged value on a reconfigure)."""
+
+USERDATA_KEY = "guestinfo.userdata"
+"""Left out of the VMInfos ``VMIndex`` keeps (up to 64 KiB each, unread by the reconcilers)."""
 
 
 def extra_config(props: ObjectProps) -> dict[str, str]:
@@ -69,6 +78,17 @@ class VMIndex:
     running: then every managed VM is in the index (clones are added as they complete, removals
     arrive as "leave"), and a miss needs no full scan.
 
+    It also keeps the last full read of each VM (``remember``) and answers from it (``recall``)
+    while the watch is authoritative and has reported no change that the read does not show
+    (``observe``): a change of ``config.changeVersion`` (vCenter bumps it at every configuration
+    change: hardware, devices, extraConfig, by anyone) other than the read's, of the name or of
+    the identity drops the entry; a power state change and the guest's addresses
+    (``guest.ipAddress``, ``guest.net``, as ``to_vm_info`` reads them) are applied to it.
+    So a reconcile after a watch event, or a periodic one, sends no read unless the configuration
+    changed (docs/performance.md, "The 4-requests floor"). A read that started before a change the watch
+    reported, or before a reset (a new collector), is not kept. The user data value
+    (``USERDATA_KEY``) is not kept.
+
     The index also answers moref -> UID (``uid_of``), for a VM the change watch saw without its
     UID (a collector may list a VM before its config is set: vcsim puts a clone in its inventory
     before configuring it), and calls the ``subscribe`` callbacks when a UID gets a new moref (a clone), so
@@ -77,6 +97,20 @@ class VMIndex:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # The last full read of each VM (moref -> (VMInfo, config.changeVersion)), answered by
+        # ``recall`` while the change watch is authoritative (class docstring).
+        self._infos: dict[str, tuple[VMInfo, str]] = {}
+        self._seq = 0  # counts the watch's VM changes (and resets)
+        # moref -> ``_seq`` of its last change seen that a read's changeVersion does not cover
+        self._dirty: dict[str, int] = {}
+        # moref -> (``_seq``, changeVersion) of its last configuration-only change seen
+        self._versions: dict[str, tuple[int, str]] = {}
+        # moref -> ``_seq`` of a configuration change seen without a changeVersion (vcsim reports
+        # extraConfig and changeVersion in separate updates), until a changeVersion follows
+        self._uncovered: dict[str, int] = {}
+        # moref -> whether the watch reported its power state since ``hold``: a power task runs
+        self._held: dict[str, bool] = {}
+        self._cleared = 0  # ``_seq`` of the last reset (a new collector)
         self._by_uid: dict[str, Any] = {}
         self._uid_by_moref: dict[str, str] = {}
         self._listeners: list[Callable[[], None]] = []
@@ -112,7 +146,130 @@ class VMIndex:
                 return False
             del self._by_uid[uid]
             self._uid_by_moref.pop(moid(vm), None)
+            self._infos.pop(moid(vm), None)
+            self._dirty.pop(moid(vm), None)
+            self._versions.pop(moid(vm), None)
+            self._uncovered.pop(moid(vm), None)
             return True
+
+    # --- the last full read of each VM ----------------------------------------------------
+
+    def mark(self) -> int:
+        """Taken before a read: ``remember`` refuses a read older than a change seen since."""
+        with self._lock:
+            return self._seq
+
+    def remember(self, info: VMInfo, change_version: str, since: int) -> None:
+        """Keep ``info`` (read with ``config.changeVersion`` = ``change_version``, the read begun
+        at ``mark()`` = ``since``) unless the watch is not authoritative, or saw since then a
+        reset, a change of the VM other than of its configuration, or a configuration change to
+        another version than the read's."""
+        if not change_version:
+            return
+        kept = info
+        if USERDATA_KEY in info.extra_config:
+            kept = replace(info, extra_config={k: v for k, v in info.extra_config.items() if k != USERDATA_KEY})
+        with self._lock:
+            if not self.authoritative or self._cleared > since or self._dirty.get(info.moref, -1) > since:
+                return
+            if self._uncovered.get(info.moref, -1) > since:
+                return  # a configuration change no changeVersion has been seen for yet
+            seen = self._versions.get(info.moref)
+            if seen is not None and seen[0] > since and seen[1] != change_version:
+                return  # a configuration change this read may not show
+            self._infos[info.moref] = (kept, change_version)
+
+    def invalidate(self, moref: str) -> tuple[VMInfo, str] | None:
+        """banlieue is changing the VM (a task it sends): drop its kept read, and refuse reads
+        begun before now. Returns the dropped read and its changeVersion (None: there was none)."""
+        with self._lock:
+            self._seq += 1
+            self._dirty[moref] = self._seq
+            return self._infos.pop(moref, None)
+
+    def hold(self, moref: str) -> None:
+        """A power task on the VM is being sent: no lookup is answered from the kept read until
+        ``release`` (the watch still updates it), and reads begun before now are not kept."""
+        with self._lock:
+            self._seq += 1
+            self._dirty[moref] = self._seq
+            self._held[moref] = False
+
+    def release(self, moref: str, power_state: PowerState | None) -> None:
+        """The power task ended; ``power_state``: the state it reached (None: it failed). The kept
+        read takes that state unless the watch reported a power state since ``hold`` (then the
+        watch's, the latest, stands)."""
+        with self._lock:
+            reported = self._held.pop(moref, True)
+            got = self._infos.get(moref)
+            if got is not None and power_state is not None and not reported:
+                self._infos[moref] = (replace(got[0], power_state=power_state), got[1])
+
+    def recall(self, moref: str) -> VMInfo | None:
+        """The VM's last full read, as the watch's changes left it; None when there is none, the
+        watch is not authoritative, or a power task of banlieue's runs on the VM."""
+        with self._lock:
+            if not self.authoritative or moref in self._held:
+                return None
+            got = self._infos.get(moref)
+            return got[0] if got is not None else None
+
+    def observe(self, moref: str, changes: Mapping[str, Any], removed: bool = False) -> None:
+        """The watch saw ``changes`` (path -> value; None: value not kept) of VM ``moref``, or its
+        removal: update or drop its kept read (class docstring). Called before the change is
+        handed to anyone."""
+        with self._lock:
+            self._seq += 1
+            version = changes.get("config.changeVersion")
+            if not removed and changes and set(changes) <= CONFIG_PATHS:
+                # A configuration change (the VM's own reconfigure, usually): a read begun before
+                # it is still right if it shows the changeVersion that comes with it (``remember``).
+                if version is not None:
+                    self._versions[moref] = (self._seq, str(version))
+                    self._uncovered.pop(moref, None)
+                else:
+                    self._uncovered[moref] = self._seq
+            else:
+                self._dirty[moref] = self._seq
+            if moref in self._held and "runtime.powerState" in changes:
+                self._held[moref] = True
+            got = self._infos.get(moref)
+            if got is None:
+                return
+            if removed:
+                del self._infos[moref]
+                return
+            info, version = got
+            for name, val in changes.items():
+                if name == "config.changeVersion":
+                    keep = val == version
+                elif name == "runtime.powerState" and str(val) in _POWER:
+                    info, keep = replace(info, power_state=_POWER[str(val)]), True
+                elif name == "guest.ipAddress":
+                    info, keep = replace(info, ip_address=str(val) if val else None), True
+                elif name == "guest.net" and (ips := _guest_ips(val)) is not None:
+                    nics = tuple(replace(n, ip_addresses=ips.get(n.mac_address, ())) for n in info.nics)
+                    info, keep = replace(info, nics=nics), True
+                elif name == "config.extraConfig":
+                    # vCenter bumps changeVersion in the same update; alone (a guest's
+                    # guestinfo write, or an update split by the collector) it is read again.
+                    keep = "config.changeVersion" in changes
+                else:
+                    keep = False
+                if not keep:
+                    del self._infos[moref]
+                    return
+            self._infos[moref] = (info, version)
+
+    def reset_reads(self) -> None:
+        """Forget every kept read (a new collector: what happened meanwhile was not seen)."""
+        with self._lock:
+            self._seq += 1
+            self._cleared = self._seq
+            self._infos.clear()
+            self._dirty.clear()
+            self._versions.clear()
+            self._uncovered.clear()
 
     def uid_of(self, moref: str) -> str | None:
         """The UID the index maps to ``moref`` (None when it has none)."""
@@ -177,13 +334,37 @@ def scan_uids(content: Any, index: VMIndex) -> None:
 
 def read_vm(content: Any, vm: Any, idx: InventoryIndex | None) -> VMInfo | None:
     """Read one VM's VMInfo in one call; None when it no longer exists."""
+    got = read_vm_versioned(content, vm, idx)
+    return got[0] if got is not None else None
+
+
+def read_vm_versioned(content: Any, vm: Any, idx: InventoryIndex | None) -> tuple[VMInfo, str] | None:
+    """``read_vm`` with the VM's ``config.changeVersion`` ("" when vCenter gave none): one call."""
     try:
         found = retrieve_objects(content, [vm], vim.VirtualMachine, VM_PATHS)
     except vmodl.fault.ManagedObjectNotFound:
         return None
     if not found:
         return None
-    return to_vm_info(found[0], idx)
+    return to_vm_info(found[0], idx), str(found[0].get("config.changeVersion") or "")
+
+
+def _guest_ips(val: Any) -> dict[str, tuple[str, ...]] | None:
+    """MAC -> addresses from a ``guest.net`` value: the lean reader's ((mac, ips), ...), pyVmomi's
+    ``GuestNicInfo`` list, or None (no guest NIC). None when the value is of neither shape."""
+    if val is None:
+        return {}
+    out: dict[str, tuple[str, ...]] = {}
+    for item in val:
+        if isinstance(item, tuple) and len(item) == 2:
+            mac, ips = item
+        elif hasattr(item, "macAddress"):
+            mac, ips = str(item.macAddress or "").lower(), tuple(str(ip) for ip in item.ipAddress or [])
+        else:
+            return None
+        if mac:
+            out[mac] = tuple(ips)
+    return out
 
 
 def to_vm_info(o: ObjectProps, idx: InventoryIndex | None) -> VMInfo:

@@ -1,8 +1,10 @@
 """A lean, streaming reader of the change watch's ``WaitForUpdatesEx`` responses.
 
 The watch (``watch.VMWatch``) only needs, per VM in an update: its moref, the update kind
-(``enter``/``modify``/``leave``), and three values: the ``banlieue.uid`` extraConfig entry,
-``config.instanceUuid`` and ``config.template``. pyVmomi's deserializer builds the whole
+(``enter``/``modify``/``leave``), and a few values: the ``banlieue.uid`` extraConfig entry,
+``config.instanceUuid``, ``config.template``, and for ``find.VMIndex.observe``
+``config.changeVersion``, ``runtime.powerState``, ``guest.ipAddress`` and, of ``guest.net``, each
+NIC's MAC and addresses (``KEPT_PATHS``). pyVmomi's deserializer builds the whole
 ``UpdateSet`` first: every ``OptionValue`` of every VM's extraConfig (guestinfo user data
 included), every ``GuestNicInfo`` with its IP stack, as typed objects, before the watch looks
 at any of it. A collector's first batch lists every VM, so at 10,000 VMs that tree was about 2.3
@@ -32,7 +34,8 @@ from typing import Any
 VIM = "{urn:vim25}"
 SOAP_FAULT = "{http://schemas.xmlsoap.org/soap/envelope/}Fault"
 CHUNK_BYTES = 64 * 1024
-KEPT_PATHS = frozenset({"config.extraConfig", "config.instanceUuid", "config.template"})
+KEPT_PATHS = frozenset({"config.extraConfig", "config.instanceUuid", "config.template", "config.changeVersion",
+                        "runtime.powerState", "guest.ipAddress", "guest.net"})
 """Property paths whose values are read; others come back with ``val`` None."""
 
 
@@ -104,6 +107,11 @@ def _object_update(el: ET.Element, uid_key: str) -> ObjectUpdate:
                               for o in val.iterfind(f"{VIM}OptionValue") if _text(o.find(f"{VIM}key")) == uid_key]
             elif name == "config.template":
                 change.val = _text(val) == "true"
+            elif name == "guest.net":
+                # (MAC, its addresses) per guest NIC: what find.to_vm_info takes from guest.net.
+                change.val = tuple((_text(n.find(f"{VIM}macAddress")).lower(),
+                                    tuple(_text(ip) for ip in n.iterfind(f"{VIM}ipAddress")))
+                                   for n in val.iterfind(f"{VIM}GuestNicInfo"))
             else:
                 change.val = _text(val)
         update.changeSet.append(change)

@@ -11,7 +11,9 @@ hung-then-restarted vCenter kept the watch (and the index it keeps authoritative
 minutes. Noticing the hang itself is the reachability probe's job (``health``: seconds).
 
 Watched paths: ``runtime.powerState``, ``guest.ipAddress``, ``guest.net``, ``config.instanceUuid``,
-``config.uuid`` (the BIOS UUID of providerID), ``config.extraConfig`` (the UID), ``config.template``. Objects leaving the filter ("leave") are
+``config.uuid`` (the BIOS UUID of providerID), ``config.extraConfig`` (the UID), ``config.template``,
+``config.changeVersion`` and ``name`` (with the power state, what ``VMIndex.observe`` needs to
+tell whether the last full read of a VM still holds). Objects leaving the filter ("leave") are
 removals. After a re-login the collector is recreated and the first batch (every managed VM,
 "modified") is a resync: nothing missed while the session was gone is lost.
 
@@ -69,6 +71,8 @@ WATCH_PATHS = [
     "config.uuid",
     "config.extraConfig",
     "config.template",
+    "config.changeVersion",
+    "name",
 ]
 
 PENDING_CHECK_SECONDS = 1.0
@@ -164,6 +168,7 @@ class VMWatch:
             propSet=[PC.PropertySpec(type=vim.VirtualMachine, pathSet=WATCH_PATHS)],
         )
         collector.CreateFilter(spec, partialUpdates=False)
+        self.index.reset_reads()  # what changed while no collector listened was not seen
         with self._lock:
             # A new collector reports everything again: what the old one reported means nothing.
             self.known.clear()
@@ -227,11 +232,13 @@ class VMWatch:
                 for oc in fs.objectSet or []:
                     ref = moid(oc.obj)
                     if oc.kind == "leave":
+                        self.index.observe(ref, {}, removed=True)
                         uid, iu = self.known.pop(ref, (None, None))
                         uid = uid or self.index.uid_of(ref)
                         if uid is not None:
                             out.append(VMChange(label, ref, uid, iu, "removed"))
                         continue
+                    self.index.observe(ref, {c.name: c.val for c in oc.changeSet or []})
                     uid, iu = self.known.get(ref, (None, None))
                     template = False
                     for change in oc.changeSet or []:
