@@ -262,7 +262,7 @@ class VSphereBackend:
             if spec.uid in delivered:
                 # This process handed out the VM for this UID and it is gone now (removed by
                 # hand): the caller's view may be stale, but a second clone is never right.
-                raise NotFound(f"the VM for {spec.uid} was removed from vCenter; not cloning it again", reason="VMNotFound")
+                raise NotFound(f"the VM for {spec.uid} was removed from vCenter; not cloning it again", reason="VMNotFound", public=True)
             vm, mode, message = await self._clone(conn, spec, on_clone_task)
             created = True
         else:
@@ -277,10 +277,10 @@ class VSphereBackend:
             # itself went while it was configured.
             if exc.reason != "NotFound" or await run(lambda s: find.read_vm(s.content, vm, None)) is not None:
                 raise
-            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound") from exc
+            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound", public=True) from exc
         info = await run(lambda s: find.read_vm(s.content, vm, idx))
         if info is None:
-            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound")
+            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound", public=True)
         delivered.add(spec.uid)
         self._fresh[spec.uid] = (time.monotonic(), vm, info)
         log.info("vsphere vm converged", vcenter=vcenter, vm=info.name, created=created, clone_mode=mode)
@@ -303,7 +303,7 @@ class VSphereBackend:
         if hardware is not None and props.get("runtime.powerState") != "poweredOff":
             if hardware.numCPUs or hardware.memoryMB or hardware.numCoresPerSocket:
                 # vcsim applies these at any power state; vCenter needs hot-add: banlieue never relies on it.
-                raise InvalidSpec("the VM is powered on: CPU and memory change only while it is powered off")
+                raise InvalidSpec("the VM is powered on: CPU and memory change only while it is powered off", public=True)
         have = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
         if hardware is not None and all(m is not None for m in macs):
             want = guestinfo.keep_redacted(
@@ -354,7 +354,7 @@ class VSphereBackend:
                 if template is not None:
                     self._templates[key] = (time.monotonic(), template)
         if template is None:
-            raise NotFound(f"template {spec.template!r} not found in {spec.datacenter!r}", reason="TemplateNotFound")
+            raise NotFound(f"template {spec.template!r} not found in {spec.datacenter!r}", reason="TemplateNotFound", public=True)
         snapshot = None
         if spec.clone_mode == "linkedClone":
 
@@ -487,7 +487,7 @@ class VSphereBackend:
         else:
             found = await self._locate(conn, uid)
             if found is None:
-                raise NotFound(f"no VM carries uid {uid}", reason="VMNotFound")
+                raise NotFound(f"no VM carries uid {uid}", reason="VMNotFound", public=True)
             vm, before = found
         if not use_fresh and await tasks.wait_in_flight(run, vm, tasks.POWER_TASKS, f"earlier power task on {before.name}",
                                                         self.task_timeout, conn.provider):
@@ -495,7 +495,7 @@ class VSphereBackend:
             # is the starting point, never a second call on top of it.
             now = await run(lambda s: find.read_vm(s.content, vm, nets))
             if now is None:
-                raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
+                raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound", public=True)
             before = now
         if before.power_state == state:
             return before
@@ -522,7 +522,7 @@ class VSphereBackend:
             return replace(before, power_state="PoweredOn")
         info = await run(lambda s: find.read_vm(s.content, vm, nets))
         if info is None:
-            raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
+            raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound", public=True)
         return info
 
     async def destroy_vm(
@@ -552,7 +552,7 @@ class VSphereBackend:
                 run, vm, "PoweredOff", off_mode, soft_timeout, self.task_timeout, conn.provider, info.power_state
             )
             if await power.power_state(run, vm) != "PoweredOff":
-                raise Transient(f"guest {info.name} has not shut down within {soft_timeout:.0f} s", reason="PowerOffPending")
+                raise Transient(f"guest {info.name} has not shut down within {soft_timeout:.0f} s", reason="PowerOffPending", public=True)
         try:
             task = await run(lambda s: vm.Destroy_Task())
             await wait_task(run, task, f"destroy {info.name}", self.task_timeout, conn.provider)
