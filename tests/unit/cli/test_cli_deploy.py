@@ -141,8 +141,8 @@ def test_config_default_serves_metrics_over_https_to_authorized_scrapers_only(tm
                             home=tmp_path, sa_namespace_file=tmp_path / "ns")
     assert isinstance(command, RoleCommand)
     assert command.options.metrics_secure is True
-    host, port = command.options.metrics_listen or ("", 0)
-    assert port == 8443
+    assert command.options.metrics_listen == ("", 8443)
+    port = 8443
     assert {p["name"]: p["containerPort"] for p in container["ports"]}["metrics"] == port
     [service] = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "banlieue-manager-metrics"]
     assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(port, "metrics")]
