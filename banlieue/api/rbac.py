@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from banlieue.api import core, infrastructure
-from banlieue.api.admission import RAW_PLACEMENT_VERB
+from banlieue.api.admission import BOOTSTRAP_SECRET_VERB, RAW_PLACEMENT_VERB
 from banlieue.api.render import write_files
 
 NAMESPACE = "banlieue-system"
@@ -117,9 +117,11 @@ CONTROLLER = Role(
         # VSphereMachine behind each VM; owns() watches them.
         Rule((INFRA,), ("vspheremachines",), ("create", "delete", "get", "list", "patch", "watch")),
         # The VSphereMachines it writes carry the datastores/port groups its scheduler resolved
-        # from the Provider's classes: admission (banlieue-vspheremachine-raw-placement) asks
-        # the authorizer for this custom verb; no request uses it as a verb.
-        Rule((INFRA,), ("vspheremachines",), (RAW_PLACEMENT_VERB,)),
+        # from the Provider's classes (banlieue-vspheremachine-raw-placement) and the
+        # VirtualMachine's userData Secret, whose writer admission already checked
+        # (banlieue-vspheremachine-bootstrap-secret-access; this role reads no Secret): the
+        # policies ask the authorizer for these custom verbs; no request uses them as verbs.
+        Rule((INFRA,), ("vspheremachines",), (RAW_PLACEMENT_VERB, BOOTSTRAP_SECRET_VERB)),
         # VSphereCluster: watched; only its status is written (apply).
         Rule((INFRA,), ("vsphereclusters",), READ),
         Rule((INFRA,), ("vsphereclusters/status",), OWN_STATUS),
@@ -156,9 +158,10 @@ ROLES: tuple[Role, ...] = (CONTROLLER, PROVIDER_VSPHERE)
 CAPI_AGGREGATE_RULES: tuple[Rule, ...] = (
     Rule((INFRA,), ("vspheremachines", "vsphereclusters", "vspheremachinetemplates", "vsphereclustertemplates"), CAPI_FULL),
     Rule((INFRA,), ("vspheremachines/status", "vsphereclusters/status", "vspheremachinetemplates/status"), CAPI_STATUS),
-    # CAPI copies a VSphereMachineTemplate's spec (raw placement fields included) into the
-    # VSphereMachines it creates; whoever wrote the template was checked for the same verb.
-    Rule((INFRA,), ("vspheremachines",), (RAW_PLACEMENT_VERB,)),
+    # CAPI copies a VSphereMachineTemplate's spec (raw placement fields and a
+    # bootstrapDataSecretRef included) into the VSphereMachines it creates; whoever wrote the
+    # template was checked by the same policies.
+    Rule((INFRA,), ("vspheremachines",), (RAW_PLACEMENT_VERB, BOOTSTRAP_SECRET_VERB)),
 )
 
 
