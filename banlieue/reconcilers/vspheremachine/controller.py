@@ -69,6 +69,7 @@ from banlieue.reconcilers.vspheremachine.placement import (
     capi_machine_owner,
     choose_cluster_failure_domain,
     is_capi_path,
+    machine_owns_back,
     read_bootstrap,
 )
 from banlieue.reconcilers.vspheremachine.sources import (
@@ -169,6 +170,10 @@ class VSphereMachineReconciler:
                 return None
             owner = capi_machine_owner(machine)
             capi_machine = cache.get(CAPI_MACHINE, owner, ns) if owner else None
+            if capi_machine is not None and not machine_owns_back(machine, capi_machine):
+                # Not that Machine's infrastructure machine: never its bootstrap data (issue 23).
+                log.warning("owner Machine does not reference this VSphereMachine", machine=str(machine.metadata.name), owner=owner)
+                capi_machine = None
             cluster_name = (machine.metadata.labels or {}).get(CAPI_LABEL_CLUSTER_NAME) or ((capi_machine or {}).get("spec") or {}).get("clusterName")
             cluster = cache.get(CAPI_CLUSTER, str(cluster_name), ns) if cluster_name else None
         providers = tuple(p for p in (parse_provider(raw, self._parsed) for raw in cache.list(PROVIDER, ns)) if p is not None)
