@@ -45,6 +45,6 @@ ENV PATH=/opt/banlieue/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp
 USER 65532:65532
-EXPOSE 8080 8081
+EXPOSE 8443 8081
 ENTRYPOINT ["banlieue"]
 CMD ["manager"]

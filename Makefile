@@ -95,7 +95,8 @@ lint: venv
 
 # Regenerate every generated file (CRDs, RBAC, admission policies, API reference) from banlieue/api.
 generate: venv
-	$(VENV)/bin/banlieue crdgen --out config/crd --rbac-out config/rbac --admission-out config/admission
+	$(VENV)/bin/banlieue crdgen --out config/crd --rbac-out config/rbac --admission-out config/admission \
+	  --namespaced-rbac-out config/namespaced/rbac
 	$(VENV)/bin/banlieue crddoc --out docs/api-reference.md
 
 check-generated: venv

@@ -37,7 +37,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         if isinstance(command, CrdgenCommand):
             from banlieue.cmd import crdgen
 
-            return crdgen.run(command.out, rbac_out=command.rbac_out, admission_out=command.admission_out)
+            return crdgen.run(command.out, rbac_out=command.rbac_out, admission_out=command.admission_out,
+                              namespaced_rbac_out=command.namespaced_rbac_out)
         if isinstance(command, CrddocCommand):
             from banlieue.cmd import crddoc
 

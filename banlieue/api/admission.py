@@ -10,7 +10,10 @@ the policies are the SPEC's enforcement point and can be audited or relaxed per 
 Tenant safety (issue 23, docs/security.md): whoever sets or changes a Provider's connection
 (endpoint, credentialsRef, caBundle, insecureSkipTLSVerify) must be allowed to ``get`` the
 Secret/ConfigMap it names (CEL ``authorizer``), as must whoever sets a VirtualMachine's
-``userData.secretRef``; ``http://`` endpoints are refused; the raw placement fields of
+``userData.secretRef``, and whoever sets a VSphereMachine's (or VSphereMachineTemplate's)
+``bootstrapDataSecretRef`` unless they hold the custom verb ``BOOTSTRAP_SECRET_VERB`` (the
+controller role, which copies a VirtualMachine's already checked ``userData`` there, and CAPI,
+which copies templates); ``http://`` endpoints are refused; the raw placement fields of
 VSphereMachines and VSphereMachineTemplates need the custom verb ``use-raw-placement``
 (``RAW_PLACEMENT_VERB``), which the controller role (it resolves classes into them) and CAPI
 (it copies templates) hold.
@@ -66,6 +69,14 @@ a requester needs to set the raw placement fields (docs/security.md). Kubernetes
 custom verb itself: only these policies ask the authorizer for it."""
 
 
+BOOTSTRAP_SECRET_VERB = "use-any-bootstrap-secret"
+"""Custom RBAC verb on ``vspheremachines`` / ``vspheremachinetemplates`` (infrastructure.banlieue.io):
+its holder may name in ``bootstrapDataSecretRef`` a Secret it cannot ``get`` itself (the
+controller role copies a VirtualMachine's ``userData.secretRef``, checked when the VM was
+written; CAPI copies templates). Anyone else needs ``get`` on that Secret: its content is copied
+into the VM's guestinfo, readable in the guest (issue 23 case 3, the VSphereMachine path)."""
+
+
 def _may_get(resource: str, name_expr: str) -> str:
     """CEL: the requester may ``get`` the core ``resource`` named ``name_expr`` in the object's namespace."""
     return f"authorizer.group('').resource('{resource}').namespace(object.metadata.namespace).name({name_expr}).check('get').allowed()"
@@ -91,6 +102,33 @@ def _raw_placement(spec: str, resource: str) -> Validation:
         f"raw placement fields (resourcePool, folder, disks[].datastore, network.devices[].portGroup) need the "
         f"'{RAW_PLACEMENT_VERB}' verb on {resource}.{infrastructure.GROUP}: use the Provider's storage and network classes",
         "Forbidden",
+    )
+
+
+def _bootstrap_secret_policy(resource: str, spec: str) -> Policy:
+    """Setting or changing ``<spec>.bootstrapDataSecretRef`` needs ``get`` on that Secret or the
+    ``BOOTSTRAP_SECRET_VERB`` on ``resource``."""
+    ref = f"{spec}.bootstrapDataSecretRef"
+    old = ref.replace("object.", "oldObject.", 1)
+    verb = (f"authorizer.group('{infrastructure.GROUP}').resource('{resource}')"
+            f".namespace(object.metadata.namespace).check('{BOOTSTRAP_SECRET_VERB}').allowed()")
+    return Policy(
+        name=f"banlieue-{resource.removesuffix('s')}-bootstrap-secret-access",
+        resource=resource,
+        group=infrastructure.GROUP,
+        version=VERSION,
+        operations=("CREATE", "UPDATE"),
+        match_conditions=((
+            "bootstrap-secret-changed",
+            f"has({ref}) && (request.operation == 'CREATE' || !has({old}) || {ref} != {old})",
+        ),),
+        validations=(
+            Validation(
+                f"{_may_get('secrets', ref + '.name')} || {verb}",
+                f"{ref.removeprefix('object.')}: you need permission to get that Secret (its content is copied into the VM)",
+                "Forbidden",
+            ),
+        ),
     )
 
 
@@ -181,6 +219,8 @@ POLICIES: tuple[Policy, ...] = (
         ),),
         validations=(_raw_placement("object.spec.template.spec", "vspheremachinetemplates"),),
     ),
+    _bootstrap_secret_policy("vspheremachines", "object.spec"),
+    _bootstrap_secret_policy("vspheremachinetemplates", "object.spec.template.spec"),
     Policy(
         name="banlieue-provider-immutable-class",
         resource="providers",

@@ -29,15 +29,26 @@ Firmware = Literal["bios", "efi", "efi-secure"]
 
 
 class BackendError(Exception):
-    """Base of the taxonomy. ``reason`` (CamelCase) becomes a condition reason; ``str(err)`` the
-    condition message. Never carries credentials or user data."""
+    """Base of the taxonomy. ``reason`` (CamelCase) becomes a condition reason. Never carries
+    credentials or user data.
+
+    ``public`` says whether ``str(err)`` may be shown to whoever reads the object (a condition
+    or an Event): True only for banlieue's own sentences built from the request alone (the
+    caller's spec values: template, datacenter, disk names and sizes, the machine's UID).
+    False (the default): the message may quote what vCenter or the network said - fault
+    messages, host names and addresses, inventory paths of other tenants - so it goes to the
+    manager's log and the condition gets a generic message for ``reason`` (issue 23,
+    docs/security.md; ``banlieue.reconcilers.vspheremachine.messages``).
+    """
 
     reason = "BackendError"
+    public = False
 
-    def __init__(self, message: str, reason: str | None = None) -> None:
+    def __init__(self, message: str, reason: str | None = None, *, public: bool = False) -> None:
         super().__init__(message)
         if reason is not None:
             self.reason = reason
+        self.public = public
 
 
 class NotFound(BackendError):

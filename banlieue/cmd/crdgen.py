@@ -33,11 +33,13 @@ def write_kustomization(out: str | Path) -> Path:
     return target
 
 
-def run(out: str, *, rbac_out: str | None = None, admission_out: str | None = None) -> int:
+def run(out: str, *, rbac_out: str | None = None, admission_out: str | None = None,
+        namespaced_rbac_out: str | None = None) -> int:
     """Generate the CRDs into ``out`` and their kustomization; returns exit code 0.
 
-    ``rbac_out`` / ``admission_out``, when given, receive the RBAC manifests and the
-    ValidatingAdmissionPolicies (``banlieue.api.rbac`` / ``banlieue.api.admission``).
+    ``rbac_out`` / ``admission_out`` / ``namespaced_rbac_out``, when given, receive the RBAC
+    manifests, the ValidatingAdmissionPolicies and the per-namespace mode's RBAC
+    (``banlieue.api.rbac.write_rbac`` / ``banlieue.api.admission`` / ``banlieue.api.rbac.write_namespaced_rbac``).
 
     Raises StartupError (one line, exit 1) when ``out`` cannot be created or written.
     """
@@ -48,6 +50,8 @@ def run(out: str, *, rbac_out: str | None = None, admission_out: str | None = No
         write_kustomization(out)
         if rbac_out:
             importlib.import_module("banlieue.api.rbac").write_rbac(rbac_out)
+        if namespaced_rbac_out:
+            importlib.import_module("banlieue.api.rbac").write_namespaced_rbac(namespaced_rbac_out)
         if admission_out:
             importlib.import_module("banlieue.api.admission").write_admission(admission_out)
     except OSError as err:

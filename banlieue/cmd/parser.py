@@ -125,15 +125,18 @@ class RoleCommand:
 
 @dataclass(frozen=True)
 class CrdgenCommand:
-    """``banlieue crdgen --out DIR [--rbac-out DIR] [--admission-out DIR]``.
+    """``banlieue crdgen --out DIR [--rbac-out DIR] [--namespaced-rbac-out DIR] [--admission-out DIR]``.
 
-    Writes the CRD YAML files into ``out``; when given, also the RBAC manifests into ``rbac_out``
-    and the ValidatingAdmissionPolicies into ``admission_out`` (all generated from banlieue.api).
+    Writes the CRD YAML files into ``out``; when given, also the RBAC manifests into ``rbac_out``,
+    the per-namespace mode's RBAC (Role + RoleBinding, and the cluster-scoped reads) into
+    ``namespaced_rbac_out`` and the ValidatingAdmissionPolicies into ``admission_out`` (all
+    generated from banlieue.api).
     """
 
     out: str
     rbac_out: str | None = None
     admission_out: str | None = None
+    namespaced_rbac_out: str | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     crd.add_argument("--out", default="config/crd", help="output directory (default config/crd)")
     crd.add_argument("--rbac-out", default=None, help="also write the RBAC manifests here (e.g. config/rbac)")
     crd.add_argument("--admission-out", default=None, help="also write the admission policies here (e.g. config/admission)")
+    crd.add_argument("--namespaced-rbac-out", default=None,
+                     help="also write the per-namespace mode's RBAC here (e.g. config/namespaced/rbac)")
 
     doc = sub.add_parser("crddoc", help="write the API reference (Markdown) generated from the models")
     doc.add_argument("--out", default="docs/api-reference.md", help="output file (default docs/api-reference.md)")
@@ -248,7 +253,8 @@ def parse_command(
     """
     args = build_parser().parse_args(list(argv))
     if args.command == "crdgen":
-        return CrdgenCommand(out=args.out, rbac_out=args.rbac_out, admission_out=args.admission_out)
+        return CrdgenCommand(out=args.out, rbac_out=args.rbac_out, admission_out=args.admission_out,
+                             namespaced_rbac_out=args.namespaced_rbac_out)
     if args.command == "crddoc":
         return CrddocCommand(out=args.out)
     if args.command == "dev" and args.dev_command == "vms":

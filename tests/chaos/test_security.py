@@ -134,6 +134,10 @@ JUSTIFIED: list[tuple[str, Callable[[rbac_audit.Triple, set[rbac_audit.Triple]],
     ("use-raw-placement: a custom verb the admission policy asks the authorizer about, never a request verb "
      "(tests/envtest/test_tenant_safety.py)",
      lambda t, used: t[0] == "use-raw-placement"),
+    ("use-any-bootstrap-secret: a custom verb the admission policy asks the authorizer about (the controller "
+     "copies a VirtualMachine's checked userData into bootstrapDataSecretRef), never a request verb "
+     "(tests/envtest/test_tenant_safety.py)",
+     lambda t, used: t[0] == "use-any-bootstrap-secret"),
     ("configmaps get: a CA bundle by caBundle.configMapRef (no such Provider here; "
      "test_wrong_ca_is_tls_verify_failed_and_fixing_the_configmap_recovers)",
      lambda t, used: t == ("get", "", "configmaps")),

@@ -165,6 +165,35 @@ def test_raw_placement_needs_the_custom_verb(tenant: Tenant) -> None:
     assert "banlieue-vspheremachinetemplate-raw-placement" in err, err
 
 
+def test_bootstrap_data_from_a_secret_the_writer_cannot_read_is_refused(tenant: Tenant) -> None:
+    """Issue 23 case 3 through a VSphereMachine (found by the hostile-tenant pass): its
+    ``bootstrapDataSecretRef`` is copied into guestinfo like a VirtualMachine's userData, so
+    naming a Secret needs ``get`` on it - or the custom verb the controller role holds (it copies
+    a VirtualMachine's userData, already checked) and CAPI holds (it copies templates)."""
+    writer = tenant.as_sa("writer")
+    stolen = _machine("boot", storageClass="standard")
+    stolen["spec"]["bootstrapDataSecretRef"] = {"name": "admin-creds", "key": "password"}
+    err = writer.rejected("apply", "--server-side", "-f", "-", docs=[stolen])
+    assert "banlieue-vspheremachine-bootstrap-secret-access" in err and "bootstrapDataSecretRef" in err, err
+    own = json.loads(json.dumps(stolen))
+    own["spec"]["bootstrapDataSecretRef"]["name"] = "tenant-creds"
+    writer.ok("apply", "--server-side", "-f", "-", docs=[own])
+    # Moving an existing machine's reference to the admin's Secret: refused too.
+    err = writer.rejected("patch", "vspheremachine", "boot", "--type=merge", "-p",
+                          json.dumps({"spec": {"bootstrapDataSecretRef": {"name": "admin-creds", "key": "password"}}}))
+    assert "banlieue-vspheremachine-bootstrap-secret-access" in err, err
+    # The manager's ServiceAccount (the controller role) may: it copies a checked userData.
+    manager = f"system:serviceaccount:{MANAGER_NAMESPACE}:{MANAGER_SERVICE_ACCOUNT}"
+    tenant.admin.ok("apply", "--server-side", "--dry-run=server", "--as", manager, "-f", "-", docs=[
+        {**stolen, "metadata": {"name": "copied", "namespace": NS}}])
+    template = {"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachineTemplate",
+                "metadata": {"name": "boot-t", "namespace": NS},
+                "spec": {"template": {"spec": {"template": "ubuntu", "providerRef": {"name": "p"},
+                                               "bootstrapDataSecretRef": {"name": "admin-creds", "key": "password"}}}}}
+    err = writer.rejected("apply", "--server-side", "-f", "-", docs=[template])
+    assert "banlieue-vspheremachinetemplate-bootstrap-secret-access" in err, err
+
+
 def test_the_manager_may_not_list_or_watch_secrets(tenant: Tenant) -> None:
     """config/rbac: the manager's ServiceAccount gets referenced Secrets by name only."""
     k = tenant.admin

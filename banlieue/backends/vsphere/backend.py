@@ -270,7 +270,7 @@ class VSphereBackend:
             if spec.uid in delivered:
                 # This process handed out the VM for this UID and it is gone now (removed by
                 # hand): the caller's view may be stale, but a second clone is never right.
-                raise NotFound(f"the VM for {spec.uid} was removed from vCenter; not cloning it again", reason="VMNotFound")
+                raise NotFound(f"the VM for {spec.uid} was removed from vCenter; not cloning it again", reason="VMNotFound", public=True)
             vm, mode, message = await self._clone(conn, spec, on_clone_task)
             created = True
         else:
@@ -285,12 +285,12 @@ class VSphereBackend:
             # itself went while it was configured.
             if exc.reason != "NotFound" or await run(lambda s: find.read_vm(s.content, vm, None)) is not None:
                 raise
-            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound") from exc
+            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound", public=True) from exc
         index = self._vm_index(conn)
         since = index.mark()
         got = await run(lambda s: find.read_vm_versioned(s.content, vm, idx))
         if got is None:
-            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound")
+            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound", public=True)
         info = got[0]
         if info.uid == spec.uid:
             index.remember(info, got[1], since)
@@ -316,7 +316,7 @@ class VSphereBackend:
         if hardware is not None and props.get("runtime.powerState") != "poweredOff":
             if hardware.numCPUs or hardware.memoryMB or hardware.numCoresPerSocket:
                 # vcsim applies these at any power state; vCenter needs hot-add: banlieue never relies on it.
-                raise InvalidSpec("the VM is powered on: CPU and memory change only while it is powered off")
+                raise InvalidSpec("the VM is powered on: CPU and memory change only while it is powered off", public=True)
         have = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
         if hardware is not None and all(m is not None for m in macs):
             want = guestinfo.keep_redacted(
@@ -372,7 +372,7 @@ class VSphereBackend:
                 if template is not None:
                     self._templates[key] = (time.monotonic(), template)
         if template is None:
-            raise NotFound(f"template {spec.template!r} not found in {spec.datacenter!r}", reason="TemplateNotFound")
+            raise NotFound(f"template {spec.template!r} not found in {spec.datacenter!r}", reason="TemplateNotFound", public=True)
         snapshot = None
         if spec.clone_mode == "linkedClone":
 
@@ -505,7 +505,7 @@ class VSphereBackend:
         else:
             found = await self._locate(conn, uid)
             if found is None:
-                raise NotFound(f"no VM carries uid {uid}", reason="VMNotFound")
+                raise NotFound(f"no VM carries uid {uid}", reason="VMNotFound", public=True)
             vm, before = found
         if not use_fresh and await tasks.wait_in_flight(run, vm, tasks.POWER_TASKS, f"earlier power task on {before.name}",
                                                         self.task_timeout, conn.provider):
@@ -513,7 +513,7 @@ class VSphereBackend:
             # is the starting point, never a second call on top of it.
             now = await run(lambda s: find.read_vm(s.content, vm, nets))
             if now is None:
-                raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
+                raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound", public=True)
             before = now
         if before.power_state == state:
             return before
@@ -559,7 +559,7 @@ class VSphereBackend:
             return replace(before, power_state="PoweredOn")
         info = await run(lambda s: find.read_vm(s.content, vm, nets))
         if info is None:
-            raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound")
+            raise NotFound(f"VM for {uid} disappeared", reason="VMNotFound", public=True)
         return info
 
     async def destroy_vm(
@@ -590,7 +590,7 @@ class VSphereBackend:
                 run, vm, "PoweredOff", off_mode, soft_timeout, self.task_timeout, conn.provider, info.power_state
             )
             if await power.power_state(run, vm) != "PoweredOff":
-                raise Transient(f"guest {info.name} has not shut down within {soft_timeout:.0f} s", reason="PowerOffPending")
+                raise Transient(f"guest {info.name} has not shut down within {soft_timeout:.0f} s", reason="PowerOffPending", public=True)
         try:
             task = await run(lambda s: vm.Destroy_Task())
             await wait_task(run, task, f"destroy {info.name}", self.task_timeout, conn.provider)

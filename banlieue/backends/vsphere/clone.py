@@ -51,14 +51,14 @@ class ClonePlan:
 def resolve_datastore(idx: InventoryIndex, datacenter: str, name: str) -> Any:
     ds = idx.datastores.get((datacenter, name))
     if ds is None:
-        raise NotFound(f"datastore {name!r} not found in datacenter {datacenter!r}", reason="DatastoreNotFound")
+        raise NotFound(f"datastore {name!r} not found in datacenter {datacenter!r}", reason="DatastoreNotFound", public=True)
     return ds.obj
 
 
 def resolve_network(idx: InventoryIndex, datacenter: str, name: str) -> NetworkRef:
     ref = idx.networks.get((datacenter, name))
     if ref is None:
-        raise NotFound(f"port group {name!r} not found in datacenter {datacenter!r}", reason="NetworkNotFound")
+        raise NotFound(f"port group {name!r} not found in datacenter {datacenter!r}", reason="NetworkNotFound", public=True)
     return ref
 
 
@@ -71,18 +71,18 @@ def clone_plan(idx: InventoryIndex, spec: VMSpec, template_snapshot: Any | None)
         if disk.datastore:
             resolve_datastore(idx, spec.datacenter, disk.datastore)
     if spec.datacenter not in idx.datacenters:
-        raise NotFound(f"datacenter {spec.datacenter!r} not found", reason="DatacenterNotFound")
+        raise NotFound(f"datacenter {spec.datacenter!r} not found", reason="DatacenterNotFound", public=True)
     cluster = idx.clusters.get((spec.datacenter, spec.cluster))
     if cluster is None:
-        raise NotFound(f"cluster {spec.cluster!r} not found in {spec.datacenter!r}", reason="ClusterNotFound")
+        raise NotFound(f"cluster {spec.cluster!r} not found in {spec.datacenter!r}", reason="ClusterNotFound", public=True)
     pool = cluster.root_pool
     if spec.resource_pool and spec.resource_pool != "Resources":
         pool = idx.pools.get((spec.datacenter, spec.cluster, spec.resource_pool))
         if pool is None:
-            raise NotFound(f"resource pool {spec.resource_pool!r} not found in {spec.cluster!r}", reason="ResourcePoolNotFound")
+            raise NotFound(f"resource pool {spec.resource_pool!r} not found in {spec.cluster!r}", reason="ResourcePoolNotFound", public=True)
     folder = idx.folder_path(spec.datacenter, spec.folder or "")
     if folder is None:
-        raise NotFound(f"folder {spec.folder!r} not found in {spec.datacenter!r}", reason="FolderNotFound")
+        raise NotFound(f"folder {spec.folder!r} not found in {spec.datacenter!r}", reason="FolderNotFound", public=True)
     location = vim.vm.RelocateSpec(pool=pool)
     if spec.datastore:
         location.datastore = resolve_datastore(idx, spec.datacenter, spec.datastore)
@@ -137,11 +137,12 @@ def _disk_changes(
         if have is not None:
             if want_kib < int(have.capacityInKB):
                 raise InvalidSpec(
-                    f"disk {want.name!r} is {int(have.capacityInKB) // KIB_PER_GIB} GiB; shrinking to {want.size_gib} GiB is not possible"
+                    f"disk {want.name!r} is {int(have.capacityInKB) // KIB_PER_GIB} GiB; shrinking to {want.size_gib} GiB is not possible",
+                    public=True,
                 )
             if want_kib > int(have.capacityInKB):
                 if linked and i == 0:
-                    raise InvalidSpec("the OS disk of a linked clone cannot be resized")
+                    raise InvalidSpec("the OS disk of a linked clone cannot be resized", public=True)
                 have.capacityInKB = want_kib
                 have.capacityInBytes = want_kib * 1024
                 changes.append(Dev.VirtualDeviceSpec(operation="edit", device=have))
@@ -162,13 +163,13 @@ def _new_disk(
 ) -> Any:
     scsi = next((d for d in devices if isinstance(d, Dev.VirtualSCSIController)), None)
     if scsi is None:
-        raise InvalidSpec("the template has no SCSI controller to attach extra disks to")
+        raise InvalidSpec("the template has no SCSI controller to attach extra disks to", public=True)
     used = {d.unitNumber for d in devices if d.controllerKey == scsi.key}
     used |= {c.device.unitNumber for c in pending if getattr(c.device, "controllerKey", None) == scsi.key}
     used |= {unit for ctrl, unit in reserved if ctrl == scsi.key}
     free = [u for u in range(16) if u != 7 and u not in used]
     if not free:
-        raise InvalidSpec(f"no free unit on the VM's first SCSI controller for disk {want.name!r}")
+        raise InvalidSpec(f"no free unit on the VM's first SCSI controller for disk {want.name!r}", public=True)
     unit = free[0]
     backing = Dev.VirtualDisk.FlatVer2BackingInfo(
         diskMode="persistent",
@@ -267,7 +268,7 @@ def hardware_spec(
         changed = True
     if spec.num_cores_per_socket and props.get("config.hardware.numCoresPerSocket") != spec.num_cores_per_socket:
         if spec.num_cpus % spec.num_cores_per_socket:
-            raise InvalidSpec(f"numCPUs {spec.num_cpus} is not a multiple of numCoresPerSocket {spec.num_cores_per_socket}")
+            raise InvalidSpec(f"numCPUs {spec.num_cpus} is not a multiple of numCoresPerSocket {spec.num_cores_per_socket}", public=True)
         cfg.numCoresPerSocket = spec.num_cores_per_socket
         changed = True
     if spec.memory_mib and props.get("config.hardware.memoryMB") != spec.memory_mib:

@@ -170,7 +170,7 @@ def guestinfo(
     Raises InvalidSpec when a base64 value would exceed ``VALUE_MAX_BYTES`` (see ``size_error``)."""
     error = size_error(instance_id, hostname, [nic for nic, _ in nics], user_data)
     if error is not None:
-        raise InvalidSpec(error)
+        raise InvalidSpec(error, public=True)
     md = _metadata_bytes(instance_id, hostname, nics)
     value, encoding = encode_user_data(user_data) if user_data else ("", "")
     return {

@@ -43,7 +43,7 @@ async def _shutdown_guest(run: Runner, vm: Any, soft_timeout: float) -> bool:
         try:
             vm.ShutdownGuest()
         except vim.fault.ToolsUnavailable as exc:
-            raise BackendError("VMware Tools are not running: cannot shut the guest down", reason="ToolsUnavailable") from exc
+            raise BackendError("VMware Tools are not running: cannot shut the guest down", reason="ToolsUnavailable", public=True) from exc
 
     await run(shutdown)
     deadline = time.monotonic() + soft_timeout

@@ -6,7 +6,8 @@ Gather: the VMImage and every Provider from the cache; for each target Provider
 (one task each in a TaskGroup; calls to one vCenter never wait for another), each within
 ``LOOKUP_DEADLINE_SECONDS`` so a silent vCenter delays no other Provider's row. Paused Providers
 are still looked up: a read changes nothing on the vCenter. Execute: server-side apply of the
-VMImage's status (counts only) when it changed; an Event on Ready transitions; then each
+VMImage's status (counts only) when it changed and an Event on Ready transitions (neither with
+``--namespace``: ``VMImageReconciler.execute``); then each
 Provider's own row in ``Provider.status.images`` (issue 23: a cluster-scoped object names no
 tenant's Provider), written under the field manager ``<role>-vmimage`` so the Provider
 controller's own status applies never remove it; requeue after
@@ -146,7 +147,15 @@ class VMImageReconciler:
         return Snapshot(image, providers, self.ctx.now(), {k: task.result() for k, task in tasks.items()})
 
     async def execute(self, image: VMImage, plan: Plan) -> None:
-        """Write the status (when changed) and record the plan's Events."""
+        """Write the status (when changed) and record the plan's Events, then the Providers' rows.
+
+        With ``--namespace`` (per-namespace mode) only the rows: the VMImage's counts would be
+        those of one namespace's Providers written over the cluster-wide ones (and per-namespace
+        managers would overwrite each other's), and an Event of a cluster-scoped object goes to
+        namespace ``default``, outside the manager's Role (config/namespaced)."""
+        if self.ctx.namespace is not None:
+            await self.write_rows(image.metadata.name or "", plan.rows)
+            return
         if plan.write_status:
             body = {
                 "apiVersion": image.api_version,

@@ -60,6 +60,7 @@ from banlieue.reconcilers.vspheremachine.decide import (
     ready_reason,
     waiting_for_cluster_api,
 )
+from banlieue.reconcilers.vspheremachine.messages import condition_message
 from banlieue.reconcilers.vspheremachine.placement import (
     DomainChoice,
     PlacementError,
@@ -68,6 +69,7 @@ from banlieue.reconcilers.vspheremachine.placement import (
     capi_machine_owner,
     choose_cluster_failure_domain,
     is_capi_path,
+    machine_owns_back,
     read_bootstrap,
 )
 from banlieue.reconcilers.vspheremachine.sources import (
@@ -168,6 +170,10 @@ class VSphereMachineReconciler:
                 return None
             owner = capi_machine_owner(machine)
             capi_machine = cache.get(CAPI_MACHINE, owner, ns) if owner else None
+            if capi_machine is not None and not machine_owns_back(machine, capi_machine):
+                # Not that Machine's infrastructure machine: never its bootstrap data (issue 23).
+                log.warning("owner Machine does not reference this VSphereMachine", machine=str(machine.metadata.name), owner=owner)
+                capi_machine = None
             cluster_name = (machine.metadata.labels or {}).get(CAPI_LABEL_CLUSTER_NAME) or ((capi_machine or {}).get("spec") or {}).get("clusterName")
             cluster = cache.get(CAPI_CLUSTER, str(cluster_name), ns) if cluster_name else None
         providers = tuple(p for p in (parse_provider(raw, self._parsed) for raw in cache.list(PROVIDER, ns)) if p is not None)
@@ -266,7 +272,9 @@ class VSphereMachineReconciler:
                 # (wait, whatever the time), failed (clone again) or is forgotten (ADR 0012).
                 clone_task = await self.backend.clone_task_state(conn, task_key)
         except BackendError as err:
-            return replace(snap, looked_up=True, failure=Failure("lookup", err.reason, str(err)))
+            # The detail stays in the log (issue 23): the condition gets condition_message's.
+            log.info("vsphere lookup failed", machine=str(snap.machine.metadata.name), reason=err.reason, error=str(err))
+            return replace(snap, looked_up=True, failure=Failure("lookup", err.reason, condition_message("lookup", err)))
         return replace(snap, looked_up=True, vm=vm, clone_task=clone_task)
 
     async def _record_clone_task(self, snap: Snapshot, key: str) -> None:
@@ -307,8 +315,8 @@ class VSphereMachineReconciler:
             if action.kind == "create" and err.reason == "VMNotFound":
                 # The backend returned this UID's VM before and it is gone now (removed by hand,
                 # or it vanished while configured): VMNotFound, never a second clone.
-                return replace(snap, vm=None, failure=Failure("create", "VMNotFound", str(err)))
-            return replace(snap, failure=Failure(action.kind, err.reason, str(err)))
+                return replace(snap, vm=None, failure=Failure("create", "VMNotFound", condition_message("create", err)))
+            return replace(snap, failure=Failure(action.kind, err.reason, condition_message(action.kind, err)))
 
     def _event(self, snap: Snapshot, event: Event) -> None:
         obj = {"apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind, "metadata": snap.machine.metadata.to_wire()}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from banlieue.api.infrastructure import BOOTSTRAP_DATA_DEFAULT_KEY, VSphereMachine
+from banlieue.api.infrastructure import GROUP as INFRA_GROUP
 from banlieue.api.infrastructure import VSphereMachineReason as Reason
 from banlieue.api.provider import Provider, ProviderFailureDomain
 from banlieue.backends.base import DiskSpec, NicSpec, VMSpec
@@ -55,6 +56,25 @@ def capi_machine_owner(machine: VSphereMachine) -> str | None:
         if ref.kind == "Machine" and ref.api_version.split("/")[0] == CAPI_GROUP:
             return ref.name
     return None
+
+
+def machine_owns_back(machine: VSphereMachine, capi_machine: Mapping[str, Any] | None) -> bool:
+    """Whether ``capi_machine`` really is this VSphereMachine's Machine: the ownerReference's
+    ``uid`` is the Machine's, and the Machine's ``spec.infrastructureRef`` (v1beta2: apiGroup,
+    kind, name) names this VSphereMachine (CAPI InfraMachine contract: the Machine references
+    its infrastructure machine, then owns it). Anyone who may write VSphereMachines can add an
+    ownerReference naming any Machine of the namespace; without this check the machine took that
+    Machine's bootstrap data - a join token of another cluster - into its own VM (issue 23,
+    found by the hostile-tenant pass). False for None."""
+    if capi_machine is None:
+        return False
+    meta = capi_machine.get("metadata") or {}
+    uids = {ref.uid for ref in machine.metadata.owner_references or ()
+            if ref.kind == "Machine" and ref.api_version.split("/")[0] == CAPI_GROUP and ref.name == meta.get("name")}
+    ref = nested(capi_machine, "spec", "infrastructureRef") or {}
+    names_back = (ref.get("kind") == "VSphereMachine" and ref.get("name") == machine.metadata.name
+                  and ref.get("apiGroup", INFRA_GROUP) == INFRA_GROUP)
+    return bool(meta.get("uid")) and meta.get("uid") in uids and names_back
 
 
 def owned_by_other_controller(machine: VSphereMachine) -> bool:

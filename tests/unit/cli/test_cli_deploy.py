@@ -47,7 +47,10 @@ def test_deployment_args_are_valid_banlieue_flags(tmp_path: Path) -> None:
     assert isinstance(command, RoleCommand)
     assert command.role == "manager"
     assert command.options.leader_elect is True
-    assert command.options.metrics_listen == ("", 8080)
+    # /metrics as controller-runtime serves it by default (issue 23 case 7): HTTPS, TokenReview
+    # and SubjectAccessReview; never plain HTTP on all interfaces.
+    assert command.options.metrics_listen == ("", 8443)
+    assert command.options.metrics_secure is True
     assert command.options.health_probe_listen == ("", 8081)
 
 
@@ -63,7 +66,7 @@ def test_deployment_is_locked_down() -> None:
         True, 65532, True, False)
     assert sc["capabilities"] == {"drop": ["ALL"]}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081}
+    assert ports == {"metrics": 8443, "health": 8081}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert {"requests", "limits"} <= container["resources"].keys()
@@ -82,7 +85,7 @@ def test_metrics_service_selects_the_manager() -> None:
     [service] = load(ROOT / "config/manager/service.yaml")
     deployment = manager_deployment(load(ROOT / "config/manager/manager.yaml"))
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
-    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8443, "targetPort": "metrics", "protocol": "TCP"}]
 
 
 def test_metadata_maps_release_series_to_v1beta2() -> None:
@@ -125,6 +128,34 @@ def test_config_default_renders_everything_in_banlieue_system() -> None:
             assert doc["metadata"]["namespace"] == "banlieue-system"
     sa_name = manager_deployment(docs)["spec"]["template"]["spec"]["serviceAccountName"]
     assert any(d["kind"] == "ServiceAccount" and d["metadata"]["name"] == sa_name for d in docs)
+
+
+@needs_kubectl
+def test_config_default_serves_metrics_over_https_to_authorized_scrapers_only(tmp_path: Path) -> None:
+    """Issue 23 case 7, as installed: the rendered Deployment runs ``--metrics-secure`` on the
+    port the Service and the ingress NetworkPolicy name, and the role the manager runs with may
+    ask the API server who scrapes (TokenReview) and whether they may (SubjectAccessReview)."""
+    docs = kustomize(ROOT / "config/default")
+    [container] = manager_deployment(docs)["spec"]["template"]["spec"]["containers"]
+    command = parse_command(container["args"], {"KUBERNETES_SERVICE_HOST": "10.96.0.1"},
+                            home=tmp_path, sa_namespace_file=tmp_path / "ns")
+    assert isinstance(command, RoleCommand)
+    assert command.options.metrics_secure is True
+    assert command.options.metrics_listen == ("", 8443)
+    port = 8443
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["metrics"] == port
+    [service] = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "banlieue-manager-metrics"]
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(port, "metrics")]
+    [ingress] = [d for d in docs if d["kind"] == "NetworkPolicy" and "Ingress" in d["spec"]["policyTypes"]]
+    scraper_rules = [r for r in ingress["spec"]["ingress"] if r.get("from")]
+    assert [[p["port"] for p in r["ports"]] for r in scraper_rules] == [[port]]
+    assert scraper_rules[0]["from"] == [{"namespaceSelector": {"matchLabels": {"banlieue.io/metrics-scraper": "true"}}}]
+    reviews = {(rule["apiGroups"][0], resource) for d in docs if d["kind"] == "ClusterRole"
+               and d["metadata"]["name"] in ("banlieue-controller", "banlieue-provider-vsphere")
+               for rule in d["rules"] for resource in rule["resources"] if "create" in rule["verbs"]}
+    assert {("authentication.k8s.io", "tokenreviews"), ("authorization.k8s.io", "subjectaccessreviews")} <= reviews
+    [reader] = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "banlieue-metrics-reader"]
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 
 
 @needs_kubectl

@@ -131,6 +131,9 @@ def test_service_monitor_matches_the_metrics_service() -> None:
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == [service["spec"]["ports"][0]["name"]]
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
+    # The Deployment serves /metrics over HTTPS to bearer tokens allowed `get /metrics`.
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["bearerTokenFile"].endswith("/serviceaccount/token")
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package prometheus) not installed")

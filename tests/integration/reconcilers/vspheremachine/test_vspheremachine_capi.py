@@ -131,3 +131,42 @@ async def test_watch_filter_scopes_machines(apiserver: Any, client: Client, ns: 
         await asyncio.sleep(1.0)
         other = await get(client, ns, "other")
         assert ready_of(other) is None and not other["metadata"].get("finalizers")
+
+
+async def test_an_owner_reference_to_another_machine_gets_no_bootstrap_data(
+    apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any,
+) -> None:
+    """Issue 23, found by the hostile-tenant pass: whoever may write VSphereMachines can add an
+    ownerReference naming any CAPI Machine of the namespace (its UID included, if known). Only
+    the VSphereMachine the Machine's ``spec.infrastructureRef`` names is its infrastructure
+    machine: another one waits for an owner and never gets that Machine's bootstrap data (a
+    join token of the victim's cluster) into a VM of its own."""
+    for crd in CAPI_CRDS:
+        apiserver.server.load_crd(crd)
+    await make_provider(client, ns, vcsim, name="vca", fds=(("vca-dc0-c0", "DC0", "DC0_C0"),))
+    await client.create(CAPI_CLUSTER, {"apiVersion": CAPI_CLUSTER.api_version, "kind": "Cluster", "metadata": {"name": "c1", "namespace": ns},
+                                       "spec": {}})
+    await client.patch_status(CAPI_CLUSTER, "c1", ns, {"status": {"initialization": {"infrastructureProvisioned": True}}})
+    await client.create(SECRET, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cm1-boot", "namespace": ns},
+                                 "data": {"value": b64("#cloud-config\nruncmd: [kubeadm join --token secret]\n")}})
+    cm = await client.create(CAPI_MACHINE, {
+        "apiVersion": CAPI_MACHINE.api_version, "kind": "Machine", "metadata": {"name": "cm1", "namespace": ns},
+        "spec": {"clusterName": "c1", "failureDomain": "vca-dc0-c0", "bootstrap": {"dataSecretName": "cm1-boot"},
+                 "infrastructureRef": {"apiGroup": "infrastructure.banlieue.io", "kind": "VSphereMachine", "name": "w1"}}})
+    owner = {"apiVersion": CAPI_MACHINE.api_version, "kind": "Machine", "name": "cm1", "uid": cm["metadata"]["uid"], "controller": True}
+    thief = await client.create(VSPHERE_MACHINE, {
+        "apiVersion": VSPHERE_MACHINE.api_version, "kind": "VSphereMachine",
+        "metadata": {"name": "thief", "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": "c1"}, "ownerReferences": [owner]},
+        "spec": {"template": "ubuntu-22.04", "numCPUs": 1, "memoryMiB": 512}})
+    async with running(apiserver, ns):
+        obj = await wait_reason(client, ns, "thief", "WaitingForOwner")
+        assert not obj["metadata"].get("finalizers")
+        # The real one (named by the Machine's infrastructureRef) goes on: the check is not a
+        # refusal of every owner.
+        await client.create(VSPHERE_MACHINE, {
+            "apiVersion": VSPHERE_MACHINE.api_version, "kind": "VSphereMachine",
+            "metadata": {"name": "w1", "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": "c1"}, "ownerReferences": [owner]},
+            "spec": {"template": "ubuntu-22.04", "numCPUs": 1, "memoryMiB": 512}})
+        await wait_reason(client, ns, "w1", "WaitingForIPAddress", "Provisioned", timeout=40)
+        assert ready_of(await get(client, ns, "thief"))[1] == "WaitingForOwner"  # type: ignore[index]
+        assert vms_with_uid(si, thief["metadata"]["uid"]) == []
