@@ -4,8 +4,9 @@
 One reconcile walks the machine as far as it can: decide, do the one thing the plan asks (add
 the finalizer, connect and look the VM up, clone/converge, power, destroy), feed the outcome
 back into the snapshot and decide again (at most ``MAX_STEPS`` times). Writes per machine on
-the happy path: status ``Cloning`` before the clone (1), ``spec.providerID`` (server-side apply
-of that field alone, 1), final status (1); plus the finalizer (1) only when the machine came
+the happy path: status ``Cloning`` before the clone (1), ``spec.providerID`` (a merge patch of
+that field alone, guarded by the read resourceVersion, which cannot re-create a deleted
+object, 1), final status (1); plus the finalizer (1) only when the machine came
 without it (the VirtualMachine controller's apply carries it, ADR 0011; CAPI-created machines do
 not), and ``WaitingForIPAddress`` (1) only when the IP comes more than
 ``PROGRESS_WRITE_INTERVAL_SECONDS`` after the clone started (progress-only status changes are
@@ -339,18 +340,19 @@ class VSphereMachineReconciler:
         return written
 
     async def _write_provider_id(self, raw: dict[str, Any], provider_id: str) -> dict[str, Any]:
-        # Server-side apply of spec.providerID alone: the VirtualMachine controller applies the
-        # rest of the spec under its own field manager, so the two never conflict.
+        # spec.providerID alone, under this role's field manager: the VirtualMachine controller
+        # applies the rest of the spec under its own, so the two never conflict. A merge patch,
+        # not a server-side apply: an apply creates the object when it does not exist, and a
+        # machine deleted (finalizer gone) after this reconcile read it would come back as a
+        # new object carrying the old one's providerID (issue 19). The patch answers 404 then.
         meta = raw["metadata"]
         if self._written_provider_id.get(meta["uid"]) == provider_id:
             return raw
-        body = {
-            "apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind,
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "spec": {"providerID": provider_id},
-        }
+        body = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "spec": {"providerID": provider_id}}
         written = await write_same_object(
             self.ctx.client, VSPHERE_MACHINE, raw, body,
-            lambda b: self.ctx.client.apply(VSPHERE_MACHINE, b, field_manager=self.ctx.field_manager, force=True))
+            lambda b: self.ctx.client.patch(VSPHERE_MACHINE, meta["name"], meta["namespace"], b,
+                                            field_manager=self.ctx.field_manager))
         self._written_provider_id[meta["uid"]] = provider_id
         self.writes.wrote(written, status=False)
         return written
