@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal, Protocol
 
 PowerState = Literal["PoweredOn", "PoweredOff", "Suspended"]
@@ -436,6 +437,12 @@ class Backend(Protocol):
     async def clone_task_state(self, conn: Connection, key: str) -> str:
         """State of the clone task ``key`` (from ``create_vm``'s ``on_clone_task``): "queued",
         "running", "success", "error", or "unknown" (vCenter no longer knows it)."""
+        ...
+
+    async def clone_sent_state(self, conn: Connection, uid: str, name: str, since: datetime) -> str:
+        """State of a clone into a VM named ``name`` (carrying ``uid``) recorded as started at
+        ``since`` whose task key was never recorded: "unknown" (vCenter shows no such clone),
+        "running", "success" or "error" (ADR 0012)."""
         ...
 
     async def set_power_state(

@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -43,11 +44,11 @@ from banlieue.backends.base import (
     VMInfo,
     VMSpec,
 )
-from banlieue.backends.vsphere import clone, find, guestinfo, nics, power, tasks
+from banlieue.backends.vsphere import clone, events, find, guestinfo, nics, power, tasks
 from banlieue.backends.vsphere.allowlist import Network
 from banlieue.backends.vsphere.health import PROBE_INTERVAL
 from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, failure_domains
-from banlieue.backends.vsphere.properties import retrieve_objects
+from banlieue.backends.vsphere.properties import moid, retrieve_objects
 from banlieue.backends.vsphere.session import Session, SessionPool
 from banlieue.backends.vsphere.tasks import Runner, wait_task
 from banlieue.backends.vsphere.watch import watch_vms
@@ -466,6 +467,31 @@ class VSphereBackend:
             return str(found[0].get("info.state")) if found else "unknown"
 
         return await self.sessions.run(conn, read)
+
+    async def clone_sent_state(self, conn: Connection, uid: str, name: str, since: datetime) -> str:
+        """Resolve a clone recorded as started at ``since`` whose task key was never recorded
+        (the process died in the first seconds of the clone), by vCenter's event history
+        (``events.clones_started``): "unknown" when no clone into ``name`` started since then
+        (the request may never have reached vCenter, or its task is still queued); "running"
+        while a clone task runs on the source of such a clone (never a second clone: it may be
+        this one); else the VM is looked up by ``uid`` with a full scan: "success" when it is
+        there, "error" when the clone ended without it (clone again at once). 1 call when
+        nothing was started, 3-4 per source otherwise, plus the scan."""
+        run = self._runner(conn)
+        started = await run(lambda s: events.clones_started(s.content, name, since))
+        if not started:
+            return "unknown"
+        sources = {moid(e.source): e.source for e in started}
+
+        def running(s: Session) -> list[str]:
+            return [ref for ref, src in sources.items() if tasks.in_flight(s.content, src, tasks.CLONE_TASKS)]
+
+        busy = await run(running)
+        if busy:
+            log.info("vsphere clone without a recorded task is running", vm=name, sources=busy)
+            return "running"
+        found = await self._locate(conn, uid, trust_miss=False)
+        return "success" if found is not None else "error"
 
     async def set_power_state(
         self,

@@ -262,10 +262,17 @@ class VSphereMachineReconciler:
             vm = await self.backend.find_vm(conn, snap.machine.metadata.uid or "", status.instance_uuid if status else None)
             task_key = (snap.machine.metadata.annotations or {}).get(ANNOTATION_CLONE_TASK)
             clone_task = None
-            if vm is None and task_key and status is not None and clone_started(status) is not None:
+            started = clone_started(status) if vm is None and status is not None else None
+            if started is not None and task_key:
                 # A clone recorded as started, no VM yet: its task says whether it still runs
                 # (wait, whatever the time), failed (clone again) or is forgotten (ADR 0012).
                 clone_task = await self.backend.clone_task_state(conn, task_key)
+            elif started is not None:
+                # No task key: the process that sent the clone died before recording it (the
+                # first seconds of a clone). vCenter's event history tells whether a clone into
+                # this VM's name started since, and its source whether one still runs (ADR 0012).
+                clone_task = await self.backend.clone_sent_state(conn, snap.machine.metadata.uid or "",
+                                                                 snap.machine.metadata.name or "", started)
         except BackendError as err:
             return replace(snap, looked_up=True, failure=Failure("lookup", err.reason, str(err)))
         return replace(snap, looked_up=True, vm=vm, clone_task=clone_task)
