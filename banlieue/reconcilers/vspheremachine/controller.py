@@ -308,6 +308,8 @@ class VSphereMachineReconciler:
                 # power request went ahead of it, and the change is not tried again this pass.
                 kept = snap.failure if snap.failure is not None and snap.failure.step == "create" else None
                 return replace(snap, vm=info, powered=True, failure=kept)
+            if action.kind == "destroy_duplicate":
+                return await self._destroy_duplicate(snap, action.moref, conn)
             destroyed = await self.backend.destroy_vm(conn, uid, action.off_mode, action.soft_timeout)
             return replace(snap, vm=None, destroyed=destroyed, failure=None)
         except BackendError as err:
@@ -316,7 +318,26 @@ class VSphereMachineReconciler:
                 # The backend returned this UID's VM before and it is gone now (removed by hand,
                 # or it vanished while configured): VMNotFound, never a second clone.
                 return replace(snap, vm=None, failure=Failure("create", "VMNotFound", str(err)))
+            assert action.kind != "destroy_duplicate"  # handled by _destroy_duplicate
             return replace(snap, failure=Failure(action.kind, err.reason, str(err)))
+
+    async def _destroy_duplicate(self, snap: Snapshot, moref: str, conn: Connection) -> Snapshot:
+        """``Backend.destroy_duplicate`` of the other VM ``moref`` carrying the machine's UID;
+        the snapshot records it destroyed, or left (not removable when read again, or the
+        destroy failed: reported with why, tried again at the next reconcile)."""
+        assert snap.vm is not None
+        [dup] = [d for d in snap.vm.duplicates if d.moref == moref]
+        try:
+            gone = await self.backend.destroy_duplicate(conn, snap.machine.metadata.uid or "", moref)
+            why = "it changed since it was found (read again before destroying)"
+        except BackendError as err:
+            gone, why = False, f"destroying it failed ({err.reason}: {err})"
+        if gone:
+            vm = replace(snap.vm, duplicates=tuple(d for d in snap.vm.duplicates if d.moref != moref))
+            return replace(snap, vm=vm, duplicates_destroyed=(*snap.duplicates_destroyed, dup))
+        left = replace(dup, removable=False, why=why)
+        vm = replace(snap.vm, duplicates=tuple(left if d.moref == moref else d for d in snap.vm.duplicates))
+        return replace(snap, vm=vm, duplicates_left=(*snap.duplicates_left, left))
 
     def _event(self, snap: Snapshot, event: Event) -> None:
         obj = {"apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind, "metadata": snap.machine.metadata.to_wire()}
