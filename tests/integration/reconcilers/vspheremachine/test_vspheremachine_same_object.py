@@ -177,10 +177,11 @@ async def test_a_finalizer_is_never_moved_onto_a_recreated_object(client: Client
     assert isinstance(outcome, NotFound), outcome
 
 
-async def test_the_machine_apply_and_the_migrate_patch_never_land_on_a_recreated_object(client: Client) -> None:
+async def test_machine_apply_migrate_patch_and_provider_id_never_land_on_a_replaced_object(client: Client) -> None:
     """The VirtualMachine controller read machine A (and VM A with ``banlieue.io/migrate``); both
     were deleted and re-created under their names before it wrote: B's spec and B's annotation
-    stay as they are."""
+    stay as they are. The provider's providerID write from a copy of a machine deleted since
+    does not re-create it."""
     rec = VirtualMachineReconciler(_context(client, FIELD_MANAGER_CONTROLLER))
     stale_machine, machine_b = await _replace(client, VSPHERE_MACHINE, _machine())
     vm_body = _vm()
@@ -208,17 +209,16 @@ async def test_the_machine_apply_and_the_migrate_patch_never_land_on_a_recreated
     assert (await client.get(VSPHERE_MACHINE, NAME, NS))["spec"]["numCPUs"] == 8
     assert not (await client.get(VIRTUAL_MACHINE, NAME, NS))["metadata"].get("annotations")
 
-
-async def test_a_provider_id_write_never_recreates_a_deleted_machine(client: Client) -> None:
-    """A server-side apply creates what does not exist: the providerID written from a copy of a
-    machine deleted meanwhile (no finalizer left) must not bring it back as a new object."""
+    # A server-side apply creates what does not exist: the providerID written from a copy of a
+    # machine deleted meanwhile (no finalizer left) must not bring it back as a new object.
     backend = VSphereBackend(max_workers=1)
     try:
-        rec = VSphereMachineReconciler(_context(client, FIELD_MANAGER_PROVIDER_VSPHERE), backend)
-        stale = await client.create(VSPHERE_MACHINE, _machine())
+        provider = VSphereMachineReconciler(_context(client, FIELD_MANAGER_PROVIDER_VSPHERE), backend)
+        stale = await client.get(VSPHERE_MACHINE, NAME, NS)
         await client.delete(VSPHERE_MACHINE, NAME, NS)
-        outcome = await _outcome(rec._write_provider_id(stale, f"vsphere://{UUID_A}"))
+        outcome = await _outcome(provider._write_provider_id(stale, f"vsphere://{UUID_A}"))
         assert isinstance(await _outcome(client.get(VSPHERE_MACHINE, NAME, NS)), NotFound), "the machine was re-created"
         assert isinstance(outcome, NotFound), outcome
     finally:
         await backend.close()
+
