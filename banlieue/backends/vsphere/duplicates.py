@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from pyVmomi import vim as _vim
+from pyVmomi import vmodl as _vmodl
 
 from banlieue.backends.base import DuplicateVM, VMInfo
 from banlieue.backends.vsphere import events
@@ -29,11 +30,19 @@ from banlieue.backends.vsphere.inventory import InventoryIndex
 from banlieue.backends.vsphere.properties import moid, retrieve_objects
 
 vim: Any = _vim
+vmodl: Any = _vmodl
 
 
 def removable(content: Any, vm: Any, info: VMInfo) -> tuple[bool, str]:
     """(True, "") when ``vm`` is provably ours and empty (module rules), else (False, why):
     up to 3 calls (stops at the first reason to keep it)."""
+    try:
+        return _removable(content, vm, info)
+    except vmodl.fault.ManagedObjectNotFound:
+        return False, "it or its source changed while it was read"
+
+
+def _removable(content: Any, vm: Any, info: VMInfo) -> tuple[bool, str]:
     if info.power_state != "PoweredOff":
         return False, f"it is {info.power_state}"
     source = events.cloned_from(content, vm)

@@ -17,10 +17,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pyVmomi import vim as _vim
+from pyVmomi import vmodl as _vmodl
 
 from banlieue.backends.vsphere.properties import moid
 
 vim: Any = _vim
+vmodl: Any = _vmodl
+
+NO_HISTORY = (vmodl.fault.NotImplemented, vmodl.fault.NotSupported, vmodl.fault.MethodNotFound)
+"""Faults of an endpoint that keeps no event history (an ESXi host, vcsim in ESX mode): the
+callers then know nothing more than without the history."""
 
 MAX_EVENTS = 1000
 """Events one QueryEvents returns at most (``EventFilterSpec.maxCount``; vCenter's ceiling)."""
@@ -44,7 +50,11 @@ def clones_started(content: Any, dest_name: str, since: datetime) -> list[CloneE
     spec = vim.event.EventFilterSpec(eventTypeId=["VmBeingClonedEvent"], maxCount=MAX_EVENTS,
                                      time=vim.event.EventFilterSpec.ByTime(beginTime=since - CLOCK_MARGIN))
     out = []
-    for event in content.eventManager.QueryEvents(spec) or []:
+    try:
+        found = content.eventManager.QueryEvents(spec) or []
+    except NO_HISTORY:
+        return []
+    for event in found:
         if isinstance(event, vim.event.VmBeingClonedEvent) and event.destName == dest_name and event.vm is not None:
             out.append(CloneEvent(source=event.vm.vm, dest_name=str(event.destName), created=event.createdTime))
     return sorted(out, key=lambda e: e.created)
@@ -56,7 +66,11 @@ def cloned_from(content: Any, vm: Any) -> Any | None:
     spec = vim.event.EventFilterSpec(
         eventTypeId=["VmClonedEvent"], maxCount=MAX_EVENTS,
         entity=vim.event.EventFilterSpec.ByEntity(entity=vm, recursion="self"))
-    for event in content.eventManager.QueryEvents(spec) or []:
+    try:
+        found = content.eventManager.QueryEvents(spec) or []
+    except NO_HISTORY:
+        return None
+    for event in found:
         if isinstance(event, vim.event.VmClonedEvent) and event.vm is not None and moid(event.vm.vm) == moid(vm):
             return event.sourceVm.vm if event.sourceVm is not None else None
     return None
@@ -64,8 +78,12 @@ def cloned_from(content: Any, vm: Any) -> Any | None:
 
 def ever_powered_on(content: Any, vm: Any) -> bool:
     """Whether the history records the VM ``vm`` starting or powered on (``VmStartingEvent``,
-    ``VmPoweredOnEvent``): 1 call. A VM never powered on holds no guest state."""
+    ``VmPoweredOnEvent``): 1 call. A VM never powered on holds no guest state. True when the
+    endpoint keeps no history."""
     spec = vim.event.EventFilterSpec(
         eventTypeId=["VmStartingEvent", "VmPoweredOnEvent"], maxCount=1,
         entity=vim.event.EventFilterSpec.ByEntity(entity=vm, recursion="self"))
-    return bool(content.eventManager.QueryEvents(spec))
+    try:
+        return bool(content.eventManager.QueryEvents(spec))
+    except NO_HISTORY:
+        return True  # unknown: assume it ran (never destroy on a guess)
