@@ -22,6 +22,12 @@ CPU/memory change waiting for the VM to be powered off, a disk shrink refused, a
 in the spec kept): docs/concepts.md "Changing things that are in use"."""
 
 
+VM_UNIQUE = "VMUnique"
+"""False (``DuplicateVM``) while another VM of the vCenter carries the machine's UID; True
+(``Unique``) once none does, only on a machine that had a duplicate: docs/concepts.md
+"Changing things that are in use", ADR 0012 decision 9."""
+
+
 def _as_status(status: ConditionStatus | str | bool) -> ConditionStatus:
     if isinstance(status, bool):
         return ConditionStatus.TRUE if status else ConditionStatus.FALSE

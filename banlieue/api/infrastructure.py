@@ -88,6 +88,9 @@ class VSphereMachineReason:
     NIC_REMOVED_FROM_SPEC = "NicRemovedFromSpec"
     DISK_SHRINK_REFUSED = "DiskShrinkRefused"
     CHANGE_FAILED = "ChangeFailed"
+    # Reasons of the VMUnique condition (ADR 0012 decision 9).
+    DUPLICATE_VM = "DuplicateVM"
+    UNIQUE = "Unique"
 
 
 class VSphereClusterReason:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal, Protocol
 
 PowerState = Literal["PoweredOn", "PoweredOff", "Suspended"]
@@ -311,12 +312,27 @@ class NicStatus:
 
 
 @dataclass(frozen=True)
+class DuplicateVM:
+    """Another VM carrying the same ``banlieue.uid`` as the VM it is listed on (the one kept:
+    ADR 0012 decision 9). ``removable``: provably ours and empty — created by a clone of a
+    template (vCenter's ``VmClonedEvent``), powered off and never powered on — so banlieue
+    destroys it; else ``why`` says what keeps it (it is only reported)."""
+
+    moref: str
+    name: str
+    instance_uuid: str
+    power_state: PowerState
+    removable: bool
+    why: str
+
+
+@dataclass(frozen=True)
 class VMInfo:
     """A VM as read back. ``bios_uuid`` is config.uuid (``providerID = vsphere://<bios_uuid>``),
     ``instance_uuid`` config.instanceUuid; ``ip_address`` guest.ipAddress (None until Tools
     reports one); ``disks_gib`` per disk in device order and ``disk_names`` the spec name each
     carries (None: unnamed; empty tuple: not read); ``extra_config`` holds ``guestinfo.*`` and
-    ``banlieue.*`` keys only."""
+    ``banlieue.*`` keys only; ``duplicates`` the other VMs with its UID (``find_vm``)."""
 
     uid: str | None
     moref: str
@@ -332,6 +348,8 @@ class VMInfo:
     ip_address: str | None
     extra_config: dict[str, str] = field(default_factory=dict, repr=False)
     disk_names: tuple[str | None, ...] = ()
+    duplicates: tuple[DuplicateVM, ...] = ()
+    """Other VMs of the vCenter carrying the same UID (``Backend.find_vm`` only; empty when none)."""
 
     def named_disks_gib(self) -> dict[str, int]:
         """name -> size (GiB) of the disks that carry a spec name (``banlieue.disk.<name>``
@@ -428,7 +446,10 @@ class Backend(Protocol):
         ...
 
     async def find_vm(self, conn: Connection, uid: str, instance_uuid: str | None = None) -> VMInfo | None:
-        """The VM carrying ``uid`` in extraConfig, else the one with ``instance_uuid``; None."""
+        """The VM carrying ``uid`` in extraConfig, else the one with ``instance_uuid``; None.
+        When several carry ``uid``, the one returned is the one whose instance UUID is
+        ``instance_uuid`` (the machine recorded it), else the oldest, and the others are in its
+        ``duplicates``."""
         ...
 
     async def create_vm(
@@ -447,6 +468,18 @@ class Backend(Protocol):
     async def clone_task_state(self, conn: Connection, key: str) -> str:
         """State of the clone task ``key`` (from ``create_vm``'s ``on_clone_task``): "queued",
         "running", "success", "error", or "unknown" (vCenter no longer knows it)."""
+        ...
+
+    async def destroy_duplicate(self, conn: Connection, uid: str, moref: str) -> bool:
+        """Destroy the VM ``moref``, another VM carrying ``uid`` than the one kept, only when it
+        still is provably ours and empty (``DuplicateVM.removable``, read again now); True when
+        it was destroyed (or is gone), False when it was left (ADR 0012 decision 9)."""
+        ...
+
+    async def clone_sent_state(self, conn: Connection, uid: str, name: str, since: datetime) -> str:
+        """State of a clone into a VM named ``name`` (carrying ``uid``) recorded as started at
+        ``since`` whose task key was never recorded: "unknown" (vCenter shows no such clone),
+        "running", "success" or "error" (ADR 0012)."""
         ...
 
     async def set_power_state(

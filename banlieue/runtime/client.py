@@ -270,11 +270,16 @@ class Client:
     async def patch(
         self, kind: ResourceKind, name: str, namespace: str | None, patch: Any, *,
         patch_type: Literal["merge", "json"] = "merge", subresource: str | None = None,
+        field_manager: str | None = None,
     ) -> dict[str, Any]:
         """PATCH with an explicit Content-Type (runtime-facts §6.2: never let kubernetes_asyncio
-        pick it): ``merge`` = RFC 7386 merge patch (dict), ``json`` = RFC 6902 ops (list)."""
+        pick it): ``merge`` = RFC 7386 merge patch (dict), ``json`` = RFC 6902 ops (list).
+        Unlike an apply, a PATCH never creates the object (404 NotFound when there is none).
+        ``field_manager``: the manager its fields are recorded under (``managedFields``)."""
+        query = [("fieldManager", field_manager)] if field_manager else []
         return await self.request(
-            "PATCH", kind.path(namespace, name, subresource), body=patch, content_type=PATCH_CONTENT_TYPES[patch_type]
+            "PATCH", kind.path(namespace, name, subresource), query=query, body=patch,
+            content_type=PATCH_CONTENT_TYPES[patch_type],
         )
 
     async def patch_status(self, kind: ResourceKind, name: str, namespace: str | None, patch: Mapping[str, Any]) -> dict[str, Any]:

@@ -140,3 +140,31 @@ def test_kill_9_while_a_clone_task_outlives_the_task_timeout(chaos_env: ChaosEnv
         clones = tasks_of(oracle, "cloneVm")
     assert sum(len(states) for states in clones.values()) == 1, f"a second CloneVM_Task was sent: {clones}"
     assert_serving(manager)
+
+
+def test_kill_9_before_the_clone_task_key_is_recorded(chaos_env: ChaosEnv) -> None:
+    """The manager is killed in the first seconds of a clone: CloneVM_Task accepted (its task
+    runs 15 s, longer than ``--vsphere-task-timeout 4``), the task key not on the object yet. The
+    restarted manager finds the clone in vCenter's event history (``VmBeingClonedEvent`` into the
+    machine's name since the Cloning marker) and the clone task running on the template: it
+    waits, also past the timeout window, and sends no second CloneVM_Task (ADR 0012)."""
+    env = chaos_env
+    vc = env.single_vcenter(task_delay={"LockHandoff": 0, "CloneVm": 15000})
+    manager = env.start_banlieue("manager", "--vsphere-task-timeout", "4", leader_elect=False)
+    name = "early-kill"
+    env.create_vms([name], desiredPowerState="PoweredOff")
+
+    def clone_tasks() -> dict[str, list[str]]:
+        with vc.oracle() as oracle:
+            return tasks_of(oracle, "cloneVm")
+
+    wait_for("CloneVM task running", lambda: any("running" in s for s in clone_tasks().values()), 30, interval=0.05)
+    manager.restart()
+    annotations = (env.get(f"{VSMS}/{name}") or {}).get("metadata", {}).get("annotations") or {}
+    assert ANNOTATION_CLONE_TASK not in annotations, "the task key was recorded before the kill: not the window under test"
+    manager.wait_ready()
+    env.wait_ready([name], 90)
+    assert_exact_vms(env, [name])
+    clones = clone_tasks()
+    assert sum(len(states) for states in clones.values()) == 1, f"a second CloneVM_Task was sent: {clones}"
+    assert_serving(manager)

@@ -83,11 +83,11 @@ async def test_create_reconfigure_guestinfo_power_on_reads_back(
     assert ud == b"#cloud-config\nhostname: test\n"
     assert md is not None
     assert md["instance-id"] == uid and md["local-hostname"] == f"vm-{uid[:8]}"
-    eth0 = md["network"]["ethernets"]["id0"]
+    eth0 = md["network"]["ethernets"]["eth0"]
     assert eth0["match"]["macaddress"] == nics[0].macAddress.lower()
     assert eth0["addresses"] == ["10.0.0.5/24"] and eth0["dhcp4"] is False
     assert eth0["routes"] == [{"to": "0.0.0.0/0", "via": "10.0.0.1"}]
-    assert md["network"]["ethernets"]["id1"]["match"]["macaddress"] == "00:50:56:01:02:03"
+    assert md["network"]["ethernets"]["eth1"]["match"]["macaddress"] == "00:50:56:01:02:03"
     # The VM is in the requested cluster: its resource pool belongs to DC0_C1.
     assert vm.resourcePool.owner.name == "DC0_C1"
     # Issue 23 case 3: cloud-init's VMware datasource is asked to clear the user data once read.

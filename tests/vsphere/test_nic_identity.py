@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -139,6 +140,35 @@ async def test_removing_the_middle_nic_does_not_repurpose_the_next_one(
     again, _ = await asyncio.to_thread(read_nics, si, uid)
     assert set(again) == set(cards)
     assert again[key["b"]].start_connected and again[key["b"]].mac == cards[key["b"]].mac
+    await backend.destroy_vm(conn, uid)
+
+
+async def test_removing_the_middle_nic_of_a_running_vm_renames_no_guest_interface(
+    backend: VSphereBackend, conn: Connection, si: Any
+) -> None:
+    # cloud-init's network config named interfaces eth<i> by position: removing b renamed c's
+    # interface eth2 -> eth1 (and the netplan id with it). Each interface is named after its NIC.
+    uid = str(uuid.uuid4())
+    names = ["a", "b", "c"]
+    addressed = {n: NicSpec(n, "VM Network", dhcp4=False, addresses=(f"10.0.{i}.5/24",)) for i, n in enumerate(names)}
+
+    def spec_of(keep: list[str]) -> VMSpec:
+        return replace(vm_spec(uid, []), nics=tuple(addressed[n] for n in keep))
+
+    async def guest_network() -> dict[str, Any]:
+        info = await backend.find_vm(conn, uid)
+        assert info is not None
+        return dict(json.loads(base64.b64decode(info.extra_config["guestinfo.metadata"]))["network"]["ethernets"])
+
+    await backend.create_vm(conn, spec_of(names))
+    await backend.set_power_state(conn, uid, "PoweredOn")
+    before = await guest_network()
+    assert {e["set-name"] for e in before.values()} == set(names)
+    await backend.create_vm(conn, spec_of(["a", "c"]))
+    after = await guest_network()
+    assert after == {n: before[n] for n in ("a", "c")}  # same name, MAC and addresses for a and c
+    info = await backend.find_vm(conn, uid)
+    assert info is not None and info.power_state == "PoweredOn"
     await backend.destroy_vm(conn, uid)
 
 

@@ -15,6 +15,8 @@ import ssl
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -214,3 +216,34 @@ async def test_a_clone_whose_task_outlived_the_timeout_is_resolved_by_its_task_n
     finally:
         await b.close()
         await restarted.close()
+
+
+async def test_a_clone_without_a_recorded_task_is_resolved_from_the_event_history(
+    slow: Callable[..., tuple[VcsimProcess, Any]], make_conn: Callable[..., Connection]
+) -> None:
+    """``clone_sent_state`` for a process that died before recording the clone's task key:
+    nothing started -> unknown; started and running on the template -> running; landed -> success;
+    ended without the VM (vcsim: DuplicateName, as a second clone of the name fails) -> error."""
+    vc, _ = slow(task_delay={"CloneVm": 1500})
+    conn = make_conn(vc)
+    since = datetime.now(UTC)
+    first, second = backend(), backend()
+    uid = str(uuid.uuid4())
+    try:
+        assert await second.clone_sent_state(conn, uid, spec(uid).name, since) == "unknown"
+        cloning = asyncio.ensure_future(first.create_vm(conn, spec(uid)))
+        seen = []
+        while not cloning.done():
+            seen.append(await second.clone_sent_state(conn, uid, spec(uid).name, since))
+            await asyncio.sleep(0.1)
+        await cloning
+        assert "running" in seen and "error" not in seen, seen
+        assert await second.clone_sent_state(conn, uid, spec(uid).name, since) == "success"
+        other = str(uuid.uuid4())
+        same_name = replace(spec(other), name=spec(uid).name)
+        with pytest.raises(BackendError):
+            await first.create_vm(conn, same_name)  # DuplicateName: the clone task failed
+        assert await second.clone_sent_state(conn, other, same_name.name, since) == "error"
+    finally:
+        await first.close()
+        await second.close()

@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -43,7 +44,7 @@ from banlieue.backends.base import (
     VMInfo,
     VMSpec,
 )
-from banlieue.backends.vsphere import clone, find, guestinfo, nics, power, tasks
+from banlieue.backends.vsphere import clone, duplicates, events, find, guestinfo, nics, power, tasks
 from banlieue.backends.vsphere.allowlist import Network
 from banlieue.backends.vsphere.health import PROBE_INTERVAL
 from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, failure_domains
@@ -186,14 +187,18 @@ class VSphereBackend:
                 return known, kept  # the last full read, and the watch saw nothing it misses
 
         def locate(s: Session) -> tuple[Any, VMInfo] | None:
-            vm = index.get(uid)
-            if vm is not None:
+            # A mapping that is gone or relabelled is dropped; another VM seen with the UID
+            # (a candidate duplicate) then takes its place and is read in turn.
+            for _ in range(1 + len(index.others(uid))):
+                vm = index.get(uid)
+                if vm is None:
+                    break
                 since = index.mark()
                 got = find.read_vm_versioned(s.content, vm, nets)
                 if got is not None and got[0].uid == uid:
                     index.remember(got[0], got[1], since)
                     return vm, got[0]
-                index.forget(uid)
+                index.forget(uid, moid(vm))
             if index.authoritative and trust_miss:
                 return None  # the change watch keeps the index complete: no scan needed
             find.scan_uids(s.content, index)
@@ -239,7 +244,14 @@ class VSphereBackend:
         # A known instance UUID: the VM existed, so a miss is checked by a scan before "gone".
         found = await self._locate(conn, uid, trust_miss=not instance_uuid)
         if found is not None:
-            return found[1]
+            index = self._vm_index(conn)
+            if not index.others(uid):
+                return found[1]
+            # Another VM was seen with this UID: the one kept, with the others listed (ADR 0012).
+            nets = self._nets(conn)
+            current = found
+            return (await self.sessions.run(
+                conn, lambda s: duplicates.resolve(s.content, index, uid, current, instance_uuid, nets)))[1]
         if not instance_uuid:
             return None
 
@@ -485,6 +497,73 @@ class VSphereBackend:
 
         return await self.sessions.run(conn, read)
 
+    async def destroy_duplicate(self, conn: Connection, uid: str, moref: str) -> bool:
+        """Destroy the VM ``moref`` carrying ``uid`` that is not the one kept, after reading it
+        again: only when it still carries ``uid``, is not the index's mapping (the VM kept) and
+        is provably ours and empty (``duplicates.removable``). True when destroyed (or gone),
+        False when left; raises like ``destroy_vm``."""
+        run = self._runner(conn)
+        index = self._vm_index(conn)
+        vcenter = self.sessions.endpoint_for(conn).label
+
+        def check(s: Session) -> tuple[Any, VMInfo | None, str]:
+            vm = vim.VirtualMachine(moref, s.stub)
+            info = find.read_vm(s.content, vm, None)
+            if info is None:
+                return vm, None, ""
+            if info.uid != uid:
+                return vm, info, f"it carries uid {info.uid}, not {uid}"
+            kept = index.get(uid)
+            if kept is None or moid(kept) == moref:
+                return vm, info, "it is the VM kept for the machine"
+            ok, why = duplicates.removable(s.content, vm, info)
+            return vm, info, "" if ok else why
+
+        vm, info, why = await run(check)
+        if info is None:
+            index.forget(uid, moref)
+            return True
+        if why:
+            log.warning("vsphere duplicate vm left", vcenter=vcenter, vm=info.name, moref=moref, uid=uid, why=why)
+            return False
+        try:
+            task = await run(lambda s: vm.Destroy_Task())
+            await wait_task(run, task, f"destroy duplicate {info.name}", self.task_timeout, conn.provider)
+        except NotFound:
+            pass  # already gone
+        except BackendError as exc:
+            if "ManagedObjectNotFound" not in str(exc) and exc.reason != "NotFound":
+                raise
+        index.forget(uid, moref)
+        log.warning("vsphere duplicate vm destroyed", vcenter=vcenter, vm=info.name, moref=moref, uid=uid,
+                    instance_uuid=info.instance_uuid)
+        return True
+
+    async def clone_sent_state(self, conn: Connection, uid: str, name: str, since: datetime) -> str:
+        """Resolve a clone recorded as started at ``since`` whose task key was never recorded
+        (the process died in the first seconds of the clone), by vCenter's event history
+        (``events.clones_started``): "unknown" when no clone into ``name`` started since then
+        (the request may never have reached vCenter, or its task is still queued); "running"
+        while a clone task runs on the source of such a clone (never a second clone: it may be
+        this one); else the VM is looked up by ``uid`` with a full scan: "success" when it is
+        there, "error" when the clone ended without it (clone again at once). 1 call when
+        nothing was started, 3-4 per source otherwise, plus the scan."""
+        run = self._runner(conn)
+        started = await run(lambda s: events.clones_started(s.content, name, since))
+        if not started:
+            return "unknown"
+        sources = {moid(e.source): e.source for e in started}
+
+        def running(s: Session) -> list[str]:
+            return [ref for ref, src in sources.items() if tasks.in_flight(s.content, src, tasks.CLONE_TASKS)]
+
+        busy = await run(running)
+        if busy:
+            log.info("vsphere clone without a recorded task is running", vm=name, sources=busy)
+            return "running"
+        found = await self._locate(conn, uid, trust_miss=False)
+        return "success" if found is not None else "error"
+
     async def set_power_state(
         self,
         conn: Connection,
@@ -565,7 +644,8 @@ class VSphereBackend:
     async def destroy_vm(
         self, conn: Connection, uid: str, off_mode: PowerOffMode = "trySoft", soft_timeout: float = 300.0
     ) -> bool:
-        """Power off (``off_mode``) and destroy the VM carrying ``uid``; False when there is none.
+        """Power off (``off_mode``) and destroy the VM carrying ``uid``, then every other VM seen
+        carrying it (``find.VMIndex.others``); False when there is none.
         A destroy or power task already running on the VM (sent by an earlier call whose answer
         was lost, or by a process that died) is waited for, never sent a second time; a
         Destroy_Task whose outcome is not known raises Transient ``DestroyOutcomeUnknown``, so a
@@ -607,6 +687,10 @@ class VSphereBackend:
                 raise
         self._forget_vm(conn, vcenter, uid)
         log.info("vsphere vm destroyed", vcenter=vcenter, vm=info.name)
+        if self._vm_index(conn).get(uid) is not None:
+            # Another VM seen carrying this UID (ADR 0012 decision 9): deleting the object
+            # destroys every VM that carries it, each read again first.
+            await self.destroy_vm(conn, uid, off_mode, soft_timeout)
         return True
 
     def _forget_vm(self, conn: Connection, vcenter: str, uid: str) -> None:

@@ -71,6 +71,12 @@ def extra_config(props: ObjectProps) -> dict[str, str]:
     return {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
 
 
+def moref_order(ref: str) -> tuple[int, str]:
+    """Sort key of VM morefs in creation order: vCenter numbers ``vm-<n>`` as it creates them."""
+    prefix, _, number = ref.rpartition("-")
+    return (int(number), prefix) if number.isdigit() else (1 << 62, ref)
+
+
 class VMIndex:
     """UID -> VM moref cache, filled by full scans, creates and the change watch; thread-safe.
 
@@ -114,6 +120,7 @@ class VMIndex:
         self._by_uid: dict[str, Any] = {}
         self._uid_by_moref: dict[str, str] = {}
         self._listeners: list[Callable[[], None]] = []
+        self._others: dict[str, dict[str, Any]] = {}
         self.authoritative = False
         self.scan_lock = threading.Lock()
         """Held by the full scan (``scan_uids``): one at a time per vCenter."""
@@ -124,24 +131,52 @@ class VMIndex:
         with self._lock:
             return self._by_uid.get(uid)
 
-    def put(self, uid: str, vm: Any) -> None:
-        """Map ``uid`` to ``vm``; call the listeners (outside the lock) if the moref is new for it."""
+    def put(self, uid: str, vm: Any, replace: bool = True) -> None:
+        """Map ``uid`` to ``vm``; call the listeners (outside the lock) if the moref is new for it.
+        The VM it mapped to before, if another, is kept as a candidate duplicate (``others``):
+        two VMs may carry one UID (a clone sent twice, a VM copied by hand), and which one is
+        the machine's is decided by ``Backend.find_vm``, never by which was seen last.
+        ``replace`` False (a scan or the change watch seeing a VM): ``vm`` becomes the mapping
+        only when ``uid`` has none, else it is a candidate."""
         ref = moid(vm)
         with self._lock:
             old = self._by_uid.get(uid)
             old_ref = moid(old) if old is not None else None
+            if old_ref is not None and old_ref != ref and not replace:
+                self._others.setdefault(uid, {})[ref] = vm
+                return
             if old_ref is not None and old_ref != ref:
                 self._uid_by_moref.pop(old_ref, None)
+                self._others.setdefault(uid, {})[old_ref] = old
+            others = self._others.get(uid)
+            if others is not None:
+                others.pop(ref, None)
+                if not others:
+                    del self._others[uid]
             self._by_uid[uid] = vm
             self._uid_by_moref[ref] = uid
             listeners = list(self._listeners) if old_ref != ref else []
         for notify in listeners:
             notify()
 
+    def others(self, uid: str) -> dict[str, Any]:
+        """moref -> VM of the other VMs seen carrying ``uid`` (candidates: they may be gone or
+        carry another UID since; the caller reads them)."""
+        with self._lock:
+            return dict(self._others.get(uid) or {})
+
     def forget(self, uid: str, moref: str | None = None) -> bool:
-        """Drop ``uid`` (only if it still maps to ``moref`` when given); True if it was dropped."""
+        """Drop ``uid`` (only if it still maps to ``moref`` when given; a candidate ``moref`` is
+        dropped from ``others``); True if the mapping was dropped. A candidate duplicate then
+        becomes the mapping (the lowest ``vm-<n>``: the oldest)."""
         with self._lock:
             vm = self._by_uid.get(uid)
+            others = self._others.get(uid)
+            if moref is not None and others is not None and moref in others and (vm is None or moid(vm) != moref):
+                del others[moref]
+                if not others:
+                    del self._others[uid]
+                return False
             if vm is None or (moref is not None and moid(vm) != moref):
                 return False
             del self._by_uid[uid]
@@ -150,6 +185,12 @@ class VMIndex:
             self._dirty.pop(moid(vm), None)
             self._versions.pop(moid(vm), None)
             self._uncovered.pop(moid(vm), None)
+            if others:
+                ref = min(others, key=moref_order)
+                self._by_uid[uid] = others.pop(ref)
+                self._uid_by_moref[ref] = uid
+                if not others:
+                    del self._others[uid]
             return True
 
     # --- the last full read of each VM ----------------------------------------------------
@@ -328,7 +369,7 @@ def scan_uids(content: Any, index: VMIndex) -> None:
             if o.type == "VirtualMachine":
                 uid = extra_config(o).get(UID_KEY)
                 if uid:
-                    index.put(uid, o.obj)
+                    index.put(uid, o.obj, replace=False)
         index.scans += 1
 
 

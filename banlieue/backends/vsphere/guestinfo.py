@@ -5,7 +5,8 @@ Keys (cloud-init "VMware" datasource, DataSourceVMware): ``guestinfo.userdata`` 
 ``guestinfo.metadata.encoding`` = ``base64`` (CAPV writes the same). Metadata carries
 ``instance-id`` (the Kubernetes UID: stable for the object's life, so cloud-init runs once per
 VM object), ``local-hostname`` and a netplan-style network config v2 (``network``, with
-``network.encoding`` unset because it is embedded as a mapping) matching each NIC by MAC.
+``network.encoding`` unset because it is embedded as a mapping) matching each NIC by MAC and
+naming it after the spec NIC (``interface_name``: ``set-name``), never ``eth<i>`` by position.
 Metadata is JSON, which is valid YAML for cloud-init.
 
 Redaction (issue 23 case 3): the user data (often a kubeadm bootstrap token, or whatever Secret
@@ -33,7 +34,10 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import json
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from banlieue.backends.base import InvalidSpec, NicSpec, VMInfo, VMSpec
@@ -52,11 +56,52 @@ PLACEHOLDER_MAC = "00:00:00:00:00:00"
 """A MAC of the final length, to size the metadata before vCenter has generated the MACs."""
 
 
+IFNAME_MAX = 15
+"""Longest Linux interface name (``IFNAMSIZ`` 16 with its NUL, include/uapi/linux/if.h)."""
+_IFNAME_AS_IS = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,14}$")
+_IFNAME_BAD = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def interface_name(nic_name: str) -> str:
+    """The guest interface name (netplan ``set-name``) of the spec NIC ``nic_name``: the name
+    itself when it is a valid Linux interface name of the conservative form
+    ``[A-Za-z_][A-Za-z0-9_-]{0,14}`` (the kernel's ``dev_valid_name`` refuses "/", ":",
+    whitespace and more than 15 bytes; systemd/udev also refuse all-digit names), else its first 8
+    characters with every other character replaced by ``-`` (``n`` first when it does not start
+    with a letter or ``_``), then ``-`` and 6 hex digits of the SHA-256 of the whole name.
+    A function of this one name only, so removing or reordering other NICs never renames it."""
+    if _IFNAME_AS_IS.match(nic_name):
+        return nic_name
+    base = _IFNAME_BAD.sub("-", nic_name)
+    if not re.match(r"^[A-Za-z_]", base):
+        base = "n" + base
+    digest = hashlib.sha256(nic_name.encode()).hexdigest()[:6]
+    return f"{base[:IFNAME_MAX - 7]}-{digest}"
+
+
+def interface_name_clash(names: Sequence[str]) -> str | None:
+    """An actionable message when two spec NIC ``names`` get the same guest interface name
+    (``interface_name``: a valid name equal to another one's shortened form), else None."""
+    seen: dict[str, str] = {}
+    for name in names:
+        ifname = interface_name(name)
+        if ifname in seen:
+            return (f"NICs {seen[ifname]!r} and {name!r} would both be named {ifname!r} in the guest "
+                    f"(Linux interface names are at most {IFNAME_MAX} characters of letters, digits, '-' and '_'): "
+                    "rename one of them")
+        seen[ifname] = name
+    return None
+
+
 def network_config(nics: list[tuple[NicSpec, str]]) -> dict[str, Any]:
-    """Network config v2 for (NIC spec, MAC) pairs: ``eth<i>`` matched by MAC address."""
+    """Network config v2 for (NIC spec, MAC) pairs: each interface matched by its card's MAC
+    and named by its spec NIC's name (``interface_name``), never by its position, so a NIC
+    removed from or moved in the spec renames or re-addresses no other interface (issue 19).
+    The netplan ID (the ``ethernets`` key) is that name too."""
     ethernets: dict[str, Any] = {}
-    for i, (nic, mac) in enumerate(nics):
-        eth: dict[str, Any] = {"match": {"macaddress": mac.lower()}, "set-name": f"eth{i}"}
+    for nic, mac in nics:
+        ifname = interface_name(nic.name)
+        eth: dict[str, Any] = {"match": {"macaddress": mac.lower()}, "set-name": ifname}
         eth["dhcp4"] = bool(nic.dhcp4)
         eth["dhcp6"] = bool(nic.dhcp6)
         if nic.addresses:
@@ -72,7 +117,7 @@ def network_config(nics: list[tuple[NicSpec, str]]) -> dict[str, Any]:
             eth["nameservers"] = {"addresses": list(nic.nameservers)}
         if nic.mtu:
             eth["mtu"] = nic.mtu
-        ethernets[f"id{i}"] = eth
+        ethernets[ifname] = eth
     return {"version": 2, "ethernets": ethernets}
 
 
@@ -116,7 +161,8 @@ def encode_user_data(user_data: bytes) -> tuple[str, str]:
 
 def size_error(instance_id: str, hostname: str, nics: list[NicSpec], user_data: bytes | None) -> str | None:
     """An actionable message when the base64 user data or metadata would exceed
-    ``VALUE_MAX_BYTES``, else None. MACs not known yet are sized as ``PLACEHOLDER_MAC``."""
+    ``VALUE_MAX_BYTES``, or two NICs would get one guest interface name
+    (``interface_name_clash``), else None. MACs not known yet are sized as ``PLACEHOLDER_MAC``."""
     if user_data and encoded_size(user_data) > VALUE_MAX_BYTES:
         value, _ = encode_user_data(user_data)
         if len(value) > VALUE_MAX_BYTES:
@@ -125,6 +171,9 @@ def size_error(instance_id: str, hostname: str, nics: list[NicSpec], user_data: 
                 f"{len(value)} gzip+base64-encoded); a vSphere guestinfo value holds at most {VALUE_MAX_BYTES} "
                 "bytes even compressed: shrink it (move large files out of the cloud-config, fetch them at boot)"
             )
+    clash = interface_name_clash([nic.name for nic in nics])
+    if clash is not None:
+        return clash
     md = _metadata_bytes(instance_id, hostname, [(nic, nic.mac_address or PLACEHOLDER_MAC) for nic in nics])
     if encoded_size(md) > VALUE_MAX_BYTES:
         return (

@@ -68,6 +68,10 @@ async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider:
 DESTROY_TASKS = frozenset({"destroy"})
 """``TaskInfo.descriptionId`` suffixes (``VirtualMachine.<kind>``) of a VM's destroy task."""
 
+CLONE_TASKS = frozenset({"clone", "cloneVm"})
+"""``TaskInfo.descriptionId`` suffixes of a clone, on its source (vCenter ``VirtualMachine.clone``,
+vcsim ``VirtualMachine.cloneVm``)."""
+
 POWER_TASKS = frozenset({"powerOn", "powerOff", "suspend", "reset"})
 """``TaskInfo.descriptionId`` suffixes of a VM's power tasks (shutdownGuest is not a task)."""
 

@@ -217,7 +217,7 @@ class VMWatch:
             if change.kind == "removed":
                 self.index.forget(change.uid, change.moref)
             else:
-                self.index.put(change.uid, vim.VirtualMachine(change.moref, self.session.stub))
+                self.index.put(change.uid, vim.VirtualMachine(change.moref, self.session.stub), replace=False)
         if full:
             with self._lock:
                 self._synced = True

@@ -2,7 +2,9 @@
 
 Writes per VM are few by construction (finalizer, one VSphereMachine apply that also carries the
 provider's finalizer so the provider sends no finalizer patch of its own (ADR 0011), one status
-write per meaningful change): status and the VSphereMachine are written only when they differ, and
+write per meaningful change): status and the VSphereMachine are written only when they differ, only
+onto the objects read (same UID: the machine apply, the migrate-annotation patch and the status
+carry the read resourceVersion, ``reconcilers.same_object``), and
 ``ReadYourWrites`` stops a reconcile that runs before the informer has seen the controller's own
 last write from writing the same thing again (or scheduling a peer as if this VM were unplaced).
 
@@ -283,9 +285,9 @@ class VirtualMachineReconciler:
             # The VM went away while we wrote; its delete event finishes the job.
             return Result()
         except Replaced as err:
-            # Re-created under the same name while we worked from the old copy: nothing of the
-            # old VM's status is written; the new VM's own add event reconciles it.
-            log.info("virtualmachine replaced, status not written", vm=key, read_uid=err.read_uid,
+            # The VM or its VSphereMachine was re-created under its name while we worked from the
+            # old copy: nothing more is written; the new object's own add event reconciles it.
+            log.info("object replaced, nothing more written", vm=key, replaced=str(err), read_uid=err.read_uid,
                      current_uid=err.current_uid)
             return Result()
         return Result()
@@ -307,8 +309,16 @@ class VirtualMachineReconciler:
                                                     "deletionTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}}
             self.machines.record(key, machine_raw, deleting)
         if plan.apply_machine is not None:
+            body = plan.apply_machine
             try:
-                applied = await client.apply(VSPHERE_MACHINE, plan.apply_machine, field_manager=fm, force=True)
+                if machine_raw is None:
+                    applied = await client.apply(VSPHERE_MACHINE, body, field_manager=fm, force=True)  # creates it
+                else:
+                    # Only onto the machine read (same UID): one deleted and re-created under its
+                    # name since is not this VM's to change (reconcilers.same_object).
+                    applied = await write_same_object(
+                        client, VSPHERE_MACHINE, machine_raw, body,
+                        lambda b: client.apply(VSPHERE_MACHINE, b, field_manager=fm, force=True))
             except Invalid as err:
                 if not _finalizer_refused(err):
                     raise
@@ -320,8 +330,10 @@ class VirtualMachineReconciler:
             self.machines.record(key, machine_raw, applied)
         if plan.clear_migrate_annotation:
             before = current
-            current = await client.patch(VIRTUAL_MACHINE, name, namespace,
-                                         {"metadata": {"annotations": {ANNOTATION_MIGRATE: None}}})
+            # Only off the VM read: a VM re-created under its name keeps its own annotation.
+            current = await write_same_object(
+                client, VIRTUAL_MACHINE, before, {"metadata": {"annotations": {ANNOTATION_MIGRATE: None}}},
+                lambda b: client.patch(VIRTUAL_MACHINE, name, namespace, b))
             self.vms.record(key, before, current)
         if plan.status is not None:
             body = {"apiVersion": raw.get("apiVersion"), "kind": raw.get("kind"),

@@ -4,8 +4,9 @@
 One reconcile walks the machine as far as it can: decide, do the one thing the plan asks (add
 the finalizer, connect and look the VM up, clone/converge, power, destroy), feed the outcome
 back into the snapshot and decide again (at most ``MAX_STEPS`` times). Writes per machine on
-the happy path: status ``Cloning`` before the clone (1), ``spec.providerID`` (server-side apply
-of that field alone, 1), final status (1); plus the finalizer (1) only when the machine came
+the happy path: status ``Cloning`` before the clone (1), ``spec.providerID`` (a merge patch of
+that field alone, guarded by the read resourceVersion, which cannot re-create a deleted
+object, 1), final status (1); plus the finalizer (1) only when the machine came
 without it (the VirtualMachine controller's apply carries it, ADR 0011; CAPI-created machines do
 not), and ``WaitingForIPAddress`` (1) only when the IP comes more than
 ``PROGRESS_WRITE_INTERVAL_SECONDS`` after the clone started (progress-only status changes are
@@ -267,10 +268,17 @@ class VSphereMachineReconciler:
             vm = await self.backend.find_vm(conn, snap.machine.metadata.uid or "", status.instance_uuid if status else None)
             task_key = (snap.machine.metadata.annotations or {}).get(ANNOTATION_CLONE_TASK)
             clone_task = None
-            if vm is None and task_key and status is not None and clone_started(status) is not None:
+            started = clone_started(status) if vm is None and status is not None else None
+            if started is not None and task_key:
                 # A clone recorded as started, no VM yet: its task says whether it still runs
                 # (wait, whatever the time), failed (clone again) or is forgotten (ADR 0012).
                 clone_task = await self.backend.clone_task_state(conn, task_key)
+            elif started is not None:
+                # No task key: the process that sent the clone died before recording it (the
+                # first seconds of a clone). vCenter's event history tells whether a clone into
+                # this VM's name started since, and its source whether one still runs (ADR 0012).
+                clone_task = await self.backend.clone_sent_state(conn, snap.machine.metadata.uid or "",
+                                                                 snap.machine.metadata.name or "", started)
         except BackendError as err:
             # The detail stays in the log (issue 23): the condition gets condition_message's.
             log.info("vsphere lookup failed", machine=str(snap.machine.metadata.name), reason=err.reason, error=str(err))
@@ -308,6 +316,8 @@ class VSphereMachineReconciler:
                 # power request went ahead of it, and the change is not tried again this pass.
                 kept = snap.failure if snap.failure is not None and snap.failure.step == "create" else None
                 return replace(snap, vm=info, powered=True, failure=kept)
+            if action.kind == "destroy_duplicate":
+                return await self._destroy_duplicate(snap, action.moref, conn)
             destroyed = await self.backend.destroy_vm(conn, uid, action.off_mode, action.soft_timeout)
             return replace(snap, vm=None, destroyed=destroyed, failure=None)
         except BackendError as err:
@@ -316,7 +326,29 @@ class VSphereMachineReconciler:
                 # The backend returned this UID's VM before and it is gone now (removed by hand,
                 # or it vanished while configured): VMNotFound, never a second clone.
                 return replace(snap, vm=None, failure=Failure("create", "VMNotFound", condition_message("create", err)))
+            assert action.kind != "destroy_duplicate"  # handled by _destroy_duplicate
             return replace(snap, failure=Failure(action.kind, err.reason, condition_message(action.kind, err)))
+
+    async def _destroy_duplicate(self, snap: Snapshot, moref: str, conn: Connection) -> Snapshot:
+        """``Backend.destroy_duplicate`` of the other VM ``moref`` carrying the machine's UID;
+        the snapshot records it destroyed, or left (not removable when read again, or the
+        destroy failed: reported with why, tried again at the next reconcile)."""
+        assert snap.vm is not None
+        [dup] = [d for d in snap.vm.duplicates if d.moref == moref]
+        try:
+            gone = await self.backend.destroy_duplicate(conn, snap.machine.metadata.uid or "", moref)
+            why = "it changed since it was found (read again before destroying)"
+        except BackendError as err:
+            # The detail stays in the log (issue 23): the condition names the fault type only.
+            log.info("vsphere action failed", machine=str(snap.machine.metadata.name), action="destroy_duplicate",
+                     reason=err.reason, error=str(err))
+            gone, why = False, f"destroying it failed ({err.reason}); the log has vCenter's detail"
+        if gone:
+            vm = replace(snap.vm, duplicates=tuple(d for d in snap.vm.duplicates if d.moref != moref))
+            return replace(snap, vm=vm, duplicates_destroyed=(*snap.duplicates_destroyed, dup))
+        left = replace(dup, removable=False, why=why)
+        vm = replace(snap.vm, duplicates=tuple(left if d.moref == moref else d for d in snap.vm.duplicates))
+        return replace(snap, vm=vm, duplicates_left=(*snap.duplicates_left, left))
 
     def _event(self, snap: Snapshot, event: Event) -> None:
         obj = {"apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind, "metadata": snap.machine.metadata.to_wire()}
@@ -347,18 +379,19 @@ class VSphereMachineReconciler:
         return written
 
     async def _write_provider_id(self, raw: dict[str, Any], provider_id: str) -> dict[str, Any]:
-        # Server-side apply of spec.providerID alone: the VirtualMachine controller applies the
-        # rest of the spec under its own field manager, so the two never conflict.
+        # spec.providerID alone, under this role's field manager: the VirtualMachine controller
+        # applies the rest of the spec under its own, so the two never conflict. A merge patch,
+        # not a server-side apply: an apply creates the object when it does not exist, and a
+        # machine deleted (finalizer gone) after this reconcile read it would come back as a
+        # new object carrying the old one's providerID (issue 19). The patch answers 404 then.
         meta = raw["metadata"]
         if self._written_provider_id.get(meta["uid"]) == provider_id:
             return raw
-        body = {
-            "apiVersion": VSPHERE_MACHINE.api_version, "kind": VSPHERE_MACHINE.kind,
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "spec": {"providerID": provider_id},
-        }
+        body = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "spec": {"providerID": provider_id}}
         written = await write_same_object(
             self.ctx.client, VSPHERE_MACHINE, raw, body,
-            lambda b: self.ctx.client.apply(VSPHERE_MACHINE, b, field_manager=self.ctx.field_manager, force=True))
+            lambda b: self.ctx.client.patch(VSPHERE_MACHINE, meta["name"], meta["namespace"], b,
+                                            field_manager=self.ctx.field_manager))
         self._written_provider_id[meta["uid"]] = provider_id
         self.writes.wrote(written, status=False)
         return written

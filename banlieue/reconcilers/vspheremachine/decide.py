@@ -83,6 +83,7 @@ from banlieue.api.conditions import (
     HARDWARE_CHANGE_PENDING,
     PAUSED,
     READY,
+    VM_UNIQUE,
     get_condition,
     is_true,
     set_condition,
@@ -98,6 +99,7 @@ from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import PowerState
 from banlieue.backends.base import (
     AuthFailed,
+    DuplicateVM,
     InvalidSpec,
     TLSVerifyFailed,
     Transient,
@@ -200,7 +202,9 @@ class Snapshot:
     reconciler chose (``placement.choose_cluster_failure_domain``) for a CAPI machine with no
     failure domain and no Provider, None when it needs none; ``clone_task``: the state of the
     clone task the machine's ``infrastructure.banlieue.io/clone-task`` annotation names
-    (``Backend.clone_task_state``), looked up only while a clone is recorded and no VM found."""
+    (``Backend.clone_task_state``), looked up only while a clone is recorded and no VM found;
+    ``duplicates_destroyed``/``duplicates_left``: other VMs carrying the UID this reconcile
+    destroyed, or found not removable when it tried (``Backend.destroy_duplicate``)."""
 
     machine: VSphereMachine
     now: datetime
@@ -224,6 +228,8 @@ class Snapshot:
     missing_retries: int = 0
     domain_choice: DomainChoice | None = None
     clone_task: str | None = None
+    duplicates_destroyed: tuple[DuplicateVM, ...] = ()
+    duplicates_left: tuple[DuplicateVM, ...] = ()
 
 
 def missing_object(failure: Failure) -> bool:
@@ -240,10 +246,13 @@ def missing_retry_seconds(retries: int) -> float:
 @dataclass(frozen=True)
 class Action:
     """One backend call: ``create`` (find-or-clone + converge ``spec``), ``power`` to ``state``,
-    or ``destroy`` (power off per ``off_mode`` within ``soft_timeout`` seconds)."""
+    ``destroy`` (power off per ``off_mode`` within ``soft_timeout`` seconds), or
+    ``destroy_duplicate`` (``Backend.destroy_duplicate`` of ``moref``)."""
 
-    kind: Literal["create", "power", "destroy"]
+    kind: Literal["create", "power", "destroy", "destroy_duplicate"]
     spec: VMSpec | None = None
+    moref: str = ""
+    """``destroy_duplicate``: the VM (another one carrying the machine's UID) to destroy."""
     state: PowerStateName = "PoweredOn"
     off_mode: OffMode = "trySoft"
     soft_timeout: float = float(DEFAULT_GUEST_SOFT_POWER_OFF_TIMEOUT_SECONDS)
@@ -566,6 +575,15 @@ def _decide(snap: Snapshot) -> Plan:
         st.status.failure_domain = placement.failure_domain
         return _with_events(snap, Plan(status=st.status, action=Action("create", spec=vm_spec), write_status_first=True))
 
+    # Another VM carries this UID (ADR 0012 decision 9): the one kept is ``vm`` (recorded in
+    # status, else the oldest); the other is destroyed when provably ours and empty, else
+    # reported. Before anything else is done to the VM.
+    tried = {d.moref for d in (*snap.duplicates_destroyed, *snap.duplicates_left)}
+    doomed = [d for d in vm.duplicates if d.removable and d.moref not in tried]
+    if doomed:
+        return Plan(action=Action("destroy_duplicate", moref=doomed[0].moref), provider=placement.provider)
+    dup_events = _duplicate_condition(snap, st, vm)
+
     # The VM exists: converge hardware when it drifted, or until provisioned once.
     provisioned_before = bool(status_now.initialization and status_now.initialization.provisioned)
     create_failed = failure is not None and failure.step == "create"
@@ -590,7 +608,7 @@ def _decide(snap: Snapshot) -> Plan:
         return Plan(action=Action("create", spec=target), provider=placement.provider)
 
     st.vm(vm, placement.failure_domain)
-    hw_events = _hardware_condition(snap, st, pending) if provisioned_before else ()
+    hw_events = (*(_hardware_condition(snap, st, pending) if provisioned_before else ()), *dup_events)
     want = m.spec.power_state.value
     if failure is not None and failure.step == "power":
         if failure.reason == POWER_OUTCOME_UNKNOWN:
@@ -696,6 +714,35 @@ def _hardware_condition(snap: Snapshot, st: _Status, pending: tuple[Pending, ...
     if before is not None and before.status is ConditionStatus.TRUE and before.message == top.message:
         return ()
     return (Event("Warning", "HardwareChangePending", top.message),)
+
+
+def _describe(vm: VMInfo | DuplicateVM) -> str:
+    return f"{vm.name} ({vm.moref}, instance UUID {vm.instance_uuid})"
+
+
+def _duplicate_condition(snap: Snapshot, st: _Status, vm: VMInfo) -> tuple[Event, ...]:
+    """Set ``VMUnique`` from ``vm.duplicates`` and what this reconcile destroyed; one Warning
+    event naming both VMs when that changes (never twice for the same message)."""
+    before = get_condition(snap.machine.status.conditions if snap.machine.status else None, VM_UNIQUE)
+    destroyed = snap.duplicates_destroyed
+    left = [d for d in vm.duplicates if d.moref not in {x.moref for x in destroyed}]
+    events: list[Event] = []
+    recorded = bool(snap.machine.status and snap.machine.status.instance_uuid == vm.instance_uuid)
+    kept = f"kept {_describe(vm)} ({'recorded in status.instanceUUID' if recorded else 'the oldest'})"
+    for d in destroyed:
+        events.append(Event("Warning", "DuplicateVMDestroyed",
+                            f"VM {_describe(d)} also carried this machine's UID; {kept}; destroyed it: created by a clone "
+                            "of a template, powered off and never powered on"))
+    if not left:
+        if before is not None and before.status is not ConditionStatus.TRUE:
+            st.cond(VM_UNIQUE, True, R.UNIQUE, f"only {_describe(vm)} carries this machine's UID")
+        return tuple(events)
+    message = f"{len(left) + 1} VMs carry this machine's UID: {kept}; " + "; ".join(
+        f"left {_describe(d)}: {d.why} (delete it in vCenter if it is not needed)" for d in left)
+    st.cond(VM_UNIQUE, False, R.DUPLICATE_VM, message)
+    if before is None or before.status is ConditionStatus.TRUE or before.message != message:
+        events.append(Event("Warning", R.DUPLICATE_VM, message))
+    return tuple(events)
 
 
 def recorded_provider(m: VSphereMachine) -> str | None:

@@ -27,6 +27,7 @@ from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
     ANNOTATION_CLONE_TASK,
+    ANNOTATION_MIGRATE,
     FIELD_MANAGER_CONTROLLER,
     FIELD_MANAGER_PROVIDER_VSPHERE,
     VIRTUAL_MACHINE,
@@ -196,3 +197,50 @@ async def test_a_finalizer_is_never_moved_onto_a_recreated_object(client: Client
     now = await client.get(VSPHERE_MACHINE, NAME, NS)
     assert now["metadata"]["uid"] == b["metadata"]["uid"] and now["metadata"]["finalizers"] == [fin]
     assert isinstance(outcome, NotFound), outcome
+
+
+async def test_machine_apply_migrate_patch_and_provider_id_never_land_on_a_replaced_object(client: Client) -> None:
+    """The VirtualMachine controller read machine A (and VM A with ``banlieue.io/migrate``); both
+    were deleted and re-created under their names before it wrote: B's spec and B's annotation
+    stay as they are. The provider's providerID write from a copy of a machine deleted since
+    does not re-create it."""
+    rec = VirtualMachineReconciler(_context(client, FIELD_MANAGER_CONTROLLER))
+    stale_machine, machine_b = await _replace(client, VSPHERE_MACHINE, _machine())
+    vm_body = _vm()
+    vm_body["metadata"]["annotations"] = {ANNOTATION_MIGRATE: "true"}
+    stale_vm, vm_b = await _replace(client, VIRTUAL_MACHINE, vm_body)
+    apply = {**_machine(), "spec": {**_machine()["spec"], "numCPUs": 8}}
+    outcome = await _outcome(rec.execute(f"{NS}/{NAME}", stale_vm, stale_machine,
+                                         Plan(apply_machine=apply, clear_migrate_annotation=True)))
+    now = await client.get(VSPHERE_MACHINE, NAME, NS)
+    assert now["metadata"]["uid"] == machine_b["metadata"]["uid"] and now["spec"]["numCPUs"] == 2, now["spec"]
+    assert isinstance(outcome, Replaced), outcome
+
+    outcome = await _outcome(rec.execute(f"{NS}/{NAME}", stale_vm, None, Plan(clear_migrate_annotation=True)))
+    vm_now = await client.get(VIRTUAL_MACHINE, NAME, NS)
+    assert vm_now["metadata"]["uid"] == vm_b["metadata"]["uid"]
+    assert vm_now["metadata"]["annotations"] == {ANNOTATION_MIGRATE: "true"}
+    assert isinstance(outcome, Replaced), outcome
+
+    # The objects themselves, read and then relabelled by someone else: both writes land.
+    machine_read = await client.get(VSPHERE_MACHINE, NAME, NS)
+    vm_read = await client.get(VIRTUAL_MACHINE, NAME, NS)
+    await client.patch(VSPHERE_MACHINE, NAME, NS, {"metadata": {"labels": {"x": "y"}}})
+    await client.patch(VIRTUAL_MACHINE, NAME, NS, {"metadata": {"labels": {"x": "y"}}})
+    await rec.execute(f"{NS}/{NAME}", vm_read, machine_read, Plan(apply_machine=apply, clear_migrate_annotation=True))
+    assert (await client.get(VSPHERE_MACHINE, NAME, NS))["spec"]["numCPUs"] == 8
+    assert not (await client.get(VIRTUAL_MACHINE, NAME, NS))["metadata"].get("annotations")
+
+    # A server-side apply creates what does not exist: the providerID written from a copy of a
+    # machine deleted meanwhile (no finalizer left) must not bring it back as a new object.
+    backend = VSphereBackend(max_workers=1)
+    try:
+        provider = VSphereMachineReconciler(_context(client, FIELD_MANAGER_PROVIDER_VSPHERE), backend)
+        stale = await client.get(VSPHERE_MACHINE, NAME, NS)
+        await client.delete(VSPHERE_MACHINE, NAME, NS)
+        outcome = await _outcome(provider._write_provider_id(stale, f"vsphere://{UUID_A}"))
+        assert isinstance(await _outcome(client.get(VSPHERE_MACHINE, NAME, NS)), NotFound), "the machine was re-created"
+        assert isinstance(outcome, NotFound), outcome
+    finally:
+        await backend.close()
+

@@ -132,7 +132,7 @@ async def test_standalone_lifecycle(apiserver: Any, client: Client, ns: str, vcs
         md, ud = guestinfo.decode({o.key: str(o.value) for o in vm.config.extraConfig})
         assert ud == b"#cloud-config\nhostname: m1\n"
         assert md is not None and md["instance-id"] == uid and md["local-hostname"] == "m1"
-        assert md["network"]["ethernets"]["id0"]["addresses"] == ["10.0.0.5/24"]
+        assert md["network"]["ethernets"]["eth0"]["addresses"] == ["10.0.0.5/24"]
 
         # VMware Tools reports an IP (vcsim: the SET.guest.ipAddress extraConfig alias): the
         # property-collector watch brings the machine to Ready without polling.

@@ -42,9 +42,9 @@ def test_overrides_reach_the_guestinfo_network_config() -> None:
     md, _ = guestinfo.decode(extra)
     assert md is not None
     assert md["network"]["ethernets"] == {
-        "id0": {"match": {"macaddress": MACS[0]}, "set-name": "eth0", "dhcp4": False, "dhcp6": False,
+        "eth0": {"match": {"macaddress": MACS[0]}, "set-name": "eth0", "dhcp4": False, "dhcp6": False,
                 "addresses": ["192.0.2.10/24"], "routes": [{"to": "0.0.0.0/0", "via": "192.0.2.1"}]},
-        "id1": {"match": {"macaddress": MACS[1]}, "set-name": "eth1", "dhcp4": False, "dhcp6": False,
+        "backend": {"match": {"macaddress": MACS[1]}, "set-name": "backend", "dhcp4": False, "dhcp6": False,
                 "addresses": ["10.9.0.77/24", "fd00:9::77/64"],
                 "routes": [{"to": "0.0.0.0/0", "via": "10.9.0.1"}, {"to": "::/0", "via": "fd00:9::1"}],
                 "nameservers": {"addresses": ["10.9.0.53"]}},

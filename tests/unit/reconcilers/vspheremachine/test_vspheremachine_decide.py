@@ -795,3 +795,35 @@ def test_a_failed_clone_task_is_cloned_again_within_the_window() -> None:
     assert decide(looked(m, None)).action is None
     plan = decide(looked(m, None, clone_task="error"))
     assert plan.action is not None and plan.action.kind == "create"
+
+
+def test_another_vm_with_the_uid_is_destroyed_when_removable_else_reported() -> None:
+    """ADR 0012 decision 9: the VM found (the one kept) goes on; a removable duplicate is
+    destroyed first; one that is not is reported (VMUnique False, a Warning naming both)."""
+    from banlieue.api.conditions import VM_UNIQUE
+    from banlieue.backends.base import DuplicateVM
+
+    ours = DuplicateVM("vm-50", "m1-b", "inst-2", "PoweredOff", True, "")
+    copy = DuplicateVM("vm-51", "m1-copy", "inst-3", "PoweredOn", False, "it is PoweredOn")
+    m = machine(status=PROVISIONED)
+    twins = replace(vm(), duplicates=(ours, copy))
+    plan = decide(looked(m, twins))
+    assert plan.action is not None and (plan.action.kind, plan.action.moref) == ("destroy_duplicate", "vm-50")
+
+    after = decide(looked(m, replace(vm(), duplicates=(copy,)), duplicates_destroyed=(ours,)))
+    cond = get_condition(after.status.conditions if after.status else None, VM_UNIQUE)
+    assert cond is not None and (cond.status.value, cond.reason) == ("False", "DuplicateVM")
+    assert "vm-42" in cond.message and "vm-51" in cond.message and "recorded in status.instanceUUID" in cond.message
+    assert ready(after) == ("True", "Provisioned")  # the kept VM is fine: no NotReady
+    reasons = {e.reason: e.message for e in after.events}
+    assert "vm-50" in reasons["DuplicateVMDestroyed"] and "vm-42" in reasons["DuplicateVMDestroyed"]
+    assert reasons["DuplicateVM"] == cond.message
+
+    # Reported once: the same message stored gives no second event; gone, the condition clears.
+    stored = machine(status={**PROVISIONED, "conditions": [cond.to_wire()]})
+    again = decide(looked(stored, replace(vm(), duplicates=(copy,))))
+    assert "DuplicateVM" not in {e.reason for e in again.events}
+    alone = decide(looked(stored, vm()))
+    cleared = get_condition(alone.status.conditions if alone.status else None, VM_UNIQUE)
+    assert cleared is not None and (cleared.status.value, cleared.reason) == ("True", "Unique")
+    assert get_condition(decide(looked(m, vm())).status.conditions, VM_UNIQUE) is None  # type: ignore[union-attr]

@@ -1,0 +1,33 @@
+"""``find.VMIndex`` keeps every VM seen with a UID (issue 19; ADR 0012 decision 9): the first
+stays the mapping (a scan or the change watch never swaps it), the others are candidates, and
+the oldest candidate takes over when the mapping is forgotten."""
+
+from __future__ import annotations
+
+from pyVmomi import vim
+
+from banlieue.backends.vsphere.find import VMIndex, moref_order
+from banlieue.backends.vsphere.properties import moid
+
+
+def vm(ref: str) -> object:
+    return vim.VirtualMachine(ref)
+
+
+def test_a_second_vm_with_a_uid_is_a_candidate_not_the_mapping() -> None:
+    index = VMIndex()
+    index.put("u", vm("vm-20"), replace=False)
+    index.put("u", vm("vm-31"), replace=False)
+    index.put("u", vm("vm-25"), replace=False)
+    assert moid(index.get("u")) == "vm-20" and set(index.others("u")) == {"vm-31", "vm-25"}
+    assert index.forget("u", "vm-31") is False  # a candidate gone: dropped, mapping unchanged
+    assert set(index.others("u")) == {"vm-25"}
+    index.put("u", vm("vm-25"))  # the VM kept is made the mapping (find_vm)
+    assert moid(index.get("u")) == "vm-25" and set(index.others("u")) == {"vm-20"}
+    assert index.forget("u") is True
+    assert moid(index.get("u")) == "vm-20" and index.others("u") == {}
+    assert index.uid_of("vm-20") == "u"
+
+
+def test_morefs_sort_in_creation_order() -> None:
+    assert sorted(["vm-100", "vm-9", "vm-23"], key=moref_order) == ["vm-9", "vm-23", "vm-100"]
