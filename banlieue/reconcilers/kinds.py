@@ -71,5 +71,9 @@ CAPI_LABEL_CLUSTER_NAME = "cluster.x-k8s.io/cluster-name"
 CAPI_LABEL_WATCH_FILTER = "cluster.x-k8s.io/watch-filter"
 CAPI_LABEL_CONTROL_PLANE = "cluster.x-k8s.io/control-plane"
 CAPI_ANNOTATION_PAUSED = "cluster.x-k8s.io/paused"
+CAPI_ANNOTATION_MANAGED_BY = "cluster.x-k8s.io/managed-by"
+"""On an InfraCluster: its infrastructure is managed by another system, which writes its status
+(CAPI v1beta2 InfraCluster contract, "externally managed infrastructure"); the provider does
+not reconcile it."""
 
 PROVIDER_CLASS_VSPHERE = "vsphere"

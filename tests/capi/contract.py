@@ -16,7 +16,7 @@ every step.
   names) of ``{name, controlPlane: bool, attributes: map<string,string>}`` (not the v1beta1
   map); conditions as above.
 * ``check_infra_machine_template``: ``spec.template.spec`` object; ``status.capacity``
-  resource quantities; ``status.nodeInfo`` {architecture, operatingSystem}.
+  resource quantities as strings; ``status.nodeInfo`` {architecture, operatingSystem} strings.
 """
 
 from __future__ import annotations
@@ -233,10 +233,14 @@ def check_infra_machine_template(obj: Mapping[str, Any], *, step: str) -> None:
         v.add("spec.template.spec", "an object (the VSphereMachine spec to clone)", template)
     status = obj.get("status") or {}
     capacity = status.get("capacity")
+    # A corev1.ResourceList as Go serialises it: every quantity a string. The cluster autoscaler
+    # reads capacity and nodeInfo with unstructured.NestedStringMap, which rejects a JSON number
+    # and then ignores the whole map (clusterapi_unstructured.go).
     if capacity is not None and (not isinstance(capacity, Mapping)
-                                 or not all(isinstance(q, str | int) and QUANTITY.match(str(q)) for q in capacity.values())):
-        v.add("status.capacity", "map<resource name, quantity>", capacity)
+                                 or not all(isinstance(q, str) and QUANTITY.match(q) for q in capacity.values())):
+        v.add("status.capacity", "map<resource name, quantity string>", capacity)
     node_info = status.get("nodeInfo")
-    if node_info is not None and (not isinstance(node_info, Mapping) or set(node_info) - {"architecture", "operatingSystem"}):
-        v.add("status.nodeInfo", "{architecture, operatingSystem}", node_info)
+    if node_info is not None and (not isinstance(node_info, Mapping) or set(node_info) - {"architecture", "operatingSystem"}
+                                  or not all(isinstance(x, str) for x in node_info.values())):
+        v.add("status.nodeInfo", "{architecture, operatingSystem} strings", node_info)
     v.raise_if_any()

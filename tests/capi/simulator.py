@@ -3,27 +3,28 @@ controllers, plus the part of a control-plane provider / MachineSet that mints m
 infrastructure provider's objects, by contract (cluster-api book, "Provider contracts" v1beta2:
 InfraCluster, InfraMachine, InfraMachineTemplate; "Controllers": Cluster, Machine).
 
-Real CAPI (v1.14.2, ``make capi``) drives banlieue in ``tests/capi/test_real_capi.py`` (issue 17):
-Cluster provisioning, MachineDeployments per failure domain and without one, scale down, Machine
-deletion, pause, Cluster deletion, KCP's first control-plane Machine, ClusterClass. The simulator
-stays only where real CAPI cannot reach on these machines (``test_capi_acceptance.py``):
+Real CAPI (v1.14.2, ``make capi``) drives banlieue in ``tests/capi/test_real_capi.py``,
+``test_real_capi_workload.py`` (on the workload-cluster stand-in) and ``test_clusterctl.py``
+(issue 17): Cluster provisioning, MachineDeployments per failure domain and without one (banlieue
+places those), KubeadmControlPlane's Machines one per control-plane failure domain and scale-up
+past one (external etcd), control-plane Machines only on control-plane domains with workers
+placed by banlieue on the other vCenter's (one Machine per (vCenter, datacenter, cluster) pair),
+late bootstrap data (a worker WaitingForBootstrapData until CABPK's join data, which reaches
+guestinfo), scale down, Machine deletion, pause of provisioned machines and of a VSphereCluster
+spec change, MachineHealthCheck remediation, rolling update, Cluster deletion, ClusterClass, an
+externally managed VSphereCluster, the templates' capacity. The acceptance tests that ran here
+for those were deleted (issue 17 item 7). The simulator stays only where real CAPI cannot reach
+(``test_capi_acceptance.py``):
 
-* **More than one control-plane Machine.** Without a workload cluster, real KCP creates its first
-  Machine, then waits for the workload cluster's API server on ``controlPlaneEndpoint``; with the
-  workload-cluster stand-in (``banlieue.testing.workload``, ``test_real_capi_workload.py``) it
-  scales to three Machines across control-plane domains only with external etcd (stacked etcd
-  stops at one: its member health check port-forwards to a kubelet nobody serves,
-  docs/capi-workload.md). "replicas: 6 land one per (datacenter, cluster) pair", "five replicas
-  use five domains" and "control-plane Machines only on control-plane domains" still mint their
-  control-plane Machines with the simulator: not ported to the stand-in yet.
-* **Bootstrap data arriving late, on demand** (``provide_bootstrap``): real CABPK writes join data
-  only after the control plane is initialized, which happens only on the stand-in (there a worker
-  gets ``kubeadm join`` and a nodeRef); the simulator's timing-controlled variant stays.
-* **A VSphereCluster spec change while its Cluster is paused** (``pause``/``unpause`` around a
-  control-plane selector change): reachable with real CAPI, not ported yet; kept here. (A Machine
-  in a domain no Provider advertises moved to the real suite.)
-* **No Go toolchain**: the CAPI tier on the API-server double runs without ``make capi`` /
-  ``make envtest`` (a machine where they are missing skips the real-CAPI tests).
+* ``test_machines_minted_or_deleted_while_paused_wait_for_unpause``: a VSphereMachine minted,
+  or a Machine deleted, while its Cluster is paused. Real CAPI's MachineSet, KCP and Machine
+  controllers pause with the Cluster, so real CAPI never creates or deletes an InfraMachine of a
+  paused Cluster; only something outside CAPI does (``clusterctl move`` creating the objects in
+  a paused target cluster, a user, a GitOps tool), and banlieue must then hold still: no clone,
+  no destroy, until unpaused.
+* **No Go toolchain**: that test and ``test_capi_simulator_unit.py`` (the contract checker and
+  the simulator's own rules) run on the API-server double without ``make capi`` / ``make
+  envtest``; a machine where those are missing skips the real-CAPI tests.
 
 Differences from real CAPI that the real suite exposed (the simulator now follows CAPI where it
 applies): the InfraCluster's Cluster owner reference is plain (``controller: false``) without a
@@ -256,13 +257,11 @@ class CapiSimulator:
 
     # --- minting machines ---------------------------------------------------------------------------
     async def create_machine(self, name: str, template: str, *, control_plane: bool, failure_domain: str | None = None,
-                             bootstrap_data: str | None = None, bootstrap_ready: bool = True) -> dict[str, Any]:
+                             bootstrap_data: str | None = None) -> dict[str, Any]:
         """Mint one machine (module docstring): bootstrap Secret, Machine, VSphereMachine cloned
         from the VSphereMachineTemplate ``template``. ``failure_domain`` None: picked with
         ``pick_failure_domain`` over ``Cluster.status.failureDomains``. ``bootstrap_data``
-        (cloud-config text) defaults to one naming the machine. ``bootstrap_ready`` False: the
-        bootstrap provider is not done yet (no Secret, no ``spec.bootstrap.dataSecretName``; call
-        ``provide_bootstrap`` later). Returns the Machine.
+        (cloud-config text) defaults to one naming the machine. Returns the Machine.
 
         Raises NotFound (template missing) or AlreadyExists.
         """
@@ -271,11 +270,10 @@ class CapiSimulator:
             used = Counter(str(m["spec"].get("failureDomain")) for m in await self.machines() if m["spec"].get("failureDomain"))
             failure_domain = pick_failure_domain(await self.failure_domains(), used, control_plane=control_plane)
         labels = {LABEL_CLUSTER_NAME: self.cluster_name, **({LABEL_CONTROL_PLANE: ""} if control_plane else {})}
-        secret = await self._bootstrap_secret(name, bootstrap_data) if bootstrap_ready else None
+        secret = await self._bootstrap_secret(name, bootstrap_data)
         spec: dict[str, Any] = {
             "clusterName": self.cluster_name, "version": KUBERNETES_VERSION,
-            "bootstrap": {"dataSecretName": secret} if secret else {
-                "configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": name}},
+            "bootstrap": {"dataSecretName": secret},
             "infrastructureRef": {"apiGroup": VSPHERE_MACHINE.group, "kind": VSPHERE_MACHINE.kind, "name": name},
         }
         if failure_domain:
@@ -308,14 +306,6 @@ class CapiSimulator:
             "data": {"value": base64.b64encode(text.encode()).decode(), "format": base64.b64encode(b"cloud-config").decode()},
         })
         return secret
-
-    async def provide_bootstrap(self, name: str, bootstrap_data: str | None = None) -> dict[str, Any]:
-        """The bootstrap provider finished for Machine ``name``: create ``<name>-bootstrap`` and
-        set ``Machine.spec.bootstrap.dataSecretName`` (what the Machine controller copies from the
-        bootstrap config's ``status.dataSecretName``). Returns the Machine."""
-        secret = await self._bootstrap_secret(name, bootstrap_data)
-        return await self.client.patch(CAPI_MACHINE, name, self.namespace,
-                                       {"spec": {"bootstrap": {"configRef": None, "dataSecretName": secret}}})
 
     async def scale(self, template: str, replicas: int, *, control_plane: bool, prefix: str) -> list[str]:
         """Create machines ``<prefix>-<i>`` one at a time (each choice sees the previous ones)

@@ -85,6 +85,13 @@ def test_valid_objects_pass() -> None:
                                  step="unit")
 
 
+def test_template_capacity_as_a_json_number_is_a_violation() -> None:
+    """The autoscaler's NestedStringMap rejects ``cpu: 2``: the checker does too."""
+    with pytest.raises(AssertionError, match=r"status\.capacity: expected map<resource name, quantity string>"):
+        check_infra_machine_template({"kind": "VSphereMachineTemplate", "spec": {"template": {"spec": {}}},
+                                      "status": {"capacity": {"cpu": 2, "memory": "4Gi"}}}, step="unit")
+
+
 @pytest.mark.parametrize(("path", "value", "field"), [
     ("status.ready", True, "status.ready"),
     ("status.failureReason", "x", "status.failureReason"),

@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from banlieue.api.rbac import MANAGER_SERVICE_ACCOUNT
 from banlieue.reconcilers.kinds import (
     CAPI_CLUSTER,
     CAPI_MACHINE,
@@ -25,6 +30,7 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE_TEMPLATE,
 )
 from banlieue.runtime.kinds import SECRET
+from banlieue.testing import capi as capi_testing
 from banlieue.testing.capi import NetworkRuleViolation
 from capi.contract import check_infra_cluster, check_infra_machine, check_infra_machine_template, provisioned
 from capi.env import eventually
@@ -104,6 +110,9 @@ async def verify_placed(r: RealCapi, machine: dict[str, Any], domains: dict[str,
     check_infra_machine(vsm, step="provisioned by real CAPI")
     [owner] = [o for o in vsm["metadata"]["ownerReferences"] if o.get("controller")]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Machine", machine["metadata"]["name"], machine["metadata"]["uid"])
+    # A blocking reference: under OwnerReferencesPermissionEnforcement CAPI needed update on
+    # machines/finalizers to set it (test_block_owner_deletion_needs_the_owners_finalizers_rbac).
+    assert owner.get("blockOwnerDeletion") is True
     assert vsm["metadata"]["annotations"]["cluster.x-k8s.io/cloned-from-name"] == TEMPLATE
     assert vsm["status"]["failureDomain"] == fd, (vsm["metadata"]["name"], vsm["status"].get("failureDomain"), fd)
     assert machine["spec"]["providerID"] == vsm["spec"]["providerID"]
@@ -146,6 +155,53 @@ async def test_network_rule_refuses_a_cluster_endpoint_off_loopback(real_capi: R
     with pytest.raises(NetworkRuleViolation, match=r"VSphereCluster/demo: spec.controlPlaneEndpoint.host '10.0.0.100' is not on loopback"):
         await r.create(vsphere_cluster(NAME, r.env.namespace, list(r.env.vcsims), "10.0.0.100"))
     assert await r.get_or_none(VSPHERE_CLUSTER, NAME) is None
+
+
+def test_block_owner_deletion_needs_the_owners_finalizers_rbac(capi_managers: capi_testing.CapiEnvironment, tmp_path: Path) -> None:
+    """The API server of the CAPI tier enforces OwnerReferencesPermissionEnforcement: an
+    ownerReference with ``blockOwnerDeletion`` is refused to a ServiceAccount that may not update
+    the owner's ``finalizers``, and allowed once it may. CAPI's MachineSet / KCP controllers set
+    a blocking controller reference from each Machine to its VSphereMachine (asserted in
+    ``verify_placed``), so every real-CAPI test here also checks that CAPI's own config/rbac
+    allows it on banlieue's objects. banlieue's manager may set the only blocking reference it
+    sets (VirtualMachine -> its VSphereMachine): the same authorizer question the admission
+    plugin asks, for its ServiceAccount."""
+    admin = capi_managers.kubeconfig
+    ns = f"obd-{uuid.uuid4().hex[:6]}"
+    kubectl = capi_testing.kubectl
+    kubectl(admin, "create", "namespace", ns)
+    try:
+        kubectl(admin, "create", "serviceaccount", "setter", "-n", ns)
+        kubectl(admin, "create", "role", "setter", "-n", ns, "--verb=create,get", "--resource=configmaps")
+        kubectl(admin, "create", "rolebinding", "setter", "-n", ns, "--role=setter", f"--serviceaccount={ns}:setter")
+        kubectl(admin, "create", "configmap", "owner", "-n", ns)
+        owner = json.loads(kubectl(admin, "get", "configmap", "owner", "-n", ns, "-o", "json"))
+        setter = capi_testing.token_kubeconfig(admin, ns, "setter", tmp_path / "setter.kubeconfig")
+
+        def dependent(block: bool) -> str:
+            ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"], "blockOwnerDeletion": block}
+            return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dependent", "namespace": ns, "ownerReferences": [ref]}})
+
+        kubectl(setter, "create", "--dry-run=server", "-f", "-", stdin=dependent(False))  # a plain owner reference: allowed
+        with pytest.raises(RuntimeError, match="cannot set blockOwnerDeletion"):
+            kubectl(setter, "create", "--dry-run=server", "-f", "-", stdin=dependent(True))
+        kubectl(admin, "create", "role", "finalizers", "-n", ns, "--verb=update", "--resource=configmaps/finalizers")
+        kubectl(admin, "create", "rolebinding", "finalizers", "-n", ns, "--role=finalizers", f"--serviceaccount={ns}:setter")
+
+        def allowed() -> bool:  # RBAC changes reach the authorizer's cache within a moment
+            try:
+                kubectl(setter, "create", "--dry-run=server", "-f", "-", stdin=dependent(True))
+            except RuntimeError:
+                return False
+            return True
+        deadline = time.monotonic() + 10
+        while not allowed():
+            assert time.monotonic() < deadline, "blockOwnerDeletion still refused with update on configmaps/finalizers"
+            time.sleep(0.2)
+        manager = f"system:serviceaccount:banlieue-system:{MANAGER_SERVICE_ACCOUNT}"
+        assert kubectl(admin, "auth", "can-i", "update", "virtualmachines.banlieue.io", "--subresource=finalizers", "--as", manager).strip() == "yes"
+    finally:
+        kubectl(admin, "delete", "namespace", ns, "--wait=false")
 
 
 async def test_machine_deployments_per_failure_domain_on_real_capi(real_capi: RealCapi) -> None:
@@ -213,7 +269,8 @@ async def test_machine_deployments_per_failure_domain_on_real_capi(real_capi: Re
     assert await env.find_vms(uid=old_vsm["metadata"]["uid"]) == []
     await verify_placed(r, new, domains, deployment_fd[md1])
 
-    # Cluster.spec.paused: banlieue reports Paused on its objects and writes nothing, no VM changes.
+    # Cluster.spec.paused: banlieue reports Paused on its objects and writes nothing, no VM
+    # changes, and a VSphereCluster spec change waits until the Cluster is unpaused.
     await r.patch(CAPI_CLUSTER, NAME, {"spec": {"paused": True}})
     vsm_names = [m["spec"]["infrastructureRef"]["name"] for m in await machines_of(r)]
 
@@ -223,15 +280,27 @@ async def test_machine_deployments_per_failure_domain_on_real_capi(real_capi: Re
     await eventually(all_paused, timeout=30, what="Paused True on the VSphereCluster and every VSphereMachine")
     before = {n: (await r.get(VSPHERE_MACHINE, n))["metadata"]["resourceVersion"] for n in vsm_names}
     vms_before = await env.inventory()
+    # A VSphereCluster spec change made meanwhile (control-plane domains: vcenter-a's only) waits.
+    await r.patch(VSPHERE_CLUSTER, NAME, {"spec": {"controlPlaneFailureDomainSelector": {"matchLabels": {"provider": "vcenter-a"}}}})
     await asyncio.sleep(PAUSE_OBSERVE_SECONDS)
     assert {n: (await r.get(VSPHERE_MACHINE, n))["metadata"]["resourceVersion"] for n in vsm_names} == before
     assert await env.inventory() == vms_before
+    vsc = await r.get(VSPHERE_CLUSTER, NAME)
+    assert all(fd["controlPlane"] is True for fd in vsc["status"]["failureDomains"])  # not acted on while paused
+    assert (await r.get(CAPI_CLUSTER, NAME))["status"]["failureDomains"] == vsc["status"]["failureDomains"]
     await r.patch(CAPI_CLUSTER, NAME, {"spec": {"paused": False}})
 
     async def none_paused() -> bool:
-        objs = [await r.get(VSPHERE_MACHINE, n) for n in vsm_names]
+        objs = [await r.get(VSPHERE_MACHINE, n) for n in vsm_names] + [await r.get(VSPHERE_CLUSTER, NAME)]
         return all((condition(o, "Paused") or {}).get("status") == "False" for o in objs)
     await eventually(none_paused, timeout=30, what="Paused False after unpausing")
+
+    async def selector_applied_and_copied() -> bool:
+        fds = (await r.get(VSPHERE_CLUSTER, NAME))["status"]["failureDomains"]
+        cp = {fd["name"] for fd in fds if fd["controlPlane"]}
+        return cp == {n for n, fd in domains.items() if fd["attributes"]["provider"] == "vcenter-a"} and \
+            (await r.get(CAPI_CLUSTER, NAME))["status"]["failureDomains"] == fds
+    await eventually(selector_applied_and_copied, timeout=30, what="the selector applied after unpausing and copied by CAPI", interval=1.0)
 
     # Deleting the Cluster: CAPI deletes every MachineDeployment, Machine and the VSphereCluster; every VM is destroyed.
     await env.client.delete(CAPI_CLUSTER, NAME, ns)
@@ -377,14 +446,22 @@ async def test_machine_deployment_without_failure_domain_is_placed_by_banlieue(r
 async def test_machine_in_a_domain_nobody_advertises_is_a_condition_and_deletes_cleanly(real_capi: RealCapi) -> None:
     """A MachineDeployment naming a failure domain the VSphereCluster does not publish: the
     VSphereMachine reports FailureDomainNotFound through Ready, nothing is cloned, and scaling
-    the MachineDeployment to zero removes Machine and VSphereMachine."""
+    the MachineDeployment to zero removes Machine and VSphereMachine. Alongside, a second Cluster
+    on an externally managed VSphereCluster (``check_externally_managed``)."""
     r, env = real_capi, real_capi.env
     ns = env.namespace
     baseline = await env.inventory()
     await env.wait_providers_ready()
+    # An externally managed VSphereCluster (cluster.x-k8s.io/managed-by), created first: banlieue
+    # never writes its status, even once it has provisioned the other one.
+    external = vsphere_cluster(EXTERNAL, ns, list(env.vcsims), "127.17.0.6")
+    external["metadata"]["annotations"] = {"cluster.x-k8s.io/managed-by": "an-external-system"}
+    await r.create(external)
+    await r.create(cluster(EXTERNAL, ns))
     await r.create(vsphere_cluster(NAME, ns, list(env.vcsims), "127.17.0.5"))
     await r.create(cluster(NAME, ns))
-    await wait_cluster_provisioned(r, domains=6)
+    c = await wait_cluster_provisioned(r, domains=6)
+    await check_externally_managed(r, c["status"]["failureDomains"])
     await r.create(machine_template(TEMPLATE, ns))
     await r.create(bootstrap_secret(DATA_SECRET, ns, NAME, USER_DATA))
     md = f"{NAME}-md-lost"
@@ -408,3 +485,28 @@ async def test_machine_in_a_domain_nobody_advertises_is_a_condition_and_deletes_
         return not await machines_of(r, md) and await r.get_or_none(VSPHERE_MACHINE, vsm["metadata"]["name"]) is None
     await eventually(gone, timeout=PROVISION_TIMEOUT, what=f"{md} scaled to 0", interval=1.0)
     assert await env.inventory() == baseline
+    assert not (await r.get(VSPHERE_CLUSTER, EXTERNAL))["status"].get("conditions")  # still nothing of banlieue's
+
+
+EXTERNAL = "external"
+
+
+async def check_externally_managed(r: RealCapi, domains: list[dict[str, Any]]) -> None:
+    """InfraCluster contract, externally managed infrastructure: the VSphereCluster ``EXTERNAL``
+    (annotated ``cluster.x-k8s.io/managed-by``) has no status from banlieue; once the external
+    system (the test) writes ``initialization.provisioned`` and failure domains, real CAPI
+    copies them and the endpoint into its Cluster, and banlieue still writes nothing."""
+    vsc = await r.get(VSPHERE_CLUSTER, EXTERNAL)
+    assert not vsc.get("status"), vsc.get("status")
+    assert not ((await r.get(CAPI_CLUSTER, EXTERNAL)).get("status") or {}).get("initialization", {}).get("infrastructureProvisioned")
+    theirs = {"initialization": {"provisioned": True}, "failureDomains": domains[:2]}
+    await r.env.client.patch_status(VSPHERE_CLUSTER, EXTERNAL, r.env.namespace, {"status": theirs})
+
+    async def copied() -> dict[str, Any] | None:
+        c = await r.get(CAPI_CLUSTER, EXTERNAL)
+        st = c.get("status") or {}
+        ok = (st.get("initialization") or {}).get("infrastructureProvisioned") is True and st.get("failureDomains") == domains[:2]
+        return c if ok else None
+    c = await eventually(copied, timeout=60, what=f"Cluster {EXTERNAL} provisioned from the externally written status", interval=0.5)
+    assert c["spec"]["controlPlaneEndpoint"] == {"host": "127.17.0.6", "port": 6443}
+    assert (await r.get(VSPHERE_CLUSTER, EXTERNAL))["status"] == theirs

@@ -4,7 +4,7 @@ serving with the Cluster CA, where a Node with the Machine's providerID appears 
 powers on (the kubelet's part, played by ``Kubelet``).
 
 What real KCP and CABPK then do, and where they stop, is asserted here and written down in
-docs/capi.md ("How far KCP gets on the workload-cluster stand-in").
+docs/capi-workload.md ("How far real KCP and CABPK get").
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from banlieue.reconcilers.kinds import CAPI_CLUSTER, CAPI_MACHINE, VSPHERE_MACHINE
+from banlieue.reconcilers.kinds import CAPI_CLUSTER, CAPI_MACHINE, VSPHERE_MACHINE, VSPHERE_MACHINE_TEMPLATE
 from banlieue.runtime.kinds import SECRET, ResourceKind
 from banlieue.testing.workload import (
     Kubelet,
@@ -31,6 +31,7 @@ from banlieue.testing.workload import (
     generate_cluster_ca,
     start_workload_cluster,
 )
+from capi.contract import check_infra_machine, check_infra_machine_template
 from capi.env import VSphereOracle, eventually
 from capi.real import (
     KINDS,
@@ -241,7 +242,16 @@ async def test_kcp_with_external_etcd_scales_past_one_across_failure_domains(rea
     """With external etcd (``clusterConfiguration.etcd.external``; its endpoint on loopback,
     dialled by kubeadm on a guest only) KCP checks no etcd members: the mirror Pods being Ready,
     it passes its preflight checks and joins Machines until three, one per control-plane failure
-    domain; each gets its Node and nodeRef."""
+    domain (the VSphereCluster's selector makes only vcenter-a's three domains control-plane
+    ones); each gets its Node and nodeRef, its VM is in its domain's vCenter, datacenter and
+    cluster.
+
+    Then three workers of a MachineDeployment with no failure domain (the simulator's "control
+    plane only on control-plane domains" and "one machine per (datacenter, cluster) pair", now
+    on real CAPI): banlieue places each in the domain with the fewest machines of the Cluster,
+    which are vcenter-b's three; CAPI copies the choice to ``Machine.status.failureDomain``. The
+    six Machines then use the six (vCenter, datacenter, cluster) pairs once each. The
+    templates' ``status.capacity``/``nodeInfo`` are what the cluster autoscaler reads."""
     r, env = real_capi, real_capi.env
     ns = env.namespace
     await env.wait_providers_ready()
@@ -259,11 +269,12 @@ async def test_kcp_with_external_etcd_scales_past_one_across_failure_domains(rea
         await r.create(secret)
     await r.create(kcp)
     await r.create(cluster(NAME, ns, control_plane_ref=ref("KubeadmControlPlane", f"{NAME}-cp", "controlplane.cluster.x-k8s.io")))
-    c = await r.get(CAPI_CLUSTER, NAME)
     machines = await wait_node_refs(r, s, 3, control_plane=True)
     c = await r.get(CAPI_CLUSTER, NAME)
+    domains = {fd["name"]: fd["attributes"] for fd in c["status"]["failureDomains"]}
     cp_domains = {fd["name"] for fd in c["status"]["failureDomains"] if fd.get("controlPlane")}
-    assert {m["spec"]["failureDomain"] for m in machines} == cp_domains and len(cp_domains) == 3
+    assert cp_domains == {n for n, a in domains.items() if a["provider"] == "vcenter-a"} and len(domains) == 6
+    assert sorted(m["spec"]["failureDomain"] for m in machines) == sorted(cp_domains)  # one per control-plane domain
     commands = []
     for m in machines:
         data = await r.get(SECRET, m["spec"]["bootstrap"]["dataSecretName"])
@@ -272,7 +283,38 @@ async def test_kcp_with_external_etcd_scales_past_one_across_failure_domains(rea
             assert "controlPlane:" in text, text[-800:]  # a control-plane join
         commands.append("init" if "kubeadm init" in text else "join" if "kubeadm join" in text else "?")
     assert sorted(commands) == ["init", "join", "join"], commands
-    assert {n["spec"]["providerID"] for n in s.workload.nodes()} == {m["spec"]["providerID"] for m in machines}
+
+    # Workers with no failure domain, placed by banlieue once the control plane is there.
+    await r.create(machine_template("workers", ns))
+    await r.create(bootstrap_secret("workers-data", ns, NAME, "#cloud-config\n"))
+    md = f"{NAME}-md"
+    await r.create(machine_deployment(md, ns, NAME, "workers", replicas=3, failure_domain=None, data_secret="workers-data"))
+    workers = await wait_node_refs(r, s, 3, deployment=md)
+
+    async def copied() -> list[dict[str, Any]] | None:
+        ms = await machines_of(r, deployment=md)
+        return ms if len(ms) == 3 and all((m.get("status") or {}).get("failureDomain") for m in ms) else None
+    workers = await eventually(copied, timeout=60, what="CAPI copied banlieue's failure domains to the workers", interval=1.0)
+    assert all(not m["spec"].get("failureDomain") for m in workers)  # CAPI gave none
+    assert sorted(m["status"]["failureDomain"] for m in workers) == sorted(set(domains) - cp_domains)
+    pairs = []
+    for m in [*machines, *workers]:
+        fd = m["spec"].get("failureDomain") or m["status"]["failureDomain"]
+        vsm = await r.get(VSPHERE_MACHINE, m["spec"]["infrastructureRef"]["name"])
+        check_infra_machine(vsm, step="placed on real CAPI")
+        assert vsm["status"]["failureDomain"] == fd
+        [loc] = await env.locate(vsm["spec"]["providerID"].removeprefix("vsphere://"))
+        assert (loc.vcenter, loc.datacenter, loc.cluster) == (domains[fd]["provider"], domains[fd]["datacenter"], domains[fd]["cluster"])
+        pairs.append((loc.vcenter, loc.datacenter, loc.cluster))
+    assert len(set(pairs)) == 6, pairs
+    assert {n["spec"]["providerID"] for n in s.workload.nodes()} == {m["spec"]["providerID"] for m in [*machines, *workers]}
+
+    # InfraMachineTemplate contract: what the cluster autoscaler reads to scale from zero.
+    for name in ("cp", "workers"):
+        tmpl = await r.get(VSPHERE_MACHINE_TEMPLATE, name)
+        check_infra_machine_template(tmpl, step="autoscaling from zero")
+        assert tmpl["status"] == {"capacity": {"cpu": "1", "memory": "512Mi"},
+                                  "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}, tmpl.get("status")
 
 
 def machine_health_check(name: str, namespace: str, deployment: str, timeout_seconds: int) -> dict[str, Any]:

@@ -27,6 +27,11 @@ SPEC §3: it talks to no backend. Rules of ``decide``:
 * ``Ready``: True ``Ready`` with failure domains and every referenced Provider found; False
   ``ProviderNotFound``, ``NoFailureDomains``, ``Paused`` (only when no Ready existed yet) or
   ``Deleting``.
+* Externally managed (CAPI v1beta2 InfraCluster contract): with the annotation
+  ``cluster.x-k8s.io/managed-by`` (any value) nothing is written: the system named there owns
+  the status (``initialization.provisioned``, ``failureDomains``, endpoint) and CAPI copies it
+  from the VSphereCluster as usual. Machines still place by the Cluster's copy of those domains,
+  matched with the Providers' domains by name.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from banlieue.api.meta import APIEndpoint, FailureDomain, Initialization
 from banlieue.api.provider import Provider, ProviderFailureDomain
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
+    CAPI_ANNOTATION_MANAGED_BY,
     CAPI_ANNOTATION_PAUSED,
     CAPI_CLUSTER,
     CAPI_LABEL_CLUSTER_NAME,
@@ -156,6 +162,8 @@ def aggregate(s: Snapshot) -> list[FailureDomain]:
 def decide(s: Snapshot) -> Plan:
     """The status for one reconcile (module docstring). Never raises."""
     cluster = s.cluster
+    if CAPI_ANNOTATION_MANAGED_BY in (cluster.metadata.annotations or {}):
+        return Plan(status=None)  # externally managed: its status is another system's
     gen = cluster.metadata.generation
     status = (cluster.status or VSphereClusterStatus()).model_copy(deep=True)
     conds = list(status.conditions or ())

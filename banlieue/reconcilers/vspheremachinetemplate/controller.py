@@ -4,9 +4,13 @@ CAPI autoscaling from zero (cluster-autoscaler's clusterapi provider) reads
 ``status.capacity{cpu, memory}`` and ``status.nodeInfo{architecture, operatingSystem}`` of the
 InfraMachineTemplate. Rules (*decision* where the SPEC is silent):
 
-- ``capacity.cpu`` = ``spec.template.spec.numCPUs`` as an integer quantity; ``capacity.memory``
-  = ``<memoryMiB>Mi``. A field that is not set is left out (the autoscaler then cannot scale
-  that template from zero; the template's VM values are unknown without a backend call).
+- ``capacity.cpu`` = ``spec.template.spec.numCPUs`` as a quantity string (``"2"``);
+  ``capacity.memory`` = ``"<memoryMiB>Mi"``. Always strings, as Go serialises a
+  ``resource.Quantity``: the cluster autoscaler reads the map with ``unstructured.NestedStringMap``
+  (``clusterapi_unstructured.go``, ``resourceCapacityFromInfrastructureObject``), which fails on a
+  JSON number and then ignores the whole capacity (no scale from zero). A field that is not set
+  is left out (the autoscaler then cannot scale that template from zero; the template's VM
+  values are unknown without a backend call).
 - ``nodeInfo``: the template names only a vSphere template (``spec.template.spec.template``);
   *decision*: the VMImages whose ``providerClass: vsphere`` source refers to that template name
   decide it: ``architecture`` = the image's ``spec.architecture``, ``operatingSystem`` = its
@@ -80,7 +84,7 @@ def decide(snap: Snapshot) -> Plan:
     spec = snap.template.spec.template.spec
     capacity: dict[str, int | str] = {}
     if spec.num_cpus is not None:
-        capacity["cpu"] = spec.num_cpus
+        capacity["cpu"] = str(spec.num_cpus)
     if spec.memory_mib is not None:
         capacity["memory"] = f"{spec.memory_mib}Mi"
     arch, os_ = NodeArchitecture.AMD64, NodeOperatingSystem.LINUX

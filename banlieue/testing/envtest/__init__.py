@@ -12,8 +12,11 @@ number space for Service objects: nothing here routes to it):
 - kube-apiserver: ``--bind-address``/``--advertise-address`` 127.0.0.1, a serving certificate from
   a CA generated here (the ``openssl`` command line: the venv has no ``cryptography``), client
   certificates signed by the same CA, ``--authorization-mode=Node,RBAC``, the default admission
-  plugins of v1.34 (ValidatingAdmissionPolicy among them: GA since 1.30) plus NodeRestriction, a
-  service-account issuer with an ECDSA signing key, an audit log (level Metadata, JSON lines) in
+  plugins of v1.34 (ValidatingAdmissionPolicy among them: GA since 1.30) plus NodeRestriction and
+  OwnerReferencesPermissionEnforcement (whoever sets an ownerReference with
+  ``blockOwnerDeletion`` must be allowed to update the owner's ``finalizers`` subresource, as on
+  clusters that enable it, OpenShift among them: CAPI's owner references on banlieue's objects
+  and banlieue's own are then checked against their RBAC), a service-account issuer with an ECDSA signing key, an audit log (level Metadata, JSON lines) in
   ``DIR/logs/audit.log`` from which tests count 403s.
 - kube-controller-manager with only the controllers the API itself relies on:
   ``garbagecollector`` (ownerReferences), ``namespace`` (namespace deletion), ``serviceaccount``
@@ -365,7 +368,7 @@ def _launch(env: Envtest, binaries: Path, api_port: int = 0, *, bind_address: st
         # Network rule: the apiserver dials a Node's address for exec/logs/port-forward; never a
         # hostname (the default order starts with Hostname, which is resolved through DNS).
         "--kubelet-preferred-address-types", "InternalIP",
-        "--enable-admission-plugins", "NodeRestriction",
+        "--enable-admission-plugins", "NodeRestriction,OwnerReferencesPermissionEnforcement",
         "--audit-policy-file", str(audit_policy), "--audit-log-path", str(env.audit_log),
         # blocking: each event is written before the answer, so a test reads what it just did.
         "--audit-log-format", "json", "--audit-log-mode", "blocking",

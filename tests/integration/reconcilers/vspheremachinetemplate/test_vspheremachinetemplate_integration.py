@@ -35,10 +35,10 @@ async def test_capacity_and_node_info_follow_spec_and_vmimages(apiserver: Any, c
     await client.create(VSPHERE_MACHINE_TEMPLATE, template_body("other", namespace, template="rhel-9", numCPUs=8, memoryMiB=16384))
     async with running_role(apiserver, [vspheremachinetemplate.setup]):
         await status_is(client, "md", namespace, {
-            "capacity": {"cpu": 2, "memory": "4096Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"},
+            "capacity": {"cpu": "2", "memory": "4096Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"},
         })
         await status_is(client, "other", namespace, {
-            "capacity": {"cpu": 8, "memory": "16384Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"},
+            "capacity": {"cpu": "8", "memory": "16384Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"},
         })
         # A VMImage for the template says arm64: the VMImage watch updates only the templates using it.
         await client.create(VM_IMAGE, {
@@ -47,12 +47,12 @@ async def test_capacity_and_node_info_follow_spec_and_vmimages(apiserver: Any, c
                      "sources": [{"providerClass": "vsphere", "kind": "Template", "ref": "ubuntu-22.04"}]},
         })
         await status_is(client, "md", namespace, {
-            "capacity": {"cpu": 2, "memory": "4096Mi"}, "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"},
+            "capacity": {"cpu": "2", "memory": "4096Mi"}, "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"},
         })
         # A spec change (new generation) is reflected.
         await client.patch(VSPHERE_MACHINE_TEMPLATE, "md", namespace, {"spec": {"template": {"spec": {"numCPUs": 4}}}})
         await status_is(client, "md", namespace, {
-            "capacity": {"cpu": 4, "memory": "4096Mi"}, "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"},
+            "capacity": {"cpu": "4", "memory": "4096Mi"}, "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"},
         })
     other = await client.get(VSPHERE_MACHINE_TEMPLATE, "other", namespace)
     assert other["status"]["nodeInfo"]["architecture"] == "amd64"

@@ -133,3 +133,14 @@ def test_decide_never_raises(spec: dict[str, Any], owner_paused: bool, providers
     plan = decide(Snapshot(cluster(spec), tuple(providers), owner_paused, NOW))
     assert plan.status is not None
     assert get_condition(VSphereClusterStatus.from_wire(plan.status).conditions, "Ready") is not None
+
+
+@pytest.mark.parametrize("value", ["", "my-ipam-operator"])
+def test_externally_managed_cluster_is_not_written(value: str) -> None:
+    """CAPI v1beta2 InfraCluster contract: with ``cluster.x-k8s.io/managed-by`` another system
+    owns the status; whatever it wrote (here: provisioned, one domain) stays as it is."""
+    theirs = {"initialization": {"provisioned": True},
+              "failureDomains": [{"name": "vcenter-a-dc0-c0", "controlPlane": True}]}
+    c = cluster(REFS, annotations={"cluster.x-k8s.io/managed-by": value}, status=theirs)
+    assert decide(Snapshot(c, tuple(six()), False, NOW)).status is None
+    assert decide(Snapshot(cluster(REFS, status=theirs), tuple(six()), False, NOW)).status is not None  # unmanaged: rewritten

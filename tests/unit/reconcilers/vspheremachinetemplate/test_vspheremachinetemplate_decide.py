@@ -39,16 +39,16 @@ def image(name: str, ref: str = "ubuntu-22.04", cls: str = "vsphere", **spec: An
 @pytest.mark.parametrize(
     ("template", "images", "want"),
     [
-        pytest.param(vsmt(), (), {"capacity": {"cpu": 4, "memory": "8192Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}, id="no-image-defaults-amd64-linux"),
-        pytest.param(vsmt(), (image("arm", architecture="arm64", osFamily="Linux"),), {"capacity": {"cpu": 4, "memory": "8192Mi"}, "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"}}, id="image-architecture"),
-        pytest.param(vsmt(), (image("win", osFamily="windows"),), {"capacity": {"cpu": 4, "memory": "8192Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "windows"}}, id="image-windows"),
-        pytest.param(vsmt(), (image("bsd", architecture="arm64", osFamily="freebsd"),), {"capacity": {"cpu": 4, "memory": "8192Mi"}, "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"}}, id="unknown-os-family-is-linux"),
-        pytest.param(vsmt(), (image("other", ref="rhel9", architecture="arm64"),), {"capacity": {"cpu": 4, "memory": "8192Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}, id="image-of-another-template-ignored"),
-        pytest.param(vsmt(), (image("kv", cls="kubevirt", architecture="arm64"),), {"capacity": {"cpu": 4, "memory": "8192Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}, id="source-of-another-class-ignored"),
-        pytest.param(vsmt(), (image("b", architecture="amd64"), image("a", architecture="arm64")), {"capacity": {"cpu": 4, "memory": "8192Mi"}, "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"}}, id="several-images-first-by-name"),
+        pytest.param(vsmt(), (), {"capacity": {"cpu": "4", "memory": "8192Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}, id="no-image-defaults-amd64-linux"),
+        pytest.param(vsmt(), (image("arm", architecture="arm64", osFamily="Linux"),), {"capacity": {"cpu": "4", "memory": "8192Mi"}, "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"}}, id="image-architecture"),
+        pytest.param(vsmt(), (image("win", osFamily="windows"),), {"capacity": {"cpu": "4", "memory": "8192Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "windows"}}, id="image-windows"),
+        pytest.param(vsmt(), (image("bsd", architecture="arm64", osFamily="freebsd"),), {"capacity": {"cpu": "4", "memory": "8192Mi"}, "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"}}, id="unknown-os-family-is-linux"),
+        pytest.param(vsmt(), (image("other", ref="rhel9", architecture="arm64"),), {"capacity": {"cpu": "4", "memory": "8192Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}, id="image-of-another-template-ignored"),
+        pytest.param(vsmt(), (image("kv", cls="kubevirt", architecture="arm64"),), {"capacity": {"cpu": "4", "memory": "8192Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}, id="source-of-another-class-ignored"),
+        pytest.param(vsmt(), (image("b", architecture="amd64"), image("a", architecture="arm64")), {"capacity": {"cpu": "4", "memory": "8192Mi"}, "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"}}, id="several-images-first-by-name"),
         pytest.param(vsmt(numCPUs=None), (), {"capacity": {"memory": "8192Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}, id="no-cpus-left-out"),
         pytest.param(vsmt(numCPUs=None, memoryMiB=None), (), {"nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}, id="no-capacity-at-all"),
-        pytest.param(vsmt(template=None), (image("arm", architecture="arm64"),), {"capacity": {"cpu": 4, "memory": "8192Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}, id="no-template-name-defaults"),
+        pytest.param(vsmt(template=None), (image("arm", architecture="arm64"),), {"capacity": {"cpu": "4", "memory": "8192Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}, id="no-template-name-defaults"),
     ],
 )
 def test_decide_status(template: VSphereMachineTemplate, images: tuple[VMImage, ...], want: dict[str, Any]) -> None:
@@ -61,6 +61,17 @@ def test_unchanged_status_is_not_written() -> None:
     first = decide(Snapshot(vsmt(), ()))
     again = decide(Snapshot(vsmt(status=first.status.to_wire()), ()))
     assert not again.write_status
+
+
+def test_capacity_is_quantity_strings_and_an_integer_cpu_is_rewritten() -> None:
+    """The cluster autoscaler reads status.capacity with ``unstructured.NestedStringMap``: a JSON
+    number (``cpu: 4``, what banlieue wrote before) makes it ignore the whole map. Every value is a
+    string, and a status stored with an integer is rewritten."""
+    plan = decide(Snapshot(vsmt(), ()))
+    assert all(isinstance(v, str) for v in (plan.status.to_wire()["capacity"] or {}).values())
+    stored = {"capacity": {"cpu": 4, "memory": "8192Mi"}, "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}
+    again = decide(Snapshot(vsmt(status=stored), ()))
+    assert again.write_status and again.status.to_wire()["capacity"] == {"cpu": "4", "memory": "8192Mi"}
 
 
 def test_template_index() -> None:
