@@ -24,8 +24,7 @@ import pytest_asyncio
 from banlieue.runtime.client import Client
 from banlieue.runtime.kinds import NAMESPACE
 from banlieue.testing import apiservers
-from banlieue.testing.apiserver.fixture import TEST_BOOKMARK_INTERVAL, ApiServerHandle, write_kubeconfig
-from banlieue.testing.apiserver.server import ApiServer
+from banlieue.testing.apiserver.fixture import ApiServerHandle, running_double
 from banlieue.testing.realtier import RealApiServerHandle, RealServer, real_integration_server
 
 
@@ -51,12 +50,8 @@ async def apiserver(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIter
         finally:
             server.clear_custom_resources(envtest)
         return
-    double = ApiServer(bookmark_interval=TEST_BOOKMARK_INTERVAL)
-    url = await double.start("127.0.0.1", 0)
-    try:
-        yield ApiServerHandle(double, url, write_kubeconfig(tmp_path / "kubeconfig", url))
-    finally:
-        await double.stop()
+    async with running_double(tmp_path) as handle:
+        yield handle
 
 
 @pytest.fixture

@@ -60,16 +60,23 @@ class ApiServerHandle:
     kubeconfig_path: Path
 
 
+@contextlib.asynccontextmanager
+async def running_double(tmp_path: Path) -> AsyncIterator[ApiServerHandle]:
+    """An in-process API-server double on a free 127.0.0.1 port, its kubeconfig at
+    ``tmp_path/kubeconfig``; stopped on exit."""
+    server = ApiServer(bookmark_interval=TEST_BOOKMARK_INTERVAL)
+    url = await server.start("127.0.0.1", 0)
+    try:
+        yield ApiServerHandle(server, url, write_kubeconfig(tmp_path / "kubeconfig", url))
+    finally:
+        await server.stop()
+
+
 @pytest_asyncio.fixture
 async def apiserver(tmp_path: Path) -> AsyncIterator[ApiServerHandle]:
     """An in-process API-server double on a free 127.0.0.1 port (stopped after the test)."""
-    server = ApiServer(bookmark_interval=TEST_BOOKMARK_INTERVAL)
-    url = await server.start("127.0.0.1", 0)
-    kc = write_kubeconfig(tmp_path / "kubeconfig", url)
-    try:
-        yield ApiServerHandle(server, url, kc)
-    finally:
-        await server.stop()
+    async with running_double(tmp_path) as handle:
+        yield handle
 
 
 @pytest_asyncio.fixture

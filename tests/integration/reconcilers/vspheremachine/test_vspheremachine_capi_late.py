@@ -24,8 +24,7 @@ from banlieue.reconcilers.kinds import VSPHERE_MACHINE
 from banlieue.reconcilers.vspheremachine.sources import CAPI_DISCOVERY_SECONDS
 from banlieue.runtime.client import Client
 from banlieue.testing import apiservers
-from banlieue.testing.apiserver.fixture import TEST_BOOKMARK_INTERVAL, ApiServerHandle, write_kubeconfig
-from banlieue.testing.apiserver.server import ApiServer
+from banlieue.testing.apiserver.fixture import ApiServerHandle, running_double
 from banlieue.testing.envtest import envtest_binaries_missing, start_envtest
 from banlieue.testing.realtier import RealApiServerHandle, real_integration_server
 
@@ -46,12 +45,8 @@ async def apiserver(tmp_path: Path) -> AsyncIterator[ApiServerHandle | RealApiSe
         with start_envtest(tmp_path / "envtest") as env, real_integration_server(env, tmp_path) as (server, url, kubeconfig):
             yield RealApiServerHandle(server, url, kubeconfig, env)
         return
-    double = ApiServer(bookmark_interval=TEST_BOOKMARK_INTERVAL)
-    url = await double.start("127.0.0.1", 0)
-    try:
-        yield ApiServerHandle(double, url, write_kubeconfig(tmp_path / "kubeconfig", url))
-    finally:
-        await double.stop()
+    async with running_double(tmp_path) as handle:
+        yield handle
 
 
 async def test_capi_installed_later_is_picked_up_in_seconds(apiserver: Any, client: Client, ns: str) -> None:
