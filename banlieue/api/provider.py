@@ -55,7 +55,7 @@ class ProviderConditionReason:
 
 PROVIDER_REACHABLE = "ProviderReachable"
 VCENTER_UNIQUE = "VCenterUnique"
-"""Provider condition: True (``Unique``) when no other Provider reaches the same vCenter, False
+"""Provider condition: True (``Unique``) when no other Provider of the namespace reaches the same vCenter, False
 (``DuplicateVCenter``) naming the others (ADR 0013)."""
 
 

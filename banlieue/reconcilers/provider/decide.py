@@ -44,10 +44,10 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
   (the machines' Connections carry the recorded UUID, so the backend refuses their calls), a
   re-check after ``IDENTITY_RECHECK_SECONDS``. With no machine, the new identity is recorded
   (Normal event ``VCenterChanged``) and the new inventory used.
-- Two Providers on one vCenter (``Snapshot.same_vcenter``: the other Providers whose
-  ``status.vcenter.instanceUUID`` is the observed one): ``VCenterUnique`` False
-  ``DuplicateVCenter`` on each, naming the others (by name in the same namespace, by count in
-  other namespaces: a tenant learns no other namespace's names); *decision* the oldest of them
+- Two Providers of one namespace on one vCenter (``Snapshot.same_vcenter``: the other Providers
+  whose ``status.vcenter.instanceUUID`` is the observed one; those of other namespaces are other
+  tenants sharing the vCenter, ignored and never mentioned): ``VCenterUnique`` False
+  ``DuplicateVCenter`` on each, naming the others; *decision* the oldest of them
   (creationTimestamp, then namespace/name) stays ``Ready`` and alone takes new VMs, the others
   are ``Ready`` False ``DuplicateVCenter`` (the scheduler places nothing there: each Provider
   reserves capacity against its own failure domains, so two would count one cluster twice).
@@ -460,16 +460,18 @@ def _uniqueness(snap: Snapshot, conds: list[Condition], instance_uuid: str, gen:
     when this Provider is a duplicate that must not place (None when it may)."""
     p = snap.provider
     ns = p.metadata.namespace or ""
-    if not snap.same_vcenter:
-        msg = f"no other Provider reaches vCenter {instance_uuid}"
+    # Another namespace's Provider on this vCenter is another tenant's (its own credentials, its
+    # own VMs, a scheduler view that never includes this namespace's Providers): not a duplicate,
+    # and nothing of it is told here (docs/security.md, ADR 0013 decision 4).
+    peers = [peer for peer in snap.same_vcenter if peer.namespace == ns]
+    if not peers:
+        msg = f"no other Provider of namespace {ns} reaches vCenter {instance_uuid}"
         return set_condition(conds, VCENTER_UNIQUE, ConditionStatus.TRUE, R.UNIQUE, msg, gen, snap.now), None
-    local = sorted(peer.name for peer in snap.same_vcenter if peer.namespace == ns)
-    remote = sum(1 for peer in snap.same_vcenter if peer.namespace != ns)
-    named = [f"Provider {n}" for n in local] + ([f"{remote} Provider(s) in other namespaces"] if remote else [])
-    oldest = min([*snap.same_vcenter, Peer(ns, p.metadata.name or "", p.metadata.creation_timestamp)],
+    named = [f"Provider {n}" for n in sorted(peer.name for peer in peers)]
+    oldest = min([*peers, Peer(ns, p.metadata.name or "", p.metadata.creation_timestamp)],
                  key=lambda peer: _peer_key(peer.namespace, peer.name, peer.created))
-    first = oldest.namespace == ns and oldest.name == p.metadata.name
-    who = "this one" if first else (f"Provider {oldest.name}" if oldest.namespace == ns else "one in another namespace")
+    first = oldest.name == p.metadata.name
+    who = "this one" if first else f"Provider {oldest.name}"
     msg = (f"{', '.join(named)} also reach vCenter {instance_uuid} (same instance UUID): only the oldest of them "
            f"({who}) takes new VMs, so the vCenter's capacity is not counted twice")
     conds = set_condition(conds, VCENTER_UNIQUE, ConditionStatus.FALSE, R.DUPLICATE_VCENTER, msg, gen, snap.now)

@@ -383,7 +383,8 @@ def test_duplicates_are_flagged_and_only_the_oldest_places() -> None:
     plan = decide(Snapshot(p, LATER, inventory=INVENTORY, api_version="8.0", vcenter=VC_A, same_vcenter=(older, remote)))
     status, reason, message = cond(plan.status, "VCenterUnique")
     assert (status, reason) == (ConditionStatus.FALSE, R.DUPLICATE_VCENTER)
-    assert "Provider vc0" in message and "1 Provider(s) in other namespaces" in message and "theirs" not in message
+    assert "Provider vc0" in message and "other-ns" not in message and "theirs" not in message
+    assert "namespace" not in message  # nothing about other tenants, not even a count
     assert cond(plan.status, READY)[:2] == (ConditionStatus.FALSE, R.DUPLICATE_VCENTER)
     assert cond(plan.status, PROVIDER_REACHABLE)[0] == ConditionStatus.TRUE
     # The oldest one keeps placing; flagged with a Warning too.
@@ -393,3 +394,17 @@ def test_duplicates_are_flagged_and_only_the_oldest_places() -> None:
     assert cond(plan.status, READY)[:2] == (ConditionStatus.TRUE, R.RECONCILED)
     assert cond(plan.status, "VCenterUnique")[:2] == (ConditionStatus.FALSE, R.DUPLICATE_VCENTER)
     assert ("Warning", R.DUPLICATE_VCENTER) in [(e.type, e.reason) for e in plan.events]
+
+
+def test_providers_of_other_namespaces_on_the_same_vcenter_are_other_tenants() -> None:
+    """One vCenter shared by tenants, each with its own Provider and credentials, is the normal
+    multi-tenant set-up (docs/security.md): an older Provider in another namespace neither stops
+    this one from placing nor shows up in its status (hostile-tenant finding: it did both)."""
+    p = on_vcenter(VC_A)
+    elsewhere = (Peer("team-b", "shared", NOW - timedelta(days=1)), Peer("team-c", "x", NOW - timedelta(days=3)))
+    plan = decide(Snapshot(p, LATER, inventory=INVENTORY, api_version="8.0", vcenter=VC_A, same_vcenter=elsewhere))
+    assert cond(plan.status, READY)[:2] == (ConditionStatus.TRUE, R.RECONCILED)
+    status, reason, message = cond(plan.status, "VCenterUnique")
+    assert (status, reason) == (ConditionStatus.TRUE, R.UNIQUE)
+    assert "team-" not in message and "shared" not in message
+    assert R.DUPLICATE_VCENTER not in [e.reason for e in plan.events]
