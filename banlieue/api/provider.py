@@ -91,9 +91,11 @@ class CABundle(ApiModel):
     """A Secret key holding the PEM bundle (key defaults to ca.crt)."""
 
 
-ENDPOINT_PATTERN = r"^([hH][tT][tT][pP][sS]?://)?([^\s/:?#@\[\]]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/\S*)?$"
+_PORT = r"([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+ENDPOINT_PATTERN = r"^([hH][tT][tT][pP][sS]?://)?([^\s/:?#@\[\]]+|\[[0-9A-Fa-f:.]+\])(:" + _PORT + r")?(/\S*)?$"
 """``spec.connection.endpoint``: ``[http[s]://]host[:port][/path]`` (scheme in any case), the host a name, an IPv4
-address or a bracketed IPv6 address (what ``backends.vsphere.session.parse_endpoint`` accepts)."""
+address or a bracketed IPv6 address, the port 1-65535 (what ``backends.vsphere.session.parse_endpoint``
+accepts; a port out of range raised there on every reconcile before the pattern said so)."""
 
 
 class ProviderConnection(ApiModel):

@@ -153,7 +153,8 @@ def negotiate_version(protocol: str, host: str, port: int, context: ssl.SSLConte
 def parse_endpoint(endpoint: str) -> tuple[str, str, int]:
     """``host``, ``host:port`` or ``scheme://host[:port][/sdk]`` -> (protocol, host, port).
 
-    The default is https on 443; ``http://`` is accepted for plain simulators only.
+    The default is https on 443; ``http://`` is accepted for plain simulators only. Raises
+    BackendError (``InvalidEndpoint``) for another scheme, no host, or a port out of 1-65535.
     """
     if "://" not in endpoint:
         endpoint = "https://" + endpoint
@@ -161,7 +162,11 @@ def parse_endpoint(endpoint: str) -> tuple[str, str, int]:
     protocol = parts.scheme or "https"
     if protocol not in ("https", "http") or not parts.hostname:
         raise BackendError(f"invalid vCenter endpoint {endpoint!r}", reason="InvalidEndpoint")
-    port = parts.port or (443 if protocol == "https" else 80)
+    try:
+        port = parts.port or (443 if protocol == "https" else 80)
+    except ValueError:  # urlsplit checks the port only when asked: out of 0-65535, not a number
+        raise BackendError(f"invalid vCenter endpoint {endpoint!r}: the port is not in 1-65535",
+                           reason="InvalidEndpoint", public=True) from None
     return protocol, parts.hostname, port
 
 

@@ -27,10 +27,11 @@ here is remembered (``last_connection``) for machine deletions after the Secret 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable
-from dataclasses import replace
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import structlog
 from pydantic import ValidationError
@@ -122,6 +123,34 @@ def config_maps_index(obj: Object) -> list[str]:
 SILENCE_POLL_SECONDS = 0.5
 """How often a Provider's own vCenter call in flight looks at the reachability probe."""
 
+CONTACT_WAIT_SECONDS = 10.0
+"""Longest a reconcile waits for a Provider's first call (login and ``about``) before it frees
+its worker and reports ``ConnectFailed`` (seconds); the call goes on in the endpoint's own
+thread pool and a later reconcile takes its answer without waiting again. An endpoint that
+accepts TCP and never answers held a worker for the request timeout twice per attempt (240 s
+with the default 120 s), so a tenant's few such Providers stalled every Provider's status
+(issue 23 case 4, found by a new-user pass)."""
+
+CONTACT_RECHECK_SECONDS = 5.0
+"""How soon a Provider whose first call is still unanswered is looked at again (seconds)."""
+
+
+class _Unanswered(Exception):
+    """The Provider's first call has not answered within ``CONTACT_WAIT_SECONDS``."""
+
+    def __init__(self, waited: float) -> None:
+        super().__init__(waited)
+        self.waited = waited
+
+
+@dataclass
+class _Contact:
+    """A Provider's first call in flight: for ``conn`` (another connection is another call)."""
+
+    conn: Connection
+    task: asyncio.Future[Any]
+    started: float
+
 
 class _Silent(Exception):
     """The vCenter stopped answering its probe while a call of this reconcile was in flight."""
@@ -153,6 +182,13 @@ async def _unless_silent(backend: object, conn: Connection, call: Coroutine[Any,
             task.cancel()
 
 
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    # A call dropped before its answer was taken (the Provider edited or deleted): its error is
+    # expected, not an "exception was never retrieved" warning.
+    if not task.cancelled():
+        task.exception()
+
+
 def _silent_snapshot(provider: Provider, now: datetime, silent: float) -> Snapshot:
     # Hung, not refusing: a request would wait for the request timeout (minutes).
     since = datetime.fromtimestamp(silent, tz=UTC)
@@ -173,6 +209,32 @@ class ProviderReconciler:
 
     def __init__(self, ctx: RoleContext) -> None:
         self.ctx = ctx
+        self._contacts: dict[tuple[str, str], _Contact] = {}
+
+    async def _first_contact(self, provider: Provider, conn: Connection, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``await call()`` for ``provider``'s ``conn`` without holding the worker longer than
+        ``CONTACT_WAIT_SECONDS`` (raises _Unanswered); a call already in flight for the same
+        connection is looked at, not sent again, and a finished one's result (or BackendError /
+        _Silent) is returned once."""
+        key = (provider.metadata.namespace or "", provider.metadata.name or "")
+        contact = self._contacts.get(key)
+        wait = 0.0
+        if contact is None or contact.conn != conn:
+            # (A call for an edited connection is dropped: its answer is not this endpoint's.)
+            contact = _Contact(conn, asyncio.ensure_future(call()), time.monotonic())
+            contact.task.add_done_callback(_retrieve)
+            self._contacts[key] = contact
+            wait = CONTACT_WAIT_SECONDS
+        if not contact.task.done():
+            await asyncio.wait({contact.task}, timeout=wait)
+        if not contact.task.done():
+            raise _Unanswered(time.monotonic() - contact.started)
+        del self._contacts[key]
+        return cast("T", contact.task.result())
+
+    def forget_contact(self, provider: Provider) -> None:
+        """Drop ``provider``'s call in flight (it is being deleted)."""
+        self._contacts.pop((provider.metadata.namespace or "", provider.metadata.name or ""), None)
 
     async def gather(self, provider: Provider) -> Snapshot:
         """The Snapshot of ``provider``: nothing is read from the backend when the class is not
@@ -196,7 +258,12 @@ class ProviderReconciler:
         # vCenter than the recorded one (decide compares them); its machines' calls are.
         probe = replace(conn, vcenter_instance_uuid=None)
         try:
-            about = await _unless_silent(backend, conn, backend.about(probe))
+            about = await self._first_contact(provider, conn, lambda: _unless_silent(backend, conn, backend.about(probe)))
+        except _Unanswered as quiet:
+            log.info("provider connection unanswered", provider=f"{provider.metadata.namespace}/{provider.metadata.name}",
+                     endpoint=conn.endpoint, waited_seconds=round(quiet.waited, 1))
+            message = f"vCenter did not answer within {quiet.waited:.0f} s"
+            return Snapshot(provider, now, failure=Failure("connect", "Transient", message), recheck_after=CONTACT_RECHECK_SECONDS)
         except _Silent as quiet:
             return _silent_snapshot(provider, now, quiet.since)
         except BackendError as err:
@@ -251,6 +318,7 @@ class ProviderReconciler:
 
     async def reconcile_delete(self, raw: Object, provider: Provider) -> Result:
         """A deleting Provider: keep the finalizer while machines use it, else drop it."""
+        self.forget_contact(provider)
         plan: DeletionPlan = decide_deletion(provider, self.users(provider), self.ctx.now())
         try:
             if plan.write_status:

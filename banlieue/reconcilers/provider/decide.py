@@ -156,6 +156,10 @@ class Snapshot:
     differs from the recorded ``status.vcenter`` (empty otherwise)."""
     same_vcenter: tuple[Peer, ...] = ()
     """The other Providers whose ``status.vcenter.instanceUUID`` is ``vcenter``'s."""
+    recheck_after: float | None = None
+    """Seconds after which a connect failure is looked at again instead of the rate-limited
+    retry: the first call still runs (``controller.CONTACT_WAIT_SECONDS``), and a retry could
+    only look at it."""
 
 
 @dataclass(frozen=True)
@@ -393,6 +397,8 @@ def decide(snap: Snapshot) -> Plan:
         status = ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen, vcenter=current.vcenter)
         if failure.stage == "config":
             return _plan(snap, status, requeue_after=REFRESH_SECONDS)
+        if snap.recheck_after is not None:
+            return _plan(snap, status, requeue_after=snap.recheck_after)
         return _plan(snap, status, requeue=True)
 
     recorded = current.vcenter

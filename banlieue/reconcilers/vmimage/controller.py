@@ -132,6 +132,12 @@ class VMImageReconciler:
             log.info("vmimage lookup deadline passed", provider=f"{provider.metadata.namespace}/{provider.metadata.name}",
                      endpoint=conn.endpoint, deadline_seconds=LOOKUP_DEADLINE_SECONDS)
             return Lookup(backend_error=(Transient.__name__, f"vCenter did not answer within {LOOKUP_DEADLINE_SECONDS:g} s"))
+        except Exception as err:
+            # The lookups of all Providers run in one TaskGroup: an exception escaping one task
+            # cancels the others and fails the whole VMImage (new-user finding: port 99999's
+            # ValueError left every namespace's rows unwritten). Logged with its traceback.
+            log.exception("vmimage lookup raised", provider=f"{provider.metadata.namespace}/{provider.metadata.name}")
+            return Lookup(backend_error=("Internal", f"the lookup failed ({type(err).__name__}); the manager's log has the detail"))
         return Lookup(found=tuple(found))
 
     async def gather(self, image: VMImage) -> Snapshot:

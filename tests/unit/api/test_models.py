@@ -179,12 +179,14 @@ def test_label_selector_matches(selector: dict[str, Any], labels: dict[str, str]
     assert LabelSelector.from_wire(selector).matches(labels) is want
 
 
-@pytest.mark.parametrize("endpoint", ["vc", "vc.example:443", "https://127.0.0.1:8989/sdk", "HTTPS://vc/sdk", "[::1]:443", "https://[::1]/sdk"])
+@pytest.mark.parametrize("endpoint", ["vc", "vc.example:443", "https://127.0.0.1:8989/sdk", "HTTPS://vc/sdk", "[::1]:443", "https://[::1]/sdk",
+                                      "vc:1", "vc:65535", "vc:9", "vc:60000"])
 def test_provider_endpoint_forms_accepted(endpoint: str) -> None:
     core.ProviderConnection.model_validate({"endpoint": endpoint, "credentialsRef": {"name": "s"}})
 
 
-@pytest.mark.parametrize("endpoint", ["ftp://127.0.0.1/sdk", "not a url", "https://", "https://vc /sdk", "FTP://vc"])
+@pytest.mark.parametrize("endpoint", ["ftp://127.0.0.1/sdk", "not a url", "https://", "https://vc /sdk", "FTP://vc",
+                                      "https://127.0.0.1:99999/sdk", "vc:65536", "vc:0", "vc:00443"])
 def test_provider_endpoint_that_no_reconcile_could_use_is_refused(endpoint: str) -> None:
     """A new user's ``ftp://`` Provider got no status at all (the controller raised at every
     reconcile): the schema refuses it at admission instead, the CRD carrying the same pattern."""

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -442,3 +445,55 @@ async def test_certificate_swapped_behind_kept_alive_connections_is_tls_verify_f
                     await watcher
     finally:
         proxy.close()
+
+
+@pytest.mark.vcsim
+async def test_silent_endpoints_hold_no_worker_from_other_providers(
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 23 case 4, the Provider controller (new-user finding): Providers whose endpoint
+    accepts TCP and never answers held a worker each for the request timeout, twice (TLS
+    handshake, then version discovery), and again at every retry; as many of them as workers
+    (4 here, 10 by default) and no other Provider got a status for minutes. A first contact now
+    holds a worker for at most ``CONTACT_WAIT_SECONDS``; later reconciles only look at it."""
+    monkeypatch.setattr(provider_reconciler, "CONTACT_WAIT_SECONDS", 1.0)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        silent.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                accepted.append(silent.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        await client.create(SECRET, secret_body("creds", namespace, username=vcsim.username, password=vcsim.password))
+        for i in range(6):  # more silent Providers than the role's 4 workers
+            hung = provider_body(f"silent-{i}", namespace, vcsim)
+            hung["spec"]["connection"]["credentialsRef"]["name"] = "creds"
+            hung["spec"]["connection"]["endpoint"] = f"127.0.0.1:{silent.getsockname()[1]}"
+            await client.create(PROVIDER, hung)
+        async with running_role(apiserver, [provider_reconciler.setup], backend):
+            await asyncio.sleep(2.0)  # the silent ones are being reconciled first
+            started = time.monotonic()
+            good = provider_body("good", namespace, vcsim)
+            good["spec"]["connection"]["credentialsRef"]["name"] = "creds"
+            await client.create(PROVIDER, good)
+            await provider_with(client, "good", namespace, "Reconciled", "True")
+            took = time.monotonic() - started
+            hung_now = await client.get(PROVIDER, "silent-0", namespace)
+        assert accepted, "the silent listener was never dialled: the test proves nothing"
+        assert took < 6.0, f"the good Provider waited {took:.1f} s behind the silent ones"
+        assert condition(hung_now, "ProviderReachable")["reason"] == "ConnectFailed", hung_now.get("status")
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        silent.close()
