@@ -165,6 +165,27 @@ POLICIES: tuple[Policy, ...] = (
         ),
     ),
     Policy(
+        # A Provider's classes decide where VMs go (datastores, port groups) with its
+        # credentials: changing them on a Provider whose credentials one cannot read would place
+        # with someone else's rights (what use-raw-placement guards on VSphereMachines).
+        name="banlieue-provider-capabilities-access",
+        resource="providers",
+        operations=("UPDATE",),
+        match_conditions=((
+            "capabilities-changed",
+            "has(object.spec.capabilities) != has(oldObject.spec.capabilities) || "
+            "(has(object.spec.capabilities) && object.spec.capabilities != oldObject.spec.capabilities)",
+        ),),
+        validations=(
+            Validation(
+                _may_get("secrets", "object.spec.connection.credentialsRef.name"),
+                "changing spec.capabilities needs permission to get the Secret named in spec.connection.credentialsRef "
+                "(the classes decide where VMs go with those credentials)",
+                "Forbidden",
+            ),
+        ),
+    ),
+    Policy(
         # Credentials never cross the network in clear text. A development cluster against a
         # plain simulator deletes this binding and runs the manager with
         # --development-allow-http-endpoints (the controller refuses http:// too).

@@ -140,6 +140,20 @@ def test_changing_the_endpoint_of_an_admin_provider_is_refused(tenant: Tenant) -
     assert stored["spec"]["connection"]["endpoint"] == "https://127.0.0.1:1/sdk"
 
 
+def test_changing_the_classes_of_an_admin_provider_is_refused(tenant: Tenant) -> None:
+    """New-user finding: a Provider writer repointed the network class of a Provider that uses
+    the admin's credentials at another port group (what ``use-raw-placement`` guards on
+    VSphereMachines), with those credentials."""
+    tenant.admin.ok("apply", "--server-side", "-f", "-", docs=[_provider("admins-classes", "admin-creds")])
+    writer = tenant.as_sa("writer")
+    classes = {"networkClasses": [{"name": "default", "target": {"portGroup": "DC0_DVPG0"}}]}
+    err = writer.rejected("patch", "provider", "admins-classes", "--type=merge", "-p", json.dumps({"spec": {"capabilities": classes}}))
+    assert "banlieue-provider-capabilities-access" in err and "spec.capabilities" in err, err
+    # On its own Provider (its own credentials): allowed.
+    writer.ok("apply", "--server-side", "-f", "-", docs=[_provider("own-classes", "tenant-creds")])
+    writer.ok("patch", "provider", "own-classes", "--type=merge", "-p", json.dumps({"spec": {"capabilities": classes}}))
+
+
 def test_http_endpoints_are_refused_for_everyone(tenant: Tenant) -> None:
     err = tenant.admin.rejected("apply", "--server-side", "-f", "-", docs=[_provider("plain", "admin-creds", "HTTP://127.0.0.1:1/sdk")])
     assert "banlieue-provider-https-endpoint" in err and "clear text" in err, err
