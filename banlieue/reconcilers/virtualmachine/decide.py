@@ -58,7 +58,12 @@ from banlieue.reconcilers.kinds import (
     FINALIZER_VIRTUAL_MACHINE,
     PROVIDER_CLASS_VSPHERE,
 )
-from banlieue.reconcilers.virtualmachine.machine_decide import desired_machine, machine_differs, owns
+from banlieue.reconcilers.virtualmachine.machine_decide import (
+    desired_machine,
+    machine_differs,
+    owns,
+    power_only_machine,
+)
 from banlieue.reconcilers.virtualmachine.scheduler import (
     PeerPlacement,
     PeerTotals,
@@ -528,6 +533,10 @@ def decide(s: Snapshot) -> Plan:
         decision = schedule(SchedulingInput(s.vm, s.vm_class, s.image, s.providers, s.peers, current, totals=s.peer_totals))
         placing = d.place(decision, current)
     apply_machine = d.apply(placing, current)
+    if (apply_machine is None and (s.vm_class is None or s.image is None or mismatch is not None)
+            and s.machine is not None and d.machine is not None and not d.machine.deleting):
+        # Nothing can be applied but power, which is always carried out (ADR 0012).
+        apply_machine = power_only_machine(s.vm, s.machine)
     blocked = placing.blocked
     migrating = get_condition(d.conds.items, C.MIGRATING)
     if blocked is None and migrating is not None and migrating.status is ConditionStatus.TRUE:

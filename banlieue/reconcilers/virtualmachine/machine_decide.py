@@ -93,6 +93,35 @@ def desired_machine(vm: VirtualMachine, vm_class: VMClass, target: Placement) ->
     }
 
 
+def power_only_machine(vm: VirtualMachine, machine: VSphereMachine) -> dict[str, Any] | None:
+    """The apply that carries ``vm.spec.desiredPowerState`` to its VSphereMachine ``machine``
+    when nothing else can be applied (its VMClass or VMImage is gone, or its spec cannot be
+    placed): the machine's own managed fields as they are, ``powerState`` changed; None when
+    the machine already has that power state.
+
+    Power requests are always carried out (issue 19, ADR 0012); a VM whose class was deleted
+    could not be powered off. The body repeats every managed field the live machine has, so the
+    server-side apply (one field manager) releases none of them."""
+    wanted = str(vm.spec.desired_power_state)
+    live = machine.to_wire()
+    spec = {k: v for k, v in (live.get("spec") or {}).items() if k in MANAGED_SPEC_KEYS}
+    if spec.get("powerState") == wanted:
+        return None
+    spec["powerState"] = wanted
+    meta = live.get("metadata") or {}
+    owner = {
+        "apiVersion": vm.api_version, "kind": vm.kind, "name": vm.metadata.name or "", "uid": vm.metadata.uid or "",
+        "controller": True, "blockOwnerDeletion": True,
+    }
+    return {
+        "apiVersion": INFRA_API_VERSION,
+        "kind": "VSphereMachine",
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "labels": dict(meta.get("labels") or {}),
+                     "ownerReferences": [owner], "finalizers": [FINALIZER_VSPHERE_MACHINE]},
+        "spec": spec,
+    }
+
+
 def _contains(actual: Any, desired: Any) -> bool:
     if isinstance(desired, dict):
         return isinstance(actual, dict) and all(k in actual and _contains(actual[k], v) for k, v in desired.items())

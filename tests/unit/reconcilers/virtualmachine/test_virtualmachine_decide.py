@@ -547,3 +547,25 @@ def test_a_running_vm_given_inconsistent_settings_keeps_running_as_it_is() -> No
     assert plan.apply_machine is None and not plan.delete_machine
     assert cond(plan, "ReferencesResolved") == ("False", "NetworkSettingsInconsistent")
     assert cond(plan, "Ready")[0] == "True"
+
+
+@pytest.mark.parametrize("missing", ["class", "image"])
+def test_power_is_carried_out_when_the_class_or_image_is_gone(missing: str) -> None:
+    """New-user finding (issue 19: power requests are always carried out): with its VMClass or
+    VMImage deleted, a running VM could not be powered off (the machine was left alone, so its
+    spec.powerState stayed PoweredOn). Only powerState changes; every other field the machine
+    has is applied as it is (one field manager: a field left out would be released)."""
+    live = machine(ready=("True", "Provisioned"), provisioned=True, power="PoweredOn",
+                   spec={"numCPUs": 2, "memoryMiB": 1024, "powerState": "PoweredOn", "template": "ubuntu-22.04",
+                         "disks": [{"name": "os", "sizeGiB": 10, "storageClass": "standard"}]})
+    kw: dict[str, Any] = {"cls": None} if missing == "class" else {"img": None}
+    plan = decide(snap(vm(scheduled=("a", "a-dc0-c0"), power="PoweredOff"), m=live, **kw))
+    assert plan.apply_machine is not None and not plan.delete_machine
+    spec = plan.apply_machine["spec"]
+    assert spec["powerState"] == "PoweredOff"
+    before = {k: v for k, v in live.to_wire()["spec"].items() if k != "powerState" and k in spec}
+    assert {k: v for k, v in spec.items() if k != "powerState"} == before
+    assert set(spec) - {"powerState"} == {"providerRef", "failureDomain", "numCPUs", "memoryMiB", "template", "disks"}
+    # Already there: nothing to apply.
+    plan = decide(snap(vm(scheduled=("a", "a-dc0-c0"), power="PoweredOn"), m=live, **kw))
+    assert plan.apply_machine is None
