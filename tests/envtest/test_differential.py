@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from banlieue.api.infrastructure import API_VERSION as INFRA_API_VERSION
 from banlieue.cmd.dev import find_kubectl
 from banlieue.options import StartupError
 from banlieue.testing.apiservers import ApiServerUnderTest, start_api_server
@@ -261,6 +262,11 @@ def _kubectl_session(api: ApiServerUnderTest, kubectl: str) -> dict[str, Any]:
     run("get after status", "get", "virtualmachines", "-n", KUBECTL_NS, table=True)
     run("get wide", "get", "vm", "-n", KUBECTL_NS, "-o", "wide", table=True)
     run("wait for Ready", "wait", "--for=condition=Ready", "virtualmachine/k", "-n", KUBECTL_NS, "--timeout=10s")
+    machine = {"apiVersion": INFRA_API_VERSION, "kind": "VSphereMachine",
+               "metadata": {"name": "m", "namespace": KUBECTL_NS, "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
+               "spec": {"providerRef": {"name": "p"}, "failureDomain": "fd1"}}
+    run("apply machine", "apply", "--server-side", "-f", "-", stdin=json.dumps(machine))
+    run("get machines wide", "get", "vspheremachines", "-n", KUBECTL_NS, "-o", "wide", table=True)
     run("explain a field", "explain", "virtualmachines.spec.classRef")
     run("explain the kind", "explain", "virtualmachines")
     return out
@@ -280,6 +286,8 @@ def test_kubectl_get_explain_wait_print_the_same_on_both(both: dict[str, ApiServ
     (tmp_path / "kubectl-differences.json").write_text(json.dumps(differences, indent=1))
     assert real["wait for Ready"]["exit"] == 0 and real["wait for Ready, not yet"]["exit"] != 0, real
     assert real["get after status"]["stdout"][0]["READY"] == "True", real["get after status"]
+    # CAPI's cluster-name label in the CLUSTER column (it was empty on kube-apiserver only).
+    assert real["get machines wide"]["stdout"][0]["CLUSTER"] == "demo", real["get machines wide"]
     assert differences == {}, json.dumps(differences, indent=1)
 
 

@@ -91,7 +91,7 @@ def _since(v: Any, now: datetime, *, invalid: str = "<unknown>") -> str:
 # --- JSONPath subset (client-go util/jsonpath) --------------------------------------------------
 
 _TOKEN_RE = re.compile(
-    r"""\.\.?(?P<field>[A-Za-z0-9_\-/$]+)
+    r"""\.\.?(?P<field>(?:[A-Za-z0-9_\-/$]|\\\.)+)
       | \[\s*(?P<index>-?\d+)\s*\]
       | \[\s*\*\s*\]|\.\*
       | \[\s*(?P<q>['"])(?P<key>.*?)(?P=q)\s*\]
@@ -153,8 +153,9 @@ def evaluate_jsonpath(path: str, obj: Any) -> list[Any]:
         nxt: list[Any] = []
         for v in current:
             if m.group("field") is not None:
-                if isinstance(v, dict) and m.group("field") in v:
-                    nxt.append(v[m.group("field")])
+                name = m.group("field").replace("\\.", ".")  # client-go: ``\.`` is a dot of the key
+                if isinstance(v, dict) and name in v:
+                    nxt.append(v[name])
             elif m.group("index") is not None:
                 i = int(m.group("index"))
                 if isinstance(v, list) and -len(v) <= i < len(v):
