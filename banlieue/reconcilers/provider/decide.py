@@ -478,7 +478,8 @@ def _uniqueness(snap: Snapshot, conds: list[Condition], instance_uuid: str, gen:
                  key=lambda peer: _peer_key(peer.namespace, peer.name, peer.created))
     first = oldest.name == p.metadata.name
     who = "this one" if first else f"Provider {oldest.name}"
-    msg = (f"{', '.join(named)} also reach vCenter {instance_uuid} (same instance UUID): only the oldest of them "
+    verb = "reaches" if len(named) == 1 else "reach"
+    msg = (f"{', '.join(named)} also {verb} vCenter {instance_uuid} (same instance UUID): only the oldest of them "
            f"({who}) takes new VMs, so the vCenter's capacity is not counted twice")
     conds = set_condition(conds, VCENTER_UNIQUE, ConditionStatus.FALSE, R.DUPLICATE_VCENTER, msg, gen, snap.now)
     return conds, None if first else msg
