@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler_harness import b64, eventually, new_client
@@ -96,3 +99,44 @@ async def provider_with(client: Client, name: str, namespace: str, reason: str, 
 
     result: dict[str, Any] = await eventually(check, timeout=45.0, what=f"Provider {namespace}/{name} Ready reason {reason}")
     return result
+
+
+@dataclass
+class SilentListener:
+    """A 127.0.0.1 listener that accepts TCP connections and never answers (a hung or hostile
+    vCenter endpoint): ``endpoint`` for a Provider, ``accepted`` the connections it took."""
+
+    port: int
+    accepted: list[socket.socket] = field(default_factory=list)
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@contextlib.contextmanager
+def silent_listener() -> Iterator[SilentListener]:
+    """A :class:`SilentListener`, accepting in a thread until the block exits; then every
+    connection and the socket are closed."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    sock.settimeout(0.2)
+    listener = SilentListener(sock.getsockname()[1])
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                listener.accepted.append(sock.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield listener
+    finally:
+        stop.set()
+        thread.join()
+        for conn in listener.accepted:
+            conn.close()
+        sock.close()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from provider_role import condition, provider_body, provider_with, running_role, secret_body
+from provider_role import condition, provider_body, provider_with, running_role, secret_body, silent_listener
 from reconciler_harness import eventually
 
 from banlieue.api.provider import PROVIDER_REACHABLE
@@ -310,9 +310,7 @@ class TLSProxy:
     that leg held to TLS 1.2), which stalled this test's setup."""
 
     def __init__(self, upstream: VcsimProcess, cert_dir: str) -> None:
-        import socket
         import ssl
-        import threading
 
         self._ssl = ssl
         self.upstream = upstream
@@ -458,26 +456,12 @@ async def test_silent_endpoints_hold_no_worker_from_other_providers(
     (4 here, 10 by default) and no other Provider got a status for minutes. A first contact now
     holds a worker for at most ``CONTACT_WAIT_SECONDS``; later reconciles only look at it."""
     monkeypatch.setattr(provider_reconciler, "CONTACT_WAIT_SECONDS", 1.0)
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(64)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        silent.settimeout(0.2)
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                accepted.append(silent.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
+    with silent_listener() as silent:
         await client.create(SECRET, secret_body("creds", namespace, username=vcsim.username, password=vcsim.password))
         for i in range(6):  # more silent Providers than the role's 4 workers
             hung = provider_body(f"silent-{i}", namespace, vcsim)
             hung["spec"]["connection"]["credentialsRef"]["name"] = "creds"
-            hung["spec"]["connection"]["endpoint"] = f"127.0.0.1:{silent.getsockname()[1]}"
+            hung["spec"]["connection"]["endpoint"] = silent.endpoint
             await client.create(PROVIDER, hung)
         async with running_role(apiserver, [provider_reconciler.setup], backend):
             await asyncio.sleep(2.0)  # the silent ones are being reconciled first
@@ -488,12 +472,6 @@ async def test_silent_endpoints_hold_no_worker_from_other_providers(
             await provider_with(client, "good", namespace, "Reconciled", "True")
             took = time.monotonic() - started
             hung_now = await client.get(PROVIDER, "silent-0", namespace)
-        assert accepted, "the silent listener was never dialled: the test proves nothing"
-        assert took < 6.0, f"the good Provider waited {took:.1f} s behind the silent ones"
-        assert condition(hung_now, "ProviderReachable")["reason"] == "ConnectFailed", hung_now.get("status")
-    finally:
-        stop.set()
-        thread.join()
-        for conn in accepted:
-            conn.close()
-        silent.close()
+    assert silent.accepted, "the silent listener was never dialled: the test proves nothing"
+    assert took < 6.0, f"the good Provider waited {took:.1f} s behind the silent ones"
+    assert condition(hung_now, "ProviderReachable")["reason"] == "ConnectFailed", hung_now.get("status")

@@ -3,9 +3,6 @@ API-server double and two vcsims (one with the template in both datacenters, one
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +14,7 @@ from provider_role import (
     provider_with,
     running_role,
     secret_body,
+    silent_listener,
 )
 from reconciler_harness import eventually
 
@@ -162,27 +160,13 @@ async def test_a_silent_vcenter_delays_no_other_providers_row(
     request timeout (120 s). With a per-Provider lookup deadline the other row is written at once
     and the silent one reports ConnectFailed after the deadline."""
     monkeypatch.setattr(vmimage_reconciler, "LOOKUP_DEADLINE_SECONDS", 3.0)
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(16)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        silent.settimeout(0.2)
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                accepted.append(silent.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
     name = f"ubuntu-{namespace}"
-    try:
+    with silent_listener() as silent:
         for prov in ("good", "silent"):
             await client.create(SECRET, secret_body(f"{prov}-creds", namespace, username=vcsim.username, password=vcsim.password))
         await client.create(PROVIDER, provider_body("good", namespace, vcsim))
         hung = provider_body("silent", namespace, vcsim)
-        hung["spec"]["connection"]["endpoint"] = f"127.0.0.1:{silent.getsockname()[1]}"
+        hung["spec"]["connection"]["endpoint"] = silent.endpoint
         await client.create(PROVIDER, hung)
         await client.create(VM_IMAGE, image_body(name))
         async with running_role(apiserver, [vmimage_reconciler.setup], backend):
@@ -194,12 +178,6 @@ async def test_a_silent_vcenter_delays_no_other_providers_row(
 
             rows = await eventually(both_rows, timeout=20.0, what="the good Provider's row next to the silent one's")
             took = time.monotonic() - started
-        assert rows["silent"]["ready"] is False and rows["silent"]["reason"] == "ConnectFailed", rows["silent"]
-        assert accepted, "the silent listener was never dialled: the test proves nothing"
-        assert took < 15.0, f"status took {took:.1f} s"
-    finally:
-        stop.set()
-        thread.join()
-        for conn in accepted:
-            conn.close()
-        silent.close()
+    assert rows["silent"]["ready"] is False and rows["silent"]["reason"] == "ConnectFailed", rows["silent"]
+    assert silent.accepted, "the silent listener was never dialled: the test proves nothing"
+    assert took < 15.0, f"status took {took:.1f} s"
