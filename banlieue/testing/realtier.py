@@ -39,6 +39,8 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
+from banlieue.testing.processes import terminate
+
 from .apiserver.fixture import write_kubeconfig
 from .apiserver.server import RequestRecord
 from .apiservers import REPO_ROOT
@@ -241,12 +243,7 @@ def kubectl_proxy(kubeconfig: Path) -> Iterator[str]:
                 url = f"http://{match.group(1)}"
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        terminate(proc)
 
 
 @contextlib.contextmanager

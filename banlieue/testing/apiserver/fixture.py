@@ -29,6 +29,8 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from banlieue.testing.processes import terminate
+
 from .server import ApiServer
 from .store import DEFAULT_HISTORY
 
@@ -157,12 +159,7 @@ def start_subprocess(port: int | None = None, crd_dir: str | Path | None = None,
             raise RuntimeError(f"apiserver double failed to start (exit code {proc.poll()})")
         yield ApiServerProcess(proc, url, write_kubeconfig(Path(tmp.name) / "kubeconfig", url))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
         if proc.stdout is not None:
             proc.stdout.close()
         tmp.cleanup()

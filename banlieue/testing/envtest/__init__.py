@@ -52,7 +52,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import ssl
 import subprocess
 import tempfile
@@ -67,6 +66,7 @@ from typing import Any
 import yaml
 
 from banlieue.cmd.dev import free_port
+from banlieue.testing.processes import terminate
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
@@ -275,7 +275,7 @@ class Envtest:
         """SIGTERM kcm, apiserver, etcd (in that order; SIGKILL after :data:`STOP_GRACE` s), then
         remove what was written into ``dir`` (the logs too unless ``keep_logs``). Idempotent."""
         for proc in reversed(self.procs):
-            _terminate(proc.process)
+            terminate(proc.process, STOP_GRACE)
         self.procs.clear()
         for path in self.created:
             if keep_logs and path == self.log_dir:
@@ -285,17 +285,6 @@ class Envtest:
             else:
                 path.unlink(missing_ok=True)
         self.created.clear()
-
-
-def _terminate(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=STOP_GRACE)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
 
 
 def _http_status(url: str, ctx: ssl.SSLContext) -> int:
