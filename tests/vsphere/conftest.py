@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
@@ -22,6 +23,19 @@ def connection_for(vc: VcsimProcess, provider: str = "default/vc", **overrides: 
     }
     fields.update(overrides)
     return Connection(**fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A 127.0.0.1 port that completes TCP handshakes (kernel backlog) and never answers a byte:
+    a vCenter (or the load balancer in front of it) that hangs."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        sock.close()
 
 
 @pytest.fixture

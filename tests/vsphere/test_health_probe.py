@@ -5,9 +5,7 @@ heard once each and ``down_since`` is the send time of the first unanswered prob
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client import REGISTRY
@@ -21,22 +19,10 @@ from banlieue.testing.vcsim import VcsimProcess
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(60)]
 
 
-@pytest.fixture
-def silent() -> Iterator[int]:
-    """A port that completes TCP handshakes (kernel backlog) and never answers a byte."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    try:
-        yield int(sock.getsockname()[1])
-    finally:
-        sock.close()
-
-
-def test_probe_hears_silence_then_answers(vcsim: VcsimProcess, conn: Connection, silent: int) -> None:
+def test_probe_hears_silence_then_answers(vcsim: VcsimProcess, conn: Connection, silent_port: int) -> None:
     protocol, host, port = parse_endpoint(conn.endpoint)
     answering = stub_factory(protocol, host, port, "vim.version.version8", ssl_context(conn), timeout=1.0)
-    hung = stub_factory("http", "127.0.0.1", silent, "vim.version.version8", None, timeout=0.5)
+    hung = stub_factory("http", "127.0.0.1", silent_port, "vim.version.version8", None, timeout=0.5)
     target = [answering]
     downs: list[str] = []
     backs: list[str] = []

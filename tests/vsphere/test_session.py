@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from pyVim.connect import Disconnect, SmartConnect
@@ -155,19 +155,6 @@ async def test_vcenter_back_after_a_restart_is_reported_and_its_inventory_re_rea
             second.stop()
     finally:
         first.stop()
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A 127.0.0.1 port that completes TCP handshakes (kernel backlog) and never answers a byte:
-    a vCenter (or the load balancer in front of it) that hangs."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    try:
-        yield int(sock.getsockname()[1])
-    finally:
-        sock.close()
 
 
 @pytest.mark.parametrize("scheme", ["https", "http"])
