@@ -39,6 +39,26 @@ __all__ = ["REPO", "ManagerEnv", "VcsimClient", "apply_flags", "condition", "crd
            "requirements_skip", "start_manager_env", "wait_for"]
 
 
+DEV_READY_LINE = "Ctrl-C stops everything."
+"""The line ``banlieue dev`` prints once everything it started is ready."""
+
+
+def read_dev_until_ready(proc: subprocess.Popen[str]) -> str:
+    """What ``banlieue dev`` (``proc``, stdout a text pipe) printed up to its ready line. Fails
+    the test with that output (and stderr, when dev has exited) if stdout ends before it;
+    bounded by the test timeout."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith(DEV_READY_LINE):
+            break
+    out = "".join(lines)
+    if not (lines and lines[-1].startswith(DEV_READY_LINE)):
+        pytest.fail(out + (proc.stderr.read() if proc.poll() is not None and proc.stderr else ""))
+    return out
+
+
 def kubectl_path() -> str | None:
     try:
         return find_kubectl()

@@ -23,7 +23,7 @@ from banlieue.cmd.dev import point_providers_at, sample_documents
 from banlieue.testing.envtest import envtest_binaries_missing
 from banlieue.testing.guestnet import static_address
 
-from .harness import REPO, http, requirements_skip
+from .harness import REPO, http, read_dev_until_ready, requirements_skip
 
 
 def run_dev(state: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 110,
@@ -144,18 +144,12 @@ def test_dev_runs_until_ctrl_c_then_stops_everything(tmp_path: Path) -> None:
          "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )
-    lines: list[str] = []
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:  # bounded by the test timeout
-            lines.append(line)
-            if line.startswith("Ctrl-C stops everything."):
-                break
-        assert lines and lines[-1].startswith("Ctrl-C"), "".join(lines)
+        out = read_dev_until_ready(proc)
         # The simulators report guest addresses (--guest-ip), from documentation ranges only.
-        addresses = re.findall(r"\s(\d+\.\d+\.\d+\.\d+)\s", "".join(lines))
-        assert addresses and all(a.startswith(("192.0.2.", "198.51.100.")) for a in addresses), "".join(lines)
-        probes = re.search(r"probes: (http://127\.0\.0\.1:\d+)/readyz", "".join(lines))
+        addresses = re.findall(r"\s(\d+\.\d+\.\d+\.\d+)\s", out)
+        assert addresses and all(a.startswith(("192.0.2.", "198.51.100.")) for a in addresses), out
+        probes = re.search(r"probes: (http://127\.0\.0\.1:\d+)/readyz", out)
         assert probes is not None
         assert http("GET", probes.group(1) + "/readyz")[0] == 200  # still serving after ready
         proc.send_signal(signal.SIGINT)

@@ -23,7 +23,7 @@ from banlieue.testing.capi import binaries_missing, check_loopback
 from banlieue.testing.clusterctl import documents, parse_describe
 from banlieue.testing.envtest import envtest_binaries_missing
 
-from .harness import REPO, requirements_skip
+from .harness import REPO, read_dev_until_ready, requirements_skip
 
 PROVISION_TIMEOUT = 120.0  # seconds for the two worker Machines to get a providerID on a loaded 2-core machine
 
@@ -89,15 +89,8 @@ def test_dev_capi_provisions_the_printed_cluster_then_stops_everything(tmp_path:
     systmp.mkdir()
     proc = subprocess.Popen(dev_argv(state, "--capi"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                             env={**os.environ, "TMPDIR": str(systmp)})
-    lines: list[str] = []
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:  # bounded by the test timeout
-            lines.append(line)
-            if line.startswith("Ctrl-C stops everything."):
-                break
-        out = "".join(lines)
-        assert lines and lines[-1].startswith("Ctrl-C"), out + (proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+        out = read_dev_until_ready(proc)
         assert re.search(r"^\[4/8\] starting Cluster API \(core, kubeadm bootstrap and control plane managers\) \.\.\. ok", out, re.M), out
         kubeconfig = re.search(r"^  export KUBECONFIG=(\S+)$", out, re.M)
         assert kubeconfig is not None and Path(kubeconfig.group(1)).is_file(), out
