@@ -149,6 +149,16 @@ class Child:
     started: float = field(default_factory=time.monotonic)
     exits: list[float] = field(default_factory=list)
 
+    def first_line(self, timeout: float) -> str | None:
+        """The first line the child prints on its stdout pipe (``stdout_pipe=True``), stripped;
+        None when nothing comes within ``timeout`` seconds (an empty string: it closed stdout)."""
+        assert self.process.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.process.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout=timeout):
+                return None
+        return self.process.stdout.readline().decode(errors="replace").strip()
+
     def tail(self, lines: int = 15) -> str:
         """The last ``lines`` lines of the log, for error messages; when the log holds a Go flag
         package's usage text (``Usage of ...``), the lines before it instead: the cause (``flag
@@ -457,12 +467,9 @@ class DevEnv:
         argv = [sys.executable, "-m", "banlieue.testing.envtest", "up", "--dir", str(self.state / "envtest"),
                 "--port", str(self.args.api_port)]
         child = self.children.start("envtest", argv, self.state / "envtest.log", stdout_pipe=True)
-        assert child.process.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(child.process.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout=STARTUP_TIMEOUT + 30):
-                raise StartupError(f"envtest not ready within {STARTUP_TIMEOUT + 30:g} s (log {child.log})")
-        line = child.process.stdout.readline().decode(errors="replace").strip()
+        line = child.first_line(STARTUP_TIMEOUT + 30)
+        if line is None:
+            raise StartupError(f"envtest not ready within {STARTUP_TIMEOUT + 30:g} s (log {child.log})")
         match = re.fullmatch(r"envtest ready in \S+ s: (https://127\.0\.0\.1:\d+) kubeconfig=(\S+)", line)
         if match is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -496,12 +503,9 @@ class DevEnv:
              "--state-file", str(self.state_file)],
             self.state / "apiserver.log", stdout_pipe=True,
         )
-        assert child.process.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(child.process.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout=STARTUP_TIMEOUT):
-                raise StartupError(f"no URL within {STARTUP_TIMEOUT:g} s (log {child.log}): {child.tail(5)}")
-        line = child.process.stdout.readline().decode(errors="replace").strip()
+        line = child.first_line(STARTUP_TIMEOUT)
+        if line is None:
+            raise StartupError(f"no URL within {STARTUP_TIMEOUT:g} s (log {child.log}): {child.tail(5)}")
         if not line.startswith("http://"):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout=5)  # EOF: it is exiting; report its code and log
@@ -673,13 +677,10 @@ class DevEnv:
         shutil.rmtree(workdir, ignore_errors=True)
         argv = [sys.executable, "-m", "banlieue.testing.capi", "up", "--kubeconfig", str(self.kubeconfig), "--dir", str(workdir)]
         child = self.children.start("Cluster API managers", argv, self.state / "capi.log", stdout_pipe=True)
-        assert child.process.stdout is not None
         timeout = CAPI_READY_TIMEOUT + STARTUP_TIMEOUT  # rendering (go list, kubectl kustomize) and applying come first
-        with selectors.DefaultSelector() as sel:
-            sel.register(child.process.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout=timeout):
-                raise StartupError(f"not ready within {timeout:g} s (log {child.log})")
-        line = child.process.stdout.readline().decode(errors="replace").strip()
+        line = child.first_line(timeout)
+        if line is None:
+            raise StartupError(f"not ready within {timeout:g} s (log {child.log})")
         if not line.startswith("capi: core, kubeadm bootstrap and control plane managers ready"):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout=STOP_TIMEOUT)
