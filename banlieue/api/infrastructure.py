@@ -70,11 +70,13 @@ class VSphereMachineReason:
     CONNECT_FAILED = ProviderConditionReason.CONNECT_FAILED
     TLS_VERIFY_FAILED = ProviderConditionReason.TLS_VERIFY_FAILED
     VCENTER_IDENTITY_CHANGED = ProviderConditionReason.VCENTER_IDENTITY_CHANGED
+    DUPLICATE_VCENTER = ProviderConditionReason.DUPLICATE_VCENTER
     # Not named by the SPEC (banlieue's choice).
     WAITING_FOR_OWNER = "WaitingForOwner"
     WAITING_FOR_CLUSTER = "WaitingForCluster"
     WAITING_FOR_CLUSTER_API = "WaitingForClusterAPI"
     PROVIDER_NOT_FOUND = "ProviderNotFound"
+    PROVIDER_DELETING = "ProviderDeleting"
     FAILURE_DOMAIN_NOT_FOUND = "FailureDomainNotFound"
     VM_NOT_FOUND = "VMNotFound"
     POWERING_OFF = "PoweringOff"
@@ -369,7 +371,9 @@ class ExcludedFailureDomain(ApiModel):
     provider: str
     """Provider it belongs to."""
     message: str
-    """Why: the required classes it does not offer."""
+    """Why it is not advertised: its Provider takes no new machines (being deleted, or a
+    DuplicateVCenter), it offers no network class, or it lacks a class spec.machineRequirements
+    names."""
 
 
 class VSphereClusterSpec(ApiModel):

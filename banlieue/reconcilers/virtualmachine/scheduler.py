@@ -589,7 +589,14 @@ def schedule(inp: SchedulingInput) -> SchedulingDecision:
     provider_selector, fd_selector = _placement_selectors(inp)
     # A Provider being deleted keeps the VMs it has (stickiness above) but takes no new ones: a new
     # placement would hold its finalizer (banlieue.io/provider) for as long as the VM lives.
-    matched = [p for p in providers if _provider_eligible(inp, p) and p.metadata.deletion_timestamp is None]
+    eligible = [p for p in providers if _provider_eligible(inp, p)]
+    matched = [p for p in eligible if p.metadata.deletion_timestamp is None]
+    if not matched and eligible:
+        names = _names(p.metadata.name or "" for p in eligible)
+        said = f"Provider {names} is being deleted and takes" if len(eligible) == 1 else f"Providers {names} are being deleted and take"
+        msg = (f"{said} no new VM, and no other Provider in namespace "
+               f"{namespace} matches placement.providerSelector {_selector_text(provider_selector)}: create or select another Provider")
+        return _fail(VirtualMachineReason.NO_PROVIDER_MATCHED, msg, problem)
     if not matched:
         classes = _names(s.provider_class for s in inp.image.spec.sources or ()) or "none"
         msg = (

@@ -10,10 +10,13 @@ SPEC §3: it talks to no backend. Rules of ``decide``:
   name (the first Provider in refs order, else name order, wins), sorted by name, at most 100
   (the CRD's bound). ``attributes`` = the domain's labels plus ``provider`` (the Provider name),
   ``datacenter`` and ``cluster`` from ``attributes.raw`` (labels win on a clash).
-* ``spec.machineRequirements`` (storage and network class names): a failure domain whose
-  ``availableStorageClasses`` / ``availableNetworkClasses`` lack one of them is not advertised;
-  it is listed in ``status.excludedFailureDomains`` with what it lacks (issue 21: a domain
-  advertised where the machines' classes cannot be realised fails every machine placed there).
+* Not advertised, listed in ``status.excludedFailureDomains`` with why (``why_excluded``; a
+  domain advertised where no machine can be realised fails every machine CAPI places there):
+  the domains of a Provider that takes no new machines (being deleted, or ``Ready`` False
+  ``DuplicateVCenter``, ADR 0013); a domain with no ``availableNetworkClasses`` (a machine
+  there could get no NIC; CAPV advertises only the deployment zones whose failure domain it
+  validated); a domain whose ``availableStorageClasses`` / ``availableNetworkClasses`` lack a
+  class ``spec.machineRequirements`` names (issue 21).
 * ``controlPlane``: ``spec.controlPlaneFailureDomainSelector`` matched against those attributes;
   no selector -> every domain is a control-plane domain (CAPV's VSphereFailureDomain default,
   and what "spread a control plane across all six" on the design page needs).
@@ -48,6 +51,7 @@ from banlieue.api.conditions import PAUSED as PAUSED_CONDITION
 from banlieue.api.conditions import READY, get_condition, set_condition
 from banlieue.api.infrastructure import ExcludedFailureDomain, VSphereCluster, VSphereClusterStatus
 from banlieue.api.infrastructure import VSphereClusterReason as Reason
+from banlieue.api.infrastructure import VSphereMachineReason as MachineReason
 from banlieue.api.meta import APIEndpoint, FailureDomain, Initialization
 from banlieue.api.provider import Provider, ProviderFailureDomain
 from banlieue.reconcilers.context import RoleContext
@@ -61,6 +65,7 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_CLUSTER,
 )
 from banlieue.reconcilers.read_your_writes import ReadYourWrites
+from banlieue.reconcilers.vspheremachine.placement import refuses_new_machines
 from banlieue.runtime.builder import ControllerBuilder, ManagerLike
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import ApiError, NotFound
@@ -122,30 +127,53 @@ def lacks(cluster: VSphereCluster, domain: ProviderFailureDomain) -> list[str]:
     return out + [f"networkClass {n}" for n in sorted(set(req.network_classes or ())) if n not in networks]
 
 
+def why_excluded(cluster: VSphereCluster, provider: Provider, domain: ProviderFailureDomain) -> str | None:
+    """Why ``domain`` of ``provider`` is not advertised (the ``excludedFailureDomains`` message),
+    None when it is. Rules, first match wins: the Provider takes no new machines (being deleted,
+    or ``Ready`` False ``DuplicateVCenter``: ``placement.refuses_new_machines``); it lacks a
+    class ``spec.machineRequirements`` names (``lacks``); it offers no network class
+    (``availableNetworkClasses`` empty: a machine placed there could get no NIC; CAPV likewise
+    advertises only the deployment zones whose failure domain it validated, networks included)."""
+    refused = refuses_new_machines(provider)
+    if refused is not None:
+        reason, _ = refused
+        return ("its Provider is being deleted and takes no new machines" if reason == MachineReason.PROVIDER_DELETING
+                else "its Provider reaches the same vCenter as an older Provider of this namespace (DuplicateVCenter) "
+                     "and takes no new machines")
+    missing = lacks(cluster, domain)
+    if missing:
+        return f"does not offer {', '.join(missing)} (spec.machineRequirements)"
+    attrs = domain.attributes
+    if not (attrs.available_network_classes if attrs else None):
+        return ("offers no network class, so a machine placed there could get no NIC: add a network class whose port "
+                "group this domain's hosts reach to the Provider's spec.capabilities.networkClasses")
+    return None
+
+
 def excluded(s: Snapshot) -> list[ExcludedFailureDomain]:
-    """The selected Providers' failure domains left out for lacking a required class, sorted by
-    name, at most ``MAX_FAILURE_DOMAINS``."""
+    """The selected Providers' failure domains left out (``why_excluded``) and not advertised by
+    another selected Provider under the same name, sorted by name, at most
+    ``MAX_FAILURE_DOMAINS``."""
     out: dict[str, ExcludedFailureDomain] = {}
+    advertised = {d.name for d in aggregate(s)}
     providers, _ = _selected(s)
     for provider in providers:
         for domain in (provider.status.failure_domains if provider.status else None) or ():
-            missing = lacks(s.cluster, domain)
-            if missing and domain.name not in out:
-                out[domain.name] = ExcludedFailureDomain(
-                    name=domain.name, provider=provider.metadata.name or "",
-                    message=f"does not offer {', '.join(missing)} (spec.machineRequirements)")
+            why = why_excluded(s.cluster, provider, domain)
+            if why is not None and domain.name not in out and domain.name not in advertised:
+                out[domain.name] = ExcludedFailureDomain(name=domain.name, provider=provider.metadata.name or "", message=why)
     return [out[n] for n in sorted(out)][:MAX_FAILURE_DOMAINS]
 
 
 def aggregate(s: Snapshot) -> list[FailureDomain]:
-    """The CAPI failure domains of the selected Providers that offer what
-    ``spec.machineRequirements`` names (module docstring)."""
+    """The CAPI failure domains of the selected Providers that can take machines
+    (``why_excluded`` None; module docstring)."""
     selector = s.cluster.spec.control_plane_failure_domain_selector
     seen: dict[str, FailureDomain] = {}
     providers, _ = _selected(s)
     for provider in providers:
         for domain in (provider.status.failure_domains if provider.status else None) or ():
-            if domain.name in seen or lacks(s.cluster, domain):
+            if domain.name in seen or why_excluded(s.cluster, provider, domain) is not None:
                 continue
             attrs: dict[str, str] = {"provider": provider.metadata.name or ""}
             raw = domain.attributes.raw if domain.attributes else None
@@ -200,15 +228,16 @@ def decide(s: Snapshot) -> Plan:
                  f"vSphere Providers not found in namespace {cluster.metadata.namespace}: {', '.join(missing)}")
         elif not domains and left_out:
             set_(READY, False, Reason.NO_FAILURE_DOMAINS,
-                 f"no failure domain of the selected Providers offers spec.machineRequirements: {len(left_out)} "
-                 "excluded (status.excludedFailureDomains)")
+                 f"no failure domain of the selected Providers can take machines: {len(left_out)} excluded, "
+                 "each with the reason in status.excludedFailureDomains (a missing network class, "
+                 "spec.machineRequirements, or a Provider being deleted)")
         elif not domains:
             names = ", ".join(p.metadata.name or "" for p in providers)
             set_(READY, False, Reason.NO_FAILURE_DOMAINS,
                  f"selected Providers {names} report no failure domains yet" if providers
                  else f"no vSphere Provider selected in namespace {cluster.metadata.namespace}")
         else:
-            note = f"; {len(left_out)} excluded for lacking spec.machineRequirements" if left_out else ""
+            note = f"; {len(left_out)} excluded (status.excludedFailureDomains)" if left_out else ""
             set_(READY, True, Reason.READY, f"{len(domains)} failure domains from {len(providers)} Providers{note}")
     status.conditions = conds
     desired = status.to_wire()

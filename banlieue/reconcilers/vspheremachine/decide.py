@@ -13,6 +13,10 @@ introduced here:
   installed) or their caches are not synced yet (``waiting_for_cluster_api``): said at once, so
   such a machine never sits without a ``Ready`` condition.
 - ``ProviderNotFound``: ``spec.providerRef`` names no Provider in the namespace.
+- ``ProviderDeleting`` / ``DuplicateVCenter`` (borrowed from the Provider): the placement's
+  Provider is being deleted, or is ``Ready`` False ``DuplicateVCenter`` (ADR 0013), and the
+  machine has no VM yet: nothing is cloned (``placement.refuses_new_machines``); a machine whose
+  VM exists keeps it.
 - ``FailureDomainNotFound``: no Provider lists the failure domain in ``status.failureDomains``.
 - ``VMNotFound``: the VM was provisioned (``status.instanceUUID`` known) but is gone from vCenter:
   reported with a Warning event, never silently re-created (delete the object to recover).
@@ -127,6 +131,7 @@ from banlieue.reconcilers.vspheremachine.placement import (
     cluster_infrastructure_provisioned,
     cluster_paused,
     is_capi_path,
+    refuses_new_machines,
     resolve_placement,
 )
 from banlieue.reconcilers.vspheremachine.progress import progress_write_wait
@@ -142,7 +147,8 @@ R = VSphereMachineReason
 
 WARNING_REASONS = frozenset(
     {R.TEMPLATE_NOT_FOUND, R.INVALID_SPEC, R.CLONE_FAILED, R.VM_NOT_FOUND, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED,
-     R.SECRET_MISSING, R.SECRET_INVALID, R.PROVIDER_NOT_FOUND, R.FAILURE_DOMAIN_NOT_FOUND, R.VCENTER_IDENTITY_CHANGED}
+     R.SECRET_MISSING, R.SECRET_INVALID, R.PROVIDER_NOT_FOUND, R.FAILURE_DOMAIN_NOT_FOUND, R.VCENTER_IDENTITY_CHANGED,
+     R.PROVIDER_DELETING, R.DUPLICATE_VCENTER}
 )
 RETRY_SECONDS = 60.0
 """Re-check interval for conditions nothing notifies about (template created, vCenter back)."""
@@ -570,6 +576,12 @@ def _decide(snap: Snapshot) -> Plan:
                 # cloning a second VM; clone again only once the task would have timed out.
                 st.ready(False, R.CLONING, _cloning_message(status_now))
                 return _with_events(snap, Plan(status=st.status, requeue_after=min(CLONE_WAIT_SECONDS, snap.clone_grace_seconds - waited)))
+        refused = refuses_new_machines(placement.provider)
+        if refused is not None:
+            # A Provider being deleted or a duplicate of another on the same vCenter takes no
+            # new VM; the machine waits (Provider changes are watched) for a new placement.
+            st.ready(False, *refused)
+            return _with_events(snap, Plan(status=st.status))
         since = snap.now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         st.ready(False, R.CLONING, f"cloning template {vm_spec.template} into {placement.datacenter}/{placement.cluster} since {since}")
         st.status.failure_domain = placement.failure_domain

@@ -17,10 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from banlieue.api.conditions import READY, get_condition
 from banlieue.api.infrastructure import BOOTSTRAP_DATA_DEFAULT_KEY, VSphereMachine
 from banlieue.api.infrastructure import GROUP as INFRA_GROUP
 from banlieue.api.infrastructure import VSphereMachineReason as Reason
-from banlieue.api.provider import Provider, ProviderFailureDomain
+from banlieue.api.meta import ConditionStatus
+from banlieue.api.provider import Provider, ProviderConditionReason, ProviderFailureDomain
 from banlieue.backends.base import DiskSpec, NicSpec, VMSpec
 from banlieue.runtime.event import nested
 
@@ -152,6 +154,28 @@ def read_bootstrap(secret: Mapping[str, Any], key: str) -> BootstrapData:
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise PlacementError(Reason.WAITING_FOR_BOOTSTRAP_DATA, f"bootstrap data Secret {name} key {key!r} is not valid base64") from exc
     return BootstrapData(data=data, format=fmt or "cloud-config")
+
+
+def refuses_new_machines(provider: Provider) -> tuple[str, str] | None:
+    """Why ``provider`` takes no new VM, as (Ready reason, actionable message), None when it takes
+    them. Rules: its ``metadata.deletionTimestamp`` is set -> ``ProviderDeleting`` (its finalizer
+    ``banlieue.io/provider`` holds it while machines use it; a new VM would hold it for as long as
+    the VM lives: ``provider.deletion``); its ``Ready`` is False ``DuplicateVCenter`` -> that
+    reason (ADR 0013: an older Provider of the namespace reaches the same vCenter and alone takes
+    new VMs, since each Provider reserves capacity against its own failure domains). Machines that
+    already have a VM there keep it; only a new clone is refused. Never raises."""
+    name = provider.metadata.name
+    if provider.metadata.deletion_timestamp is not None:
+        return (Reason.PROVIDER_DELETING,
+                f"Provider {name} is being deleted and takes no new VM: point spec.providerRef or the failure "
+                "domain at another Provider, or delete this machine (the Provider is removed once no machine uses it)")
+    ready = get_condition(provider.status.conditions if provider.status else None, READY)
+    if ready is not None and ready.status is ConditionStatus.FALSE and ready.reason == ProviderConditionReason.DUPLICATE_VCENTER:
+        return (Reason.DUPLICATE_VCENTER,
+                f"Provider {name} reaches the same vCenter as an older Provider of this namespace and takes no new "
+                "VM (its VCenterUnique condition names it): point spec.providerRef or the failure domain at that "
+                "Provider, or delete the duplicate Provider")
+    return None
 
 
 def _raw_of(fd: ProviderFailureDomain) -> tuple[str, str] | None:
@@ -341,7 +365,7 @@ def choose_cluster_failure_domain(
     Candidates: the Cluster's ``status.failureDomains`` (CAPI's copy of the VSphereCluster's;
     only ``controlPlane: true`` ones for a control-plane machine), each found in the
     ``status.failureDomains`` of a Provider of the namespace with ``attributes.raw`` datacenter
-    and cluster. Filter: the domain's reported free memory (``attributes.capacity.memoryMiB``,
+    and cluster that takes new machines (``refuses_new_machines``). Filter: the domain's reported free memory (``attributes.capacity.memoryMiB``,
     when reported) is at least ``memory_mib``. Rank: fewest machines of this Cluster already in
     the domain (``used``: name -> count; CAPI's ``PickFewest`` for control planes, so a fresh
     MachineDeployment spreads one per domain first), then most free memory, then name.
@@ -355,6 +379,8 @@ def choose_cluster_failure_domain(
                                   f"{'control-plane ' if control_plane else ''}failure domain in status.failureDomains yet")
     known: dict[str, ProviderFailureDomain] = {}
     for provider in providers:
+        if refuses_new_machines(provider) is not None:
+            continue  # deleting or a duplicate: its domains take no new machine (the Cluster's copy may lag)
         for fd in (provider.status.failure_domains if provider.status else None) or ():
             if _raw_of(fd) is not None:
                 known.setdefault(fd.name, fd)

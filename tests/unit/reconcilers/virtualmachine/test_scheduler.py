@@ -273,6 +273,8 @@ def test_provider_being_deleted_takes_no_new_vm_but_keeps_its_own() -> None:
     assert fresh.placement is not None and fresh.placement.provider_name == "b"
     only_gone = schedule(inp(providers=[gone], img=img))
     assert only_gone.placement is None and only_gone.reason == VirtualMachineReason.NO_PROVIDER_MATCHED
+    # New-user finding: the message said only "no Provider matches", naming the deleting one as seen.
+    assert "Provider a is being deleted and takes no new VM" in only_gone.message
     kept = schedule(inp(providers=[gone, other], img=img, current=("a", "a-d0")))
     assert kept.kept and kept.placement is not None and kept.placement.provider_name == "a"
 
