@@ -11,7 +11,7 @@ from typing import Any
 
 from controller_role import Env, eventually, fd, running_controllers
 
-from banlieue.reconcilers.kinds import CAPI_CLUSTER, VSPHERE_CLUSTER
+from banlieue.reconcilers.kinds import CAPI_CLUSTER, PROVIDER, VSPHERE_CLUSTER
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from capi.crds import CLUSTER_CRD
@@ -96,6 +96,34 @@ async def test_selector_and_paused(apiserver: Any) -> None:
             return len((await _status(env)).get("failureDomains") or []) == 2
 
         await eventually(both)
+
+
+async def test_a_deleting_provider_and_a_domain_without_network_leave_the_failure_domains(apiserver: Any) -> None:
+    """New-user findings: a Provider held by its finalizer while machines use it, and a domain
+    offering no network class, were still advertised to CAPI, which placed new Machines there."""
+    async with running_controllers(apiserver, shared=False) as env:
+        no_net = fd("vcenter-a-dc0-c1", "c1")
+        no_net["attributes"]["availableNetworkClasses"] = []
+        await env.provider("vcenter-a", [fd("vcenter-a-dc0-c0", "c0"), no_net])
+        await env.provider("vcenter-b", [fd("vcenter-b-dc0-c0", "c0")])
+        await env.client.patch(PROVIDER, "vcenter-b", env.namespace, {"metadata": {"finalizers": ["banlieue.io/provider"]}})
+        await env.client.create(VSPHERE_CLUSTER, _cluster(env.namespace, {}))
+
+        async def advertised(names: list[str]) -> dict[str, Any] | None:
+            status = await _status(env)
+            return status if [d["name"] for d in status.get("failureDomains") or []] == names else None
+
+        status = await eventually(lambda: advertised(["vcenter-a-dc0-c0", "vcenter-b-dc0-c0"]))
+        [left_out] = status["excludedFailureDomains"]
+        assert (left_out["name"], left_out["provider"]) == ("vcenter-a-dc0-c1", "vcenter-a")
+        assert left_out["message"].startswith("offers no network class")
+        try:
+            await env.client.delete(PROVIDER, "vcenter-b", env.namespace)  # the finalizer holds it
+            status = await eventually(lambda: advertised(["vcenter-a-dc0-c0"]))
+            why = {e["name"]: e["message"] for e in status["excludedFailureDomains"]}
+            assert why["vcenter-b-dc0-c0"] == "its Provider is being deleted and takes no new machines"
+        finally:
+            await env.client.patch(PROVIDER, "vcenter-b", env.namespace, {"metadata": {"finalizers": None}})
 
 
 async def test_owner_capi_cluster_paused_pauses_the_vspherecluster(apiserver: Any) -> None:
