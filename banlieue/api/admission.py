@@ -18,6 +18,10 @@ VSphereMachines and VSphereMachineTemplates need the custom verb ``use-raw-place
 (``RAW_PLACEMENT_VERB``), which the controller role (it resolves classes into them) and CAPI
 (it copies templates) hold.
 
+VSphereMachineTemplate ``spec`` is immutable (CAPI InfraMachineTemplate contract; CAPV's webhook
+refuses spec updates): a policy only, with no CRD transition rule behind it (a kube-apiserver
+without the policies accepts the edit, which no machine follows).
+
 Policies match only the main resource (not ``/status``), so status writes are never blocked.
 """
 
@@ -132,6 +136,14 @@ def _bootstrap_secret_policy(resource: str, spec: str) -> Policy:
     )
 
 
+TEMPLATE_IMMUTABLE_MESSAGE = (
+    "spec is immutable (Cluster API machine templates are never edited in place): create a new "
+    "VSphereMachineTemplate with the change and point the MachineDeployment's "
+    "spec.template.spec.infrastructureRef (or the KubeadmControlPlane's "
+    "spec.machineTemplate.spec.infrastructureRef) at it; CAPI then replaces the machines"
+)
+"""The message of the ``banlieue-vspheremachinetemplate-immutable-spec`` policy."""
+
 CONNECTION_CHANGED = (
     "request.operation == 'CREATE' || !has(oldObject.spec.connection) || object.spec.connection != oldObject.spec.connection"
 )
@@ -242,6 +254,24 @@ POLICIES: tuple[Policy, ...] = (
     ),
     _bootstrap_secret_policy("vspheremachines", "object.spec"),
     _bootstrap_secret_policy("vspheremachinetemplates", "object.spec.template.spec"),
+    Policy(
+        # CAPI contract: InfraMachineTemplates are immutable (CAPV refuses spec changes in its
+        # webhook): the machines made from a template never follow an edit, and CAPI rolls them
+        # out only when the MachineDeployment / control plane points at another template. The
+        # whole spec is compared, so metadata edits, status writes (not matched) and CAPI's
+        # server-side-apply dry runs of an unchanged template pass.
+        name="banlieue-vspheremachinetemplate-immutable-spec",
+        resource="vspheremachinetemplates",
+        group=infrastructure.GROUP,
+        version=VERSION,
+        operations=("UPDATE",),
+        validations=(
+            Validation(
+                "object.spec == oldObject.spec",
+                TEMPLATE_IMMUTABLE_MESSAGE,
+            ),
+        ),
+    ),
     Policy(
         name="banlieue-provider-immutable-class",
         resource="providers",

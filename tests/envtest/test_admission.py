@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from banlieue.api.admission import POLICIES as ADMISSION_POLICIES
+from banlieue.api.admission import TEMPLATE_IMMUTABLE_MESSAGE
 from banlieue.cmd.dev import find_kubectl
 from banlieue.options import StartupError
 from banlieue.testing.apiservers import ApiServerUnderTest, start_api_server
@@ -156,6 +157,39 @@ def test_what_must_pass_passes(installed: Kubectl) -> None:
     installed.ok("apply", "--server-side", "--dry-run=server", "--field-manager=capi-topology", "-f", "-", docs=docs)
     installed.ok("apply", "--server-side", "--field-manager=capi-topology", "-f", "-", docs=docs)
     installed.ok("apply", "--server-side", "--dry-run=server", "--field-manager=capi-topology", "-f", "-", docs=docs)
+
+
+def test_a_vspheremachinetemplate_spec_is_immutable(installed: Kubectl) -> None:
+    """New-user finding: a VSphereMachineTemplate could be edited in place, which no machine
+    follows (CAPI InfraMachineTemplates are immutable; CAPV refuses it in a webhook). A spec
+    change is refused saying what to do instead; metadata, status and unchanged server-side-apply
+    dry runs (CAPI's topology controller) pass."""
+    template = {"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachineTemplate",
+                "metadata": {"name": "workers-v1", "namespace": NS},
+                "spec": {"template": {"spec": {"template": "ubuntu-22.04", "numCPUs": 2, "memoryMiB": 4096}}}}
+    installed.ok("apply", "--server-side", "--field-manager=capi-topology", "-f", "-", docs=[template])
+    edit = json.dumps({"spec": {"template": {"spec": {"numCPUs": 4}}}})
+    # A policy becomes active a moment after it is created: the first dry runs may pass.
+    deadline = time.monotonic() + 30
+    while installed.run("patch", "vspheremachinetemplate", "-n", NS, "workers-v1", "--dry-run=server", "--type=merge",
+                        "-p", edit).returncode == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    err = installed.rejected("patch", "vspheremachinetemplate", "-n", NS, "workers-v1", "--type=merge", "-p", edit)
+    assert _denied("banlieue-vspheremachinetemplate-immutable-spec", TEMPLATE_IMMUTABLE_MESSAGE) in err, err
+    assert "create a new VSphereMachineTemplate" in err and "MachineDeployment" in err, err
+    changed = json.loads(json.dumps(template))
+    changed["spec"]["template"]["spec"]["memoryMiB"] = 8192
+    err = installed.rejected("apply", "--server-side", "--field-manager=capi-topology", "-f", "-", docs=[changed])
+    assert "banlieue-vspheremachinetemplate-immutable-spec" in err, err
+    installed.ok("apply", "--server-side", "--dry-run=server", "--field-manager=capi-topology", "-f", "-", docs=[template])
+    installed.ok("apply", "--server-side", "--field-manager=capi-topology", "-f", "-", docs=[template])
+    installed.ok("label", "vspheremachinetemplate", "-n", NS, "workers-v1", "tier=workers")
+    installed.ok("annotate", "vspheremachinetemplate", "-n", NS, "workers-v1", "note=kept")
+    installed.ok("patch", "vspheremachinetemplate", "-n", NS, "workers-v1", "--subresource=status", "--type=merge", "-p",
+                 json.dumps({"status": {"capacity": {"cpu": "2", "memory": "4096Mi"}}}))
+    got = json.loads(installed.ok("get", "vspheremachinetemplate", "-n", NS, "workers-v1", "-o", "json"))
+    assert got["spec"]["template"]["spec"]["numCPUs"] == 2 and got["metadata"]["labels"] == {"tier": "workers"}
+    installed.ok("delete", "vspheremachinetemplate", "-n", NS, "workers-v1")
 
 
 @pytest.fixture(scope="module")

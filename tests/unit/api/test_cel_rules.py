@@ -106,6 +106,20 @@ def test_immutable_refs(old: dict[str, str], new: dict[str, str], ok: bool) -> N
                     oldObject={"spec": {"providerClassRef": old}}) is ok
 
 
+@pytest.mark.parametrize(("new", "ok"), [
+    pytest.param({"template": "ubuntu", "numCPUs": 2}, True, id="unchanged"),
+    pytest.param({"template": "ubuntu", "numCPUs": 4}, False, id="changed"),
+])
+def test_vspheremachinetemplate_spec_is_immutable(new: dict[str, Any], ok: bool) -> None:
+    """CAPI InfraMachineTemplates are immutable; labels and the rest of the metadata are not compared."""
+    policy = next(p for p in admission.POLICIES if p.name == "banlieue-vspheremachinetemplate-immutable-spec")
+    assert policy.operations == ("UPDATE",)
+    old_obj = {"metadata": {"labels": {}}, "spec": {"template": {"spec": {"template": "ubuntu", "numCPUs": 2}}}}
+    new_obj = {"metadata": {"labels": {"tier": "workers"}}, "spec": {"template": {"spec": new}}}
+    [validation] = policy.validations
+    assert evaluate(validation.expression, object=new_obj, oldObject=old_obj) is ok
+
+
 @pytest.mark.parametrize(
     ("path", "value", "ok"),
     [
