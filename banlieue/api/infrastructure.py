@@ -79,6 +79,7 @@ class VSphereMachineReason:
     PROVIDER_DELETING = "ProviderDeleting"
     FAILURE_DOMAIN_NOT_FOUND = "FailureDomainNotFound"
     VM_NOT_FOUND = "VMNotFound"
+    VM_NAME_IN_USE = "VMNameInUse"
     POWERING_OFF = "PoweringOff"
     NOT_PAUSED = "NotPaused"
     WAITING_FOR_BIOS_UUID = "WaitingForBIOSUUID"

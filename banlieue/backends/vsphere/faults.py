@@ -77,6 +77,15 @@ def map_exception(exc: BaseException) -> BackendError:
     return BackendError(f"{type(exc).__name__}: {exc}")
 
 
+DUPLICATE_NAME = "DuplicateName"
+"""``TaskFailed.reason`` of a task that ended in ``vim.fault.DuplicateName``: another VM of that
+name is in the target folder (vCenter refuses two in one folder). Said apart from other task
+failures so the machine can tell the user what to do (``VMNameInUse``)."""
+
+
 def task_error(fault: object, what: str) -> TaskFailed:
-    """A TaskFailed for a task that ended in ``fault`` (TaskInfo.error)."""
+    """A TaskFailed for a task that ended in ``fault`` (TaskInfo.error): reason
+    ``DUPLICATE_NAME`` for ``vim.fault.DuplicateName``, else ``TaskFailed``."""
+    if isinstance(fault, vim.fault.DuplicateName):
+        return TaskFailed(f"{what}: {fault_message(fault)}", reason=DUPLICATE_NAME)
     return TaskFailed(f"{what}: {fault_message(fault)}")

@@ -18,6 +18,9 @@ introduced here:
   machine has no VM yet: nothing is cloned (``placement.refuses_new_machines``); a machine whose
   VM exists keeps it.
 - ``FailureDomainNotFound``: no Provider lists the failure domain in ``status.failureDomains``.
+- ``VMNameInUse``: the clone failed because another VM (not this machine's: none carries its UID)
+  has the machine's name in the target folder (vSphere ``DuplicateName``); retried every
+  ``RETRY_SECONDS``, so removing or renaming that VM lets the machine go on.
 - ``VMNotFound``: the VM was provisioned (``status.instanceUUID`` known) but is gone from vCenter:
   reported with a Warning event, never silently re-created (delete the object to recover).
 - ``PoweringOff``: a soft power-off (``powerOffMode`` soft/trySoft) is still waiting for the guest.
@@ -148,7 +151,7 @@ R = VSphereMachineReason
 WARNING_REASONS = frozenset(
     {R.TEMPLATE_NOT_FOUND, R.INVALID_SPEC, R.CLONE_FAILED, R.VM_NOT_FOUND, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED,
      R.SECRET_MISSING, R.SECRET_INVALID, R.PROVIDER_NOT_FOUND, R.FAILURE_DOMAIN_NOT_FOUND, R.VCENTER_IDENTITY_CHANGED,
-     R.PROVIDER_DELETING, R.DUPLICATE_VCENTER}
+     R.PROVIDER_DELETING, R.DUPLICATE_VCENTER, R.VM_NAME_IN_USE}
 )
 RETRY_SECONDS = 60.0
 """Re-check interval for conditions nothing notifies about (template created, vCenter back)."""
@@ -168,6 +171,9 @@ CLONE_OUTCOME_UNKNOWN = "CloneOutcomeUnknown"
 CLONE_WAIT_SECONDS = 5.0
 """Re-check interval while waiting for a clone an earlier reconcile started (also for a power
 or destroy call whose outcome is unknown)."""
+DUPLICATE_NAME = "DuplicateName"
+"""``Failure.reason`` of a clone vCenter refused because another VM has the name in the folder
+(``backends.vsphere.faults.DUPLICATE_NAME``)."""
 POWER_OUTCOME_UNKNOWN = "PowerOutcomeUnknown"
 """``Failure.reason`` of a power call whose answer was lost (``backends.vsphere.backend``)."""
 DESTROY_OUTCOME_UNKNOWN = "DestroyOutcomeUnknown"
@@ -404,6 +410,8 @@ def _failure_reason(failure: Failure) -> str:
             return R.VM_NOT_FOUND
         if failure.reason == "TemplateNotFound":
             return R.TEMPLATE_NOT_FOUND
+        if failure.reason == DUPLICATE_NAME:
+            return R.VM_NAME_IN_USE
         if failure.reason == InvalidSpec.reason or failure.reason.endswith("NotFound"):
             return R.INVALID_SPEC
         return R.CLONE_FAILED
