@@ -128,11 +128,6 @@ def _parse(model: Any, raw: Object | None) -> Any:
         return None
 
 
-def _names(objects: Iterable[Object]) -> tuple[str, ...]:
-    """The sorted metadata.name of cluster-scoped objects (VMClass, VMImage)."""
-    return tuple(sorted({str(name) for o in objects if (name := nested(o, "metadata", "name"))}))
-
-
 @dataclass(frozen=True)
 class _PeerFields:
     """What anti-affinity reads from a peer VirtualMachine (``_peer_fields``)."""
@@ -262,12 +257,9 @@ class VirtualMachineReconciler:
                     self.totals.peer_totals(request.namespace, key, self._class_size,
                                             capacity_report_times(providers), self._class_shape),
                     self.machine_totals.reserved(request.namespace, providers))
-        # Existing names only for a not-found message (a typo hint): no list on the steady path.
-        class_names = () if vm_class is not None else _names(cache.list(VM_CLASS))
-        image_names = () if image is not None or vm_class is None else _names(cache.list(VM_IMAGE))
         snapshot = Snapshot(vm=vm, vm_class=vm_class, image=image, providers=providers, peers=peers,
                             machine=machine, now=self.ctx.now().astimezone(UTC),
-                            class_names=class_names, image_names=image_names, peer_totals=totals)
+                            peer_totals=totals)
         return snapshot, raw, machine_raw
 
     async def reconcile(self, request: Request) -> Result:

@@ -8,8 +8,9 @@ Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmach
 2. Deleting: delete the VSphereMachine, wait until it is gone (Ready False ``Deleting``), then drop
    the finalizer ``banlieue.io/virtualmachine``.
 3. Add the finalizer; resolve VMClass and VMImage (missing -> ``Scheduled`` False
-   ``ClassNotFound``/``ImageNotFound``, the message listing up to ``MAX_LISTED_NAMES`` existing
-   names, the closest ones first, to help with typos).
+   ``ClassNotFound``/``ImageNotFound``, the message naming the field to check and no other
+   class or image: whoever reads the VM may not be allowed to list these cluster-scoped kinds,
+   new-user finding).
 4. Schedule (``banlieue.reconcilers.virtualmachine.scheduler``), keeping the current placement while valid.
 5. Drift (current placement invalid): ``manual`` is the default (ADR 0012). ``automatic`` (or ``manual`` with annotation
    ``banlieue.io/migrate: "true"``) deletes the VSphereMachine, waits until it is gone, then
@@ -31,7 +32,6 @@ The status in the plan is the full desired status, or None when it equals the cu
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -86,8 +86,6 @@ PROGRESS_REASONS = frozenset(
 cost a VirtualMachine status write (the write budget per VM is small). Failure reasons
 (``CloneFailed``, ``TemplateNotFound``, ``InvalidSpec``...) are mirrored as they are."""
 
-MAX_LISTED_NAMES = 10
-"""How many existing VMClass/VMImage names a ``ClassNotFound``/``ImageNotFound`` message lists."""
 NOT_SCHEDULED_INFRA_MESSAGE = "no VSphereMachine yet: the VirtualMachine is not scheduled (see the Scheduled condition)"
 
 
@@ -95,8 +93,7 @@ NOT_SCHEDULED_INFRA_MESSAGE = "no VSphereMachine yet: the VirtualMachine is not 
 class Snapshot:
     """The VM, what it references (None when missing), every Provider of its namespace, the
     placements of the other VMs of the namespace, its VSphereMachine (None when absent), now.
-    ``class_names`` / ``image_names``: the existing VMClass / VMImage names, gathered only when
-    the referenced one is missing (for the not-found message; empty otherwise). ``peer_totals``:
+    ``peer_totals``:
     the peers' sums for capacity and ranking when the caller keeps them (``SchedulingInput.totals``;
     ``peers`` then holds only the peers anti-affinity reads)."""
 
@@ -107,8 +104,6 @@ class Snapshot:
     peers: tuple[PeerPlacement, ...]
     machine: VSphereMachine | None
     now: datetime
-    class_names: tuple[str, ...] = ()
-    image_names: tuple[str, ...] = ()
     peer_totals: PeerTotals | None = None
 
 
@@ -185,18 +180,15 @@ def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, s
             "fix the addresses or gateways of the VM (or of its class)")
 
 
-def not_found_message(kind: str, wanted: str, existing: Sequence[str]) -> str:
-    """``VMClass "smal" not found; existing classes: medium, small``: at most
-    ``MAX_LISTED_NAMES`` names, sorted, the closest to ``wanted`` (difflib) kept first when there
-    are more, then "and N more"; "no VMClass exists" when there is none."""
-    noun = "classes" if kind == "VMClass" else "images"
-    names = sorted(set(existing))
-    if not names:
-        return f'{kind} "{wanted}" not found; no {kind} exists'
-    close = difflib.get_close_matches(wanted, names, n=MAX_LISTED_NAMES, cutoff=0.6)
-    listed = sorted([*close, *(n for n in names if n not in close)][:MAX_LISTED_NAMES])
-    more = f" and {len(names) - len(listed)} more" if len(names) > len(listed) else ""
-    return f'{kind} "{wanted}" not found; existing {noun}: {", ".join(listed)}{more}'
+def not_found_message(kind: str, wanted: str) -> str:
+    """``VMClass "smal" not found: check spec.classRef.name ...``: the name asked for and the
+    field to fix, never the names that exist. VMClasses and VMImages are cluster-scoped, and
+    whoever reads a VirtualMachine may not be allowed to list them (the shipped RBAC grants no
+    tenant role that): a list in the message told them anyway (new-user finding)."""
+    field = "spec.classRef.name" if kind == "VMClass" else "spec.imageRef.name"
+    short, plural = ("bvmc", "VMClasses") if kind == "VMClass" else ("bvmi", "VMImages")
+    return (f'{kind} "{wanted}" not found: check {field} (kubectl get {short} lists the {plural}, '
+            "if you may list them; else ask your cluster administrator)")
 
 
 @dataclass(frozen=True)
@@ -418,10 +410,10 @@ class _Decider:
             reason, message = mismatch
         elif self.s.vm_class is None:
             reason = VirtualMachineReason.CLASS_NOT_FOUND
-            message = not_found_message("VMClass", vm.spec.class_ref.name, self.s.class_names)
+            message = not_found_message("VMClass", vm.spec.class_ref.name)
         else:
             reason = VirtualMachineReason.IMAGE_NOT_FOUND
-            message = not_found_message("VMImage", vm.spec.image_ref.name, self.s.image_names)
+            message = not_found_message("VMImage", vm.spec.image_ref.name)
         if current is not None and self.machine is not None and not self.machine.deleting:
             self.conds.set(C.REFERENCES_RESOLVED, False, reason, f"{message}; the running VM is kept as it is")
             return _Placing(target=None)

@@ -317,8 +317,10 @@ async def test_missing_class_then_image_then_scheduled(apiserver: Any) -> None:
                                            "spec": {"hardware": {"cpus": 2, "memoryMiB": 1024}}})
         await env.vm("late-1")
         cond = await eventually(lambda: _is(env, "late-1", "Scheduled", "False", "ClassNotFound"))
-        # The listing is what the controller's cache held at that reconcile (exact texts: unit tests).
-        assert cond["message"].startswith('VMClass "small" not found; ')
+        # New-user finding: the message listed the existing classes ("medium") to whoever reads
+        # the VM, who may not list VMClasses (cluster-scoped): it names the field, no class.
+        assert cond["message"].startswith('VMClass "small" not found: check spec.classRef.name ')
+        assert "medium" not in cond["message"]
         assert (await env.condition("late-1", "Ready"))["reason"] == "ClassNotFound"
         infra = await env.condition("late-1", "InfrastructureReady")
         assert (infra["status"], infra["reason"]) == ("False", "WaitingForInfrastructure")
@@ -326,7 +328,7 @@ async def test_missing_class_then_image_then_scheduled(apiserver: Any) -> None:
         await env.client.create(VM_CLASS, {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "small"},
                                            "spec": {"hardware": {"cpus": 1, "memoryMiB": 512}}})
         cond = await eventually(lambda: _is(env, "late-1", "Scheduled", "False", "ImageNotFound"))
-        assert cond["message"] == 'VMImage "ubuntu" not found; no VMImage exists'
+        assert cond["message"].startswith('VMImage "ubuntu" not found: check spec.imageRef.name ')
         await env.client.create(VM_IMAGE, {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "ubuntu"},
                                            "spec": {"sources": [{"providerClass": "vsphere", "kind": "Template", "ref": "t"}]}})
         await eventually(lambda: _is(env, "late-1", "Scheduled", "False", "ImageNotReady"))
