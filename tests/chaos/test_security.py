@@ -5,7 +5,7 @@
   password that also carries it), a VM gets user data with a known marker; stdout/stderr, every
   Event and every object's status are scanned (plain and base64).
 - TLS verification is on by default: a Provider without CA bundle against a TLS vcsim signed by a
-  private CA gets ``TLSVerifyFailed`` and nothing is cloned.
+  private CA gets ``ConnectFailed`` (as any unreachable endpoint) and nothing is cloned.
 - RBAC: no wildcard in config/rbac; ``banlieue controller`` and ``banlieue provider vsphere`` run
   as separate processes through a VM's life; every (verb, resource) of the API double's request
   log (by the process's User-Agent) is granted by the role's ClusterRole, and every granted verb
@@ -103,7 +103,9 @@ def test_tls_verification_is_on_by_default(chaos_env: ChaosEnv) -> None:
     env.add_provider("vc", vc, ca=False)
     env.start_banlieue("manager")
     env.create_vms(["vm"])
-    ready = wait_for("Provider Ready=False TLSVerifyFailed", lambda: (lambda c: c if c.get("reason") == "TLSVerifyFailed"
+    # Said as an unreachable endpoint (ConnectFailed, the message naming the caBundle among the
+    # causes): a distinct reason told a Provider writer that a TLS server listens there.
+    ready = wait_for("Provider Ready=False ConnectFailed", lambda: (lambda c: c if c.get("reason") == "ConnectFailed"
                      else None)(condition(env.get(f"{PROVIDERS}/vc"), "Ready")), 30)
     assert ready["status"] == "False" and "caBundle" in ready["message"], ready
     with vc.oracle() as oracle:
@@ -139,7 +141,7 @@ JUSTIFIED: list[tuple[str, Callable[[rbac_audit.Triple, set[rbac_audit.Triple]],
      "(tests/envtest/test_tenant_safety.py)",
      lambda t, used: t[0] == "use-any-bootstrap-secret"),
     ("configmaps get: a CA bundle by caBundle.configMapRef (no such Provider here; "
-     "test_wrong_ca_is_tls_verify_failed_and_fixing_the_configmap_recovers)",
+     "test_wrong_ca_is_connect_failed_and_fixing_the_configmap_recovers)",
      lambda t, used: t == ("get", "", "configmaps")),
 ]
 

@@ -12,13 +12,15 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
   a CA bundle that is not valid PEM: ``TLSVerifyFailed`` (nothing is sent to vCenter).
 - An endpoint outside ``--allowed-endpoint-cidrs`` (backend reason ``EndpointNotAllowed``, nothing
   dialled) -> ``EndpointNotAllowed``.
-- Backend errors while connecting: ``TLSVerifyFailed`` -> ``TLSVerifyFailed``; ``AuthFailed``
-  -> *decision* ``SecretInvalid`` (the vCenter refused the credentials held in the Secret: the
-  fix is in the Secret, which is watched, so fixing it recovers at once); anything else
-  (``Transient``: refused, reset, timed out) -> ``ConnectFailed``.
+- Backend errors while connecting: ``AuthFailed`` -> *decision* ``SecretInvalid`` (the vCenter
+  refused the credentials held in the Secret: the fix is in the Secret, which is watched, so
+  fixing it recovers at once); anything else (``Transient``: refused, reset, timed out; and
+  ``TLSVerifyFailed``, a certificate that does not verify) -> ``ConnectFailed`` with one message
+  (``UNREACHABLE_MESSAGE``): whoever writes a Provider may point it anywhere, and a distinct
+  reason for a TLS server told them something listens there (new-user finding); the log says which.
 - Backend errors during the inventory walk: ``AuthFailed`` -> ``SecretInvalid``,
-  ``TLSVerifyFailed`` -> ``TLSVerifyFailed``, ``Transient`` -> ``ConnectFailed`` (the vCenter
-  went away mid-walk), others -> ``InventoryFailed``.
+  ``TLSVerifyFailed`` and ``Transient`` -> ``ConnectFailed`` (the vCenter went away mid-walk),
+  others -> ``InventoryFailed``.
 - Failure domains are replaced only by a successful inventory walk. *decision*: every error
   (transient or not) keeps the last known list and changes only conditions: dropping them would
   make consumers re-place VMs that are still running; ``Ready=False`` already stops new
@@ -287,19 +289,24 @@ def reason_of(failure: Failure) -> str:
     if failure.reason == AuthFailed.__name__:
         return R.SECRET_INVALID
     if failure.reason == TLSVerifyFailed.__name__:
-        return R.TLS_VERIFY_FAILED
+        # A certificate that does not verify tells that something speaks TLS on the endpoint:
+        # said as an unreachable endpoint (same reason and message), the detail in the log.
+        return R.CONNECT_FAILED
     if failure.stage == "connect" or failure.reason in (Transient.__name__, R.CONNECT_FAILED):
         return R.CONNECT_FAILED
     return R.INVENTORY_FAILED
 
 
 UNREACHABLE_MESSAGE = (
-    "cannot reach a vCenter at spec.connection.endpoint (no answer, refused, or not a vCenter); "
-    "retrying with back-off; the manager's log has the detail"
+    "cannot reach a vCenter at spec.connection.endpoint (no answer, refused, not a vCenter, or a TLS "
+    "certificate that does not verify against spec.connection.caBundle); retrying with back-off; "
+    "the manager's log has the detail"
 )
-"""The one ``ConnectFailed`` message (issue 23 case 5): what answered on an endpoint - a refusal,
-a server that is not a vCenter, silence - is told in the manager's log (``provider connection
-failed``, with ``endpoint`` and ``error``), not to whoever reads the Provider."""
+"""The one ``ConnectFailed`` message (issue 23 case 5; new-user finding: a certificate that did
+not verify had its own reason): what answered on an endpoint - a refusal, a server that is not a
+vCenter, a TLS server whose certificate does not verify, silence - is told in the manager's log
+(``provider connection failed``, with ``endpoint`` and ``error``), not to whoever reads the
+Provider, who may be probing the network through it."""
 
 
 def _failure_message(provider: Provider, failure: Failure, reason: str) -> str:
@@ -308,11 +315,6 @@ def _failure_message(provider: Provider, failure: Failure, reason: str) -> str:
     if reason == R.SECRET_INVALID:
         return ("the vCenter at spec.connection.endpoint refused the credentials of the Secret named in "
                 "spec.connection.credentialsRef; fix them in that Secret")
-    if reason == R.TLS_VERIFY_FAILED:
-        return (
-            "the TLS certificate of spec.connection.endpoint did not verify: set spec.connection.caBundle to the "
-            "CA that signed it (or insecureSkipTLSVerify for development); the manager's log has the detail"
-        )
     if reason == R.CONNECT_FAILED:
         return UNREACHABLE_MESSAGE
     if reason == R.ENDPOINT_NOT_ALLOWED:

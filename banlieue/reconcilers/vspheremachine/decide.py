@@ -401,9 +401,8 @@ def _failure_reason(failure: Failure) -> str:
         return R.VCENTER_IDENTITY_CHANGED  # the endpoint reaches another vCenter (ADR 0013)
     if failure.reason == AuthFailed.reason or failure.step == "connect":
         return R.CONNECT_FAILED
-    if failure.reason == TLSVerifyFailed.reason:
-        return R.TLS_VERIFY_FAILED
-    if failure.reason == Transient.reason:
+    if failure.reason in (TLSVerifyFailed.reason, Transient.reason):
+        # A certificate that does not verify is said as an unreachable vCenter (the Provider's rule).
         return R.CONNECT_FAILED
     if failure.step == "create":
         if failure.reason == "VMNotFound":

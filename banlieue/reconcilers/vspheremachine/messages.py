@@ -30,10 +30,10 @@ from banlieue.backends.base import (
 Step = Literal["connect", "lookup", "create", "power", "destroy"]
 
 LOG_HINT = "the manager's log has the detail"
-UNREACHABLE = ("cannot reach the Provider's vCenter (no answer, refused, or not a vCenter); retrying with back-off; "
-               + LOG_HINT)
-"""The one message for every "could not talk to vCenter" outcome, as the Provider's (what
-answered on the endpoint is not told)."""
+UNREACHABLE = ("cannot reach the Provider's vCenter (no answer, refused, not a vCenter, or a TLS certificate that does "
+               "not verify against the Provider's spec.connection.caBundle); retrying with back-off; " + LOG_HINT)
+"""The one message for every "could not talk to vCenter" outcome, a certificate that does not
+verify included, as the Provider's (what answered on the endpoint is not told)."""
 
 _WHAT: dict[str, str] = {
     "connect": "connection", "lookup": "VM lookup", "create": "clone or reconfiguration",
@@ -56,13 +56,10 @@ def condition_message(step: Step, err: BackendError) -> str:
         return str(err)
     what = _WHAT[step]
     reason = err.reason
-    if reason in _UNREACHABLE_REASONS:
+    if reason in _UNREACHABLE_REASONS or reason == TLSVerifyFailed.reason:
         return UNREACHABLE
     if reason in _OUTCOME_UNKNOWN:
         return _OUTCOME_UNKNOWN[reason]
-    if reason == TLSVerifyFailed.reason:
-        return ("the TLS certificate of the Provider's vCenter did not verify: fix the Provider's spec.connection.caBundle; "
-                + LOG_HINT)
     if reason == AuthFailed.reason:
         return ("the Provider's vCenter refused its credentials: fix the Secret named in the Provider's "
                 "spec.connection.credentialsRef; " + LOG_HINT)

@@ -25,6 +25,7 @@ from banlieue.api.provider import PROVIDER_REACHABLE
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.reconcilers.kinds import CONFIG_MAP, PROVIDER, SECRET
 from banlieue.reconcilers.provider import controller as provider_reconciler
+from banlieue.reconcilers.provider.decide import UNREACHABLE_MESSAGE
 from banlieue.runtime.client import Client
 from banlieue.runtime.kinds import EVENT
 from banlieue.runtime.metrics import RECONCILE_RESULTS
@@ -117,7 +118,7 @@ async def test_wrong_password_is_secret_invalid_and_fixing_the_secret_recovers(
 
 
 @pytest.mark.vcsim
-async def test_wrong_ca_is_tls_verify_failed_and_fixing_the_configmap_recovers(
+async def test_wrong_ca_is_connect_failed_and_fixing_the_configmap_recovers(
     apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
 ) -> None:
     other = vcsim_factory(dc=1, cluster=1)  # a valid CA that did not sign vcsim's certificate
@@ -126,15 +127,17 @@ async def test_wrong_ca_is_tls_verify_failed_and_fixing_the_configmap_recovers(
     await client.create(SECRET, secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password))
     await client.create(PROVIDER, provider_body("vc1", namespace, vcsim, ca={"configMapRef": {"name": "vc-ca"}}))
     async with running_role(apiserver, [provider_reconciler.setup], backend):
-        obj = await provider_with(client, "vc1", namespace, "TLSVerifyFailed", "False")
-        assert "caBundle" in condition(obj, "Ready")["message"]
-        assert condition(obj, PROVIDER_REACHABLE)["reason"] == "TLSVerifyFailed"
+        # Said as an unreachable endpoint, the caBundle among the causes (what listens on an
+        # endpoint is not told to whoever reads the Provider; the log says which).
+        obj = await provider_with(client, "vc1", namespace, "ConnectFailed", "False")
+        assert condition(obj, "Ready")["message"] == UNREACHABLE_MESSAGE and "caBundle" in UNREACHABLE_MESSAGE
+        assert condition(obj, PROVIDER_REACHABLE)["reason"] == "ConnectFailed"
         await client.update(CONFIG_MAP, {**cm, "data": {"ca.crt": vcsim.ca_pem}})
         await provider_with(client, "vc1", namespace, "Reconciled", "True")
 
 
 @pytest.mark.vcsim
-async def test_no_ca_bundle_is_tls_verify_failed_insecure_works(
+async def test_no_ca_bundle_is_connect_failed_insecure_works(
     apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, backend: VSphereBackend
 ) -> None:
     for name in ("strict", "insecure"):
@@ -144,7 +147,7 @@ async def test_no_ca_bundle_is_tls_verify_failed_insecure_works(
     insecure["spec"]["connection"]["insecureSkipTLSVerify"] = True
     await client.create(PROVIDER, insecure)
     async with running_role(apiserver, [provider_reconciler.setup], backend):
-        await provider_with(client, "strict", namespace, "TLSVerifyFailed", "False")
+        await provider_with(client, "strict", namespace, "ConnectFailed", "False")
         obj = await provider_with(client, "insecure", namespace, "Reconciled", "True")
 
         async def warned() -> bool:
@@ -242,11 +245,12 @@ def _answered(label: str) -> float:
 
 
 @pytest.mark.vcsim
-async def test_certificate_rotated_to_another_ca_is_tls_verify_failed_within_seconds(
+async def test_certificate_rotated_to_another_ca_is_connect_failed_within_seconds(
     apiserver: Any, client: Client, namespace: str, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
 ) -> None:
     """Issue 20 item 1 (CAPV #1718, #1134, #3372): the vCenter comes back on the same host and
-    port with a certificate of another CA. The Provider says TLSVerifyFailed within seconds, no
+    port with a certificate of another CA. The Provider says ConnectFailed (a certificate that does
+    not verify is said as an unreachable endpoint) within seconds, no
     request gets through (no answered round trip, Login included), and updating only the CA
     bundle recovers without a restart."""
     from banlieue.backends.base import Connection
@@ -276,10 +280,10 @@ async def test_certificate_rotated_to_another_ca_is_tls_verify_failed_within_sec
                 assert rotated.ca_pem != old_ca
                 answered = _answered(label)
                 started = asyncio.get_running_loop().time()
-                after = await provider_with(client, "vc1", namespace, "TLSVerifyFailed", "False")
+                after = await provider_with(client, "vc1", namespace, "ConnectFailed", "False")
                 took = asyncio.get_running_loop().time() - started
-                assert took < 20, f"TLSVerifyFailed after {took:.1f} s"
-                assert condition(after, PROVIDER_REACHABLE)["reason"] == "TLSVerifyFailed"
+                assert took < 20, f"ConnectFailed after {took:.1f} s"
+                assert condition(after, PROVIDER_REACHABLE)["reason"] == "ConnectFailed"
                 assert "failureDomains" in after["status"], "what was known is kept"
                 await asyncio.sleep(2.0)
                 assert _answered(label) == answered, "a request went through the untrusted connection"
@@ -390,12 +394,12 @@ class TLSProxy:
 
 
 @pytest.mark.vcsim
-async def test_certificate_swapped_behind_kept_alive_connections_is_tls_verify_failed(
+async def test_certificate_swapped_behind_kept_alive_connections_is_connect_failed(
     apiserver: Any, client: Client, namespace: str, vcsim_factory: Callable[..., VcsimProcess], backend: VSphereBackend
 ) -> None:
     """Issue 20 item 1, the hard case: the certificate changes behind a TLS front end (same host
     and port) while banlieue's connections to it stay open. Within seconds the Provider says
-    TLSVerifyFailed and nothing more is sent, kept-alive connections included (the change
+    ConnectFailed and nothing more is sent, kept-alive connections included (the change
     watch long-polls on one); updating only the CA bundle recovers without a restart."""
     import time
     from pathlib import Path
@@ -425,10 +429,12 @@ async def test_certificate_swapped_behind_kept_alive_connections_is_tls_verify_f
                 await asyncio.sleep(1.5)  # the watch long-polls on its kept-alive connection
                 proxy.rotate(str(Path(other.ca_file).parent))
                 rotated_at = time.monotonic()
-                after = await provider_with(client, "vc1", namespace, "TLSVerifyFailed", "False")
+                # (ConnectFailed: a certificate that does not verify is said as an unreachable
+                # endpoint; here nothing else fails, the proxy keeps answering.)
+                after = await provider_with(client, "vc1", namespace, "ConnectFailed", "False")
                 detected_at = time.monotonic()
-                assert detected_at - rotated_at < 15, f"TLSVerifyFailed after {detected_at - rotated_at:.1f} s"
-                assert condition(after, PROVIDER_REACHABLE)["reason"] == "TLSVerifyFailed"
+                assert detected_at - rotated_at < 15, f"ConnectFailed after {detected_at - rotated_at:.1f} s"
+                assert condition(after, PROVIDER_REACHABLE)["reason"] == "ConnectFailed"
                 assert "failureDomains" in after["status"], "what was known is kept"
                 await asyncio.sleep(7.0)  # longer than the watch's long poll (5 s): it would poll again
                 assert proxy.sent_after(detected_at) == 0, "a request went through a kept-alive connection"

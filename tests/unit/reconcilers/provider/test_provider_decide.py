@@ -172,15 +172,16 @@ def test_empty_inventory_reachable_but_not_ready() -> None:
     [
         pytest.param(Failure("config", R.SECRET_MISSING, "Secret ns/creds not found"), R.SECRET_MISSING, ConditionStatus.FALSE, False, REFRESH_SECONDS, id="secret-missing"),
         pytest.param(Failure("config", R.SECRET_INVALID, "no key 'password'"), R.SECRET_INVALID, ConditionStatus.FALSE, False, REFRESH_SECONDS, id="secret-invalid"),
+        pytest.param(Failure("config", R.TLS_VERIFY_FAILED, "caBundle is not PEM"), R.TLS_VERIFY_FAILED, ConditionStatus.FALSE, False, REFRESH_SECONDS, id="ca-bundle-not-pem"),
         pytest.param(Failure("config", "Weird", "?"), R.SECRET_INVALID, ConditionStatus.FALSE, False, REFRESH_SECONDS, id="config-unknown-reason-is-secret-invalid"),
         pytest.param(Failure("connect", "AuthFailed", "InvalidLogin"), R.SECRET_INVALID, ConditionStatus.FALSE, True, None, id="auth-failed-is-secret-invalid"),
-        pytest.param(Failure("connect", "TLSVerifyFailed", "bad cert"), R.TLS_VERIFY_FAILED, ConditionStatus.FALSE, True, None, id="tls-verify-failed"),
+        pytest.param(Failure("connect", "TLSVerifyFailed", "bad cert"), R.CONNECT_FAILED, ConditionStatus.FALSE, True, None, id="tls-verify-failed-is-connect-failed"),
         pytest.param(Failure("connect", "Transient", "refused"), R.CONNECT_FAILED, ConditionStatus.FALSE, True, None, id="transient-is-connect-failed"),
         pytest.param(Failure("connect", "NotFound", "?"), R.CONNECT_FAILED, ConditionStatus.FALSE, True, None, id="other-connect-error-is-connect-failed"),
         pytest.param(Failure("inventory", "ConnectFailed", "refused"), R.CONNECT_FAILED, ConditionStatus.FALSE, True, None, id="inventory-connect-failed-reason"),
         pytest.param(Failure("inventory", "Transient", "reset"), R.CONNECT_FAILED, ConditionStatus.FALSE, True, None, id="inventory-transient-is-connect-failed"),
         pytest.param(Failure("inventory", "AuthFailed", "no permission"), R.SECRET_INVALID, ConditionStatus.FALSE, True, None, id="inventory-auth-failed"),
-        pytest.param(Failure("inventory", "TLSVerifyFailed", "x"), R.TLS_VERIFY_FAILED, ConditionStatus.FALSE, True, None, id="inventory-tls"),
+        pytest.param(Failure("inventory", "TLSVerifyFailed", "x"), R.CONNECT_FAILED, ConditionStatus.FALSE, True, None, id="inventory-tls"),
         pytest.param(Failure("inventory", "TaskFailed", "walk broke"), R.INVENTORY_FAILED, ConditionStatus.TRUE, True, None, id="inventory-failed-still-reachable"),
     ],
 )
@@ -202,20 +203,22 @@ def test_failures_keep_failure_domains_and_set_reason(
 
 def test_failure_messages_are_actionable() -> None:
     plan = decide(Snapshot(provider(), NOW, failure=Failure("connect", "TLSVerifyFailed", "self-signed")))
-    assert "caBundle" in cond(plan.status, READY)[2] and "self-signed" not in cond(plan.status, READY)[2]
+    assert "caBundle" in cond(plan.status, READY)[2] and "self-signed" not in cond(plan.status, READY)[2]  # among the causes
     plan = decide(Snapshot(provider(), NOW, failure=Failure("connect", "AuthFailed", "InvalidLogin")))
     assert "spec.connection.credentialsRef" in cond(plan.status, READY)[2]
     plan = decide(Snapshot(provider(), NOW, failure=Failure("connect", "Transient", "x" * 5000)))
     assert len(cond(plan.status, READY)[2]) < 1200
 
 
-@pytest.mark.parametrize("answer", [
-    "[Errno 111] Connection refused", "not a vSphere API endpoint: HTTP 404 from nginx", "timed out after 120 s",
-    "vCenter has not answered since 2026-01-01T00:00:00Z (CurrentTime probe)"])
-def test_what_answered_on_the_endpoint_is_not_told_in_status(answer: str) -> None:
-    """Issue 23 case 5: refused, not a VIM server and silent collapse into one message (SSRF:
-    a tenant pointing a Provider anywhere learns nothing about what is there)."""
-    plan = decide(Snapshot(provider(), NOW, failure=Failure("connect", "Transient", answer)))
+@pytest.mark.parametrize(("taxonomy", "answer"), [
+    ("Transient", "[Errno 111] Connection refused"), ("Transient", "not a vSphere API endpoint: HTTP 404 from nginx"),
+    ("Transient", "timed out after 120 s"), ("Transient", "vCenter has not answered since 2026-01-01T00:00:00Z (CurrentTime probe)"),
+    ("TLSVerifyFailed", "TLS certificate verification failed: self-signed certificate")])
+def test_what_answered_on_the_endpoint_is_not_told_in_status(taxonomy: str, answer: str) -> None:
+    """Issue 23 case 5: refused, not a VIM server, silent and (new-user finding) a TLS server
+    whose certificate does not verify collapse into one reason and message (SSRF: a tenant
+    pointing a Provider anywhere learns nothing about what is there)."""
+    plan = decide(Snapshot(provider(), NOW, failure=Failure("connect", taxonomy, answer)))
     for c in plan.status.conditions or []:
         assert answer not in c.message and "127.0.0.1" not in c.message
     assert cond(plan.status, READY)[1:] == (R.CONNECT_FAILED, UNREACHABLE_MESSAGE)
