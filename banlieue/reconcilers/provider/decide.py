@@ -475,13 +475,14 @@ def _uniqueness(snap: Snapshot, conds: list[Condition], instance_uuid: str, gen:
     if not peers:
         msg = f"no other Provider of namespace {ns} reaches vCenter {instance_uuid}"
         return set_condition(conds, VCENTER_UNIQUE, ConditionStatus.TRUE, R.UNIQUE, msg, gen, snap.now), None
-    named = [f"Provider {n}" for n in sorted(peer.name for peer in peers)]
+    names = sorted(peer.name for peer in peers)
     oldest = min([*peers, Peer(ns, p.metadata.name or "", p.metadata.creation_timestamp)],
                  key=lambda peer: _peer_key(peer.namespace, peer.name, peer.created))
     first = oldest.name == p.metadata.name
     who = "this one" if first else f"Provider {oldest.name}"
-    verb = "reaches" if len(named) == 1 else "reach"
-    msg = (f"{', '.join(named)} also {verb} vCenter {instance_uuid} (same instance UUID): only the oldest of them "
+    others = (f"Provider {names[0]} also reaches" if len(names) == 1
+              else f"Providers {', '.join(names[:-1])} and {names[-1]} also reach")
+    msg = (f"{others} vCenter {instance_uuid} (same instance UUID): only the oldest of them "
            f"({who}) takes new VMs, so the vCenter's capacity is not counted twice")
     conds = set_condition(conds, VCENTER_UNIQUE, ConditionStatus.FALSE, R.DUPLICATE_VCENTER, msg, gen, snap.now)
     return conds, None if first else msg

@@ -399,6 +399,18 @@ def test_duplicates_are_flagged_and_only_the_oldest_places() -> None:
     assert ("Warning", R.DUPLICATE_VCENTER) in [(e.type, e.reason) for e in plan.events]
 
 
+@pytest.mark.parametrize(("names", "said"), [
+    pytest.param(("vc0",), "Provider vc0 also reaches vCenter ", id="one"),
+    pytest.param(("vc0", "vc1"), "Providers vc0 and vc1 also reach vCenter ", id="two"),
+    pytest.param(("vc0", "vc1", "vc2"), "Providers vc0, vc1 and vc2 also reach vCenter ", id="three"),
+])
+def test_the_duplicate_message_names_the_others_in_english(names: tuple[str, ...], said: str) -> None:
+    """New-user finding: two others read "Provider vc0, Provider vc1 also reach"."""
+    peers = tuple(Peer("ns", n, NOW - timedelta(days=1)) for n in names)
+    plan = decide(Snapshot(on_vcenter(VC_A), LATER, inventory=INVENTORY, api_version="8.0", vcenter=VC_A, same_vcenter=peers))
+    assert cond(plan.status, "VCenterUnique")[2].startswith(said)
+
+
 def test_providers_of_other_namespaces_on_the_same_vcenter_are_other_tenants() -> None:
     """One vCenter shared by tenants, each with its own Provider and credentials, is the normal
     multi-tenant set-up (docs/security.md): an older Provider in another namespace neither stops
