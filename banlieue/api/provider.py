@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, ConfigDict, Field
 
 from banlieue.api.groups import CORE_API_VERSION as API_VERSION
 from banlieue.api.meta import (
@@ -96,12 +99,35 @@ ENDPOINT_PATTERN = r"^([hH][tT][tT][pP][sS]?://)?([^\s/:?#@\[\]]+|\[[0-9A-Fa-f:.
 """``spec.connection.endpoint``: ``[http[s]://]host[:port][/path]`` (scheme in any case), the host a name, an IPv4
 address or a bracketed IPv6 address, the port 1-65535 (what ``backends.vsphere.session.parse_endpoint``
 accepts; a port out of range raised there on every reconcile before the pattern said so)."""
+ENDPOINT_MAX_LENGTH = 1024
+"""Bound of ``spec.connection.endpoint`` (a URL; also bounds the CEL cost of its ``matches`` rule)."""
+ENDPOINT_MESSAGE = ("must be a host name or IP address, optionally with a port (1-65535), or an https:// URL "
+                    "(vcenter.example.com, 10.0.0.10:443, [fd00::10]:443, https://vcenter.example.com/sdk)")
+"""What kubectl prints for an endpoint that does not match ``ENDPOINT_PATTERN``: a CEL rule with
+this message rather than an OpenAPI ``pattern``, whose error quotes the raw regular expression
+(new-user finding)."""
+
+
+def _endpoint_form(value: str) -> str:
+    """``ENDPOINT_PATTERN``, checked for API models as the CRD's CEL rule checks it at admission.
+    Raises ValueError (``ENDPOINT_MESSAGE``)."""
+    if re.search(ENDPOINT_PATTERN, value) is None:
+        raise ValueError(f"endpoint {ENDPOINT_MESSAGE}")
+    return value
+
+
+Endpoint = Annotated[
+    str,
+    Field(min_length=1, max_length=ENDPOINT_MAX_LENGTH, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": f"self.matches(r'{ENDPOINT_PATTERN}')", "message": ENDPOINT_MESSAGE}]}),
+    AfterValidator(_endpoint_form),
+]
 
 
 class ProviderConnection(ApiModel):
     """How to reach and authenticate to the backend (vCenter)."""
 
-    endpoint: str = Field(min_length=1, pattern=ENDPOINT_PATTERN)
+    endpoint: Endpoint
     """vCenter address: a host, host:port, or https URL (``/sdk`` is implied); refused at
     admission when it is none of these (another scheme, spaces), since the controller could only
     fail on it at every reconcile."""

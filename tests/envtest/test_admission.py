@@ -21,6 +21,7 @@ import yaml
 
 from banlieue.api.admission import POLICIES as ADMISSION_POLICIES
 from banlieue.api.admission import TEMPLATE_IMMUTABLE_MESSAGE
+from banlieue.api.provider import ENDPOINT_MESSAGE
 from banlieue.cmd.dev import find_kubectl
 from banlieue.options import StartupError
 from banlieue.testing.apiservers import ApiServerUnderTest, start_api_server
@@ -107,6 +108,13 @@ def test_the_crd_rules_reject_first_with_their_field_path(installed: Kubectl) ->
     err = installed.rejected("apply", "--server-side", "-f", "-", docs=[_provider("two-cas", {
         "inline": "x", "secretRef": {"name": "ca"}})])
     assert "spec.connection.caBundle: Invalid value" in err and "exactly one of inline, configMapRef or secretRef must be set" in err, err
+    # An endpoint no reconcile could use: a human message, not the raw regular expression an
+    # OpenAPI pattern error quotes (new-user finding).
+    ftp = _provider("ftp")
+    ftp["spec"]["connection"]["endpoint"] = "ftp://127.0.0.1/sdk"
+    err = installed.rejected("apply", "--server-side", "-f", "-", docs=[ftp])
+    assert "spec.connection.endpoint: Invalid value" in err and ENDPOINT_MESSAGE in err, err
+    assert "should match" not in err and "[hH][tT]" not in err, err
     installed.ok("apply", "--server-side", "-f", "-", docs=[_provider("p1"), _vm("vm1")])
     err = installed.rejected("apply", "--server-side", "-f", "-", docs=[_provider("p1", klass="other")])
     assert "spec.providerClassRef: Invalid value" in err and "field is immutable" in err, err
