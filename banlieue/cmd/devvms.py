@@ -4,8 +4,8 @@ Each simulator is found through the state directory (``<state-dir>/vcsim-<provid
 written by the simulator: URL, user, password, CA file) and read with pyVmomi, independently of
 the manager: one ``RetrievePropertiesEx`` over a container view of every VirtualMachine. Templates
 are left out. Per VM: name, power state, datacenter/cluster/host, datastores, guest IP, instance
-UUID, disks (device key, label, capacity in GiB, backing file), NICs (device key, label, MAC,
-network) and banlieue's identity keys (the ``banlieue.*`` extraConfig keys banlieue writes when it
+UUID, CPUs and memory, disks (device key, label, capacity in GiB, backing file), NICs (device key,
+label, MAC, network: a port group's name, a distributed one's too) and banlieue's identity keys (the ``banlieue.*`` extraConfig keys banlieue writes when it
 clones, ``banlieue.uid`` first among them). VMs without such keys belong to the simulator's own
 inventory (``DC0_C0_RP0_VM0``...), not to banlieue.
 
@@ -32,6 +32,7 @@ IDENTITY_PREFIX = "banlieue."
 """extraConfig keys banlieue sets on the VMs it clones (backends/vsphere/find.py: ``banlieue.uid``...)."""
 VM_PROPERTIES = (
     "name", "config.template", "config.instanceUuid", "config.extraConfig", "config.hardware.device",
+    "config.hardware.numCPU", "config.hardware.memoryMB",
     "runtime.powerState", "runtime.host", "resourcePool", "datastore", "guest.ipAddress",
 )
 
@@ -111,10 +112,13 @@ def _path_up(obj: Any, kind: str) -> Any:
     return None
 
 
-def describe_vm(props: dict[str, Any]) -> dict[str, Any]:
-    """One VM's record from its retrieved properties (:data:`VM_PROPERTIES`).
+def describe_vm(props: dict[str, Any], portgroups: dict[str, str] | None = None) -> dict[str, Any]:
+    """One VM's record from its retrieved properties (:data:`VM_PROPERTIES`); ``portgroups`` maps
+    a distributed port group's key (``dvportgroup-12``) to its name, what a NIC's backing names
+    (:func:`portgroup_names`).
 
-    Keys: ``name``, ``powerState``, ``datacenter``, ``cluster`` (the owner of the VM's resource
+    Keys: ``name``, ``cpus`` (``config.hardware.numCPU``), ``memoryMiB``
+    (``config.hardware.memoryMB``: vSphere's "MB" are MiB), ``powerState``, ``datacenter``, ``cluster`` (the owner of the VM's resource
     pool, where banlieue placed it; None for a standalone host's pool), ``host`` (``runtime.host``:
     in the simulator a clone stays on its template's host, a standalone one, since vcsim picks no
     host in the cluster as DRS would), ``datastores`` (names), ``ip`` (guest.ipAddress or None), ``instanceUuid``,
@@ -136,11 +140,15 @@ def describe_vm(props: dict[str, Any]) -> dict[str, Any]:
             backing: Any = device.backing
             network = getattr(getattr(backing, "network", None), "name", None) or getattr(backing, "deviceName", None)
             if network is None and hasattr(backing, "port"):
-                network = f"dvportgroup {backing.port.portgroupKey}"
+                key = backing.port.portgroupKey
+                # The port group's name, as vSphere's client shows it; its key when it is unknown.
+                network = (portgroups or {}).get(key) or f"dvportgroup {key}"
             nics.append({"key": device.key, "label": label, "mac": device.macAddress, "network": network})
     identity = {o.key: str(o.value) for o in props.get("config.extraConfig") or [] if o.key.startswith(IDENTITY_PREFIX)}
     return {
         "name": props.get("name"),
+        "cpus": props.get("config.hardware.numCPU"),
+        "memoryMiB": props.get("config.hardware.memoryMB"),
         "powerState": str(props.get("runtime.powerState") or ""),
         "datacenter": getattr(_path_up(compute or host, "Datacenter"), "name", None),
         "cluster": compute.name if isinstance(compute, vim.ClusterComputeResource) else None,
@@ -154,21 +162,21 @@ def describe_vm(props: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def list_vms(si: Any) -> list[dict[str, Any]]:
-    """Every VM (templates excluded) of the ServiceInstance ``si``, sorted by datacenter and name."""
+def _retrieve(content: Any, kind: Any, paths: list[str]) -> list[dict[str, Any]]:
+    """``paths`` of every object of vim type ``kind`` under the root folder, one
+    ``RetrievePropertiesEx`` over a container view (then its continuation pages)."""
     from pyVmomi import vim
     from pyVmomi import vmodl as _vmodl
 
     vmodl: Any = _vmodl  # pyVmomi's partial stubs: untyped constructors
-    content = si.RetrieveContent()
-    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+    view = content.viewManager.CreateContainerView(content.rootFolder, [kind], True)
     try:
         spec = vmodl.query.PropertyCollector.FilterSpec(
             objectSet=[vmodl.query.PropertyCollector.ObjectSpec(
                 obj=view, skip=True,
                 selectSet=[vmodl.query.PropertyCollector.TraversalSpec(
                     name="view", path="view", skip=False, type=vim.view.ContainerView)])],
-            propSet=[vmodl.query.PropertyCollector.PropertySpec(type=vim.VirtualMachine, pathSet=list(VM_PROPERTIES))],
+            propSet=[vmodl.query.PropertyCollector.PropertySpec(type=kind, pathSet=paths)],
         )
         result = content.propertyCollector.RetrievePropertiesEx([spec], vmodl.query.PropertyCollector.RetrieveOptions())
         objects = list(result.objects) if result else []
@@ -177,12 +185,28 @@ def list_vms(si: Any) -> list[dict[str, Any]]:
             objects.extend(result.objects)
     finally:
         view.DestroyView()
+    return [{p.name: p.val for p in obj.propSet} for obj in objects]
+
+
+def portgroup_names(content: Any) -> dict[str, str]:
+    """``{key: name}`` of every distributed port group (``dvportgroup-12`` -> ``DC0_DVPG0``)."""
+    from pyVmomi import vim
+
+    return {str(pg["key"]): str(pg["name"]) for pg in _retrieve(content, vim.dvs.DistributedVirtualPortgroup, ["key", "name"])
+            if pg.get("key") and pg.get("name")}
+
+
+def list_vms(si: Any) -> list[dict[str, Any]]:
+    """Every VM (templates excluded) of the ServiceInstance ``si``, sorted by datacenter and name."""
+    from pyVmomi import vim
+
+    content = si.RetrieveContent()
+    portgroups = portgroup_names(content)
     vms = []
-    for obj in objects:
-        props = {p.name: p.val for p in obj.propSet}
+    for props in _retrieve(content, vim.VirtualMachine, list(VM_PROPERTIES)):
         if props.get("config.template"):
             continue
-        vms.append(describe_vm(props))
+        vms.append(describe_vm(props, portgroups))
     return sorted(vms, key=lambda v: (v["datacenter"] or "", v["name"] or ""))
 
 
@@ -192,8 +216,9 @@ def render(vcenter: str, url: str, vms: list[dict[str, Any]], out: IO[str]) -> N
     out.write(f"{vcenter} ({url}): {len(vms)} VMs, {owned} cloned by banlieue\n")
     for vm in vms:
         where = "/".join(str(x) for x in (vm["datacenter"], vm["cluster"] or "(standalone)"))
-        out.write(f"  {vm['name']}  {vm['powerState']}  {where}  host={vm['host']}  "
-                  f"datastores={','.join(vm['datastores'])}  ip={vm['ip'] or '-'}\n")
+        memory = f"{vm['memoryMiB']}MiB" if vm.get("memoryMiB") is not None else "-"
+        out.write(f"  {vm['name']}  {vm['powerState']}  cpus={vm.get('cpus') or '-'}  memory={memory}  {where}  "
+                  f"host={vm['host']}  datastores={','.join(vm['datastores'])}  ip={vm['ip'] or '-'}\n")
         out.write(f"    instanceUuid {vm['instanceUuid']}\n")
         for disk in vm["disks"]:
             out.write(f"    disk {disk['key']} {disk['label']!r} {disk['capacityGiB']:g} GiB {disk['file']}\n")
