@@ -41,7 +41,8 @@ with the same flags (its log kept as ``manager.log.1``, up to ``LOGS_KEPT``); a 
 dies is started again on its port with the same inventory and instance UUID (the VMs cloned into it are gone; its
 new CA is written to the Provider's ``caBundle``); the API server's death ends dev (the double's
 objects stay in its state file); so does a child that crash-loops (``RESTART_LIMIT``). Each
-child's process ID is in ``<log stem>.pid`` (``manager.pid``) while it runs. Children's
+child's process ID is in ``<log stem>.pid`` (``manager.pid``) while it runs (a dev killed with
+SIGKILL leaves them: the next dev with that state directory removes them first). Children's
 ``TMPDIR`` is ``<state-dir>/tmp``, removed at exit, so nothing is left in /tmp.
 
 A failing stage raises StartupError naming the stage, the reason and the log; every child is
@@ -861,7 +862,19 @@ def main(args: DevOptions, out: IO[str] | None = None) -> int:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise StartupError(f"another banlieue dev is running with --state-dir {args.state_dir}") from None
+        remove_stale_pid_files(args.state_dir)
         return _run(args, out, started)
+
+
+def remove_stale_pid_files(state_dir: Path) -> list[Path]:
+    """Remove every ``*.pid`` under ``state_dir`` and return them. Called with ``dev.lock`` held:
+    no other dev runs with this state directory, so they are a killed dev's (SIGKILL leaves them;
+    its children died with it, ``PR_SET_PDEATHSIG``), and their numbers may by now be other
+    processes' (a ``kill $(cat manager.pid)`` would signal a stranger)."""
+    stale = sorted(state_dir.rglob("*.pid"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def _run(args: DevOptions, out: IO[str], started: float) -> int:

@@ -105,7 +105,13 @@ def test_dev_on_the_real_apiserver(tmp_path: Path) -> None:
 @pytest.mark.timeout(60)
 def test_dev_names_the_failed_stage_and_stops_what_it_started(tmp_path: Path) -> None:
     state = tmp_path / "state"
+    # What a dev killed with SIGKILL leaves (new-user finding): pid files whose numbers may be
+    # other processes' by now (here this test's own). The next dev removes them first.
+    (state / "capi").mkdir(parents=True)
+    for stale in (state / "manager.pid", state / "capi" / "capi-core.pid"):
+        stale.write_text(f"{os.getpid()}\n", encoding="utf-8")
     proc = run_dev(state, "--exit-when-ready", env={"BANLIEUE_VCSIM": str(tmp_path / "no-such-vcsim")}, timeout=50)
+    assert not list(state.rglob("*.pid")), list(state.rglob("*.pid"))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "[2/7] starting vcsim" in proc.stdout and "failed" in proc.stdout
     assert proc.stderr.startswith("banlieue: error: stage 2/7 (starting vcsim")
