@@ -53,3 +53,18 @@ def test_no_published_domain_is_reported() -> None:
     assert choice.name is None and "Cluster demo publishes no failure domain" in choice.message
     unknown = choose_cluster_failure_domain(cluster("zz"), PROVIDERS, {}, memory_mib=1, control_plane=False)
     assert unknown.name is None and "(zz) can take it" in unknown.message
+
+
+def test_a_deleting_or_duplicate_provider_s_domains_take_no_new_machine() -> None:
+    """New-user finding: the Cluster's copy of the failure domains lags the VSphereCluster's, so a
+    machine could still be placed on a Provider being deleted (or a DuplicateVCenter one)."""
+    c = cluster("a-1", "a-2", "b-1")
+    wire = PROVIDERS[0].to_wire()
+    wire["metadata"].update({"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["banlieue.io/provider"]})
+    deleting = Provider.from_wire(wire)
+    assert choose_cluster_failure_domain(c, [deleting, PROVIDERS[1]], {}, memory_mib=512, control_plane=False).name == "b-1"
+    dup = PROVIDERS[1].to_wire()
+    dup["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "DuplicateVCenter", "message": "x",
+                                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    choice = choose_cluster_failure_domain(c, [deleting, Provider.from_wire(dup)], {}, memory_mib=512, control_plane=False)
+    assert choice.name is None and "can take it" in choice.message
