@@ -81,6 +81,9 @@ class VirtualMachineReason:
     """The interfaces' effective settings (the VM's overrides over its VMClass) are each valid but
     cannot work together: a gateway outside the interface's networks, an IPv4 address that is its
     network's network or broadcast address, one address on two interfaces."""
+    CLASS_NOT_OFFERED = "ClassNotOffered"
+    """The VMClass (edited) names a storage or network class the failure domain of a VM already
+    placed there does not offer; the VM is kept as it is (ADR 0012)."""
     RESOLVED = "Resolved"
     READY = "Ready"
     SCHEDULED = "Scheduled"
