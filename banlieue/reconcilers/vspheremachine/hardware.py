@@ -132,13 +132,13 @@ def nics_drifted(vm: VMInfo, spec: VMSpec) -> bool:
 
 def summary(pending: tuple[Pending, ...]) -> Pending | None:
     """One reason (the most actionable, ``_REASON_ORDER``) and every message joined, most
-    actionable first; None when nothing is pending. With causes of more than one reason each
-    message is prefixed by its own reason (``DiskShrinkRefused: ...; WaitingForPowerOff: ...``),
-    so the message never reads as the condition's reason explaining another cause (ADR 0012)."""
+    actionable first; None when nothing is pending. The causes of the condition's own reason come
+    first, unprefixed (the reason already says it: ``Reason: message`` displays, kubectl's
+    included, must not read ``DiskShrinkRefused: DiskShrinkRefused: ...``); every other cause is
+    prefixed by its own reason (``disk os ...; WaitingForPowerOff: numCPUs 1 -> 2 ...``), so the
+    message never reads as the condition's reason explaining another cause (ADR 0012)."""
     if not pending:
         return None
     ordered = sorted(pending, key=lambda p: _REASON_ORDER.index(p.reason))  # stable: spec order within a reason
     reason = ordered[0].reason
-    if all(p.reason == reason for p in ordered):
-        return Pending(reason, "; ".join(p.message for p in ordered))
-    return Pending(reason, "; ".join(f"{p.reason}: {p.message}" for p in ordered))
+    return Pending(reason, "; ".join(p.message if p.reason == reason else f"{p.reason}: {p.message}" for p in ordered))
