@@ -348,6 +348,9 @@ class VMInfo:
     ip_address: str | None
     extra_config: dict[str, str] = field(default_factory=dict, repr=False)
     disk_names: tuple[str | None, ...] = ()
+    os_disk: int | None = 0
+    """Index in ``disks_gib`` of the OS disk, the template's boot disk (``backends.vsphere.disks``;
+    None: the VM has none)."""
     duplicates: tuple[DuplicateVM, ...] = ()
     """Other VMs of the vCenter carrying the same UID (``Backend.find_vm`` only; empty when none)."""
 

@@ -437,6 +437,7 @@ def to_vm_info(o: ObjectProps, idx: InventoryIndex | None) -> VMInfo:
         ip_address=str(o.get("guest.ipAddress")) if o.get("guest.ipAddress") else None,
         extra_config={k: v for k, v in extra.items() if k.startswith(("guestinfo.", "banlieue."))},
         disk_names=vdisks.disk_names(devices, extra),
+        os_disk=vdisks.os_disk_index(devices, extra),
     )
 
 

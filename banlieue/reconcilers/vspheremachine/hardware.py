@@ -43,9 +43,16 @@ class Pending:
 
 def current_disks(vm: VMInfo, spec: VMSpec) -> dict[str, int]:
     """name -> GiB of the VM's disks: by their labels, or by position for a VM whose disks carry
-    no names yet (the one-time adoption of ``backends.vsphere.disks``)."""
+    no names yet (the one-time adoption of ``backends.vsphere.disks``). The first spec disk is
+    the OS disk whatever its label says: a renamed OS disk is found under its new name (and not
+    reported removed), unless its old name is still in the spec or the new one labels another
+    disk (refused by the backend: ``disks.os_disk_conflict``)."""
     named = vm.named_disks_gib()
     if named:
+        if spec.disks and vm.os_disk is not None and vm.os_disk < len(vm.disk_names):
+            old, first = vm.disk_names[vm.os_disk], spec.disks[0].name
+            if old is not None and old != first and first not in named and old not in {d.name for d in spec.disks}:
+                named = {first if n == old else n: gib for n, gib in named.items()}
         return named
     return {d.name: gib for d, gib in zip(spec.disks, vm.disks_gib, strict=False)}
 
@@ -80,7 +87,7 @@ def effective_spec(vm: VMInfo, spec: VMSpec) -> tuple[VMSpec, tuple[Pending, ...
         disks.append(disk)
     out = replace(out, disks=tuple(disks))
     wanted = {d.name for d in spec.disks}
-    removed = sorted(n for n in vm.named_disks_gib() if n not in wanted)
+    removed = sorted(n for n in have if n not in wanted) if vm.named_disks_gib() else []
     if removed:
         listed = ", ".join(f"{n} ({have[n]} GiB)" for n in removed)
         pending.append(Pending(R.DISK_REMOVED_FROM_SPEC, f"disk {listed} is no longer in the spec: kept attached "
@@ -107,6 +114,8 @@ def drifted(vm: VMInfo, spec: VMSpec) -> bool:
         return False
     if not vm.named_disks_gib():
         return True  # write the names (adopted by position) before the spec can change again
+    if vm.os_disk is not None and vm.os_disk < len(vm.disk_names) and vm.disk_names[vm.os_disk] != spec.disks[0].name:
+        return True  # the OS disk was renamed: its label follows
     have = current_disks(vm, spec)
     return any(have.get(d.name, -1) < d.size_gib for d in spec.disks)
 

@@ -295,6 +295,13 @@ HARDWARE_CASES: list[Any] = [
                  ("True", "Provisioned"), None, ("True", "DiskShrinkRefused"), id="shrink-refused-stays-ready"),
     pytest.param(looked(machine(disks_spec({"os": 20, "data": 60}), status=PROVISIONED), disks_vm("PoweredOn", THREE)),
                  None, "create", None, id="grow-by-name-on-running-vm"),
+    # The first disk is the OS disk whatever its name (issue 19): a rename is converged (its
+    # label follows), never reported removed; a rename that shrinks it is refused like any shrink.
+    pytest.param(looked(machine(disks_spec({"root": 20, "logs": 5, "data": 50}), status=PROVISIONED), disks_vm("PoweredOn", THREE)),
+                 None, "create", None, id="os-disk-rename-converges"),
+    pytest.param(looked(machine(disks_spec({"root": 10, "logs": 5, "data": 50}), status=PROVISIONED), disks_vm("PoweredOn", THREE),
+                        converged=True),
+                 ("True", "Provisioned"), None, ("True", "DiskShrinkRefused"), id="os-disk-rename-shrink-refused"),
     pytest.param(looked(machine(disks_spec(THREE), status={**PROVISIONED, "conditions": [
                      {"type": "HardwareChangePending", "status": "True", "reason": "WaitingForPowerOff", "message": "x",
                       "lastTransitionTime": "2026-01-02T03:00:00Z"}]}), disks_vm("PoweredOn", THREE)),
@@ -315,6 +322,19 @@ def test_hardware_changes_on_provisioned_vms(
         assert cond is not None and (cond.status.value, cond.reason) == pending
         if pending[0] == "True":
             assert cond.message and "HardwareChangePending" in [e.reason for e in plan.events]
+
+
+def test_a_renamed_os_disk_is_not_reported_removed_and_keeps_its_size() -> None:
+    running = disks_vm("PoweredOn", THREE)
+    plan = decide(looked(machine(disks_spec({"root": 30, "logs": 5, "data": 50}), status=PROVISIONED), running))
+    assert plan.action is not None and plan.action.spec is not None
+    assert [(d.name, d.size_gib) for d in plan.action.spec.disks] == [("root", 30), ("logs", 5), ("data", 50)]
+    after = decide(looked(machine(disks_spec({"root": 20, "logs": 5, "data": 50}), status=PROVISIONED), running, converged=True))
+    assert get_condition(after.status.conditions if after.status else None, HARDWARE_CHANGE_PENDING) is None
+    shrink = decide(looked(machine(disks_spec({"root": 10, "logs": 5, "data": 50}), status=PROVISIONED), running, converged=True))
+    cond = get_condition(shrink.status.conditions if shrink.status else None, HARDWARE_CHANGE_PENDING)
+    assert cond is not None and cond.reason == "DiskShrinkRefused" and "disk root is 20 GiB" in cond.message, cond
+    assert "DiskRemovedFromSpec" not in cond.message and "detach" not in cond.message, cond.message
 
 
 def test_a_removed_disk_is_named_with_its_size_and_an_edit_converges_by_name() -> None:
