@@ -96,6 +96,10 @@ class VSphereMachineReason:
     DISK_REMOVED_FROM_SPEC = "DiskRemovedFromSpec"
     NIC_REMOVED_FROM_SPEC = "NicRemovedFromSpec"
     DISK_SHRINK_REFUSED = "DiskShrinkRefused"
+    FIRMWARE_CHANGE_REFUSED = "FirmwareChangeRefused"
+    """The spec's firmware (bios <-> efi) differs from a provisioned VM's: never applied (issue 19)."""
+    PROVISIONING_CHANGE_REFUSED = "ProvisioningChangeRefused"
+    """The spec's provisioning of an existing disk differs from the disk's: never applied (issue 19)."""
     CHANGE_FAILED = "ChangeFailed"
     # Reasons of the VMUnique condition (ADR 0012 decision 9).
     DUPLICATE_VM = "DuplicateVM"

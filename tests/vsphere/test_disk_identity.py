@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -260,4 +261,29 @@ async def test_sixty_disks_spread_over_four_scsi_controllers_each_on_its_name(
     assert len(set(units)) == 60 and all(u != 7 for _, u in units)
     with pytest.raises(InvalidSpec, match="4 SCSI controllers of 15 disks each are full"):
         await converge(backend, conn, uid, [("os", 10), ("d1", 2)] + [(f"d{i}", 1) for i in range(2, 61)])
+    await backend.destroy_vm(conn, uid)
+
+
+async def test_firmware_and_disk_provisioning_are_read_back_and_secure_boot_is_converged_once(
+    backend: VSphereBackend, conn: Connection, si: Any
+) -> None:
+    """Issue 19: the VM's firmware and its disks' provisioning are read back (VMInfo) so that a
+    class edit of either is reported instead of silently ignored; secure boot is turned on and
+    off, and not sent again on every converge."""
+    uid = str(uuid.uuid4())
+    spec = replace(vm_spec(uid, [("os", 10)]), firmware="efi-secure",
+                   disks=(DiskSpec("os", 10), DiskSpec("thin1", 1), DiskSpec("lazy", 2, "thick"), DiskSpec("eager", 3, "eagerZeroed")))
+    await backend.create_vm(conn, spec)
+    info = await backend.find_vm(conn, uid)
+    assert info is not None and info.firmware == "efi-secure"
+    by_name = dict(zip(info.disk_names, info.disk_provisioning, strict=True))
+    assert {n: by_name[n] for n in ("thin1", "lazy", "eager")} == {"thin1": "thin", "lazy": "thick", "eager": "eagerZeroed"}
+    vm = await asyncio.to_thread(vm_of, si, uid)
+    assert vm is not None
+    version = vm.config.changeVersion
+    await backend.create_vm(conn, spec)  # in spec: nothing sent
+    assert (await asyncio.to_thread(vm_of, si, uid)).config.changeVersion == version  # type: ignore[union-attr]
+    await backend.create_vm(conn, replace(spec, firmware="efi"))  # secure boot off
+    info = await backend.find_vm(conn, uid)
+    assert info is not None and info.firmware == "efi"
     await backend.destroy_vm(conn, uid)

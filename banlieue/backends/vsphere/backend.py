@@ -67,6 +67,7 @@ CONVERGE_PATHS = [
     "config.hardware.device",
     "config.extraConfig",
     "config.firmware",
+    "config.bootOptions",
 ]
 
 

@@ -299,8 +299,12 @@ def hardware_spec(
         if props.get("config.firmware") != firmware:
             cfg.firmware = firmware
             changed = True
-        if spec.firmware == "efi-secure":
-            cfg.bootOptions = vim.vm.BootOptions(efiSecureBootEnabled=True)
+        boot = props.get("config.bootOptions")
+        secure = bool(getattr(boot, "efiSecureBootEnabled", False)) if boot is not None else False
+        if firmware == "efi" and secure != (spec.firmware == "efi-secure"):
+            # Secure boot on (efi-secure) or off (efi); before, it was sent on every converge and
+            # never turned off.
+            cfg.bootOptions = vim.vm.BootOptions(efiSecureBootEnabled=spec.firmware == "efi-secure")
             changed = True
     extra = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
     device_changes, labels = _disk_changes(devices, spec.disks, linked, idx, spec.datacenter, extra)

@@ -45,7 +45,7 @@ from typing import Any
 
 from pyVmomi import vim as _vim
 
-from banlieue.backends.base import InvalidSpec
+from banlieue.backends.base import InvalidSpec, Provisioning
 
 vim: Any = _vim
 Dev = vim.vm.device
@@ -226,6 +226,14 @@ def place_disk(devices: Sequence[Any], pending: Sequence[Any], reserved: set[Slo
         if spare is not None:
             return key, spare, Dev.VirtualDeviceSpec(operation="add", device=ctrl)
     raise InvalidSpec(f"no free unit for disk {name!r}: every SCSI slot is used or named by a disk label", public=True)
+
+
+def provisioning_of(disk: Any) -> Provisioning:
+    """``thin``, ``thick`` (lazy zeroed) or ``eagerZeroed`` from the disk's flat backing."""
+    backing = disk.backing
+    if bool(getattr(backing, "thinProvisioned", False)):
+        return "thin"
+    return "eagerZeroed" if bool(getattr(backing, "eagerlyScrub", False)) else "thick"
 
 
 def unit_of(slot: Slot) -> int:

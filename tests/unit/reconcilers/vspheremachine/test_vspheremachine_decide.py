@@ -324,6 +324,41 @@ def test_hardware_changes_on_provisioned_vms(
             assert cond.message and "HardwareChangePending" in [e.reason for e in plan.events]
 
 
+FW_DISKS = {"os": 20, "data": 50}
+
+
+def fw_vm(power: str, firmware: str, data: str = "thin") -> VMInfo:
+    return replace(disks_vm(power, FW_DISKS), firmware=firmware, disk_provisioning=("thick", data))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("spec", "running", "action", "pending", "says"), [
+    # Issue 19: firmware and provisioning edits on provisioned VMs were silently never applied.
+    ({"firmware": "efi"}, fw_vm("PoweredOn", "bios"), None, "FirmwareChangeRefused", "firmware bios -> efi is not applied"),
+    ({"firmware": "efi", "powerState": "PoweredOff"}, fw_vm("PoweredOff", "bios"), None, "FirmwareChangeRefused",
+     "does not boot with efi"),
+    ({"firmware": "efi-secure"}, fw_vm("PoweredOn", "efi"), None, "WaitingForPowerOff", "firmware efi -> efi-secure is applied"),
+    ({"firmware": "efi-secure"}, fw_vm("PoweredOff", "efi"), "create", None, None),
+    ({"firmware": "efi", "disks": [{"name": "os", "sizeGiB": 20}, {"name": "data", "sizeGiB": 50, "provisioning": "thick"}]},
+     fw_vm("PoweredOn", "efi"), None, "ProvisioningChangeRefused", "disk data is thin and the spec asks thick"),
+    # The OS disk's provisioning is the template's (thick here): the class's default thin is no change.
+    ({"firmware": "efi"}, fw_vm("PoweredOn", "efi"), None, None, None),
+], ids=["bios-to-efi-running", "bios-to-efi-off", "secure-boot-waits", "secure-boot-applied-off", "provisioning", "in-spec"])
+def test_firmware_and_provisioning_edits_are_reported_not_ignored(
+    spec: dict[str, Any], running: VMInfo, action: str | None, pending: str | None, says: str | None
+) -> None:
+    plan = decide(looked(machine({**disks_spec(FW_DISKS), **spec}, status=PROVISIONED), running, converged=action is None))
+    assert (plan.action.kind if plan.action else None) == action
+    if action is None:
+        assert ready(plan) == ("True", "Provisioned")
+        cond = get_condition(plan.status.conditions if plan.status else None, HARDWARE_CHANGE_PENDING)
+        if pending is None:
+            assert cond is None
+        else:
+            assert cond is not None and cond.reason == pending and says in (cond.message or ""), cond
+    else:
+        assert plan.action is not None and plan.action.spec is not None and plan.action.spec.firmware == spec["firmware"]
+
+
 def test_a_renamed_os_disk_is_not_reported_removed_and_keeps_its_size() -> None:
     running = disks_vm("PoweredOn", THREE)
     plan = decide(looked(machine(disks_spec({"root": 30, "logs": 5, "data": 50}), status=PROVISIONED), running))
