@@ -67,11 +67,13 @@ from banlieue.reconcilers.virtualmachine.machine_decide import (
     power_only_machine,
 )
 from banlieue.reconcilers.virtualmachine.scheduler import (
+    FIRMWARE_FEATURES,
     PeerPlacement,
     PeerTotals,
     Placement,
     SchedulingDecision,
     SchedulingInput,
+    firmware_supported,
     image_template,
     schedule,
 )
@@ -117,8 +119,8 @@ class Snapshot:
 def class_not_offered(s: Snapshot, current: tuple[str, str] | None) -> tuple[str, str] | None:
     """(``ClassNotOffered``, message) when the VM has a live VSphereMachine on ``current`` and its
     VMClass now names a storage or network class that failure domain does not offer
-    (``availableStorageClasses``/``availableNetworkClasses``) while every class the machine is
-    built with still is offered there: the miss comes from a catalogue edit, not from the
+    (``availableStorageClasses``/``availableNetworkClasses``), or a firmware it does not support,
+    while every class (and the firmware) the machine is built with still is offered there: the miss comes from a catalogue edit, not from the
     Provider. Else None (a Provider that stopped offering what the machine uses is drift, step 5).
 
     ADR 0012: a running VM that is fine never turns NotReady, and is never migrated, because of a
@@ -138,11 +140,16 @@ def class_not_offered(s: Snapshot, current: tuple[str, str] | None) -> tuple[str
     live_storage = {d.storage_class for d in machine.spec.disks or () if d.storage_class}
     live_networks = {d.network_class for d in (machine.spec.network.devices if machine.spec.network else None) or ()
                      if d.network_class}
-    if not live_storage <= storage or not live_networks <= networks:
+    reported = set((attrs.features if attrs else None) or ()) & FIRMWARE_FEATURES
+    live_firmware = str(machine.spec.firmware) if machine.spec.firmware else None
+    if not live_storage <= storage or not live_networks <= networks or (
+            reported and live_firmware is not None and live_firmware not in reported):
         return None
     missing = [f"storage class {n}" for n in sorted({d.storage_class for d in vm_class.spec.hardware.disks or ()} - storage)]
     missing += [f"network class {n}" for n in sorted(
         {i.network_class for i in (vm_class.spec.network.interfaces if vm_class.spec.network else None) or ()} - networks)]
+    if not firmware_supported(vm_class, domain):
+        missing.append(f"firmware {vm_class.spec.firmware}")
     if not missing:
         return None
     return (VirtualMachineReason.CLASS_NOT_OFFERED,

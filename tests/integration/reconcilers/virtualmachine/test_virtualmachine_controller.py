@@ -311,6 +311,30 @@ async def test_a_class_edit_naming_a_class_the_domain_lacks_keeps_running_vms_as
     assert [d["name"] for d in vsm["spec"]["disks"]] == ["os", "data"]
 
 
+async def test_a_class_firmware_edit_the_domain_does_not_support_keeps_running_vms_as_they_are(env: Env) -> None:
+    """As above for the firmware: a class edit to a firmware the VM's failure domain does not
+    support (another domain does) neither migrates the VM (automatic) nor changes its machine."""
+    body = {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "fw19"}, "spec": {
+        "hardware": {"cpus": 1, "memoryMiB": 1024, "disks": [{"name": "os", "sizeGiB": 20, "storageClass": "standard"}]},
+        "network": {"interfaces": [{"name": "eth0", "networkClass": "default"}]}, "firmware": "efi"}}
+    await env.client.create(VM_CLASS, body)
+    await env.vm("fw-1", classRef={"name": "fw19"}, migrationPolicy="automatic",
+                 placement={"providerSelector": {"matchExpressions": [{"key": "site", "operator": "In", "values": ["a", "b"]}]}})
+    old = await eventually(lambda: _placed_on(env, "fw-1", "vc-a"))
+    await env.provision("fw-1")
+    await eventually(lambda: _is(env, "fw-1", "Ready", "True"))
+    secure = fd("vc-b-dc0-c0", "c0", mem=4096)
+    secure["attributes"]["features"] = ["bios", "efi", "efi-secure"]
+    await env.provider_status("vc-b", [secure])
+    await env.client.patch(VM_CLASS, "fw19", None, {"spec": {"firmware": "efi-secure"}})
+    cond = await eventually(lambda: _is(env, "fw-1", "ReferencesResolved", "False", "ClassNotOffered"))
+    assert "firmware efi-secure" in cond["message"], cond
+    await asyncio.sleep(0.5)
+    vsm = await env.get_vsm("fw-1")
+    assert vsm["metadata"]["uid"] == old["metadata"]["uid"] and not vsm["metadata"].get("deletionTimestamp")
+    assert vsm["spec"]["firmware"] == "efi" and (await env.condition("fw-1", "Ready"))["status"] == "True"
+
+
 async def test_manual_migration_waits_for_the_annotation_and_clears_it(env: Env) -> None:
     await env.vm("man-1", migrationPolicy="manual", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
     old = await eventually(lambda: _placed_on(env, "man-1", "vc-a"))
