@@ -31,7 +31,16 @@ from banlieue.api.meta import (
 )
 from banlieue.api.provider import ProviderConditionReason
 from banlieue.api.virtualmachine import PowerState
-from banlieue.api.vmclass import MAX_DISKS, MAX_NICS, DiskProvisioning, Firmware
+from banlieue.api.vmclass import (
+    DEVICE_NAME_SCHEMA,
+    MAX_CPUS,
+    MAX_DISK_GIB,
+    MAX_DISKS,
+    MAX_MEMORY_MIB,
+    MAX_NICS,
+    DiskProvisioning,
+    Firmware,
+)
 
 GROUP = INFRA_GROUP
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -90,6 +99,10 @@ class VSphereMachineReason:
     DISK_REMOVED_FROM_SPEC = "DiskRemovedFromSpec"
     NIC_REMOVED_FROM_SPEC = "NicRemovedFromSpec"
     DISK_SHRINK_REFUSED = "DiskShrinkRefused"
+    FIRMWARE_CHANGE_REFUSED = "FirmwareChangeRefused"
+    """The spec's firmware (bios <-> efi) differs from a provisioned VM's: never applied (issue 19)."""
+    PROVISIONING_CHANGE_REFUSED = "ProvisioningChangeRefused"
+    """The spec's provisioning of an existing disk differs from the disk's: never applied (issue 19)."""
     CHANGE_FAILED = "ChangeFailed"
     # Reasons of the VMUnique condition (ADR 0012 decision 9).
     DUPLICATE_VM = "DuplicateVM"
@@ -137,9 +150,9 @@ class MachineDisk(ApiModel):
         }
     )
 
-    name: str = Field(min_length=1)
-    """Disk name, unique in the machine."""
-    size_gib: int = Field(ge=1, alias="sizeGiB")
+    name: str = Field(min_length=1, json_schema_extra=DEVICE_NAME_SCHEMA)
+    """Disk name, unique in the machine (a DNS label: lower case letters, digits, ``-``)."""
+    size_gib: int = Field(ge=1, alias="sizeGiB", json_schema_extra={"maximum": MAX_DISK_GIB})
     """Size, GiB."""
     provisioning: DiskProvisioning = DiskProvisioning.THIN
     """thin, thick or eagerZeroed."""
@@ -163,8 +176,8 @@ class NetworkDevice(ApiModel):
         }
     )
 
-    name: str = Field(min_length=1)
-    """Interface name, unique in the machine."""
+    name: str = Field(min_length=1, json_schema_extra=DEVICE_NAME_SCHEMA)
+    """Interface name, unique in the machine (a DNS label: lower case letters, digits, ``-``)."""
     port_group: str | None = Field(default=None, min_length=1)
     """Concrete port group (standalone path)."""
     network_class: str | None = Field(default=None, min_length=1)
@@ -222,11 +235,11 @@ class VSphereMachineSpec(ApiModel):
     """Template to clone."""
     clone_mode: CloneMode = CloneMode.FULL_CLONE
     """fullClone (default: disks can be grown to sizeGiB) or linkedClone (needs a template snapshot; disks cannot grow; CAPV's default)."""
-    num_cpus: int | None = Field(default=None, ge=1, alias="numCPUs")
+    num_cpus: int | None = Field(default=None, ge=1, alias="numCPUs", json_schema_extra={"maximum": MAX_CPUS})
     """Virtual CPUs."""
     num_cores_per_socket: int | None = Field(default=None, ge=1)
     """Cores per socket."""
-    memory_mib: int | None = Field(default=None, ge=1, alias="memoryMiB")
+    memory_mib: int | None = Field(default=None, ge=1, alias="memoryMiB", json_schema_extra={"maximum": MAX_MEMORY_MIB})
     """Memory, MiB."""
     firmware: Firmware | None = None
     """bios, efi or efi-secure; the template's when absent."""

@@ -26,7 +26,7 @@ from banlieue.api.meta import (
     Time,
     list_map,
 )
-from banlieue.api.vmclass import MAX_ADDRESSES, MAX_NICS
+from banlieue.api.vmclass import DEVICE_NAME_SCHEMA, MAX_ADDRESSES, MAX_NICS
 
 _CONDITIONS = list_map("type")
 _BY_NAME = list_map("name")
@@ -81,6 +81,9 @@ class VirtualMachineReason:
     """The interfaces' effective settings (the VM's overrides over its VMClass) are each valid but
     cannot work together: a gateway outside the interface's networks, an IPv4 address that is its
     network's network or broadcast address, one address on two interfaces."""
+    CLASS_NOT_OFFERED = "ClassNotOffered"
+    """The VMClass (edited) names a storage or network class the failure domain of a VM already
+    placed there does not offer; the VM is kept as it is (ADR 0012)."""
     RESOLVED = "Resolved"
     READY = "Ready"
     SCHEDULED = "Scheduled"
@@ -154,7 +157,7 @@ class InterfaceOverride(ApiModel):
     """This VM's own network settings for one interface of its VMClass, by name. Each field set
     replaces the class's value for that interface; an unset field keeps the class's."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, json_schema_extra=DEVICE_NAME_SCHEMA)
     """Name of an interface of the VMClass (``spec.network.interfaces[].name``); a name the class
     does not have keeps the VM from being scheduled (``Scheduled`` False ``InterfaceNotInClass``)."""
     addresses: list[IPPrefix] | None = Field(default=None, max_length=MAX_ADDRESSES, json_schema_extra=LIST_ATOMIC)

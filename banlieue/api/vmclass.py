@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, JsonValue
 
 from banlieue.api.groups import CORE_API_VERSION as API_VERSION
 from banlieue.api.meta import (
@@ -28,6 +28,28 @@ MAX_NICS = 10
 """vSphere limit of virtual NICs per VM; also bounds CEL cost."""
 MAX_ADDRESSES = 16
 """Most static addresses (and name servers) one interface takes; bounds CEL cost (banlieue's choice)."""
+MAX_CPUS = 768
+"""vSphere 8 configuration maximum of virtual CPUs per VM."""
+MAX_MEMORY_MIB = 24 * 1024 * 1024
+"""vSphere 8 configuration maximum of memory per VM: 24 TB, in MiB."""
+MAX_DISK_GIB = 62 * 1024
+"""vSphere configuration maximum of a virtual disk: 62 TB, in GiB."""
+DEVICE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+"""A disk or interface name: a DNS label (lower case letters, digits, ``-``; at most 63). The name
+is kept in extraConfig keys (``banlieue.disk.<name>``, ``banlieue.nic.<name>``) and in the guest's
+network config: characters such keys and configs do not carry safely are refused at admission."""
+DEVICE_NAME_SCHEMA: dict[str, JsonValue] = {"maxLength": 63, "pattern": DEVICE_NAME_PATTERN}
+"""The CRD schema of a disk or interface name. The limits of this module are in the CRD schema
+only (``json_schema_extra``), not enforced when banlieue parses an object: one stored before a
+limit existed must still be read, and kept running (ADR 0012)."""
+OS_DISK_RULE: dict[str, JsonValue] = {
+    "rule": "!has(oldSelf.disks) || !has(self.disks) || size(self.disks) == 0 || size(oldSelf.disks) == 0"
+            " || self.disks[0].name == oldSelf.disks[0].name"
+            " || (!oldSelf.disks.exists(d, d.name == self.disks[0].name) && !self.disks.exists(d, d.name == oldSelf.disks[0].name))",
+    "message": "disks[0] is the OS disk (the image's boot disk): it may be renamed in place, but another existing disk "
+               "cannot become the first one nor the OS disk's name move down the list; reorder only the disks after it",
+}
+"""The first disk is the OS disk (ADR 0012): a transition rule, so only an update is checked."""
 
 class DiskProvisioning(StrEnum):
     """Virtual disk provisioning type."""
@@ -55,10 +77,10 @@ class IPAMSource(StrEnum):
 class ClassDisk(ApiModel):
     """A disk of a VMClass; the first one is the OS disk grown from the image."""
 
-    name: str = Field(min_length=1)
-    """Disk name, unique in the class."""
-    size_gib: int = Field(ge=1, alias="sizeGiB")
-    """Size, GiB."""
+    name: str = Field(min_length=1, json_schema_extra=DEVICE_NAME_SCHEMA)
+    """Disk name, unique in the class (a DNS label: lower case letters, digits, ``-``)."""
+    size_gib: int = Field(ge=1, alias="sizeGiB", json_schema_extra={"maximum": MAX_DISK_GIB})
+    """Size, GiB (at most 63488, vSphere's 62 TB)."""
     storage_class: str = Field(min_length=1)
     """Abstract storage class resolved through the chosen Provider's capabilities."""
     provisioning: DiskProvisioning = DiskProvisioning.THIN
@@ -68,12 +90,14 @@ class ClassDisk(ApiModel):
 class Hardware(ApiModel):
     """Virtual hardware of a VMClass."""
 
-    cpus: int = Field(ge=1)
-    """Virtual CPUs."""
-    memory_mib: int = Field(ge=1, alias="memoryMiB")
-    """Memory, MiB."""
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [OS_DISK_RULE]})
+
+    cpus: int = Field(ge=1, json_schema_extra={"maximum": MAX_CPUS})
+    """Virtual CPUs (at most 768, vSphere's per-VM limit)."""
+    memory_mib: int = Field(ge=1, alias="memoryMiB", json_schema_extra={"maximum": MAX_MEMORY_MIB})
+    """Memory, MiB (at most 25165824, vSphere's 24 TB per VM)."""
     disks: list[ClassDisk] | None = Field(default=None, max_length=MAX_DISKS, json_schema_extra=_BY_NAME)
-    """Disks; the first is the OS disk (at most 60, vSphere's per-VM limit)."""
+    """Disks (at most 60, vSphere's per-VM limit); the first is the OS disk, renamed but never moved."""
 
 
 class StaticIPConfig(ApiModel):
@@ -101,8 +125,8 @@ class IPAM(ApiModel):
 class ClassInterface(ApiModel):
     """A network interface of a VMClass."""
 
-    name: str = Field(min_length=1)
-    """Interface name, unique in the class."""
+    name: str = Field(min_length=1, json_schema_extra=DEVICE_NAME_SCHEMA)
+    """Interface name, unique in the class (a DNS label: lower case letters, digits, ``-``)."""
     network_class: str = Field(min_length=1)
     """Abstract network class resolved through the chosen Provider's capabilities."""
     ipam: IPAM | None = None

@@ -348,6 +348,13 @@ class VMInfo:
     ip_address: str | None
     extra_config: dict[str, str] = field(default_factory=dict, repr=False)
     disk_names: tuple[str | None, ...] = ()
+    disk_provisioning: tuple[Provisioning, ...] = ()
+    """Provisioning of each disk in device order (``thin``/``thick``/``eagerZeroed``; empty: not read)."""
+    firmware: Firmware | None = None
+    """``bios``, ``efi`` or ``efi-secure`` (EFI with secure boot); None: not read."""
+    os_disk: int | None = 0
+    """Index in ``disks_gib`` of the OS disk, the template's boot disk (``backends.vsphere.disks``;
+    None: the VM has none)."""
     duplicates: tuple[DuplicateVM, ...] = ()
     """Other VMs of the vCenter carrying the same UID (``Backend.find_vm`` only; empty when none)."""
 

@@ -60,6 +60,10 @@ _not_string = st.one_of(st.integers(), st.booleans(), st.lists(st.integers(), ma
 _not_int = st.one_of(st.text(max_size=5), st.booleans(), st.floats(allow_nan=False, allow_infinity=False)
                      .filter(lambda f: not f.is_integer()))
 _bad_enum = st.text(max_size=12)
+_bad_device_name = st.one_of(
+    st.text(min_size=1, max_size=20).filter(lambda t: any(not (c.isascii() and (c.islower() or c.isdigit() or c == "-")) for c in t)),
+    st.sampled_from(["-os", "os-", "a" * 64, "OS", "os.data", "os_data", "os disk"]),
+)
 
 # (kind, field path, where to put the value, strategy of bad values): each value breaks the schema.
 MUTATIONS: list[tuple[str, str, tuple[Any, ...], st.SearchStrategy[Any]]] = [
@@ -74,6 +78,12 @@ MUTATIONS: list[tuple[str, str, tuple[Any, ...], st.SearchStrategy[Any]]] = [
     ("VMClass", "spec.hardware.disks[0].sizeGiB", ("spec", "hardware", "disks", 0, "sizeGiB"), st.integers(max_value=0)),
     ("VMClass", "spec.hardware.disks[0].provisioning", ("spec", "hardware", "disks", 0, "provisioning"),
      _bad_enum.filter(lambda s: s not in ("thin", "thick", "eagerZeroed"))),
+    # Issue 19: a typo'd class reserved every domain; names are kept in extraConfig keys.
+    ("VMClass", "spec.hardware.cpus", ("spec", "hardware", "cpus"), st.integers(min_value=769)),
+    ("VMClass", "spec.hardware.memoryMiB", ("spec", "hardware", "memoryMiB"), st.integers(min_value=24 * 1024 * 1024 + 1)),
+    ("VMClass", "spec.hardware.disks[0].sizeGiB", ("spec", "hardware", "disks", 0, "sizeGiB"), st.integers(min_value=62 * 1024 + 1)),
+    ("VMClass", "spec.hardware.disks[0].name", ("spec", "hardware", "disks", 0, "name"), _bad_device_name),
+    ("VMClass", "spec.network.interfaces[0].name", ("spec", "network", "interfaces", 0, "name"), _bad_device_name),
     ("VMClass", "spec.firmware", ("spec", "firmware"), _bad_enum.filter(lambda s: s not in ("bios", "efi", "efi-secure"))),
     ("VMClass", "spec.network.interfaces[0].mtu", ("spec", "network", "interfaces", 0, "mtu"),
      st.one_of(st.integers(max_value=67), st.integers(min_value=65536))),
@@ -134,6 +144,31 @@ def test_bad_names_rejected(api: ApiServerProcess, name: str) -> None:
         assert "metadata.name" in _fields(out) or "metadata.name" in str(out.get("message")), out
     listed = http("GET", api.url + VMS)[1]
     assert name not in {v["metadata"]["name"] for v in listed["items"]}
+
+
+def test_the_os_disk_may_be_renamed_but_not_moved(api: ApiServerProcess) -> None:
+    """Issue 19 / ADR 0012: the first disk of a class is the OS disk (the image's boot disk). A
+    rename is accepted (the backend moves the name to the same disk); making another disk first,
+    or moving the OS disk down the list, is refused at admission with a message saying why;
+    reordering the other disks is accepted."""
+    body = copy.deepcopy(VMCLASS)
+    body["metadata"]["name"] = "osdisk"
+    body["spec"]["hardware"]["disks"] = [{"name": n, "sizeGiB": 10, "storageClass": "standard"} for n in ("os", "logs", "data")]
+    url = api.url + PATHS["VMClass"]
+    assert http("POST", url, body)[0] == 201
+
+    def put(names: list[str]) -> tuple[int, Any]:
+        current = http("GET", f"{url}/osdisk")[1]
+        current["spec"]["hardware"]["disks"] = [{"name": n, "sizeGiB": 10, "storageClass": "standard"} for n in names]
+        return http("PUT", f"{url}/osdisk", current)
+
+    assert put(["os", "data", "logs"])[0] == 200  # reorder of the others
+    for names in (["data", "os", "logs"], ["boot", "os", "logs"], ["logs", "data"]):
+        status, out = put(names)
+        assert status == 422, (names, status, out)
+        assert "disks[0] is the OS disk" in out["message"] and "spec.hardware" in _fields(out), out
+    assert put(["boot", "data", "logs"])[0] == 200  # a rename in place
+    assert [d["name"] for d in http("GET", f"{url}/osdisk")[1]["spec"]["hardware"]["disks"]] == ["boot", "data", "logs"]
 
 
 KUBECTL_CASES = [

@@ -145,6 +145,25 @@ def test_per_vm_network_settings_are_checked_at_admission(installed: Kubectl) ->
     assert "spec.network.interfaces[0].addresses[1]: Invalid value" in err, err
 
 
+def test_the_os_disk_may_be_renamed_not_moved_and_limits_hold_with_kubectl(installed: Kubectl) -> None:
+    """Issue 19 (ADR 0012): the VMClass transition rule on its first disk and the vSphere limits,
+    on a real kube-apiserver (which also checks the rule's CEL cost when the CRD is installed)."""
+    def klass(disks: list[str], cpus: int = 1, disk_name: str | None = None) -> dict[str, Any]:
+        return {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "osdisk19"},
+                "spec": {"hardware": {"cpus": cpus, "memoryMiB": 512, "disks": [
+                    {"name": n, "sizeGiB": 10, "storageClass": "standard"} for n in disks]}}}
+
+    installed.ok("apply", "--server-side", "-f", "-", docs=[klass(["os", "logs", "data"])])
+    installed.ok("apply", "--server-side", "-f", "-", docs=[klass(["os", "data", "logs"])])  # reorder the others
+    err = installed.rejected("apply", "--server-side", "-f", "-", docs=[klass(["data", "os", "logs"])])
+    assert "spec.hardware: Invalid value" in err and "disks[0] is the OS disk" in err, err
+    installed.ok("apply", "--server-side", "-f", "-", docs=[klass(["boot", "data", "logs"])])  # a rename
+    err = installed.rejected("apply", "--server-side", "-f", "-", docs=[klass(["boot", "data", "logs"], cpus=1000)])
+    assert "spec.hardware.cpus" in err and "768" in err, err
+    err = installed.rejected("apply", "--server-side", "-f", "-", docs=[klass(["boot", "Data_1"])])
+    assert "spec.hardware.disks[1].name" in err, err
+
+
 def test_what_must_pass_passes(installed: Kubectl) -> None:
     installed.ok("apply", "--server-side", "-f", "-", docs=[
         _provider("no-ca"), _provider("inline-ca", {"inline": "pem"}),

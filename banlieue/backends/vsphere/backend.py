@@ -67,6 +67,7 @@ CONVERGE_PATHS = [
     "config.hardware.device",
     "config.extraConfig",
     "config.firmware",
+    "config.bootOptions",
 ]
 
 
@@ -385,18 +386,24 @@ class VSphereBackend:
                     self._templates[key] = (time.monotonic(), template)
         if template is None:
             raise NotFound(f"template {spec.template!r} not found in {spec.datacenter!r}", reason="TemplateNotFound", public=True)
-        snapshot = None
-        if spec.clone_mode == "linkedClone":
+        linked_wanted = spec.clone_mode == "linkedClone"
 
-            def current_snapshot(s: Session) -> Any:
-                snap = retrieve_objects(s.content, [template], vim.VirtualMachine, ["snapshot"])[0].get("snapshot")
-                return snap.currentSnapshot if snap is not None else None
+        def template_props(s: Session) -> dict[str, Any]:
+            paths = ["config.hardware.device", *(["snapshot"] if linked_wanted else [])]
+            return dict(retrieve_objects(s.content, [template], vim.VirtualMachine, paths)[0].props)
 
-            snapshot = await run(current_snapshot)
+        props = await run(template_props)
+        snap = props.get("snapshot")
+        snapshot = snap.currentSnapshot if snap is not None else None
         try:
             plan = clone.clone_plan(await self._index(conn), spec, snapshot)
         except NotFound:
             plan = clone.clone_plan(await self._index(conn, fresh=True), spec, snapshot)
+        # The disks the clone will get are checked on the template's before anything is cloned
+        # (the first spec disk is the template's boot disk: a smaller one is a shrink), so a
+        # spec that cannot be completed leaves no half-built VM (issue 19).
+        clone.check_clone_disks(await self._index(conn), spec, list(props.get("config.hardware.device") or []),
+                                plan.mode == "linkedClone")
         try:
             task = await run(lambda s: template.CloneVM_Task(folder=plan.folder, name=spec.name, spec=plan.spec))
         except NotFound:

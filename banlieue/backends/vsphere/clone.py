@@ -9,10 +9,11 @@ current devices so that applying them twice changes nothing the second time.
   one the clone falls back to a full clone and says why (CAPV does the same).
 - Disks are matched to the spec by name, never by position (``disks`` module: the name is kept
   in extraConfig ``banlieue.disk.<name>``); the first spec disk of a just-cloned VM is the
-  template's OS disk. A matched disk is grown to ``size_gib`` (never shrunk: InvalidSpec; a
-  linked clone's OS disk is never resized: InvalidSpec); a name without a disk gets a new one on
-  the first SCSI controller (thin / thick lazy-zeroed / eager-zeroed); a disk whose name left
-  the spec is kept untouched.
+  template's OS disk, whatever its name (a rename of the first disk renames the OS disk). A
+  matched disk is grown to ``size_gib`` (never shrunk: InvalidSpec; a linked clone's OS disk is
+  never resized: InvalidSpec); a name without a disk gets a new one on the first free SCSI unit,
+  SCSI controllers added as needed up to 4 (thin / thick lazy-zeroed / eager-zeroed); a disk
+  whose name left the spec is kept untouched.
 - NICs are matched to the spec by name, never by position (``nics`` module: the name is kept in
   extraConfig ``banlieue.nic.<name>`` = the card's MAC); the spec NICs of a just-cloned VM are
   the template's cards in order (those beyond the spec's are removed). A matched card gets the
@@ -123,12 +124,23 @@ def _same_backing(current: Any, ref: NetworkRef) -> bool:
 def _disk_changes(
     devices: list[Any], disks: tuple[DiskSpec, ...], linked: bool, idx: InventoryIndex, dc: str, extra: dict[str, str]
 ) -> tuple[list[Any], dict[str, str]]:
-    """Device changes converging ``disks`` matched by name (``disks`` module), and the
-    ``banlieue.disk.<name>`` extraConfig values to write. Raises InvalidSpec for a shrink (before
-    anything is sent) and for resizing a linked clone's OS disk."""
-    matched = vdisks.match_disks(devices, extra, [d.name for d in disks])
+    """Device changes converging ``disks`` matched by name (``disks`` module: the first spec disk
+    is the OS disk whatever its name), SCSI controllers added for them included, and the
+    ``banlieue.disk.<name>`` / ``banlieue.osdisk`` extraConfig values to write (an empty value
+    removes the old name of a renamed OS disk). Self-contained: the changes go into a ReconfigVM
+    or a CloneSpec's config alike. Raises InvalidSpec, before anything is sent, for a shrink, for
+    resizing a linked clone's OS disk, for an OS disk moved in the list (``os_disk_conflict``)
+    or removed from the VM by hand, and when no slot is left (60 disks)."""
+    names = [d.name for d in disks]
+    conflict = vdisks.os_disk_conflict(devices, extra, names)
+    if conflict is not None:
+        raise InvalidSpec(conflict, public=True)
+    ctrls = vdisks.controllers(devices)
+    matched = vdisks.match_disks(devices, extra, names)
+    labelled = vdisks.disk_labels(extra, devices)
+    os_slot = vdisks.os_slot(devices, extra)
     # Slots a label names are never given to another disk, even when that disk was removed.
-    reserved = set(vdisks.disk_labels(extra).values()) | {vdisks.slot_of(d) for d in matched.values()}
+    reserved = set(labelled.values()) | {vdisks.slot_of(d, ctrls) for d in matched.values()}
     changes: list[Any] = []
     labels: dict[str, str] = {}
     for i, want in enumerate(disks):
@@ -146,31 +158,38 @@ def _disk_changes(
                 have.capacityInKB = want_kib
                 have.capacityInBytes = want_kib * 1024
                 changes.append(Dev.VirtualDeviceSpec(operation="edit", device=have))
-            slot = vdisks.slot_of(have)
+            slot = vdisks.slot_of(have, ctrls)
         else:
-            change = _new_disk(devices, changes, reserved, want, i, idx, dc)
-            changes.append(change)
-            slot = vdisks.slot_of(change.device)
+            if i == 0 and os_slot is not None:
+                # Never an empty disk in the OS disk's place.
+                raise InvalidSpec(f"the VM's OS disk ({os_slot}) was removed from it; disk {want.name!r} is not added as an "
+                                  "empty boot disk: recreate the VM", public=True)
+            key, slot, controller = vdisks.place_disk(devices, changes, reserved, want.name)
+            if controller is not None:
+                changes.append(controller)
+            changes.append(_new_disk(want, key, vdisks.unit_of(slot), i, idx, dc))
             reserved.add(slot)
-        value = vdisks.format_slot(slot)
-        if extra.get(vdisks.DISK_KEY_PREFIX + want.name) != value:
-            labels[vdisks.DISK_KEY_PREFIX + want.name] = value
+        if extra.get(vdisks.DISK_KEY_PREFIX + want.name) != slot:
+            labels[vdisks.DISK_KEY_PREFIX + want.name] = slot
+    if disks and os_slot is not None:
+        for name, slot in labelled.items():
+            if slot == os_slot and name != disks[0].name:
+                labels[vdisks.DISK_KEY_PREFIX + name] = ""  # the OS disk was renamed: its old name goes
+        if extra.get(vdisks.OS_DISK_KEY) != os_slot:
+            labels[vdisks.OS_DISK_KEY] = os_slot
     return changes, labels
 
 
-def _new_disk(
-    devices: list[Any], pending: list[Any], reserved: set[vdisks.Slot], want: DiskSpec, i: int, idx: InventoryIndex, dc: str
-) -> Any:
-    scsi = next((d for d in devices if isinstance(d, Dev.VirtualSCSIController)), None)
-    if scsi is None:
-        raise InvalidSpec("the template has no SCSI controller to attach extra disks to", public=True)
-    used = {d.unitNumber for d in devices if d.controllerKey == scsi.key}
-    used |= {c.device.unitNumber for c in pending if getattr(c.device, "controllerKey", None) == scsi.key}
-    used |= {unit for ctrl, unit in reserved if ctrl == scsi.key}
-    free = [u for u in range(16) if u != 7 and u not in used]
-    if not free:
-        raise InvalidSpec(f"no free unit on the VM's first SCSI controller for disk {want.name!r}", public=True)
-    unit = free[0]
+def check_clone_disks(idx: InventoryIndex, spec: VMSpec, template_devices: list[Any], linked: bool) -> None:
+    """Raise InvalidSpec when ``spec.disks`` cannot be converged on a clone of a template with
+    ``template_devices`` (its disks adopted by position: the first spec disk is its boot disk):
+    a disk smaller than the template's, a linked clone's OS disk resized, no slot left. Sends
+    nothing; called before the clone so that no half-built VM is left. ``template_devices`` must
+    be the caller's own property read: ``_disk_changes`` sets grown sizes on the devices given."""
+    _disk_changes(template_devices, spec.disks, linked, idx, spec.datacenter, {})
+
+
+def _new_disk(want: DiskSpec, controller_key: int, unit: int, i: int, idx: InventoryIndex, dc: str) -> Any:
     backing = Dev.VirtualDisk.FlatVer2BackingInfo(
         diskMode="persistent",
         thinProvisioned=want.provisioning == "thin",
@@ -182,7 +201,8 @@ def _new_disk(
         backing.fileName = f"[{want.datastore}]"
     kib = want.size_gib * KIB_PER_GIB
     disk = Dev.VirtualDisk(
-        key=-(100 + i), controllerKey=scsi.key, unitNumber=unit, capacityInKB=kib, capacityInBytes=kib * 1024, backing=backing
+        key=-(100 + i), controllerKey=controller_key, unitNumber=unit, capacityInKB=kib, capacityInBytes=kib * 1024,
+        backing=backing,
     )
     return Dev.VirtualDeviceSpec(operation="add", fileOperation="create", device=disk)
 
@@ -279,8 +299,12 @@ def hardware_spec(
         if props.get("config.firmware") != firmware:
             cfg.firmware = firmware
             changed = True
-        if spec.firmware == "efi-secure":
-            cfg.bootOptions = vim.vm.BootOptions(efiSecureBootEnabled=True)
+        boot = props.get("config.bootOptions")
+        secure = bool(getattr(boot, "efiSecureBootEnabled", False)) if boot is not None else False
+        if firmware == "efi" and secure != (spec.firmware == "efi-secure"):
+            # Secure boot on (efi-secure) or off (efi); before, it was sent on every converge and
+            # never turned off.
+            cfg.bootOptions = vim.vm.BootOptions(efiSecureBootEnabled=spec.firmware == "efi-secure")
             changed = True
     extra = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
     device_changes, labels = _disk_changes(devices, spec.disks, linked, idx, spec.datacenter, extra)

@@ -19,7 +19,7 @@ from typing import Any
 from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
 
-from banlieue.backends.base import NicStatus, PowerState, TemplateInfo, VMInfo
+from banlieue.backends.base import Firmware, NicStatus, PowerState, TemplateInfo, VMInfo
 from banlieue.backends.vsphere import deserializer
 from banlieue.backends.vsphere import disks as vdisks
 from banlieue.backends.vsphere import nics as vnics
@@ -54,6 +54,8 @@ VM_PATHS = [
     "config.hardware.memoryMB",
     "config.hardware.device",
     "config.extraConfig",
+    "config.firmware",
+    "config.bootOptions",
     "guest.ipAddress",
     "guest.net",
     "config.changeVersion",
@@ -437,7 +439,22 @@ def to_vm_info(o: ObjectProps, idx: InventoryIndex | None) -> VMInfo:
         ip_address=str(o.get("guest.ipAddress")) if o.get("guest.ipAddress") else None,
         extra_config={k: v for k, v in extra.items() if k.startswith(("guestinfo.", "banlieue."))},
         disk_names=vdisks.disk_names(devices, extra),
+        disk_provisioning=tuple(vdisks.provisioning_of(d) for d in vdisks.virtual_disks(devices)),
+        firmware=_firmware(o),
+        os_disk=vdisks.os_disk_index(devices, extra),
     )
+
+
+def _firmware(o: ObjectProps) -> Firmware | None:
+    """``config.firmware`` in the API's terms (``efi-secure``: EFI with secure boot); None when
+    the read did not include it."""
+    fw = o.get("config.firmware")
+    if fw is None:
+        return None
+    boot = o.get("config.bootOptions")
+    if str(fw) == "efi":
+        return "efi-secure" if boot is not None and bool(getattr(boot, "efiSecureBootEnabled", False)) else "efi"
+    return "bios"
 
 
 def _network_name(nic: Any, idx: InventoryIndex | None) -> str:

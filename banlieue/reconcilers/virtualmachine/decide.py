@@ -11,6 +11,8 @@ Order of the rules (all branching lives here; ``banlieue.reconcilers.virtualmach
    ``ClassNotFound``/``ImageNotFound``, the message naming the field to check and no other
    class or image: whoever reads the VM may not be allowed to list these cluster-scoped kinds,
    new-user finding).
+   A VM whose VSphereMachine exists is kept as it is when its class went away or cannot be applied
+   where it runs (``ClassNotOffered``): ``ReferencesResolved`` False, only power is applied.
 4. Schedule (``banlieue.reconcilers.virtualmachine.scheduler``), keeping the current placement while valid.
 5. Drift (current placement invalid): ``manual`` is the default (ADR 0012). ``automatic`` (or ``manual`` with annotation
    ``banlieue.io/migrate: "true"``) deletes the VSphereMachine, waits until it is gone, then
@@ -65,11 +67,13 @@ from banlieue.reconcilers.virtualmachine.machine_decide import (
     power_only_machine,
 )
 from banlieue.reconcilers.virtualmachine.scheduler import (
+    FIRMWARE_FEATURES,
     PeerPlacement,
     PeerTotals,
     Placement,
     SchedulingDecision,
     SchedulingInput,
+    firmware_supported,
     image_template,
     schedule,
 )
@@ -105,6 +109,48 @@ class Snapshot:
     machine: VSphereMachine | None
     now: datetime
     peer_totals: PeerTotals | None = None
+
+
+def class_not_offered(s: Snapshot, current: tuple[str, str] | None) -> tuple[str, str] | None:
+    """(``ClassNotOffered``, message) when the VM has a live VSphereMachine on ``current`` and its
+    VMClass now names a storage or network class that failure domain does not offer
+    (``availableStorageClasses``/``availableNetworkClasses``), or a firmware it does not support,
+    while every class (and the firmware) the machine is built with still is offered there: the miss comes from a catalogue edit, not from the
+    Provider. Else None (a Provider that stopped offering what the machine uses is drift, step 5).
+
+    ADR 0012: a running VM that is fine never turns NotReady, and is never migrated, because of a
+    catalogue edit. Applying the edit would make the machine unrealisable (``InvalidSpec``) and a
+    migration would destroy the VM; the VM is kept as it is instead (``unresolved``)."""
+    machine, vm_class = s.machine, s.vm_class
+    if current is None or machine is None or vm_class is None or machine.metadata.deletion_timestamp is not None:
+        return None
+    provider = next((p for p in s.providers if p.metadata.name == current[0]), None)
+    domains = (provider.status.failure_domains if provider is not None and provider.status else None) or ()
+    domain = next((d for d in domains if d.name == current[1]), None)
+    if provider is None or domain is None:
+        return None
+    attrs = domain.attributes
+    storage = set((attrs.available_storage_classes if attrs else None) or ())
+    networks = set((attrs.available_network_classes if attrs else None) or ())
+    live_storage = {d.storage_class for d in machine.spec.disks or () if d.storage_class}
+    live_networks = {d.network_class for d in (machine.spec.network.devices if machine.spec.network else None) or ()
+                     if d.network_class}
+    reported = set((attrs.features if attrs else None) or ()) & FIRMWARE_FEATURES
+    live_firmware = str(machine.spec.firmware) if machine.spec.firmware else None
+    if not live_storage <= storage or not live_networks <= networks or (
+            reported and live_firmware is not None and live_firmware not in reported):
+        return None
+    missing = [f"storage class {n}" for n in sorted({d.storage_class for d in vm_class.spec.hardware.disks or ()} - storage)]
+    missing += [f"network class {n}" for n in sorted(
+        {i.network_class for i in (vm_class.spec.network.interfaces if vm_class.spec.network else None) or ()} - networks)]
+    if not firmware_supported(vm_class, domain):
+        missing.append(f"firmware {vm_class.spec.firmware}")
+    if not missing:
+        return None
+    return (VirtualMachineReason.CLASS_NOT_OFFERED,
+            f"VMClass {vm_class.metadata.name} names {', '.join(missing)}, which failure domain {current[1]} of "
+            f"Provider {current[0]} does not offer (offered: storage {', '.join(sorted(storage)) or 'none'}; network "
+            f"{', '.join(sorted(networks)) or 'none'}): add it to the Provider's spec.capabilities or change the class back")
 
 
 def interface_mismatch(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, str] | None:
@@ -399,9 +445,10 @@ class _Decider:
 
     def unresolved(self, current: tuple[str, str] | None, mismatch: tuple[str, str] | None = None) -> _Placing:
         """The VMClass or VMImage is missing, or ``mismatch`` = (reason, message) says the VM's
-        spec names something its class lacks (``InterfaceNotInClass``) or network settings that
-        cannot work with the class's (``NetworkSettingsInconsistent``): nothing can be placed or
-        applied. A VM that is placed and has its VSphereMachine keeps running as it is (ADR 0012):
+        spec names something its class lacks (``InterfaceNotInClass``), network settings that
+        cannot work with the class's (``NetworkSettingsInconsistent``), or the class names a
+        storage/network class the placed VM's failure domain does not offer (``ClassNotOffered``,
+        ``class_not_offered``): nothing can be placed or applied. A VM that is placed and has its VSphereMachine keeps running as it is (ADR 0012):
         its machine is left alone and mirrored, ``Ready`` follows it, and ``ReferencesResolved``
         False says what is missing; a new VMClass/VMImage of that name (or a fixed spec) is picked
         up when it appears."""
@@ -516,7 +563,7 @@ def decide(s: Snapshot) -> Plan:
     d.status.observed_generation = s.vm.metadata.generation
     current = current_placement(s.vm, d.machine)
     mismatch = (interface_mismatch(s.vm, s.vm_class) or network_inconsistency(s.vm, s.vm_class)
-                if s.vm_class is not None else None)
+                or class_not_offered(s, current) if s.vm_class is not None else None)
     if s.vm_class is None or s.image is None or mismatch is not None:
         placing = d.unresolved(current, mismatch)
     else:

@@ -17,6 +17,11 @@ Policy (the VM's hardware follows its spec, but never at the cost of a running V
   network edit moves the card to the new network, a reorder changes nothing (at any power
   state; NIC hot-add needs no VM setting); a card whose name left the spec is kept with its MAC
   but disconnected, and reported (``NicRemovedFromSpec``).
+- Firmware: secure boot on or off (``efi`` <-> ``efi-secure``) waits for a power-off like CPU;
+  ``bios`` <-> ``efi`` is never applied to a provisioned VM (``FirmwareChangeRefused``: its
+  guest was installed for one firmware and does not boot with the other). A disk's
+  provisioning (thin, thick, eagerZeroed) applies to disks added; an existing disk keeps its
+  own (``ProvisioningChangeRefused``). Both were silently ignored before (issue 19).
 - A change vCenter refused on a provisioned VM (``ChangeFailed``) is reported on the same
   condition and never turns the running VM NotReady.
 """
@@ -28,8 +33,8 @@ from dataclasses import dataclass, replace
 from banlieue.api.infrastructure import VSphereMachineReason as R
 from banlieue.backends.base import VMInfo, VMSpec
 
-_REASON_ORDER = (R.CHANGE_FAILED, R.DISK_SHRINK_REFUSED, R.DISK_REMOVED_FROM_SPEC, R.NIC_REMOVED_FROM_SPEC,
-                 R.WAITING_FOR_POWER_OFF)
+_REASON_ORDER = (R.CHANGE_FAILED, R.FIRMWARE_CHANGE_REFUSED, R.DISK_SHRINK_REFUSED, R.PROVISIONING_CHANGE_REFUSED,
+                 R.DISK_REMOVED_FROM_SPEC, R.NIC_REMOVED_FROM_SPEC, R.WAITING_FOR_POWER_OFF)
 """The condition's reason when several things are pending: the most actionable first."""
 
 
@@ -41,13 +46,25 @@ class Pending:
     message: str
 
 
+def _disk_index(vm: VMInfo, spec: VMSpec) -> dict[str, int]:
+    """name -> index in ``vm.disks_gib`` (``current_disks`` rules)."""
+    if any(n is not None for n in vm.disk_names):
+        named = {n: i for i, n in enumerate(vm.disk_names) if n is not None}
+        if spec.disks and vm.os_disk is not None and vm.os_disk < len(vm.disk_names):
+            old, first = vm.disk_names[vm.os_disk], spec.disks[0].name
+            if old is not None and old != first and first not in named and old not in {d.name for d in spec.disks}:
+                named = {first if n == old else n: i for n, i in named.items()}
+        return named
+    return {d.name: i for i, d in enumerate(spec.disks) if i < len(vm.disks_gib)}
+
+
 def current_disks(vm: VMInfo, spec: VMSpec) -> dict[str, int]:
     """name -> GiB of the VM's disks: by their labels, or by position for a VM whose disks carry
-    no names yet (the one-time adoption of ``backends.vsphere.disks``)."""
-    named = vm.named_disks_gib()
-    if named:
-        return named
-    return {d.name: gib for d, gib in zip(spec.disks, vm.disks_gib, strict=False)}
+    no names yet (the one-time adoption of ``backends.vsphere.disks``). The first spec disk is
+    the OS disk whatever its label says: a renamed OS disk is found under its new name (and not
+    reported removed), unless its old name is still in the spec or the new one labels another
+    disk (refused by the backend: ``disks.os_disk_conflict``)."""
+    return {n: vm.disks_gib[i] for n, i in _disk_index(vm, spec).items() if i < len(vm.disks_gib)}
 
 
 def effective_spec(vm: VMInfo, spec: VMSpec) -> tuple[VMSpec, tuple[Pending, ...]]:
@@ -56,6 +73,19 @@ def effective_spec(vm: VMInfo, spec: VMSpec) -> tuple[VMSpec, tuple[Pending, ...
     a disk's current size when the spec would shrink it."""
     pending: list[Pending] = []
     out = spec
+    if spec.firmware and vm.firmware and vm.firmware != spec.firmware:
+        if {vm.firmware, spec.firmware} == {"efi", "efi-secure"}:
+            if vm.power_state != "PoweredOff":
+                # Secure boot on or off: a setting of the same firmware, applied at a power cycle.
+                pending.append(Pending(R.WAITING_FOR_POWER_OFF, f"firmware {vm.firmware} -> {spec.firmware} is applied "
+                                       "the next time the VM is powered off (set desiredPowerState PoweredOff, then PoweredOn)"))
+                out = replace(out, firmware=vm.firmware)
+        else:
+            # A guest installed for BIOS does not boot with EFI, nor the reverse: never applied.
+            pending.append(Pending(R.FIRMWARE_CHANGE_REFUSED, f"firmware {vm.firmware} -> {spec.firmware} is not applied: "
+                                   f"a guest installed for {vm.firmware} does not boot with {spec.firmware}; set firmware "
+                                   f"{vm.firmware} again, or create a new VM for {spec.firmware}"))
+            out = replace(out, firmware=vm.firmware)
     if vm.power_state != "PoweredOff":
         diffs = []
         if vm.num_cpus != spec.num_cpus:
@@ -78,9 +108,19 @@ def effective_spec(vm: VMInfo, spec: VMSpec) -> tuple[VMSpec, tuple[Pending, ...
                                    f"{disk.size_gib} GiB: a disk is never shrunk; set sizeGiB >= {size}"))
             disk = replace(disk, size_gib=size)
         disks.append(disk)
+    index = _disk_index(vm, spec)
+    for n, disk in enumerate(disks):
+        at = index.get(disk.name) if n else None  # the OS disk's provisioning is the template's
+        if at is None or at >= len(vm.disk_provisioning) or vm.disk_provisioning[at] == disk.provisioning:
+            continue
+        have_type = vm.disk_provisioning[at]
+        pending.append(Pending(R.PROVISIONING_CHANGE_REFUSED, f"disk {disk.name} is {have_type} and the spec asks "
+                               f"{disk.provisioning}: an existing disk's provisioning is not changed (it applies to disks "
+                               f"added); set provisioning {have_type}, or inflate the disk in vCenter"))
+        disks[n] = replace(disk, provisioning=have_type)
     out = replace(out, disks=tuple(disks))
     wanted = {d.name for d in spec.disks}
-    removed = sorted(n for n in vm.named_disks_gib() if n not in wanted)
+    removed = sorted(n for n in have if n not in wanted) if vm.named_disks_gib() else []
     if removed:
         listed = ", ".join(f"{n} ({have[n]} GiB)" for n in removed)
         pending.append(Pending(R.DISK_REMOVED_FROM_SPEC, f"disk {listed} is no longer in the spec: kept attached "
@@ -99,6 +139,8 @@ def drifted(vm: VMInfo, spec: VMSpec) -> bool:
     memory, a disk missing or smaller than asked, or disks that carry no names yet."""
     if vm.num_cpus != spec.num_cpus or vm.memory_mib != spec.memory_mib:
         return True
+    if spec.firmware and vm.firmware and vm.firmware != spec.firmware:
+        return True
     if spec.num_cores_per_socket and vm.num_cores_per_socket != spec.num_cores_per_socket:
         return True
     if nics_drifted(vm, spec):
@@ -107,6 +149,8 @@ def drifted(vm: VMInfo, spec: VMSpec) -> bool:
         return False
     if not vm.named_disks_gib():
         return True  # write the names (adopted by position) before the spec can change again
+    if vm.os_disk is not None and vm.os_disk < len(vm.disk_names) and vm.disk_names[vm.os_disk] != spec.disks[0].name:
+        return True  # the OS disk was renamed: its label follows
     have = current_disks(vm, spec)
     return any(have.get(d.name, -1) < d.size_gib for d in spec.disks)
 
@@ -132,13 +176,13 @@ def nics_drifted(vm: VMInfo, spec: VMSpec) -> bool:
 
 def summary(pending: tuple[Pending, ...]) -> Pending | None:
     """One reason (the most actionable, ``_REASON_ORDER``) and every message joined, most
-    actionable first; None when nothing is pending. With causes of more than one reason each
-    message is prefixed by its own reason (``DiskShrinkRefused: ...; WaitingForPowerOff: ...``),
-    so the message never reads as the condition's reason explaining another cause (ADR 0012)."""
+    actionable first; None when nothing is pending. The causes of the condition's own reason come
+    first, unprefixed (the reason already says it: ``Reason: message`` displays, kubectl's
+    included, must not read ``DiskShrinkRefused: DiskShrinkRefused: ...``); every other cause is
+    prefixed by its own reason (``disk os ...; WaitingForPowerOff: numCPUs 1 -> 2 ...``), so the
+    message never reads as the condition's reason explaining another cause (ADR 0012)."""
     if not pending:
         return None
     ordered = sorted(pending, key=lambda p: _REASON_ORDER.index(p.reason))  # stable: spec order within a reason
     reason = ordered[0].reason
-    if all(p.reason == reason for p in ordered):
-        return Pending(reason, "; ".join(p.message for p in ordered))
-    return Pending(reason, "; ".join(f"{p.reason}: {p.message}" for p in ordered))
+    return Pending(reason, "; ".join(p.message if p.reason == reason else f"{p.reason}: {p.message}" for p in ordered))

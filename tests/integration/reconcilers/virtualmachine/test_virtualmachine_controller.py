@@ -251,6 +251,90 @@ async def test_relabelling_a_provider_never_destroys_a_vm_by_default(env: Env) -
     assert await _event(env, "MigrationDestroysVM") is None
 
 
+async def test_a_class_edit_naming_a_class_the_domain_lacks_keeps_running_vms_as_they_are(env: Env) -> None:
+    """Issue 19 / ADR 0012: a VMClass edit adding a disk of a storage class (and a NIC of a
+    network class) the running VM's failure domain does not offer keeps the VM as it is:
+    its VSphereMachine is not changed (was: changed, then InvalidSpec, Ready False) nor
+    migrated (was: with migrationPolicy automatic, destroyed and re-created where the class is
+    offered), Ready stays True, ``ReferencesResolved`` False ``ClassNotOffered`` says what is
+    missing and what to do, and a power request is still carried out. A new VM of the class is
+    placed where the class is offered; once the domain offers it, the edit is applied."""
+    body = {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "edit19"}, "spec": {
+        "hardware": {"cpus": 2, "memoryMiB": 1024, "disks": [{"name": "os", "sizeGiB": 20, "storageClass": "standard"}]},
+        "network": {"interfaces": [{"name": "eth0", "networkClass": "default"}]}, "firmware": "efi"}}
+    await env.client.create(VM_CLASS, body)
+    both = {"key": "site", "operator": "In", "values": ["a", "b"]}
+    await env.vm("cno-1", classRef={"name": "edit19"}, migrationPolicy="automatic",
+                 placement={"providerSelector": {"matchExpressions": [both]}})
+    old = await eventually(lambda: _placed_on(env, "cno-1", "vc-a"))
+    await env.provision("cno-1")
+    await eventually(lambda: _is(env, "cno-1", "Ready", "True"))
+    # vc-b offers the new classes, vc-a does not: an automatic migration would move the VM there.
+    fast = fd("vc-b-dc0-c0", "c0", mem=4096)
+    fast["attributes"]["availableStorageClasses"] = ["standard", "fast"]
+    fast["attributes"]["availableNetworkClasses"] = ["default", "backup"]
+    await env.provider_status("vc-b", [fast])
+    await env.client.patch(VM_CLASS, "edit19", None, {"spec": {
+        "hardware": {"disks": [{"name": "os", "sizeGiB": 20, "storageClass": "standard"},
+                               {"name": "data", "sizeGiB": 5, "storageClass": "fast"}]},
+        "network": {"interfaces": [{"name": "eth0", "networkClass": "default"}, {"name": "eth1", "networkClass": "backup"}]}}})
+    cond = await eventually(lambda: _is(env, "cno-1", "ReferencesResolved", "False", "ClassNotOffered"))
+    assert "storage class fast, network class backup" in cond["message"], cond
+    assert "vc-a-dc0-c1 of Provider vc-a" in cond["message"] and "spec.capabilities" in cond["message"], cond
+    assert "kept as it is" in cond["message"], cond
+    await asyncio.sleep(0.5)
+    vsm = await env.get_vsm("cno-1")
+    assert vsm["metadata"]["uid"] == old["metadata"]["uid"] and not vsm["metadata"].get("deletionTimestamp")
+    assert vsm["spec"]["disks"] == old["spec"]["disks"] and vsm["spec"]["network"] == old["spec"]["network"]
+    assert (await env.condition("cno-1", "Ready"))["status"] == "True"
+    assert (await env.condition("cno-1", "Migrating"))["status"] == "False"
+    assert await _event(env, "MigrationDestroysVM") is None
+    # Power is still carried out.
+    await env.client.patch(VIRTUAL_MACHINE, "cno-1", env.namespace, {"spec": {"desiredPowerState": "PoweredOff"}})
+    await eventually(lambda: _machine_field(env, "cno-1", "powerState", "PoweredOff"))
+    assert (await env.get_vsm("cno-1"))["spec"]["disks"] == old["spec"]["disks"]
+    # A new VM of the class goes where the class is offered; one that may only go to vc-a says why not.
+    await env.vm("cno-2", classRef={"name": "edit19"}, placement={"providerSelector": {"matchExpressions": [both]}})
+    await eventually(lambda: _placed_on(env, "cno-2", "vc-b"))
+    await env.vm("cno-3", classRef={"name": "edit19"}, placement={"providerSelector": {"matchLabels": {"site": "a"}}})
+    cond = await eventually(lambda: _is(env, "cno-3", "Scheduled", "False", "NoFailureDomainMatched"))
+    assert "lacks storage class fast, network class backup" in cond["message"], cond
+    # Once vc-a offers them, the edit is applied to the kept machine (same machine, not moved).
+    offered = [fd("vc-a-dc0-c0", "c0", mem=8192), fd("vc-a-dc0-c1", "c1", mem=16384)]
+    for domain in offered:
+        domain["attributes"]["availableStorageClasses"] = ["standard", "fast"]
+        domain["attributes"]["availableNetworkClasses"] = ["default", "backup"]
+    await env.provider_status("vc-a", offered)
+    await eventually(lambda: _is(env, "cno-1", "ReferencesResolved", "True", "Resolved"))
+    vsm = await env.get_vsm("cno-1")
+    assert vsm["metadata"]["uid"] == old["metadata"]["uid"]
+    assert [d["name"] for d in vsm["spec"]["disks"]] == ["os", "data"]
+
+
+async def test_a_class_firmware_edit_the_domain_does_not_support_keeps_running_vms_as_they_are(env: Env) -> None:
+    """As above for the firmware: a class edit to a firmware the VM's failure domain does not
+    support (another domain does) neither migrates the VM (automatic) nor changes its machine."""
+    body = {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "fw19"}, "spec": {
+        "hardware": {"cpus": 1, "memoryMiB": 1024, "disks": [{"name": "os", "sizeGiB": 20, "storageClass": "standard"}]},
+        "network": {"interfaces": [{"name": "eth0", "networkClass": "default"}]}, "firmware": "efi"}}
+    await env.client.create(VM_CLASS, body)
+    await env.vm("fw-1", classRef={"name": "fw19"}, migrationPolicy="automatic",
+                 placement={"providerSelector": {"matchExpressions": [{"key": "site", "operator": "In", "values": ["a", "b"]}]}})
+    old = await eventually(lambda: _placed_on(env, "fw-1", "vc-a"))
+    await env.provision("fw-1")
+    await eventually(lambda: _is(env, "fw-1", "Ready", "True"))
+    secure = fd("vc-b-dc0-c0", "c0", mem=4096)
+    secure["attributes"]["features"] = ["bios", "efi", "efi-secure"]
+    await env.provider_status("vc-b", [secure])
+    await env.client.patch(VM_CLASS, "fw19", None, {"spec": {"firmware": "efi-secure"}})
+    cond = await eventually(lambda: _is(env, "fw-1", "ReferencesResolved", "False", "ClassNotOffered"))
+    assert "firmware efi-secure" in cond["message"], cond
+    await asyncio.sleep(0.5)
+    vsm = await env.get_vsm("fw-1")
+    assert vsm["metadata"]["uid"] == old["metadata"]["uid"] and not vsm["metadata"].get("deletionTimestamp")
+    assert vsm["spec"]["firmware"] == "efi" and (await env.condition("fw-1", "Ready"))["status"] == "True"
+
+
 async def test_manual_migration_waits_for_the_annotation_and_clears_it(env: Env) -> None:
     await env.vm("man-1", migrationPolicy="manual", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
     old = await eventually(lambda: _placed_on(env, "man-1", "vc-a"))

@@ -421,6 +421,22 @@ async def test_class_edits_on_a_running_vm_never_wedge_it_or_touch_the_wrong_dis
         assert sizes() == [10, 5, 50]
         await eventually(lambda: _events_with(client, ns, "HardwareChangePending"), what="HardwareChangePending event")
 
+        # Renaming the OS disk renames it (was: the boot disk reported removed, "detach it", and an
+        # empty disk added under the new name); a bios firmware edit is reported, never dropped.
+        renamed = [{"name": "boot", "sizeGiB": 12}, three[2]]
+        firmware = vm.config.firmware
+        other = "efi" if firmware == "bios" else "bios"
+        await client.patch(VSPHERE_MACHINE, "m1", ns, {"spec": {"disks": renamed, "firmware": other}})
+        obj = await eventually(lambda: pending("FirmwareChangeRefused"), what="HardwareChangePending FirmwareChangeRefused")
+        message = _condition(obj, "HardwareChangePending")[2]  # type: ignore[index]
+        assert message.startswith(f"firmware {firmware} -> {other} is not applied"), message
+        assert "DiskRemovedFromSpec: disk logs (5 GiB)" in message and "disk boot" not in message and "disk os" not in message, message
+        assert sizes() == [12, 5, 50]  # the OS disk grown under its new name, no disk added
+        assert len([d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk)]) == 3
+        labels = {o.key: o.value for o in vm.config.extraConfig if o.key.startswith("banlieue.disk.") and o.value}
+        assert set(labels) == {"banlieue.disk.boot", "banlieue.disk.logs", "banlieue.disk.data"}, labels
+        assert vm.config.firmware == firmware
+
 
 async def test_a_clone_answered_after_the_request_timeout_gives_one_vm(
     apiserver: Any, client: Client, ns: str, vcsim_factory: Any

@@ -297,6 +297,13 @@ HARDWARE_CASES: list[Any] = [
                  ("True", "Provisioned"), None, ("True", "DiskShrinkRefused"), id="shrink-refused-stays-ready"),
     pytest.param(looked(machine(disks_spec({"os": 20, "data": 60}), status=PROVISIONED), disks_vm("PoweredOn", THREE)),
                  None, "create", None, id="grow-by-name-on-running-vm"),
+    # The first disk is the OS disk whatever its name (issue 19): a rename is converged (its
+    # label follows), never reported removed; a rename that shrinks it is refused like any shrink.
+    pytest.param(looked(machine(disks_spec({"root": 20, "logs": 5, "data": 50}), status=PROVISIONED), disks_vm("PoweredOn", THREE)),
+                 None, "create", None, id="os-disk-rename-converges"),
+    pytest.param(looked(machine(disks_spec({"root": 10, "logs": 5, "data": 50}), status=PROVISIONED), disks_vm("PoweredOn", THREE),
+                        converged=True),
+                 ("True", "Provisioned"), None, ("True", "DiskShrinkRefused"), id="os-disk-rename-shrink-refused"),
     pytest.param(looked(machine(disks_spec(THREE), status={**PROVISIONED, "conditions": [
                      {"type": "HardwareChangePending", "status": "True", "reason": "WaitingForPowerOff", "message": "x",
                       "lastTransitionTime": "2026-01-02T03:00:00Z"}]}), disks_vm("PoweredOn", THREE)),
@@ -319,6 +326,54 @@ def test_hardware_changes_on_provisioned_vms(
             assert cond.message and "HardwareChangePending" in [e.reason for e in plan.events]
 
 
+FW_DISKS = {"os": 20, "data": 50}
+
+
+def fw_vm(power: str, firmware: str, data: str = "thin") -> VMInfo:
+    return replace(disks_vm(power, FW_DISKS), firmware=firmware, disk_provisioning=("thick", data))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("spec", "running", "action", "pending", "says"), [
+    # Issue 19: firmware and provisioning edits on provisioned VMs were silently never applied.
+    ({"firmware": "efi"}, fw_vm("PoweredOn", "bios"), None, "FirmwareChangeRefused", "firmware bios -> efi is not applied"),
+    ({"firmware": "efi", "powerState": "PoweredOff"}, fw_vm("PoweredOff", "bios"), None, "FirmwareChangeRefused",
+     "does not boot with efi"),
+    ({"firmware": "efi-secure"}, fw_vm("PoweredOn", "efi"), None, "WaitingForPowerOff", "firmware efi -> efi-secure is applied"),
+    ({"firmware": "efi-secure"}, fw_vm("PoweredOff", "efi"), "create", None, None),
+    ({"firmware": "efi", "disks": [{"name": "os", "sizeGiB": 20}, {"name": "data", "sizeGiB": 50, "provisioning": "thick"}]},
+     fw_vm("PoweredOn", "efi"), None, "ProvisioningChangeRefused", "disk data is thin and the spec asks thick"),
+    # The OS disk's provisioning is the template's (thick here): the class's default thin is no change.
+    ({"firmware": "efi"}, fw_vm("PoweredOn", "efi"), None, None, None),
+], ids=["bios-to-efi-running", "bios-to-efi-off", "secure-boot-waits", "secure-boot-applied-off", "provisioning", "in-spec"])
+def test_firmware_and_provisioning_edits_are_reported_not_ignored(
+    spec: dict[str, Any], running: VMInfo, action: str | None, pending: str | None, says: str | None
+) -> None:
+    plan = decide(looked(machine({**disks_spec(FW_DISKS), **spec}, status=PROVISIONED), running, converged=action is None))
+    assert (plan.action.kind if plan.action else None) == action
+    if action is None:
+        assert ready(plan) == ("True", "Provisioned")
+        cond = get_condition(plan.status.conditions if plan.status else None, HARDWARE_CHANGE_PENDING)
+        if pending is None:
+            assert cond is None
+        else:
+            assert cond is not None and cond.reason == pending and says in (cond.message or ""), cond
+    else:
+        assert plan.action is not None and plan.action.spec is not None and plan.action.spec.firmware == spec["firmware"]
+
+
+def test_a_renamed_os_disk_is_not_reported_removed_and_keeps_its_size() -> None:
+    running = disks_vm("PoweredOn", THREE)
+    plan = decide(looked(machine(disks_spec({"root": 30, "logs": 5, "data": 50}), status=PROVISIONED), running))
+    assert plan.action is not None and plan.action.spec is not None
+    assert [(d.name, d.size_gib) for d in plan.action.spec.disks] == [("root", 30), ("logs", 5), ("data", 50)]
+    after = decide(looked(machine(disks_spec({"root": 20, "logs": 5, "data": 50}), status=PROVISIONED), running, converged=True))
+    assert get_condition(after.status.conditions if after.status else None, HARDWARE_CHANGE_PENDING) is None
+    shrink = decide(looked(machine(disks_spec({"root": 10, "logs": 5, "data": 50}), status=PROVISIONED), running, converged=True))
+    cond = get_condition(shrink.status.conditions if shrink.status else None, HARDWARE_CHANGE_PENDING)
+    assert cond is not None and cond.reason == "DiskShrinkRefused" and "disk root is 20 GiB" in cond.message, cond
+    assert "DiskRemovedFromSpec" not in cond.message and "detach" not in cond.message, cond.message
+
+
 def test_a_removed_disk_is_named_with_its_size_and_an_edit_converges_by_name() -> None:
     running = disks_vm("PoweredOn", THREE, cpus=2)
     plan = decide(looked(machine({"numCPUs": 4, **disks_spec({"os": 20, "data": 60})}, status=PROVISIONED), running))
@@ -330,8 +385,9 @@ def test_a_removed_disk_is_named_with_its_size_and_an_edit_converges_by_name() -
                           replace(running, disks_gib=(20, 5, 60)), converged=True))
     cond = get_condition(after.status.conditions if after.status else None, HARDWARE_CHANGE_PENDING)
     assert cond is not None and cond.reason == "DiskRemovedFromSpec"
-    # Several causes: each is named by its reason, the condition's reason first (issue 24 3d).
-    assert cond.message.startswith("DiskRemovedFromSpec: disk logs (5 GiB) is no longer in the spec"), cond.message
+    # Several causes: the condition's reason's own first, unprefixed (never "DiskRemovedFromSpec:
+    # DiskRemovedFromSpec: ..." once displayed as "reason: message"), each other one named by its reason (issue 24 3d).
+    assert cond.message.startswith("disk logs (5 GiB) is no longer in the spec"), cond.message
     assert "; WaitingForPowerOff: numCPUs 2 -> 4 is applied the next time" in cond.message, cond.message
 
 
@@ -340,7 +396,9 @@ def test_one_pending_cause_is_not_prefixed_and_several_are_ordered_by_reason() -
 
     assert summary((Pending("WaitingForPowerOff", "numCPUs 1 -> 2 ..."),)) == Pending("WaitingForPowerOff", "numCPUs 1 -> 2 ...")
     both = summary((Pending("WaitingForPowerOff", "cpu"), Pending("DiskShrinkRefused", "os"), Pending("DiskShrinkRefused", "data")))
-    assert both == Pending("DiskShrinkRefused", "DiskShrinkRefused: os; DiskShrinkRefused: data; WaitingForPowerOff: cpu")
+    # The condition's own reason is never repeated in its message (was "DiskShrinkRefused: DiskShrinkRefused: os"
+    # once displayed as "reason: message").
+    assert both == Pending("DiskShrinkRefused", "os; data; WaitingForPowerOff: cpu")
     assert summary((Pending("DiskShrinkRefused", "os"), Pending("DiskShrinkRefused", "data"))) == Pending("DiskShrinkRefused", "os; data")
 
 
