@@ -12,7 +12,7 @@ vcsim 0.24, the simulator until issue 18, did not support them) and the result i
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -20,10 +20,11 @@ from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
 
 from banlieue.backends.base import NicStatus, PowerState, TemplateInfo, VMInfo
-from banlieue.backends.vsphere import deserializer
+from banlieue.backends.vsphere import deserializer, macs
 from banlieue.backends.vsphere import disks as vdisks
 from banlieue.backends.vsphere import nics as vnics
 from banlieue.backends.vsphere.inventory import InventoryIndex
+from banlieue.backends.vsphere.nics import NIC_KEY_PREFIX
 from banlieue.backends.vsphere.properties import (
     ObjectProps,
     datacenter_of,
@@ -121,6 +122,12 @@ class VMIndex:
         self._uid_by_moref: dict[str, str] = {}
         self._listeners: list[Callable[[], None]] = []
         self._others: dict[str, dict[str, Any]] = {}
+        # moref -> source ("labels", "guest", "read") -> MACs seen on that VM (``macs_in_use``)
+        self._macs: dict[str, dict[str, frozenset[str]]] = {}
+        # moref -> callbacks to call when the watch reports the VM powered on (``on_powered_on``)
+        self._power_waiters: dict[str, list[Callable[[], None]]] = {}
+        # UID -> MACs chosen for its clones (``reserve_macs``), until ``release_macs``
+        self._reserved: dict[str, set[str]] = {}
         self.authoritative = False
         self.scan_lock = threading.Lock()
         """Held by the full scan (``scan_uids``): one at a time per vCenter."""
@@ -205,6 +212,7 @@ class VMIndex:
         at ``mark()`` = ``since``) unless the watch is not authoritative, or saw since then a
         reset, a change of the VM other than of its configuration, or a configuration change to
         another version than the read's."""
+        self.note_macs(info.moref, "read", (n.mac_address for n in info.nics))
         if not change_version:
             return
         kept = info
@@ -219,6 +227,67 @@ class VMIndex:
             if seen is not None and seen[0] > since and seen[1] != change_version:
                 return  # a configuration change this read may not show
             self._infos[info.moref] = (kept, change_version)
+
+    # --- MACs in use (``macs`` module) ------------------------------------------------------
+
+    def note_macs(self, moref: str, source: str, macs: Iterable[str]) -> None:
+        """Record the MACs ``source`` ("labels": ``banlieue.nic.*`` values, "guest": guest.net,
+        "read": a full read's cards) shows on VM ``moref`` (lower case; empty values ignored)."""
+        found = frozenset(m.lower() for m in macs if m and ":" in m)
+        with self._lock:
+            self._note_macs(moref, source, found)
+
+    def _note_macs(self, moref: str, source: str, found: frozenset[str]) -> None:
+        if found:
+            self._macs.setdefault(moref, {})[source] = found
+        elif moref in self._macs:
+            self._macs[moref].pop(source, None)
+            if not self._macs[moref]:
+                del self._macs[moref]
+
+    def macs_in_use(self) -> set[str]:
+        """Every MAC the index knows on a VM of this vCenter, and every reserved one."""
+        with self._lock:
+            return self._macs_in_use()
+
+    def _macs_in_use(self) -> set[str]:
+        out: set[str] = set()
+        for sources in self._macs.values():
+            for found in sources.values():
+                out |= found
+        for reserved in self._reserved.values():
+            out |= reserved
+        return out
+
+    def reserve_macs(self, uid: str, count: int, rand: Callable[[int, int], int] | None = None) -> list[str]:
+        """``count`` MACs for a clone of ``uid`` (``macs.choose``: VMware's manual range, none in
+        ``macs_in_use``), reserved for ``uid`` until ``release_macs``: two clones in flight in
+        this process (any Provider on this vCenter) never get the same MAC."""
+        with self._lock:
+            chosen = macs.choose(self._macs_in_use(), count, rand)
+            self._reserved.setdefault(uid, set()).update(chosen)
+            return chosen
+
+    def on_powered_on(self, moref: str, notify: Callable[[], None]) -> Callable[[], None]:
+        """Call ``notify()`` (from the watch's thread; it must not block) once the change watch
+        reports VM ``moref``'s ``runtime.powerState`` as poweredOn; returns the remover."""
+        with self._lock:
+            self._power_waiters.setdefault(moref, []).append(notify)
+
+        def remove() -> None:
+            with self._lock:
+                waiters = self._power_waiters.get(moref)
+                if waiters is not None and notify in waiters:
+                    waiters.remove(notify)
+                    if not waiters:
+                        del self._power_waiters[moref]
+
+        return remove
+
+    def release_macs(self, uid: str) -> None:
+        """Drop the MACs reserved for ``uid`` (its VM is destroyed, or its MACs are known)."""
+        with self._lock:
+            self._reserved.pop(uid, None)
 
     def invalidate(self, moref: str) -> tuple[VMInfo, str] | None:
         """banlieue is changing the VM (a task it sends): drop its kept read, and refuse reads
@@ -261,6 +330,15 @@ class VMIndex:
         handed to anyone."""
         with self._lock:
             self._seq += 1
+            if removed:
+                self._macs.pop(moref, None)
+            extra = changes.get("config.extraConfig")
+            if isinstance(extra, list):
+                labels = (str(o.value) for o in extra if str(o.key).startswith(NIC_KEY_PREFIX))
+                self._note_macs(moref, "labels", frozenset(m.lower() for m in labels if ":" in m))
+            guest = changes.get("guest.net")
+            if isinstance(guest, tuple):
+                self._note_macs(moref, "guest", frozenset(str(m[0]).lower() for m in guest if m and m[0]))
             version = changes.get("config.changeVersion")
             if not removed and changes and set(changes) <= CONFIG_PATHS:
                 # A configuration change (the VM's own reconfigure, usually): a read begun before
@@ -274,6 +352,9 @@ class VMIndex:
                 self._dirty[moref] = self._seq
             if moref in self._held and "runtime.powerState" in changes:
                 self._held[moref] = True
+            if str(changes.get("runtime.powerState")) == "poweredOn":
+                for notify in self._power_waiters.pop(moref, []):
+                    notify()
             got = self._infos.get(moref)
             if got is None:
                 return
@@ -367,7 +448,9 @@ def scan_uids(content: Any, index: VMIndex) -> None:
             return  # a scan completed while this caller waited: the index is as fresh
         for o in scan_vms(content):
             if o.type == "VirtualMachine":
-                uid = extra_config(o).get(UID_KEY)
+                extra = extra_config(o)
+                index.note_macs(moid(o.obj), "labels", vnics.nic_labels(extra).values())
+                uid = extra.get(UID_KEY)
                 if uid:
                     index.put(uid, o.obj, replace=False)
         index.scans += 1
@@ -388,6 +471,20 @@ def read_vm_versioned(content: Any, vm: Any, idx: InventoryIndex | None) -> tupl
     if not found:
         return None
     return to_vm_info(found[0], idx), str(found[0].get("config.changeVersion") or "")
+
+
+def read_vm_full(content: Any, vm: Any, idx: InventoryIndex | None,
+                 extra_paths: Iterable[str] = ()) -> tuple[VMInfo, str, ObjectProps] | None:
+    """``read_vm_versioned`` with ``extra_paths`` read in the same call, and the raw properties
+    (what ``clone.hardware_spec`` compares with a spec): one call; None when the VM is gone."""
+    paths = VM_PATHS + [p for p in extra_paths if p not in VM_PATHS]
+    try:
+        found = retrieve_objects(content, [vm], vim.VirtualMachine, paths)
+    except vmodl.fault.ManagedObjectNotFound:
+        return None
+    if not found:
+        return None
+    return to_vm_info(found[0], idx), str(found[0].get("config.changeVersion") or ""), found[0]
 
 
 def _guest_ips(val: Any) -> dict[str, tuple[str, ...]] | None:
