@@ -79,6 +79,9 @@ for the clone, before cloning again (ADR 0009, ADR 0012)."""
 CLONE_TASK_RECORD_AFTER = 5.0
 """Seconds a clone task runs before its key is handed to ``create_vm``'s ``on_clone_task``."""
 
+CLONE_FIRST_POLL = 0.8
+"""Share of the expected clone duration (moving average per vCenter) before a clone's first poll."""
+
 FRESH_SECONDS = 2.0
 """How long create_vm's read-back of a VM stands in for set_power_state's read (seconds)."""
 
@@ -109,6 +112,9 @@ class VSphereBackend:
         # vCenter label -> UIDs whose VM create_vm returned (this process): never cloned again.
         self._delivered: dict[str, set[str]] = {}
         self._templates: dict[tuple[str, str, str], tuple[float, Any]] = {}
+        # vCenter label -> clone duration expected (seconds, moving average): the first poll of a
+        # clone task waits that long (``tasks.wait_task`` ``first_poll``; issue 22).
+        self._clone_seconds: dict[str, float] = {}
         # (vCenter, datacenter, template) -> (monotonic time, template moref, CONVERGE_PATHS read)
         self._template_props: dict[tuple[str, str, str], tuple[float, str, dict[str, Any]]] = {}
         self._template_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
@@ -448,8 +454,11 @@ class VSphereBackend:
         # Kept until the task's outcome is known: a later call resolves the clone by this task
         # instead of cloning again (``_clone_outcome``).
         self._clone_tasks[(vcenter, spec.uid)] = (task, plan.mode, plan.message)
+        sent = time.monotonic()
+        expected = self._clone_seconds.get(vcenter, 0.0)
         waiter = asyncio.ensure_future(
-            wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider))
+            wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider,
+                      first_poll=CLONE_FIRST_POLL * expected))
         recorded = on_clone_task is None
 
         async def record() -> None:
@@ -495,6 +504,10 @@ class VSphereBackend:
             if not waiter.done():
                 waiter.cancel()  # this call was cancelled: stop following the task
         self._clone_tasks.pop((vcenter, spec.uid), None)
+        # Seen done this long after it was sent (poll lag included: a first poll that comes too
+        # early lowers the next estimate, one that comes late raises it by the back-off step).
+        took = time.monotonic() - sent
+        self._clone_seconds[vcenter] = took if expected == 0.0 else 0.8 * expected + 0.2 * took
         self._vm_index(conn).put(spec.uid, vm)
         log.info("vsphere vm cloned", vcenter=vcenter, vm=spec.name, clone_mode=plan.mode)
         return vm, plan.mode, plan.message

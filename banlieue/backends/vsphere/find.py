@@ -64,6 +64,9 @@ CONFIG_PATHS = frozenset({"config.changeVersion", "config.extraConfig", "name"})
 """Watched paths a configuration change sets, covered by the ``config.changeVersion`` it bumps
 (vcsim reports them in separate updates, and ``name`` with an unchanged value on a reconfigure)."""
 
+_IDENTITY_PATHS = frozenset({"config.instanceUuid", "config.uuid", "config.template", "name"})
+"""Watched paths ``VMIndex.observe`` checks against the read's changeVersion (a VM's "enter")."""
+
 USERDATA_KEY = "guestinfo.userdata"
 """Left out of the VMInfos ``VMIndex`` keeps (up to 64 KiB each, unread by the reconcilers)."""
 
@@ -376,6 +379,14 @@ class VMIndex:
                     # vCenter bumps changeVersion in the same update; alone (a guest's
                     # guestinfo write, or an update split by the collector) it is read again.
                     keep = "config.changeVersion" in changes
+                elif name in _IDENTITY_PATHS:
+                    # A collector's first report of a VM (its "enter": a clone banlieue has read
+                    # already) lists every path. With the read's changeVersion in the same update
+                    # the configuration is the one read; a value that is kept must match it too.
+                    read: dict[str, Any] = {"config.instanceUuid": info.instance_uuid, "config.uuid": info.bios_uuid,
+                                            "name": info.name, "config.template": False}
+                    keep = str(changes.get("config.changeVersion")) == version and (
+                        val is None or (val if isinstance(val, bool) else str(val)) == read[name])
                 else:
                     keep = False
                 if not keep:

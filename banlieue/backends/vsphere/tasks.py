@@ -48,12 +48,13 @@ at first); a change watch reports a power state within well under a second."""
 
 
 async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider: str,
-                    signal: asyncio.Event | None = None) -> Any:
+                    signal: asyncio.Event | None = None, first_poll: float = 0.0) -> Any:
     """Wait for ``task``; return ``info.result``. Raises TaskFailed (fault message) or on timeout.
     ``provider`` (``namespace/name``) labels the tasks-in-flight gauge. ``signal``: set when the
     change watch has seen the state the task leads to (a power state: issue 22, no task polls);
     then None is returned without polling. Without it for ``SIGNAL_FALLBACK`` seconds (a watch
-    that lags or restarts), the task is polled as without one, and the signal still ends it."""
+    that lags or restarts), the task is polled as without one, and the signal still ends it.
+    ``first_poll``: seconds before the first poll (when the task is expected to be done; 0: at once)."""
     gauge = metrics.TASKS_IN_FLIGHT.labels(provider)
     gauge.inc()
     try:
@@ -63,6 +64,8 @@ async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider:
             if await _signalled(signal, SIGNAL_FALLBACK):
                 return None
             delay = SIGNAL_FALLBACK
+        elif first_poll > 0:
+            await asyncio.sleep(min(first_poll, timeout))
         while True:
             info = await run(_task_info(task))
             state = info.get("info.state")
