@@ -2,9 +2,10 @@
 current devices so that applying them twice changes nothing the second time.
 
 - The clone carries the object's UID in ``config.extraConfig`` (``banlieue.uid``) at clone time,
-  so a crash right after the clone still finds the VM. Hardware (CPU, memory, disks, NICs) is
-  converged by a reconfigure after the clone, from the clone's own devices, so that creating and
-  converging an existing VM are the same code (``hardware_spec``).
+  so a crash right after the clone still finds the VM. It also carries the whole configuration
+  (``with_config``; ADR 0014): ``hardware_spec`` applied to the template's own devices (CPU,
+  memory, disks, NICs with MACs banlieue chose, labels) and the guestinfo, so no reconfigure
+  follows it; an existing VM is converged by the same ``hardware_spec`` on its own devices.
 - Linked clones need a snapshot on the template; vCenter cannot snapshot a template, so without
   one the clone falls back to a full clone and says why (CAPV does the same).
 - Disks are matched to the spec by name, never by position (``disks`` module: the name is kept
