@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from pyVmomi import SoapAdapter, vim
+from vcwatch import watching
 
 from banlieue.backends.base import Connection, DiskSpec, NicSpec, VMSpec
 from banlieue.backends.vsphere import macs
@@ -71,6 +72,7 @@ async def test_a_provisioned_vm_costs_one_clone_carrying_its_configuration_and_o
     await backend.set_power_state(conn, uid, "PoweredOn")
     methods = Counter(m for m, _ in sent)
     assert (methods["CloneVM_Task"], methods["PowerOnVM_Task"], methods["ReconfigVM_Task"]) == (1, 1, 0), methods
+    assert task_polls(sent) >= 2  # without a change watch both tasks are polled (the next test: with one)
     [clone_args] = [args for m, args in sent if m == "CloneVM_Task"]
     carried = clone_args[-1].config  # CloneVM_Task(folder, name, spec)
     extra = {o.key: o.value for o in carried.extraConfig}
@@ -113,3 +115,32 @@ async def test_a_mac_in_use_on_the_vcenter_is_never_chosen(
     assert [n.mac_address for n in other.vm.nics] == ["00:50:56:12:34:56"]
     await backend.destroy_vm(conn, first)
     await backend.destroy_vm(conn, second)
+
+
+def task_polls(sent: list[tuple[str, Any]]) -> int:
+    """The RetrievePropertiesEx requests about a Task (``tasks.wait_task``'s polls)."""
+    return sum(1 for m, args in sent if m == "RetrievePropertiesEx"
+               and any(isinstance(o.obj, vim.Task) for spec in args[0] for o in spec.objectSet or []))
+
+
+@pytest.mark.timeout(60)
+async def test_with_a_watch_the_power_on_is_ended_by_it_not_polled(
+    backend: VSphereBackend, conn: Connection, sent: list[tuple[str, Any]]
+) -> None:
+    uid = str(uuid.uuid4())
+    spec = VMSpec(uid=uid, name=f"vm-{uid[:8]}", datacenter="DC0", cluster="DC0_C1", template="ubuntu-22.04",
+                  num_cpus=1, memory_mib=1024, nics=(NicSpec("a", "VM Network"),))
+    await backend.check_connection(conn)
+    async with watching(backend, conn):
+        async with asyncio.timeout(20):
+            while not backend._vm_index(conn).authoritative:
+                await asyncio.sleep(0.05)
+        await backend.create_vm(conn, spec)
+        sent.clear()
+        info = await backend.set_power_state(conn, uid, "PoweredOn")
+        assert info.power_state == "PoweredOn"
+        methods = Counter(m for m, _ in sent)
+        assert methods["PowerOnVM_Task"] == 1 and task_polls(sent) == 0, sent
+        found = await backend.find_vm(conn, uid)
+        assert found is not None and found.power_state == "PoweredOn"
+    await backend.destroy_vm(conn, uid)

@@ -82,6 +82,9 @@ CLONE_TASK_RECORD_AFTER = 5.0
 CLONE_FIRST_POLL = 0.8
 """Share of the expected clone duration (moving average per vCenter) before a clone's first poll."""
 
+CLONE_FIRST_POLL_MAX = 10.0
+"""Seconds a clone's first poll waits at most (a vCenter that was slow for a while, a fault)."""
+
 FRESH_SECONDS = 2.0
 """How long create_vm's read-back of a VM stands in for set_power_state's read (seconds)."""
 
@@ -458,7 +461,7 @@ class VSphereBackend:
         expected = self._clone_seconds.get(vcenter, 0.0)
         waiter = asyncio.ensure_future(
             wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider,
-                      first_poll=CLONE_FIRST_POLL * expected))
+                      first_poll=min(CLONE_FIRST_POLL * expected, CLONE_FIRST_POLL_MAX)))
         recorded = on_clone_task is None
 
         async def record() -> None:
