@@ -216,6 +216,25 @@ def test_what_the_watch_reports_updates_or_drops_the_kept_read() -> None:
     assert index.recall("vm-1") is None
 
 
+def test_a_vms_first_report_with_the_reads_version_keeps_the_read() -> None:
+    """A collector's first report of a clone ("enter": every watched path) often comes after
+    create_vm's read of it (issue 22: one read per clone): the same changeVersion and identity
+    keep the read; another instance UUID, name or version drops it."""
+    enter = {"config.changeVersion": "cv1", "config.extraConfig": None, "config.instanceUuid": "i", "config.uuid": None,
+             "config.template": False, "name": None, "runtime.powerState": "poweredOff", "guest.net": None,
+             "guest.ipAddress": None}
+    index = authoritative_index()
+    index.remember(info_for(power="PoweredOff"), "cv1", index.mark())
+    index.observe("vm-1", enter)
+    kept = index.recall("vm-1")
+    assert kept is not None and kept.power_state == "PoweredOff"
+    for other in ({"config.instanceUuid": "other"}, {"config.changeVersion": "cv2"}, {"config.template": True},
+                  {"name": "renamed"}):
+        index.remember(info_for(power="PoweredOff"), "cv1", index.mark())
+        index.observe("vm-1", {**enter, **other})
+        assert index.recall("vm-1") is None, other
+
+
 def test_nothing_is_answered_while_the_watch_is_not_authoritative_or_after_a_reset() -> None:
     index = authoritative_index()
     index.remember(info_for(), "cv1", index.mark())

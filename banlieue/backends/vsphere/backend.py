@@ -13,6 +13,7 @@ of the object may predate its status), as does a VM that vanishes while it is co
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -44,7 +45,7 @@ from banlieue.backends.base import (
     VMInfo,
     VMSpec,
 )
-from banlieue.backends.vsphere import clone, duplicates, events, find, guestinfo, nics, power, tasks
+from banlieue.backends.vsphere import clone, duplicates, events, find, guestinfo, macs, nics, power, tasks
 from banlieue.backends.vsphere.allowlist import Network
 from banlieue.backends.vsphere.health import PROBE_INTERVAL
 from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, failure_domains
@@ -79,6 +80,12 @@ for the clone, before cloning again (ADR 0009, ADR 0012)."""
 CLONE_TASK_RECORD_AFTER = 5.0
 """Seconds a clone task runs before its key is handed to ``create_vm``'s ``on_clone_task``."""
 
+CLONE_FIRST_POLL = 0.8
+"""Share of the expected clone duration (moving average per vCenter) before a clone's first poll."""
+
+CLONE_FIRST_POLL_MAX = 10.0
+"""Seconds a clone's first poll waits at most (a vCenter that was slow for a while, a fault)."""
+
 FRESH_SECONDS = 2.0
 """How long create_vm's read-back of a VM stands in for set_power_state's read (seconds)."""
 
@@ -109,6 +116,11 @@ class VSphereBackend:
         # vCenter label -> UIDs whose VM create_vm returned (this process): never cloned again.
         self._delivered: dict[str, set[str]] = {}
         self._templates: dict[tuple[str, str, str], tuple[float, Any]] = {}
+        # vCenter label -> clone duration expected (seconds, moving average): the first poll of a
+        # clone task waits that long (``tasks.wait_task`` ``first_poll``; issue 22).
+        self._clone_seconds: dict[str, float] = {}
+        # (vCenter, datacenter, template) -> (monotonic time, template moref, CONVERGE_PATHS read)
+        self._template_props: dict[tuple[str, str, str], tuple[float, str, dict[str, Any]]] = {}
         self._template_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
         # UID -> (monotonic time, VM object, VMInfo) create_vm just read: set_power_state's
         # starting point when it follows within FRESH_SECONDS (taken once).
@@ -128,6 +140,8 @@ class VSphereBackend:
         self._indexes.pop(label, None)
         for key in [k for k in list(self._templates) if k[0] == label]:
             self._templates.pop(key, None)
+        for key in [k for k in list(self._template_props) if k[0] == label]:
+            self._template_props.pop(key, None)
 
     def release_unused(self, wanted: Callable[[tuple[str, str, str]], bool]) -> list[str]:
         """Issue 23 case 6: release the sessions ``wanted`` refuses (by ``Connection.session_key``),
@@ -291,36 +305,47 @@ class VSphereBackend:
         idx = await self._index(conn)
         linked = mode == "linkedClone"
 
+        index = self._vm_index(conn)
+
+        async def read() -> tuple[tuple[VMInfo, str, Any], int]:
+            since = index.mark()
+            got = await run(lambda s: find.read_vm_full(s.content, vm, idx, CONVERGE_PATHS))
+            if got is None:
+                raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound", public=True)
+            return got, since
+
+        # One read is both the converge's starting point and, when the VM already is as the spec
+        # says (a clone that carried its configuration: the usual case), the VMInfo returned.
         try:
-            await self._converge(run, vm, spec, idx, linked, vcenter, conn)
+            got, since = await read()
+            if await self._converge(run, vm, spec, idx, linked, vcenter, conn, got[2].props):
+                got, since = await read()
         except NotFound as exc:
             # ManagedObjectNotFound (reason "NotFound", not a named inventory object): the VM
             # itself went while it was configured.
             if exc.reason != "NotFound" or await run(lambda s: find.read_vm(s.content, vm, None)) is not None:
                 raise
             raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound", public=True) from exc
-        index = self._vm_index(conn)
-        since = index.mark()
-        got = await run(lambda s: find.read_vm_versioned(s.content, vm, idx))
-        if got is None:
-            raise NotFound(f"VM for {spec.uid} disappeared while it was configured", reason="VMNotFound", public=True)
         info = got[0]
         if info.uid == spec.uid:
             index.remember(info, got[1], since)
+            index.note_macs(info.moref, "read", (n.mac_address for n in info.nics))
+            index.release_macs(spec.uid)  # the VM's MACs are known from its read now
         delivered.add(spec.uid)
         self._fresh[spec.uid] = (time.monotonic(), vm, info)
         log.info("vsphere vm converged", vcenter=vcenter, vm=info.name, created=created, clone_mode=mode)
         return CreateResult(vm=info, created=created, clone_mode=mode, message=message)
 
     async def _converge(
-        self, run: Runner, vm: Any, spec: VMSpec, idx: InventoryIndex, linked: bool, vcenter: str, conn: Connection
-    ) -> None:
-        """Read the VM and apply what differs from ``spec``: hardware (and guestinfo in the same
-        ReconfigVM when every final MAC is known), else guestinfo after reading generated MACs."""
+        self, run: Runner, vm: Any, spec: VMSpec, idx: InventoryIndex, linked: bool, vcenter: str, conn: Connection,
+        props: dict[str, Any],
+    ) -> bool:
+        """Apply what differs from ``spec`` to the VM read as ``props`` (``CONVERGE_PATHS``):
+        hardware (and guestinfo in the same ReconfigVM when every final MAC is known), else
+        guestinfo after reading generated MACs. True when a reconfigure was sent."""
         def read(s: Session) -> dict[str, Any]:
             return retrieve_objects(s.content, [vm], vim.VirtualMachine, CONVERGE_PATHS)[0].props
 
-        props = await run(read)
         try:
             hardware, macs = clone.hardware_spec(idx, spec, props, linked)
         except NotFound:
@@ -339,6 +364,7 @@ class VSphereBackend:
                 vim.option.OptionValue(key=k, value=v) for k, v in want.items()
             ]
             await self._reconfigure(run, vm, hardware, conn)
+            return True
         else:
             if hardware is not None:
                 await self._reconfigure(run, vm, hardware, conn)
@@ -354,6 +380,7 @@ class VSphereBackend:
             update = clone.extra_config_spec(want, props)
             if update is not None:
                 await self._reconfigure(run, vm, update, conn)
+            return hardware is not None or update is not None
 
     def _guestinfo(self, spec: VMSpec, pairs: list[tuple[NicSpec, str]]) -> dict[str, str]:
         return guestinfo.guestinfo(spec.uid, spec.hostname or spec.name, pairs, spec.user_data)
@@ -376,6 +403,7 @@ class VSphereBackend:
         # One lookup per template at a time: the lookup scans every VM of the vCenter, and a
         # burst of clones of one template would otherwise all miss the cache and scan at once
         # (9% of the manager's CPU while 1,000 VMs were provisioned: docs/performance.md).
+        template_props: dict[str, Any] = {}
         async with self._template_locks.setdefault(key, asyncio.Lock()):
             cached = self._templates.get(key)
             if cached is not None and time.monotonic() - cached[0] < self.index_ttl:
@@ -384,30 +412,48 @@ class VSphereBackend:
                 template = await run(lambda s: find.template_object(s.content, spec.datacenter, spec.template))
                 if template is not None:
                     self._templates[key] = (time.monotonic(), template)
+            if template is not None:
+                # The template's hardware, the base of the configuration the clone carries: read
+                # once per template and ``index_ttl`` (the template lock makes a burst read it once).
+                props = self._template_props.get(key)
+                if props is None or time.monotonic() - props[0] >= self.index_ttl or props[1] != moid(template):
+                    try:
+                        read = await run(lambda s: retrieve_objects(
+                            s.content, [template], vim.VirtualMachine, CONVERGE_PATHS)[0].props)
+                    except NotFound:
+                        self._templates.pop(key, None)  # the cached template was removed or replaced
+                        raise
+                    props = (time.monotonic(), moid(template), read)
+                    self._template_props[key] = props
+                template_props = props[2]
         if template is None:
             raise NotFound(f"template {spec.template!r} not found in {spec.datacenter!r}", reason="TemplateNotFound", public=True)
-        linked_wanted = spec.clone_mode == "linkedClone"
+        snapshot = None
+        if spec.clone_mode == "linkedClone":
 
-        def template_props(s: Session) -> dict[str, Any]:
-            paths = ["config.hardware.device", *(["snapshot"] if linked_wanted else [])]
-            return dict(retrieve_objects(s.content, [template], vim.VirtualMachine, paths)[0].props)
+            def current_snapshot(s: Session) -> Any:
+                snap = retrieve_objects(s.content, [template], vim.VirtualMachine, ["snapshot"])[0].get("snapshot")
+                return snap.currentSnapshot if snap is not None else None
 
-        props = await run(template_props)
-        snap = props.get("snapshot")
-        snapshot = snap.currentSnapshot if snap is not None else None
+            snapshot = await run(current_snapshot)
+        idx = await self._index(conn)
         try:
-            plan = clone.clone_plan(await self._index(conn), spec, snapshot)
+            plan = clone.clone_plan(idx, spec, snapshot)
         except NotFound:
-            plan = clone.clone_plan(await self._index(conn, fresh=True), spec, snapshot)
+            idx = await self._index(conn, fresh=True)
+            plan = clone.clone_plan(idx, spec, snapshot)
         # The disks the clone will get are checked on the template's before anything is cloned
         # (the first spec disk is the template's boot disk: a smaller one is a shrink), so a
         # spec that cannot be completed leaves no half-built VM (issue 19).
-        clone.check_clone_disks(await self._index(conn), spec, list(props.get("config.hardware.device") or []),
+        clone.check_clone_disks(idx, spec, list(template_props.get("config.hardware.device") or []),
                                 plan.mode == "linkedClone")
+        index = self._vm_index(conn)
+        plan = self._configured(index, idx, spec, plan, template_props)
         try:
             task = await run(lambda s: template.CloneVM_Task(folder=plan.folder, name=spec.name, spec=plan.spec))
         except NotFound:
             self._templates.pop(key, None)  # the cached template was removed or replaced
+            index.release_macs(spec.uid)
             raise
         except Transient as exc:
             # The request may have reached vCenter (answer past the request timeout, connection
@@ -417,8 +463,11 @@ class VSphereBackend:
         # Kept until the task's outcome is known: a later call resolves the clone by this task
         # instead of cloning again (``_clone_outcome``).
         self._clone_tasks[(vcenter, spec.uid)] = (task, plan.mode, plan.message)
+        sent = time.monotonic()
+        expected = self._clone_seconds.get(vcenter, 0.0)
         waiter = asyncio.ensure_future(
-            wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider))
+            wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider,
+                      first_poll=min(CLONE_FIRST_POLL * expected, CLONE_FIRST_POLL_MAX)))
         recorded = on_clone_task is None
 
         async def record() -> None:
@@ -446,19 +495,51 @@ class VSphereBackend:
         except TaskFailed as exc:
             if exc.reason != "TaskTimeout":
                 self._clone_tasks.pop((vcenter, spec.uid), None)
+                if macs.is_conflict(str(exc)):
+                    # Kept reserved: the next clone of this UID chooses other MACs (``macs``).
+                    log.warning("vsphere clone refused a MAC address", vcenter=vcenter, vm=spec.name, error=str(exc))
+                    raise TaskFailed(f"{exc}; banlieue chose this NIC's MAC in VMware's manual range and will choose "
+                                     "another at the next attempt (or give the NIC a macAddress)",
+                                     reason=macs.CONFLICT_REASON, public=True) from exc
+                index.release_macs(spec.uid)
                 raise
             await record()
             raise TaskFailed(f"{exc}; the clone may still be running", reason=CLONE_OUTCOME_UNKNOWN) from exc
         except BackendError:
             self._clone_tasks.pop((vcenter, spec.uid), None)
+            index.release_macs(spec.uid)
             raise
         finally:
             if not waiter.done():
                 waiter.cancel()  # this call was cancelled: stop following the task
         self._clone_tasks.pop((vcenter, spec.uid), None)
+        # Seen done this long after it was sent (poll lag included: a first poll that comes too
+        # early lowers the next estimate, one that comes late raises it by the back-off step).
+        took = time.monotonic() - sent
+        self._clone_seconds[vcenter] = took if expected == 0.0 else 0.8 * expected + 0.2 * took
         self._vm_index(conn).put(spec.uid, vm)
         log.info("vsphere vm cloned", vcenter=vcenter, vm=spec.name, clone_mode=plan.mode)
         return vm, plan.mode, plan.message
+
+    def _configured(self, index: find.VMIndex, idx: InventoryIndex, spec: VMSpec, plan: clone.ClonePlan,
+                    template_props: dict[str, Any]) -> clone.ClonePlan:
+        """``plan`` carrying the whole configuration (``clone.with_config``): the template's
+        hardware converged to ``spec`` (``clone.hardware_spec``) with a MAC chosen for every NIC
+        whose spec gives none (``macs``; reserved in ``index`` until the VM is read), and the
+        guestinfo naming those MACs. Raises InvalidSpec like the converge (before any clone)."""
+        chosen = iter(index.reserve_macs(spec.uid, sum(1 for n in spec.nics if not n.mac_address)))
+        planned = replace(spec, nics=tuple(n if n.mac_address else replace(n, mac_address=next(chosen))
+                                           for n in spec.nics))
+        try:
+            # hardware_spec edits the devices it changes: a copy, the cached template read stays as read.
+            hardware, nic_macs = clone.hardware_spec(idx, planned, copy.deepcopy(template_props),
+                                                     plan.mode == "linkedClone")
+            pairs = [(n, m) for n, m in zip(spec.nics, nic_macs, strict=True) if m is not None]
+            want = self._guestinfo(spec, pairs)
+        except BackendError:
+            index.release_macs(spec.uid)
+            raise
+        return clone.with_config(plan, hardware, want)
 
     async def _clone_outcome(self, conn: Connection, spec: VMSpec) -> tuple[tuple[Any, VMInfo] | None, Any, str]:
         """Resolve a clone this process started and lost track of, by its task: (VM, VMInfo) when
@@ -622,9 +703,22 @@ class VSphereBackend:
     ) -> VMInfo:
         """``set_power_state`` once the VM is known and not in ``state`` yet."""
         run = self._runner(conn)
+        index = self._vm_index(conn)
+        powered_on: asyncio.Event | None = None
+        remove: Callable[[], None] = lambda: None  # noqa: E731
+        if state == "PoweredOn" and index.authoritative:
+            # The change watch reporting the VM powered on ends the PowerOnVM_Task: no task polls
+            # (issue 22), unless the watch has not reported it within ``tasks.SIGNAL_FALLBACK``.
+            event = powered_on = asyncio.Event()
+            loop = asyncio.get_running_loop()
+
+            def notify() -> None:
+                loop.call_soon_threadsafe(event.set)
+
+            remove = index.on_powered_on(before.moref, notify)
         try:
             await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, conn.provider,
-                                  before.power_state)
+                                  before.power_state, powered_on)
         except Transient as exc:
             if exc.reason == "PowerOffPending":
                 raise
@@ -639,6 +733,8 @@ class VSphereBackend:
             if not use_fresh or (exc.reason != "InvalidPowerState" and not isinstance(exc, TaskFailed)):
                 raise
             return await self.set_power_state(conn, uid, state, off_mode, soft_timeout)
+        finally:
+            remove()
         if use_fresh and before.power_state == "PoweredOff" and state == "PoweredOn":
             # Powering on changes nothing else VMInfo reports (a guest reports addresses later,
             # through the change watch): the read-back would return this.
@@ -702,6 +798,7 @@ class VSphereBackend:
 
     def _forget_vm(self, conn: Connection, vcenter: str, uid: str) -> None:
         self._vm_index(conn).forget(uid)
+        self._vm_index(conn).release_macs(uid)
         self._delivered.get(vcenter, set()).discard(uid)
         self._fresh.pop(uid, None)
 

@@ -2,9 +2,10 @@
 current devices so that applying them twice changes nothing the second time.
 
 - The clone carries the object's UID in ``config.extraConfig`` (``banlieue.uid``) at clone time,
-  so a crash right after the clone still finds the VM. Hardware (CPU, memory, disks, NICs) is
-  converged by a reconfigure after the clone, from the clone's own devices, so that creating and
-  converging an existing VM are the same code (``hardware_spec``).
+  so a crash right after the clone still finds the VM. It also carries the whole configuration
+  (``with_config``; ADR 0014): ``hardware_spec`` applied to the template's own devices (CPU,
+  memory, disks, NICs with MACs banlieue chose, labels) and the guestinfo, so no reconfigure
+  follows it; an existing VM is converged by the same ``hardware_spec`` on its own devices.
 - Linked clones need a snapshot on the template; vCenter cannot snapshot a template, so without
   one the clone falls back to a full clone and says why (CAPV does the same).
 - Disks are matched to the spec by name, never by position (``disks`` module: the name is kept
@@ -328,3 +329,20 @@ def extra_config_spec(want: dict[str, str], props: dict[str, Any]) -> Any | None
     have = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
     diff = [vim.option.OptionValue(key=k, value=v) for k, v in want.items() if have.get(k, "") != v]
     return vim.vm.ConfigSpec(extraConfig=diff) if diff else None
+
+
+def with_config(plan: ClonePlan, hardware: Any | None, extra: dict[str, str]) -> ClonePlan:
+    """``plan`` whose CloneSpec carries the whole configuration (issue 22: no reconfigure after
+    the clone): ``hardware`` (``hardware_spec`` of the template's properties: CPU, memory,
+    firmware, disk growth and added disks, NICs with their MACs, the disk and NIC labels) and the
+    ``extra`` extraConfig entries (guestinfo), after the UID key the plan already carries. The
+    clone stays powered off (``powerOn`` False: ADR 0012's duplicate rule destroys a duplicate
+    only if it never ran); vSphere applies ``CloneSpec.config`` to the new VM, and device edits
+    name the template's device keys (vSphere API, ``VirtualMachineCloneSpec.config``)."""
+    cfg = hardware if hardware is not None else vim.vm.ConfigSpec()
+    entries = {str(o.key): str(o.value) for o in plan.spec.config.extraConfig or []}
+    entries.update({str(o.key): str(o.value) for o in cfg.extraConfig or []})
+    entries.update(extra)
+    cfg.extraConfig = [vim.option.OptionValue(key=k, value=v) for k, v in entries.items()]
+    plan.spec.config = cfg
+    return plan

@@ -12,7 +12,7 @@ vcsim 0.24, the simulator until issue 18, did not support them) and the result i
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -20,10 +20,11 @@ from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
 
 from banlieue.backends.base import Firmware, NicStatus, PowerState, TemplateInfo, VMInfo
-from banlieue.backends.vsphere import deserializer
+from banlieue.backends.vsphere import deserializer, macs
 from banlieue.backends.vsphere import disks as vdisks
 from banlieue.backends.vsphere import nics as vnics
 from banlieue.backends.vsphere.inventory import InventoryIndex
+from banlieue.backends.vsphere.nics import NIC_KEY_PREFIX
 from banlieue.backends.vsphere.properties import (
     ObjectProps,
     datacenter_of,
@@ -64,6 +65,9 @@ VM_PATHS = [
 CONFIG_PATHS = frozenset({"config.changeVersion", "config.extraConfig", "name"})
 """Watched paths a configuration change sets, covered by the ``config.changeVersion`` it bumps
 (vcsim reports them in separate updates, and ``name`` with an unchanged value on a reconfigure)."""
+
+_IDENTITY_PATHS = frozenset({"config.instanceUuid", "config.uuid", "config.template", "name"})
+"""Watched paths ``VMIndex.observe`` checks against the read's changeVersion (a VM's "enter")."""
 
 USERDATA_KEY = "guestinfo.userdata"
 """Left out of the VMInfos ``VMIndex`` keeps (up to 64 KiB each, unread by the reconcilers)."""
@@ -123,6 +127,12 @@ class VMIndex:
         self._uid_by_moref: dict[str, str] = {}
         self._listeners: list[Callable[[], None]] = []
         self._others: dict[str, dict[str, Any]] = {}
+        # moref -> source ("labels", "guest", "read") -> MACs seen on that VM (``macs_in_use``)
+        self._macs: dict[str, dict[str, frozenset[str]]] = {}
+        # moref -> callbacks to call when the watch reports the VM powered on (``on_powered_on``)
+        self._power_waiters: dict[str, list[Callable[[], None]]] = {}
+        # UID -> MACs chosen for its clones (``reserve_macs``), until ``release_macs``
+        self._reserved: dict[str, set[str]] = {}
         self.authoritative = False
         self.scan_lock = threading.Lock()
         """Held by the full scan (``scan_uids``): one at a time per vCenter."""
@@ -207,6 +217,7 @@ class VMIndex:
         at ``mark()`` = ``since``) unless the watch is not authoritative, or saw since then a
         reset, a change of the VM other than of its configuration, or a configuration change to
         another version than the read's."""
+        self.note_macs(info.moref, "read", (n.mac_address for n in info.nics))
         if not change_version:
             return
         kept = info
@@ -221,6 +232,67 @@ class VMIndex:
             if seen is not None and seen[0] > since and seen[1] != change_version:
                 return  # a configuration change this read may not show
             self._infos[info.moref] = (kept, change_version)
+
+    # --- MACs in use (``macs`` module) ------------------------------------------------------
+
+    def note_macs(self, moref: str, source: str, macs: Iterable[str]) -> None:
+        """Record the MACs ``source`` ("labels": ``banlieue.nic.*`` values, "guest": guest.net,
+        "read": a full read's cards) shows on VM ``moref`` (lower case; empty values ignored)."""
+        found = frozenset(m.lower() for m in macs if m and ":" in m)
+        with self._lock:
+            self._note_macs(moref, source, found)
+
+    def _note_macs(self, moref: str, source: str, found: frozenset[str]) -> None:
+        if found:
+            self._macs.setdefault(moref, {})[source] = found
+        elif moref in self._macs:
+            self._macs[moref].pop(source, None)
+            if not self._macs[moref]:
+                del self._macs[moref]
+
+    def macs_in_use(self) -> set[str]:
+        """Every MAC the index knows on a VM of this vCenter, and every reserved one."""
+        with self._lock:
+            return self._macs_in_use()
+
+    def _macs_in_use(self) -> set[str]:
+        out: set[str] = set()
+        for sources in self._macs.values():
+            for found in sources.values():
+                out |= found
+        for reserved in self._reserved.values():
+            out |= reserved
+        return out
+
+    def reserve_macs(self, uid: str, count: int, rand: Callable[[int, int], int] | None = None) -> list[str]:
+        """``count`` MACs for a clone of ``uid`` (``macs.choose``: VMware's manual range, none in
+        ``macs_in_use``), reserved for ``uid`` until ``release_macs``: two clones in flight in
+        this process (any Provider on this vCenter) never get the same MAC."""
+        with self._lock:
+            chosen = macs.choose(self._macs_in_use(), count, rand)
+            self._reserved.setdefault(uid, set()).update(chosen)
+            return chosen
+
+    def on_powered_on(self, moref: str, notify: Callable[[], None]) -> Callable[[], None]:
+        """Call ``notify()`` (from the watch's thread; it must not block) once the change watch
+        reports VM ``moref``'s ``runtime.powerState`` as poweredOn; returns the remover."""
+        with self._lock:
+            self._power_waiters.setdefault(moref, []).append(notify)
+
+        def remove() -> None:
+            with self._lock:
+                waiters = self._power_waiters.get(moref)
+                if waiters is not None and notify in waiters:
+                    waiters.remove(notify)
+                    if not waiters:
+                        del self._power_waiters[moref]
+
+        return remove
+
+    def release_macs(self, uid: str) -> None:
+        """Drop the MACs reserved for ``uid`` (its VM is destroyed, or its MACs are known)."""
+        with self._lock:
+            self._reserved.pop(uid, None)
 
     def invalidate(self, moref: str) -> tuple[VMInfo, str] | None:
         """banlieue is changing the VM (a task it sends): drop its kept read, and refuse reads
@@ -263,6 +335,15 @@ class VMIndex:
         handed to anyone."""
         with self._lock:
             self._seq += 1
+            if removed:
+                self._macs.pop(moref, None)
+            extra = changes.get("config.extraConfig")
+            if isinstance(extra, list):
+                labels = (str(o.value) for o in extra if str(o.key).startswith(NIC_KEY_PREFIX))
+                self._note_macs(moref, "labels", frozenset(m.lower() for m in labels if ":" in m))
+            guest = changes.get("guest.net")
+            if isinstance(guest, tuple):
+                self._note_macs(moref, "guest", frozenset(str(m[0]).lower() for m in guest if m and m[0]))
             version = changes.get("config.changeVersion")
             if not removed and changes and set(changes) <= CONFIG_PATHS:
                 # A configuration change (the VM's own reconfigure, usually): a read begun before
@@ -276,6 +357,9 @@ class VMIndex:
                 self._dirty[moref] = self._seq
             if moref in self._held and "runtime.powerState" in changes:
                 self._held[moref] = True
+            if str(changes.get("runtime.powerState")) == "poweredOn":
+                for notify in self._power_waiters.pop(moref, []):
+                    notify()
             got = self._infos.get(moref)
             if got is None:
                 return
@@ -297,6 +381,14 @@ class VMIndex:
                     # vCenter bumps changeVersion in the same update; alone (a guest's
                     # guestinfo write, or an update split by the collector) it is read again.
                     keep = "config.changeVersion" in changes
+                elif name in _IDENTITY_PATHS:
+                    # A collector's first report of a VM (its "enter": a clone banlieue has read
+                    # already) lists every path. With the read's changeVersion in the same update
+                    # the configuration is the one read; a value that is kept must match it too.
+                    read: dict[str, Any] = {"config.instanceUuid": info.instance_uuid, "config.uuid": info.bios_uuid,
+                                            "name": info.name, "config.template": False}
+                    keep = str(changes.get("config.changeVersion")) == version and (
+                        val is None or (val if isinstance(val, bool) else str(val)) == read[name])
                 else:
                     keep = False
                 if not keep:
@@ -369,7 +461,9 @@ def scan_uids(content: Any, index: VMIndex) -> None:
             return  # a scan completed while this caller waited: the index is as fresh
         for o in scan_vms(content):
             if o.type == "VirtualMachine":
-                uid = extra_config(o).get(UID_KEY)
+                extra = extra_config(o)
+                index.note_macs(moid(o.obj), "labels", vnics.nic_labels(extra).values())
+                uid = extra.get(UID_KEY)
                 if uid:
                     index.put(uid, o.obj, replace=False)
         index.scans += 1
@@ -390,6 +484,20 @@ def read_vm_versioned(content: Any, vm: Any, idx: InventoryIndex | None) -> tupl
     if not found:
         return None
     return to_vm_info(found[0], idx), str(found[0].get("config.changeVersion") or "")
+
+
+def read_vm_full(content: Any, vm: Any, idx: InventoryIndex | None,
+                 extra_paths: Iterable[str] = ()) -> tuple[VMInfo, str, ObjectProps] | None:
+    """``read_vm_versioned`` with ``extra_paths`` read in the same call, and the raw properties
+    (what ``clone.hardware_spec`` compares with a spec): one call; None when the VM is gone."""
+    paths = VM_PATHS + [p for p in extra_paths if p not in VM_PATHS]
+    try:
+        found = retrieve_objects(content, [vm], vim.VirtualMachine, paths)
+    except vmodl.fault.ManagedObjectNotFound:
+        return None
+    if not found:
+        return None
+    return to_vm_info(found[0], idx), str(found[0].get("config.changeVersion") or ""), found[0]
 
 
 def _guest_ips(val: Any) -> dict[str, tuple[str, ...]] | None:

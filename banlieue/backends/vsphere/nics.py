@@ -4,7 +4,9 @@
 Each NIC a VMSpec names is recorded in the VM's ``config.extraConfig`` as
 ``banlieue.nic.<name> = <MAC>`` (lower case), the card's MAC address: the identity the guest,
 its network config (guestinfo metadata matches by MAC) and VMware Tools' ``guest.net`` use too.
-A card banlieue adds with a generated MAC has no MAC before the ReconfigVM that adds it, so that
+A VM banlieue clones gets a MAC banlieue chose for every spec NIC (``macs``, ADR 0014), labelled
+by the clone itself. A card added later to an existing VM gets a generated MAC, and has none
+before the ReconfigVM that adds it, so that
 task writes ``banlieue.nic.<name> = new:<n>`` (``n``: the card's rank among the cards added by
 that task) and the next ReconfigVM (the one writing guestinfo, in the same converge) replaces it
 with the MAC. Should the process die in between, the next converge resolves it: cards that no

@@ -66,21 +66,24 @@ async def set_power(
     task_timeout: float,
     provider: str,
     have: PowerState | None = None,
+    powered_on: asyncio.Event | None = None,
 ) -> None:
     """Drive ``vm`` towards ``want``; returns when done (or when a soft power-off timed out).
     ``provider`` (``namespace/name``) labels the tasks-in-flight gauge.
-    ``have`` is the power state just read, if the caller has it (saves one request)."""
+    ``have`` is the power state just read, if the caller has it (saves one request).
+    ``powered_on``: set by the change watch when it sees the VM powered on; a PowerOnVM_Task
+    (``want`` PoweredOn) is then done without polling it (``tasks.wait_task``'s ``signal``)."""
     if have is None:
         have = await power_state(run, vm)
     if have == want:
         return
 
-    async def task(method: str, what: str) -> None:
+    async def task(method: str, what: str, signal: asyncio.Event | None = None) -> None:
         t = await run(lambda s: getattr(vm, method)())
-        await wait_task(run, t, what, task_timeout, provider)
+        await wait_task(run, t, what, task_timeout, provider, signal)
 
     if want == "PoweredOn":
-        await task("PowerOnVM_Task", "power on")
+        await task("PowerOnVM_Task", "power on", powered_on)
     elif want == "Suspended":
         if have == "PoweredOff":
             await task("PowerOnVM_Task", "power on before suspend")

@@ -42,14 +42,30 @@ def _task_info(task: Any) -> Callable[[Session], ObjectProps]:
     return read
 
 
-async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider: str) -> Any:
+SIGNAL_FALLBACK = 2.0
+"""Seconds ``wait_task`` waits for its ``signal`` before it polls the task (and between polls
+at first); a change watch reports a power state within well under a second."""
+
+
+async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider: str,
+                    signal: asyncio.Event | None = None, first_poll: float = 0.0) -> Any:
     """Wait for ``task``; return ``info.result``. Raises TaskFailed (fault message) or on timeout.
-    ``provider`` (``namespace/name``) labels the tasks-in-flight gauge."""
+    ``provider`` (``namespace/name``) labels the tasks-in-flight gauge. ``signal``: set when the
+    change watch has seen the state the task leads to (a power state: issue 22, no task polls);
+    then None is returned without polling. Without it for ``SIGNAL_FALLBACK`` seconds (a watch
+    that lags or restarts), the task is polled as without one, and the signal still ends it.
+    ``first_poll``: seconds before the first poll (when the task is expected to be done; 0: at once)."""
     gauge = metrics.TASKS_IN_FLIGHT.labels(provider)
     gauge.inc()
     try:
         deadline = time.monotonic() + timeout
         delay = 0.1
+        if signal is not None:
+            if await _signalled(signal, SIGNAL_FALLBACK):
+                return None
+            delay = SIGNAL_FALLBACK
+        elif first_poll > 0:
+            await asyncio.sleep(min(first_poll, timeout))
         while True:
             info = await run(_task_info(task))
             state = info.get("info.state")
@@ -59,10 +75,24 @@ async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider:
                 raise task_error(info.get("info.error"), what)
             if time.monotonic() >= deadline:
                 raise TaskFailed(f"{what}: not finished after {timeout:.0f} s", reason="TaskTimeout")
-            await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+            pause = min(delay, max(deadline - time.monotonic(), 0))
+            if signal is not None:
+                if await _signalled(signal, pause):
+                    return None
+            else:
+                await asyncio.sleep(pause)
             delay = min(delay * 2, 2.0)
     finally:
         gauge.dec()
+
+
+async def _signalled(signal: asyncio.Event, seconds: float) -> bool:
+    """Whether ``signal`` is set within ``seconds``."""
+    try:
+        await asyncio.wait_for(signal.wait(), timeout=seconds)
+    except TimeoutError:
+        return False
+    return True
 
 
 DESTROY_TASKS = frozenset({"destroy"})

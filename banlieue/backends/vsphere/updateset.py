@@ -1,7 +1,7 @@
 """A lean, streaming reader of the change watch's ``WaitForUpdatesEx`` responses.
 
 The watch (``watch.VMWatch``) only needs, per VM in an update: its moref, the update kind
-(``enter``/``modify``/``leave``), and a few values: the ``banlieue.uid`` extraConfig entry,
+(``enter``/``modify``/``leave``), and a few values: the ``banlieue.uid`` and ``banlieue.nic.*`` extraConfig entries,
 ``config.instanceUuid``, ``config.template``, and for ``find.VMIndex.observe``
 ``config.changeVersion``, ``runtime.powerState``, ``guest.ipAddress`` and, of ``guest.net``, each
 NIC's MAC and addresses (``KEPT_PATHS``). pyVmomi's deserializer builds the whole
@@ -47,9 +47,13 @@ class Ref:
     type: str = ""
 
 
+NIC_KEY_PREFIX = "banlieue.nic."
+"""extraConfig keys kept besides the UID (``nics.NIC_KEY_PREFIX``: each NIC's MAC)."""
+
+
 @dataclass(slots=True)
 class Option:
-    """One extraConfig ``OptionValue`` (only ``banlieue.uid`` is kept)."""
+    """One extraConfig ``OptionValue`` (only ``banlieue.uid`` and ``banlieue.nic.*`` are kept)."""
 
     key: str
     value: str
@@ -103,8 +107,10 @@ def _object_update(el: ET.Element, uid_key: str) -> ObjectUpdate:
         val = ch.find(f"{VIM}val")
         if val is not None and name in KEPT_PATHS:
             if name == "config.extraConfig":
-                change.val = [Option(uid_key, _text(o.find(f"{VIM}value")))
-                              for o in val.iterfind(f"{VIM}OptionValue") if _text(o.find(f"{VIM}key")) == uid_key]
+                # The UID, and the NIC labels (``banlieue.nic.<name>`` = MAC) for the MACs in use
+                # (``macs``): a few bytes per NIC, never guestinfo.
+                change.val = [Option(key, _text(o.find(f"{VIM}value"))) for o in val.iterfind(f"{VIM}OptionValue")
+                              if (key := _text(o.find(f"{VIM}key"))) == uid_key or key.startswith(NIC_KEY_PREFIX)]
             elif name == "config.template":
                 change.val = _text(val) == "true"
             elif name == "guest.net":
