@@ -16,6 +16,7 @@ from banlieue.runtime.client import Client
 from banlieue.runtime.config import Timeouts, config_for_url, load_config
 from banlieue.runtime.kinds import NAMESPACE
 from banlieue.testing import capi as capi_testing
+from banlieue.testing.envtest import Envtest, envtest_binaries_missing, start_envtest
 from banlieue.testing.vcsim import GUEST_IP_RANGES, VcsimProcess
 from capi import crds
 from capi.env import CapiEnv, VSphereOracle
@@ -51,11 +52,24 @@ async def capi_env(apiserver: Any, vcsim_factory: Callable[..., VcsimProcess], t
 # --- real Cluster API on the real API server (issue 17) ----------------------------------------
 
 
-@pytest.fixture(scope="session")
-def capi_managers(envtest: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[capi_testing.CapiEnvironment]:
-    """The real CAPI managers (``make capi``) on the session's envtest kube-apiserver, each with
+@pytest.fixture(scope="package")
+def envtest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Envtest]:
+    """This tier's own envtest (overrides the session's): CAPI's CRDs, webhook configurations and
+    managers installed here stay out of the other tiers' API server. On the session's one, real
+    CAPI's Cluster webhook outlived this tier and refused the integration tier's bare Clusters
+    under ``BANLIEUE_TEST_APISERVER=real``."""
+    reason = envtest_binaries_missing()
+    if reason:
+        pytest.skip(reason)
+    with start_envtest(tmp_path_factory.mktemp("capi-envtest"), keep_logs=True) as env:
+        yield env
+
+
+@pytest.fixture(scope="package")
+def capi_managers(envtest: Envtest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[capi_testing.CapiEnvironment]:
+    """The real CAPI managers (``make capi``) on this tier's envtest kube-apiserver, each with
     its own ServiceAccount token and ``config/rbac``; banlieue's configuration installed first.
-    Skipped when the binaries are missing."""
+    Skipped when the binaries are missing; stopped when the tier ends."""
     missing = capi_testing.binaries_missing()
     if missing:
         pytest.skip(missing)
@@ -73,7 +87,7 @@ async def real_capi(capi_managers: capi_testing.CapiEnvironment, envtest: Any, v
                     tmp_path: Path) -> AsyncIterator[RealCapi]:
     """Per test: a namespace, two vcsims (1 datacenter x 3 clusters each), two Providers and
     ``banlieue manager`` as a subprocess running with the ``banlieue-manager`` ServiceAccount's
-    token (config/rbac only), all on the session's real API server driven by real CAPI.
+    token (config/rbac only), all on this tier's real API server driven by real CAPI.
     Teardown deletes the namespace's Clusters (while banlieue still runs, so VMs are destroyed)
     and the namespace."""
     client = Client(await load_config(str(envtest.kubeconfig_path)), timeouts=Timeouts(connect=2.0, request=15.0, watch_margin=5.0))
