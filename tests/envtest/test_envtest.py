@@ -170,3 +170,25 @@ def test_a_port_in_use_is_one_line_naming_the_log(tmp_path: Path) -> None:
                         proc.stderr), proc.stderr
     assert "address already in use" in log.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"]  # the logs stay, nothing else
+
+
+def test_a_controller_manager_port_taken_meanwhile_is_chosen_again(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """kube-controller-manager's port is chosen before etcd and kube-apiserver start; when it is
+    taken by then (an outgoing connection's ephemeral port, on a loaded machine), envtest starts
+    it on another free port instead of failing the test that asked for an envtest."""
+    import banlieue.testing.envtest as envtest_module
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        real_free_port = envtest_module.free_port
+        calls = iter(range(1000))
+        # _launch draws etcd's, etcd peer's, then kube-controller-manager's port: the third is the taken one.
+        monkeypatch.setattr(envtest_module, "free_port", lambda: port if next(calls) == 2 else real_free_port())
+        with envtest_module.start_envtest(tmp_path / "d", keep_logs=True) as env:
+            assert env.kcm_url != f"https://127.0.0.1:{port}"
+            status, _ = env.request("GET", "/api/v1/namespaces/default/serviceaccounts/default", timeout=5)
+            assert status == 200
+    assert "address already in use" in (tmp_path / "d" / "logs" / "kube-controller-manager.log").read_text()
