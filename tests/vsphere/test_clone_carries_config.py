@@ -63,7 +63,9 @@ async def test_a_provisioned_vm_costs_one_clone_carrying_its_configuration_and_o
     uid = str(uuid.uuid4())
     spec = VMSpec(uid=uid, name=f"vm-{uid[:8]}", datacenter="DC0", cluster="DC0_C1", template="ubuntu-22.04",
                   num_cpus=2, memory_mib=2048, user_data=b"#cloud-config\n",
-                  disks=(DiskSpec("os", 40), DiskSpec("data", 5)),
+                  # The template's own OS disk size: a grown template disk costs one reconfigure
+                  # after the clone (``clone.with_config``; the next test).
+                  disks=(DiskSpec("os", 10), DiskSpec("data", 5)),
                   nics=(NicSpec("primary", "VM Network", dhcp4=True),
                         NicSpec("storage", "DC0_DVPG0", dhcp4=False, addresses=("10.0.0.5/24",)),
                         NicSpec("fixed", "VM Network", mac_address=USER_MAC.upper())))
@@ -82,7 +84,7 @@ async def test_a_provisioned_vm_costs_one_clone_carrying_its_configuration_and_o
     vm = await asyncio.to_thread(read_vm, si, uid)
     hw = vm.config.hardware
     assert (hw.numCPU, hw.memoryMB, vm.runtime.powerState) == (2, 2048, "poweredOn")
-    assert sorted(d.capacityInKB // GIB_KB for d in hw.device if isinstance(d, vim.vm.device.VirtualDisk)) == [5, 40]
+    assert sorted(d.capacityInKB // GIB_KB for d in hw.device if isinstance(d, vim.vm.device.VirtualDisk)) == [5, 10]
     cards = [d for d in hw.device if isinstance(d, vim.vm.device.VirtualEthernetCard)]
     have = {str(d.macAddress).lower() for d in cards}
     labels = {o.key[len(NIC_KEY_PREFIX):]: o.value for o in vm.config.extraConfig if o.key.startswith(NIC_KEY_PREFIX)}
@@ -95,6 +97,27 @@ async def test_a_provisioned_vm_costs_one_clone_carrying_its_configuration_and_o
     assert named == labels  # the guest's network config matches the MACs the VM has, by NIC name
     assert {n.mac_address for n in created.vm.nics} == have  # what create_vm returned is what is there
     await backend.destroy_vm(conn, uid)
+
+
+async def test_a_grown_template_disk_costs_one_reconfigure_after_the_clone_and_leaves_the_template_whole(
+    backend: VSphereBackend, conn: Connection, si: Any, sent: list[tuple[str, Any]]
+) -> None:
+    """Growing the template's disk is not carried by the clone (vcsim would back the clone's disk
+    with the template's file, which destroying the clone deletes): one ReconfigVM_Task grows it,
+    and a clone after the destroy still has the template's disk."""
+    sizes = []
+    for _ in range(2):
+        uid = str(uuid.uuid4())
+        spec = VMSpec(uid=uid, name=f"vm-{uid[:8]}", datacenter="DC0", cluster="DC0_C1", template="ubuntu-22.04",
+                      num_cpus=1, memory_mib=1024, disks=(DiskSpec("os", 15),), nics=(NicSpec("primary", "VM Network", dhcp4=True),))
+        sent.clear()
+        await backend.create_vm(conn, spec)
+        methods = Counter(m for m, _ in sent)
+        assert (methods["CloneVM_Task"], methods["ReconfigVM_Task"]) == (1, 1), methods
+        hw = (await asyncio.to_thread(read_vm, si, uid)).config.hardware
+        sizes.append([d.capacityInKB // GIB_KB for d in hw.device if isinstance(d, vim.vm.device.VirtualDisk)])
+        await backend.destroy_vm(conn, uid)
+    assert sizes == [[15], [15]]
 
 
 async def test_a_mac_in_use_on_the_vcenter_is_never_chosen(

@@ -66,7 +66,8 @@ async def test_create_reconfigure_guestinfo_power_on_reads_back(
     [vm] = vms_with_uid(si, uid)
     hw = vm.config.hardware
     assert (hw.numCPU, hw.numCoresPerSocket, hw.memoryMB) == (4, 2, 4096)
-    disks = [d for d in hw.device if isinstance(d, vim.vm.device.VirtualDisk)]
+    # By SCSI unit, not device-list order (vcsim re-appends an edited disk at the end of the list).
+    disks = sorted((d for d in hw.device if isinstance(d, vim.vm.device.VirtualDisk)), key=lambda d: d.unitNumber)
     assert [d.capacityInKB // (1024 * 1024) for d in disks] == [20, 5]
     nics = [d for d in hw.device if isinstance(d, vim.vm.device.VirtualEthernetCard)]
     assert len(nics) == 2

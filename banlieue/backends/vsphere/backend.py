@@ -442,11 +442,9 @@ class VSphereBackend:
         except NotFound:
             idx = await self._index(conn, fresh=True)
             plan = clone.clone_plan(idx, spec, snapshot)
-        # The disks the clone will get are checked on the template's before anything is cloned
-        # (the first spec disk is the template's boot disk: a smaller one is a shrink), so a
-        # spec that cannot be completed leaves no half-built VM (issue 19).
-        clone.check_clone_disks(idx, spec, list(template_props.get("config.hardware.device") or []),
-                                plan.mode == "linkedClone")
+        # The clone carries the disks converged on the template's (``_configured``): a spec that
+        # cannot be completed (a shrink of the boot disk, no slot left) raises InvalidSpec here,
+        # before anything is cloned, so no half-built VM is left (issue 19).
         index = self._vm_index(conn)
         plan = self._configured(index, idx, spec, plan, template_props)
         try:
