@@ -16,6 +16,9 @@ Freshness, and how a changed Secret is noticed:
   controllers map them to Providers / VSphereMachines with the map functions they used for the
   Secret informer. A changed Secret is therefore picked up within one resync period (and at once
   by any reconcile that runs after ``max_age``), where a watch would have taken milliseconds.
+- Fetches of one object while a GET of it is in flight share that GET (``max_age`` > 0): a
+  change of a CAPI Cluster reconciles every machine of the Cluster at once, and each read the
+  same bootstrap and credentials Secrets (2 GETs per machine per Cluster change, issue 22).
 - Entries not asked for by a reconcile for ``IDLE_SECONDS`` are dropped (a deleted Provider's
   Secret does not stay in memory or keep being polled).
 
@@ -82,6 +85,8 @@ class ReferencedObjects:
         self._entries: dict[Key, _Entry] = {}
         self._clock = clock
         self._subscribers: list[asyncio.Queue[dict[str, Any]]] = []
+        # The GET of each object in flight (fetch): later fetches of it wait for its answer.
+        self._inflight: dict[Key, asyncio.Future[tuple[bool, dict[str, Any] | None]]] = {}
         self.allow_http_endpoints = False
         """Whether ``connection.connection_for`` accepts ``http://`` endpoints: the role's
         ``--development-allow-http-endpoints``, set by the controllers' ``setup``."""
@@ -125,7 +130,17 @@ class ReferencedObjects:
         if entry is not None and now - entry.fetched < max_age:
             entry.wanted = now
             return entry.obj
-        answered, obj = await self._read(client, kind, name, ns)
+        pending = self._inflight.get(key) if max_age > 0 else None
+        if pending is not None:
+            # Answered by the GET already sent (asked for after this fetch's max_age began: as
+            # fresh as a GET of its own), stored by the fetch that sent it.
+            answered, obj = await asyncio.shield(pending)
+            entry = self._entries.get(key)
+            if entry is not None:
+                entry.wanted = now
+                return entry.obj
+            return obj if answered else None
+        answered, obj = await self._shared_read(client, kind, name, ns, key)
         if not answered:
             if entry is not None:
                 entry.wanted = now
@@ -133,6 +148,24 @@ class ReferencedObjects:
             obj = None
         self._store(kind, ns, name, obj, now, wanted=now)
         return obj
+
+    async def _shared_read(self, client: Client, kind: ResourceKind, name: str, ns: str,
+                           key: Key) -> tuple[bool, dict[str, Any] | None]:
+        """``_read``, published in ``_inflight`` for concurrent fetches while it runs."""
+        future: asyncio.Future[tuple[bool, dict[str, Any] | None]] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            result = await self._read(client, kind, name, ns)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody waited
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            if self._inflight.get(key) is future:
+                del self._inflight[key]
 
     def _store(self, kind: ResourceKind, ns: str, name: str, obj: dict[str, Any] | None, now: float, *, wanted: float | None) -> None:
         key = (kind.kind, ns, name)
