@@ -292,3 +292,20 @@ async def test_power_on_right_after_create_copes_with_a_vm_powered_on_behind_its
     # And the plain path: a power-off reads the VM, powers it off and reads it back.
     off = await backend.set_power_state(conn, uid, "PoweredOff", "hard")
     assert off.power_state == "PoweredOff" and vm.runtime.powerState == "poweredOff"
+
+
+async def test_destroy_skips_the_tasks_this_process_saw_end(backend: VSphereBackend, conn: Connection, si: Any) -> None:
+    """Issue 22 (deletion cost): ``destroy_vm`` waits for a power or destroy task still running on
+    the VM (``tasks.in_flight``: the VM's recentTask, then each task), but a task this process
+    followed to its end (the reconfigure and power-on of ``create_vm``/``set_power_state``) is not
+    read again: only the recentTask read is left of that check (was: one more read per task)."""
+    uid = str(uuid.uuid4())
+    await backend.create_vm(conn, spec(uid))
+    await backend.set_power_state(conn, uid, "PoweredOn")
+    before = backend.soap_requests(conn)
+    assert await backend.destroy_vm(conn, uid, off_mode="hard") is True
+    sent = backend.soap_requests(conn) - before
+    # Lookup (kept read or a read), recentTask, PowerOffVM_Task + its task, power state,
+    # Destroy_Task + its task: at most 8 (was 10 and more: the reconfigure and power-on tasks read).
+    assert sent <= 8, f"{sent} SOAP requests to destroy one VM"
+    assert vms_with_uid(si, uid) == []

@@ -2,6 +2,9 @@
 
 Each poll is one RetrievePropertiesEx on the task (state, error, result); the first poll is
 immediate (short tasks are often done by then), then 0.1 s doubling to 2 s.
+A task ``wait_task`` saw end is remembered (``ENDED_KEPT`` most recent, by vCenter ``host:port``
+and task moref): ``in_flight`` does not read it again (a task that ended never runs again), so a
+VM's deletion reads only its recentTask for the tasks this process followed (issue 22).
 A task that has not finished within ``timeout`` seconds (``--vsphere-task-timeout``, default
 600 s) raises TaskFailed(reason="TaskTimeout"); the task itself keeps running in vCenter.
 """
@@ -9,7 +12,9 @@ A task that has not finished within ``timeout`` seconds (``--vsphere-task-timeou
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
@@ -27,6 +32,44 @@ vim: Any = _vim
 vmodl: Any = _vmodl
 
 T = TypeVar("T")
+
+ENDED_KEPT = 10_000
+"""How many ended tasks are remembered (about 100 bytes each; vCenter keeps a VM's recent tasks
+for minutes, and a process following more tasks than this reads the oldest again)."""
+_ended: OrderedDict[tuple[str, str], None] = OrderedDict()
+_ended_lock = threading.Lock()  # wait_task records on the event loop, in_flight reads in a pool thread
+
+
+def _task_key(task: Any) -> tuple[str, str] | None:
+    """(``host:port`` of the vCenter the task object is bound to, task moref), None when unbound."""
+    host = getattr(getattr(task, "_stub", None), "host", None)
+    return (str(host), str(task._moId)) if host else None
+
+
+def _saw_end(task: Any) -> None:
+    key = _task_key(task)
+    if key is None:
+        return
+    with _ended_lock:
+        _ended[key] = None
+        _ended.move_to_end(key)
+        while len(_ended) > ENDED_KEPT:
+            _ended.popitem(last=False)
+
+
+def seen_ended(task: Any) -> bool:
+    """Whether ``wait_task`` saw ``task`` end (success or error) in this process."""
+    key = _task_key(task)
+    with _ended_lock:
+        return key is not None and key in _ended
+
+
+def forget_ended(label: str) -> None:
+    """Forget the ended tasks of vCenter ``label`` (``host:port``): called when it answers again
+    after an outage, since a restarted vCenter (vcsim) numbers its tasks anew."""
+    with _ended_lock:
+        for key in [k for k in _ended if k[0] == label]:
+            del _ended[key]
 
 
 class Runner(Protocol):
@@ -53,6 +96,8 @@ async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider:
         while True:
             info = await run(_task_info(task))
             state = info.get("info.state")
+            if state in ("success", "error"):
+                _saw_end(task)
             if state == "success":
                 return info.get("info.result")
             if state == "error":
@@ -80,7 +125,9 @@ def in_flight(content: Any, vm: Any, kinds: frozenset[str]) -> list[Any]:
     """The VM's tasks of ``kinds`` that are queued or running, from ``vm.recentTask`` (vCenter
     keeps a VM's tasks there while they run and for a while after): 2 calls, none when the VM
     has no recent task. Empty when the VM no longer exists. Works for a process that did not
-    start the task (a restarted manager), so the task key needs no storing for a VM that exists."""
+    start the task (a restarted manager), so the task key needs no storing for a VM that exists.
+    A task this process saw end (``seen_ended``) is not read: 1 call plus one per task of another
+    process or still followed."""
     try:
         found = retrieve_objects(content, [vm], vim.VirtualMachine, ["recentTask"])
     except vmodl.fault.ManagedObjectNotFound:
@@ -90,6 +137,8 @@ def in_flight(content: Any, vm: Any, kinds: frozenset[str]) -> list[Any]:
         return []
     out = []
     for task in tasks:
+        if seen_ended(task):
+            continue
         try:
             [info] = retrieve_objects(content, [task], vim.Task, ["info.state", "info.descriptionId"])
         except (vmodl.fault.ManagedObjectNotFound, ValueError):
