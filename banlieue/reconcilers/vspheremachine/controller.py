@@ -186,7 +186,10 @@ class VSphereMachineReconciler:
         ref = bootstrap_secret_ref(machine, capi_machine, capi)
         if ref is not None:
             # A direct GET of the referenced name (reconcilers.referenced): Secrets are never listed.
-            secret = await referenced(cache).fetch(self.ctx.client, SECRET, ref[0], ns)
+            # Once the VM exists (instanceUUID recorded) the copy read before will do and is not
+            # re-read periodically: CAPI never changes a Machine's bootstrap data once written.
+            settled = bool(machine.status and machine.status.instance_uuid)
+            secret = await referenced(cache).fetch(self.ctx.client, SECRET, ref[0], ns, settled=settled)
             if secret is None:
                 bootstrap_error = f"bootstrap data Secret {ns}/{ref[0]} not found"
             else:

@@ -43,3 +43,23 @@ async def test_a_shared_get_that_finds_nothing_answers_every_caller() -> None:
     store, client = ReferencedObjects(), SlowClient(missing=True)
     got = await asyncio.gather(*(store.fetch(client, SECRET, "gone", "ns") for _ in range(3)))  # type: ignore[arg-type]
     assert got == [None, None, None] and client.calls == 1
+
+
+async def test_a_settled_object_is_served_from_the_store_and_left_out_of_the_resync() -> None:
+    """Issue 22: a provisioned machine's bootstrap data Secret (one per Machine with CAPI's kubeadm
+    bootstrap) was re-read by every resync (2 GETs per machine per minute, idle); fetched
+    ``settled`` it is read once, then served from the store whatever its age, and the resync
+    skips it until a fetch not settled asks for it again."""
+    now = [0.0]
+    store, client = ReferencedObjects(clock=lambda: now[0]), SlowClient(delay=0)
+    await store.fetch(client, SECRET, "boot", "ns", settled=True)  # type: ignore[arg-type]
+    await store.fetch(client, SECRET, "creds", "ns")  # type: ignore[arg-type]
+    assert client.calls == 2
+    now[0] = 100.0  # both older than MAX_AGE_SECONDS
+    assert (await store.fetch(client, SECRET, "boot", "ns", settled=True)) is not None  # type: ignore[arg-type]
+    assert client.calls == 2
+    await store.resync(client)  # type: ignore[arg-type]
+    assert client.calls == 3, "only the Secret not settled is re-read"
+    await store.fetch(client, SECRET, "boot", "ns")  # type: ignore[arg-type]  # an unprovisioned machine
+    await store.resync(client)  # type: ignore[arg-type]
+    assert client.calls == 6
