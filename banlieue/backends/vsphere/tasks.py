@@ -24,7 +24,7 @@ from pyVmomi import vmodl as _vmodl
 from banlieue.backends.base import BackendError, TaskFailed, Transient
 from banlieue.backends.vsphere import metrics
 from banlieue.backends.vsphere.faults import task_error
-from banlieue.backends.vsphere.properties import ObjectProps, retrieve_objects
+from banlieue.backends.vsphere.properties import PC, ObjectProps, retrieve_objects
 from banlieue.backends.vsphere.session import Session
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
@@ -126,8 +126,8 @@ def in_flight(content: Any, vm: Any, kinds: frozenset[str]) -> list[Any]:
     keeps a VM's tasks there while they run and for a while after): 2 calls, none when the VM
     has no recent task. Empty when the VM no longer exists. Works for a process that did not
     start the task (a restarted manager), so the task key needs no storing for a VM that exists.
-    A task this process saw end (``seen_ended``) is not read: 1 call plus one per task of another
-    process or still followed."""
+    A task this process saw end (``seen_ended``) is not read; the others are read together: 1
+    call, 2 when a recent task was not seen ending here (a restarted process: was 1 per task)."""
     try:
         found = retrieve_objects(content, [vm], vim.VirtualMachine, ["recentTask"])
     except vmodl.fault.ManagedObjectNotFound:
@@ -135,17 +135,40 @@ def in_flight(content: Any, vm: Any, kinds: frozenset[str]) -> list[Any]:
     tasks = list(found[0].get("recentTask") or []) if found else []
     if not tasks:
         return []
+    unseen = [task for task in tasks if not seen_ended(task)]
+    if not unseen:
+        return []
     out = []
-    for task in tasks:
-        if seen_ended(task):
-            continue
-        try:
-            [info] = retrieve_objects(content, [task], vim.Task, ["info.state", "info.descriptionId"])
-        except (vmodl.fault.ManagedObjectNotFound, ValueError):
-            continue  # vCenter forgot the task meanwhile
+    for info in _task_infos(content, unseen):
         kind = str(info.get("info.descriptionId") or "").rsplit(".", 1)[-1]
         if kind in kinds and str(info.get("info.state")) in ("queued", "running"):
-            out.append(task)
+            out.append(info.obj)
+    return out
+
+
+def _task_infos(content: Any, tasks: list[Any]) -> list[ObjectProps]:
+    """State and kind of ``tasks`` in one RetrievePropertiesEx; a task vCenter forgot meanwhile
+    is left out (``reportMissingObjectsInResults``: vcsim omits it, vCenter reports it in
+    ``missingSet``). Raises vim.fault.NotAuthenticated (vcsim's per-property expired session)."""
+    spec = PC.FilterSpec(
+        objectSet=[PC.ObjectSpec(obj=task, skip=False) for task in tasks],
+        propSet=[PC.PropertySpec(type=vim.Task, pathSet=["info.state", "info.descriptionId"], all=False)],
+        reportMissingObjectsInResults=True,
+    )
+    collector = content.propertyCollector
+    out: list[ObjectProps] = []
+    result = collector.RetrievePropertiesEx([spec], PC.RetrieveOptions())
+    while result is not None:
+        for oc in result.objects or []:
+            faults = [m.fault for m in oc.missingSet or []]
+            for fault in faults:
+                if isinstance(fault, vim.fault.NotAuthenticated):
+                    raise fault
+            if not any(isinstance(f, vmodl.fault.ManagedObjectNotFound) for f in faults):
+                out.append(ObjectProps(oc.obj, {p.name: p.val for p in oc.propSet or []}))
+        if not result.token:
+            break
+        result = collector.ContinueRetrievePropertiesEx(result.token)
     return out
 
 
