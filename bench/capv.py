@@ -30,7 +30,10 @@ deletion time, provider CPU seconds per machine (``/proc/<pid>/stat`` of the pro
 tree) during the wave, peak RSS (``VmHWM``), API requests per machine by verb and resource (audit
 log, the provider's ServiceAccount only), SOAP requests per machine by method (the proxy), vCenter
 sessions (Login calls + vAPI session creations), idle API and SOAP requests per minute in a window
-after the wave settled, and restart-to-reconciled time (a restart, then controller-runtime's
+after the wave settled (each by verb and resource / by method in ``idle_by_*`` of ``--solo-out``),
+API writes that changed nothing (``noop_writes_per_machine``: a create/update/patch whose
+response carries a resourceVersion the object already had; write bodies are audited at level
+RequestResponse, Secrets and ConfigMaps at Metadata only), and restart-to-reconciled time (a restart, then controller-runtime's
 ``controller_runtime_reconcile_total`` of the provider's machine controller reaching N again).
 """
 
@@ -83,6 +86,18 @@ LABEL_CLUSTER = "cluster.x-k8s.io/cluster-name"
 LABEL_CONTROL_PLANE = "cluster.x-k8s.io/control-plane"
 LABEL_DEPLOYMENT = "cluster.x-k8s.io/deployment-name"
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
+AUDIT_POLICY: dict[str, Any] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "resources": [{"group": "", "resources": ["secrets", "configmaps"]}]},
+        {"level": "RequestResponse", "verbs": ["create", "update", "patch"]},
+        {"level": "Metadata"},
+    ],
+}
+"""The run's audit policy: the response of every write (its resourceVersion tells a write that
+changed nothing), never a Secret's or ConfigMap's body (credentials, bootstrap data)."""
 
 
 def log(msg: str) -> None:
@@ -440,6 +455,35 @@ def audit_counts(env: Envtest, user: str, start: float, end: float) -> Counter[s
     return out
 
 
+def noop_writes(env: Envtest, user: str, start: float, end: float) -> Counter[str]:
+    """Writes (create/update/patch answered 2xx) of ``user`` received in [start, end) that changed
+    nothing, keyed like :func:`audit_counts`: kube-apiserver answers a write that leaves the object
+    as stored with the object unchanged, resourceVersion included, so a response resourceVersion
+    that an earlier write response (of any user) already carried for the same object is a write
+    that changed nothing. Needs :data:`AUDIT_POLICY` (responses audited); objects audited at
+    Metadata (Secrets, ConfigMaps) are not counted."""
+    seen: dict[tuple[str, str, str, str], set[str]] = {}
+    out: Counter[str] = Counter()
+    for e in env.audit_events():
+        if e.get("stage") != "ResponseComplete" or e.get("verb") not in ("create", "update", "patch"):
+            continue
+        if not 200 <= int((e.get("responseStatus") or {}).get("code") or 0) < 300:
+            continue
+        obj = e.get("responseObject") or {}
+        meta = obj.get("metadata") or {}
+        rv = meta.get("resourceVersion")
+        if not rv or obj.get("kind") == "Status" or (meta.get("deletionTimestamp") and not meta.get("finalizers")):
+            continue  # (the last finalizer removed: the object is deleted, answered as it was)
+        ref = e.get("objectRef") or {}
+        key = (ref.get("apiGroup", ""), ref.get("resource", ""), meta.get("namespace", ""), meta.get("name", ""))
+        rvs = seen.setdefault(key, set())
+        if rv in rvs and (e.get("user") or {}).get("username") == user and start <= parse_ts(e["requestReceivedTimestamp"]) < end:
+            res = ref.get("resource", "?") + ("/" + ref["subresource"] if ref.get("subresource") else "")
+            out[f"{e['verb']} {res}"] += 1
+        rvs.add(rv)
+    return out
+
+
 def parse_ts(text: str) -> float:
     from datetime import datetime
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
@@ -523,6 +567,7 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
         res["provision_load"] = loadavg()
         res["cpu_seconds_per_machine"] = (cpu_seconds(pid) - cpu0) / machines
         res["api_provision"] = dict(audit_counts(env, user, wall0, wall1))
+        res["api_noop_provision"] = dict(noop_writes(env, user, wall0, wall1))
         res["soap_provision"] = dict(soap_counts(proxy, wall0, wall1))
         res["soap_provision_detail"] = dict(soap_counts(proxy, wall0, wall1, detailed=True))
         res["vms_created"] = vm_count(vc) - baseline_vms
@@ -536,6 +581,7 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
         res["idle_settle_seconds"] = settle
         res["idle_load"] = loadavg()
         res["api_idle"] = dict(audit_counts(env, user, i0, i1))
+        res["api_noop_idle"] = dict(noop_writes(env, user, i0, i1))
         res["soap_idle"] = dict(soap_counts(proxy, i0, i1))
         res["peak_rss_mib"] = peak_rss_mib(pid)
 
@@ -604,6 +650,8 @@ def entries(b: dict[str, Any], c: dict[str, Any], n: int) -> list[dict[str, Any]
         e(f"peak_rss_{n}", lambda r: round(r["peak_rss_mib"], 1), "MiB (VmHWM after the wave and the idle window)"),
         e(f"api_requests_per_machine_{n}", lambda r: round(per_machine(r["api_provision"], n), 2), "API requests per machine provisioned"),
         e(f"api_writes_per_machine_{n}", lambda r: round(per_machine(r["api_provision"], n, is_write), 2), "API writes per machine provisioned"),
+        e(f"noop_writes_per_machine_{n}", lambda r: round(per_machine(r.get("api_noop_provision") or {}, n), 2),
+          "API writes per machine provisioned that changed nothing (response resourceVersion already seen)"),
         e(f"soap_requests_per_machine_{n}", lambda r: round(per_machine(r["soap_provision"], n), 2), "vCenter requests (SOAP + vAPI) per machine provisioned"),
         e(f"delete_soap_requests_per_machine_{n}", lambda r: round(per_machine(r["soap_delete"], n), 2), "vCenter requests per machine deleted"),
         e(f"delete_api_requests_per_machine_{n}", lambda r: round(per_machine(r["api_delete"], n), 2), "API requests per machine deleted"),
@@ -622,16 +670,23 @@ def write_solo(path: Path, label: str, r: dict[str, Any], n: int) -> None:
     def by_key(c: dict[str, int]) -> dict[str, float]:
         return {k: round(v / n, 2) for k, v in sorted(c.items(), key=lambda kv: -kv[1])}
 
+    def per_minute(c: dict[str, int]) -> dict[str, float]:
+        return {k: round(v / (r["idle_window_seconds"] / 60), 2) for k, v in sorted(c.items(), key=lambda kv: -kv[1])}
+
     new = [
         {"name": f"soap_per_machine_{label}_{n}", "banlieue": round(per_machine(r["soap_provision"], n), 2), "capv": None,
          "unit": "vCenter requests (SOAP + vAPI) per machine provisioned, banlieue alone", "better": "lower", "machines": n,
          "by_method": by_key(r["soap_provision"]), "by_method_and_object": by_key(r.get("soap_provision_detail") or {}),
          "provision_seconds": round(r["provision_seconds"], 1),
          "cpu_seconds_per_machine": round(r["cpu_seconds_per_machine"], 3), "load": r["provision_load"],
-         "delete_by_method": by_key(r["soap_delete"]), "idle_per_minute": round(sum(r["soap_idle"].values()) / (r["idle_window_seconds"] / 60), 1)},
+         "delete_by_method": by_key(r["soap_delete"]), "idle_per_minute": round(sum(r["soap_idle"].values()) / (r["idle_window_seconds"] / 60), 1),
+         "idle_by_method": per_minute(r["soap_idle"])},
         {"name": f"api_per_machine_{label}_{n}", "banlieue": round(per_machine(r["api_provision"], n), 2), "capv": None,
          "unit": "API requests per machine provisioned, banlieue alone", "better": "lower", "machines": n,
-         "by_verb_resource": by_key(r["api_provision"]), "writes": round(per_machine(r["api_provision"], n, is_write), 2)},
+         "by_verb_resource": by_key(r["api_provision"]), "writes": round(per_machine(r["api_provision"], n, is_write), 2),
+         "noop_writes": round(per_machine(r["api_noop_provision"], n), 2), "noop_by_verb_resource": by_key(r["api_noop_provision"]),
+         "idle_per_minute": round(sum(r["api_idle"].values()) / (r["idle_window_seconds"] / 60), 1),
+         "idle_by_verb_resource": per_minute(r["api_idle"]), "idle_noop_writes": r["api_noop_idle"]},
     ]
     old = json.loads(path.read_text()) if path.exists() else []
     names = {x["name"] for x in new}
@@ -680,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-capv-"))
     log(f"work directory {workdir}; load {loadavg()}")
     results: dict[str, Any] = {}
-    with start_envtest(workdir / "envtest", keep_logs=args.keep) as env:
+    with start_envtest(workdir / "envtest", keep_logs=args.keep, audit_policy=AUDIT_POLICY) as env:
         capi = capi_testing.CapiEnvironment(kubeconfig=env.kubeconfig_path, workdir=workdir / "capi")
         capi.start()
         try:

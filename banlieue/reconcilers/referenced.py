@@ -16,6 +16,15 @@ Freshness, and how a changed Secret is noticed:
   controllers map them to Providers / VSphereMachines with the map functions they used for the
   Secret informer. A changed Secret is therefore picked up within one resync period (and at once
   by any reconcile that runs after ``max_age``), where a watch would have taken milliseconds.
+- Fetches of one object while a GET of it is in flight share that GET (``max_age`` > 0): a
+  change of a CAPI Cluster reconciles every machine of the Cluster at once, and each read the
+  same bootstrap and credentials Secrets (2 GETs per machine per Cluster change, issue 22).
+- An object fetched ``settled`` (a provisioned machine's bootstrap data Secret: CAPI never
+  changes a Machine's bootstrap data once written, and the VM has booted with it) is served
+  from the store whatever its age and left out of the resync, until a fetch not settled asks
+  for it again: with one bootstrap Secret per Machine (CAPI's kubeadm bootstrap), the resync
+  cost 2 GETs per machine per minute once everything was provisioned (issue 22: no idle
+  request may grow with the number of machines).
 - Entries not asked for by a reconcile for ``IDLE_SECONDS`` are dropped (a deleted Provider's
   Secret does not stay in memory or keep being polled).
 
@@ -62,6 +71,7 @@ class _Entry:
     obj: dict[str, Any] | None  # None: not found (or never readable)
     fetched: float  # monotonic
     wanted: float  # monotonic, last time a reconcile asked
+    settled: bool = False  # the last fetch asked for it settled: no resync
 
 
 def _version(obj: dict[str, Any] | None) -> str | None:
@@ -82,6 +92,8 @@ class ReferencedObjects:
         self._entries: dict[Key, _Entry] = {}
         self._clock = clock
         self._subscribers: list[asyncio.Queue[dict[str, Any]]] = []
+        # The GET of each object in flight (fetch): later fetches of it wait for its answer.
+        self._inflight: dict[Key, asyncio.Future[tuple[bool, dict[str, Any] | None]]] = {}
         self.allow_http_endpoints = False
         """Whether ``connection.connection_for`` accepts ``http://`` endpoints: the role's
         ``--development-allow-http-endpoints``, set by the controllers' ``setup``."""
@@ -115,24 +127,57 @@ class ReferencedObjects:
             return False, None
 
     async def fetch(self, client: Client, kind: ResourceKind, name: str, namespace: str | None,
-                    max_age: float = MAX_AGE_SECONDS) -> dict[str, Any] | None:
+                    max_age: float = MAX_AGE_SECONDS, *, settled: bool = False) -> dict[str, Any] | None:
         """The object, re-read when the stored copy is older than ``max_age`` seconds (0: always).
-        Marks it wanted (kept by the resync). Subscribers hear of a changed resourceVersion."""
+        Marks it wanted (kept by the resync). Subscribers hear of a changed resourceVersion.
+        ``settled``: any stored copy will do, and the resync leaves the object alone until a
+        fetch not settled asks for it (see the module docstring)."""
         ns = namespace or ""
         key = (kind.kind, ns, name)
         now = self._clock()
         entry = self._entries.get(key)
-        if entry is not None and now - entry.fetched < max_age:
-            entry.wanted = now
-            return entry.obj
-        answered, obj = await self._read(client, kind, name, ns)
+        if entry is not None:
+            entry.settled = settled
+            if settled or now - entry.fetched < max_age:
+                entry.wanted = now
+                return entry.obj
+        pending = self._inflight.get(key) if max_age > 0 else None
+        if pending is not None:
+            # Answered by the GET already sent (asked for after this fetch's max_age began: as
+            # fresh as a GET of its own), stored by the fetch that sent it.
+            answered, obj = await asyncio.shield(pending)
+            entry = self._entries.get(key)
+            if entry is not None:
+                entry.wanted = now
+                return entry.obj
+            return obj if answered else None
+        answered, obj = await self._shared_read(client, kind, name, ns, key)
         if not answered:
             if entry is not None:
                 entry.wanted = now
                 return entry.obj
             obj = None
         self._store(kind, ns, name, obj, now, wanted=now)
+        self._entries[key].settled = settled
         return obj
+
+    async def _shared_read(self, client: Client, kind: ResourceKind, name: str, ns: str,
+                           key: Key) -> tuple[bool, dict[str, Any] | None]:
+        """``_read``, published in ``_inflight`` for concurrent fetches while it runs."""
+        future: asyncio.Future[tuple[bool, dict[str, Any] | None]] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            result = await self._read(client, kind, name, ns)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody waited
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            if self._inflight.get(key) is future:
+                del self._inflight[key]
 
     def _store(self, kind: ResourceKind, ns: str, name: str, obj: dict[str, Any] | None, now: float, *, wanted: float | None) -> None:
         key = (kind.kind, ns, name)
@@ -168,6 +213,8 @@ class ReferencedObjects:
                 continue
             if self._clock() - entry.wanted > IDLE_SECONDS:
                 del self._entries[key]
+                continue
+            if entry.settled:
                 continue
             kind = kinds[key[0]]
             answered, obj = await self._read(client, kind, key[2], key[1])

@@ -125,3 +125,35 @@ def test_bad_flags_exit_2(args: list[str], message: str) -> None:
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "capv.py"), *args], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2
     assert message in proc.stderr.strip().splitlines()[-1]
+
+
+def _write(user: str, verb: str, name: str, rv: str, at: str, sub: str = "", **meta: object) -> dict[str, object]:
+    ref = {"apiGroup": "infrastructure.banlieue.io", "resource": "vspheremachines", "namespace": "ns", "name": name}
+    if sub:
+        ref["subresource"] = sub
+    return {"stage": "ResponseComplete", "verb": verb, "user": {"username": user}, "objectRef": ref,
+            "requestReceivedTimestamp": f"2026-12-02T04:00:{at}Z", "responseStatus": {"code": 201 if verb == "create" else 200},
+            "responseObject": {"kind": "VSphereMachine", "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, **meta}}}
+
+
+def test_writes_that_changed_nothing_are_those_answered_with_a_version_already_seen(capv: ModuleType) -> None:
+    """Issue 22's metric: a write answered with a resourceVersion an earlier write of the object
+    (any user's) was answered with changed nothing; the last finalizer's removal (the object is
+    deleted, answered as it was) is not counted, nor another user's write or one outside the window."""
+    me, other = "system:serviceaccount:b:m", "capi"
+    events = [
+        _write(other, "create", "a", "1", "00"),
+        _write(me, "patch", "a", "2", "01"),           # changed
+        _write(me, "patch", "a", "2", "02", "status"),  # nothing changed: counted
+        _write(other, "patch", "a", "2", "03"),        # another user's no-op: not counted
+        _write(me, "patch", "a", "3", "04", "status"),  # changed
+        _write(me, "patch", "a", "3", "05", deletionTimestamp="2026-12-02T04:00:05Z"),  # finalizer gone: not counted
+        _write(me, "patch", "a", "3", "30"),           # outside the window
+    ]
+
+    class Env:
+        def audit_events(self) -> list[dict[str, object]]:
+            return events
+
+    start = capv.parse_ts("2026-12-02T04:00:00Z")
+    assert dict(capv.noop_writes(Env(), me, start, start + 20)) == {"patch vspheremachines/status": 1}

@@ -14,7 +14,7 @@ from pyVim.task import WaitForTask
 from pyVmomi import vim
 
 from banlieue.backends.base import Connection, DiskSpec, InvalidSpec, NicSpec, NotFound, VMSpec
-from banlieue.backends.vsphere import guestinfo
+from banlieue.backends.vsphere import guestinfo, tasks
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.backends.vsphere.find import UID_KEY
 from banlieue.testing.vcsim import VcsimProcess
@@ -293,3 +293,34 @@ async def test_power_on_right_after_create_copes_with_a_vm_powered_on_behind_its
     # And the plain path: a power-off reads the VM, powers it off and reads it back.
     off = await backend.set_power_state(conn, uid, "PoweredOff", "hard")
     assert off.power_state == "PoweredOff" and vm.runtime.powerState == "poweredOff"
+
+
+
+async def _in_flight_cost(backend: VSphereBackend, conn: Connection, uid: str) -> tuple[int, list[Any]]:
+    """(SOAP requests, tasks found running) of destroy_vm's check for a running power or destroy
+    task on ``uid``'s VM (``tasks.in_flight``), run as destroy_vm runs it."""
+    found = await backend.find_vm(conn, uid)
+    assert found is not None
+    moref = found.moref
+    vm_type: Any = vim.VirtualMachine
+    before = backend.soap_requests(conn)
+    running = await backend.sessions.run(conn, lambda s: tasks.in_flight(s.content, vm_type(moref, s.stub),
+                                                                         tasks.DESTROY_TASKS | tasks.POWER_TASKS))
+    return backend.soap_requests(conn) - before, running
+
+
+async def test_destroy_skips_the_tasks_this_process_saw_end(backend: VSphereBackend, conn: Connection, si: Any) -> None:
+    """Issue 22 (deletion cost): destroy_vm waits for a power or destroy task still running on the
+    VM (``tasks.in_flight``: the VM's recentTask, then the tasks), but a task this process followed
+    to its end (create_vm's reconfigure, set_power_state's power-on) is not read again: the check
+    costs the recentTask read alone (was one more read per recent task). A restarted process
+    (the ended tasks forgotten) reads them all in one request."""
+    uid = str(uuid.uuid4())
+    await backend.create_vm(conn, spec(uid))
+    await backend.set_power_state(conn, uid, "PoweredOn")
+    assert await _in_flight_cost(backend, conn, uid) == (1, [])
+    tasks.forget_ended(backend.endpoint_label(conn))  # as after a restart
+    # The second request is the read of the recent tasks (reconfigure, power-on): there were some.
+    assert await _in_flight_cost(backend, conn, uid) == (2, [])
+    assert await backend.destroy_vm(conn, uid, off_mode="hard") is True
+    assert vms_with_uid(si, uid) == []

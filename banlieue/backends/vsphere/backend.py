@@ -136,8 +136,10 @@ class VSphereBackend:
     # --- plumbing ---------------------------------------------------------------------------
 
     def _forget_inventory(self, label: str) -> None:
-        """Drop the cached inventory index and templates of vCenter ``label`` (any thread)."""
+        """Drop the cached inventory index and templates of vCenter ``label`` (any thread), and the
+        tasks seen ended there (``tasks.forget_ended``: a restarted vCenter reuses task keys)."""
         self._indexes.pop(label, None)
+        tasks.forget_ended(label)
         for key in [k for k in list(self._templates) if k[0] == label]:
             self._templates.pop(key, None)
         for key in [k for k in list(self._template_props) if k[0] == label]:

@@ -2,6 +2,9 @@
 
 Each poll is one RetrievePropertiesEx on the task (state, error, result); the first poll is
 immediate (short tasks are often done by then), then 0.1 s doubling to 2 s.
+A task ``wait_task`` saw end is remembered (``ENDED_KEPT`` most recent, by vCenter ``host:port``
+and task moref): ``in_flight`` does not read it again (a task that ended never runs again), so a
+VM's deletion reads only its recentTask for the tasks this process followed (issue 22).
 A task that has not finished within ``timeout`` seconds (``--vsphere-task-timeout``, default
 600 s) raises TaskFailed(reason="TaskTimeout"); the task itself keeps running in vCenter.
 """
@@ -9,7 +12,9 @@ A task that has not finished within ``timeout`` seconds (``--vsphere-task-timeou
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
@@ -19,7 +24,7 @@ from pyVmomi import vmodl as _vmodl
 from banlieue.backends.base import BackendError, TaskFailed, Transient
 from banlieue.backends.vsphere import metrics
 from banlieue.backends.vsphere.faults import task_error
-from banlieue.backends.vsphere.properties import ObjectProps, retrieve_objects
+from banlieue.backends.vsphere.properties import PC, ObjectProps, retrieve_objects
 from banlieue.backends.vsphere.session import Session
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
@@ -27,6 +32,44 @@ vim: Any = _vim
 vmodl: Any = _vmodl
 
 T = TypeVar("T")
+
+ENDED_KEPT = 10_000
+"""How many ended tasks are remembered (about 100 bytes each; vCenter keeps a VM's recent tasks
+for minutes, and a process following more tasks than this reads the oldest again)."""
+_ended: OrderedDict[tuple[str, str], None] = OrderedDict()
+_ended_lock = threading.Lock()  # wait_task records on the event loop, in_flight reads in a pool thread
+
+
+def _task_key(task: Any) -> tuple[str, str] | None:
+    """(``host:port`` of the vCenter the task object is bound to, task moref), None when unbound."""
+    host = getattr(getattr(task, "_stub", None), "host", None)
+    return (str(host), str(task._moId)) if host else None
+
+
+def _saw_end(task: Any) -> None:
+    key = _task_key(task)
+    if key is None:
+        return
+    with _ended_lock:
+        _ended[key] = None
+        _ended.move_to_end(key)
+        while len(_ended) > ENDED_KEPT:
+            _ended.popitem(last=False)
+
+
+def seen_ended(task: Any) -> bool:
+    """Whether ``wait_task`` saw ``task`` end (success or error) in this process."""
+    key = _task_key(task)
+    with _ended_lock:
+        return key is not None and key in _ended
+
+
+def forget_ended(label: str) -> None:
+    """Forget the ended tasks of vCenter ``label`` (``host:port``): called when it answers again
+    after an outage, since a restarted vCenter (vcsim) numbers its tasks anew."""
+    with _ended_lock:
+        for key in [k for k in _ended if k[0] == label]:
+            del _ended[key]
 
 
 class Runner(Protocol):
@@ -69,6 +112,8 @@ async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider:
         while True:
             info = await run(_task_info(task))
             state = info.get("info.state")
+            if state in ("success", "error"):
+                _saw_end(task)
             if state == "success":
                 return info.get("info.result")
             if state == "error":
@@ -110,7 +155,9 @@ def in_flight(content: Any, vm: Any, kinds: frozenset[str]) -> list[Any]:
     """The VM's tasks of ``kinds`` that are queued or running, from ``vm.recentTask`` (vCenter
     keeps a VM's tasks there while they run and for a while after): 2 calls, none when the VM
     has no recent task. Empty when the VM no longer exists. Works for a process that did not
-    start the task (a restarted manager), so the task key needs no storing for a VM that exists."""
+    start the task (a restarted manager), so the task key needs no storing for a VM that exists.
+    A task this process saw end (``seen_ended``) is not read; the others are read together: 1
+    call, 2 when a recent task was not seen ending here (a restarted process: was 1 per task)."""
     try:
         found = retrieve_objects(content, [vm], vim.VirtualMachine, ["recentTask"])
     except vmodl.fault.ManagedObjectNotFound:
@@ -118,15 +165,40 @@ def in_flight(content: Any, vm: Any, kinds: frozenset[str]) -> list[Any]:
     tasks = list(found[0].get("recentTask") or []) if found else []
     if not tasks:
         return []
+    unseen = [task for task in tasks if not seen_ended(task)]
+    if not unseen:
+        return []
     out = []
-    for task in tasks:
-        try:
-            [info] = retrieve_objects(content, [task], vim.Task, ["info.state", "info.descriptionId"])
-        except (vmodl.fault.ManagedObjectNotFound, ValueError):
-            continue  # vCenter forgot the task meanwhile
+    for info in _task_infos(content, unseen):
         kind = str(info.get("info.descriptionId") or "").rsplit(".", 1)[-1]
         if kind in kinds and str(info.get("info.state")) in ("queued", "running"):
-            out.append(task)
+            out.append(info.obj)
+    return out
+
+
+def _task_infos(content: Any, tasks: list[Any]) -> list[ObjectProps]:
+    """State and kind of ``tasks`` in one RetrievePropertiesEx; a task vCenter forgot meanwhile
+    is left out (``reportMissingObjectsInResults``: vcsim omits it, vCenter reports it in
+    ``missingSet``). Raises vim.fault.NotAuthenticated (vcsim's per-property expired session)."""
+    spec = PC.FilterSpec(
+        objectSet=[PC.ObjectSpec(obj=task, skip=False) for task in tasks],
+        propSet=[PC.PropertySpec(type=vim.Task, pathSet=["info.state", "info.descriptionId"], all=False)],
+        reportMissingObjectsInResults=True,
+    )
+    collector = content.propertyCollector
+    out: list[ObjectProps] = []
+    result = collector.RetrievePropertiesEx([spec], PC.RetrieveOptions())
+    while result is not None:
+        for oc in result.objects or []:
+            faults = [m.fault for m in oc.missingSet or []]
+            for fault in faults:
+                if isinstance(fault, vim.fault.NotAuthenticated):
+                    raise fault
+            if not any(isinstance(f, vmodl.fault.ManagedObjectNotFound) for f in faults):
+                out.append(ObjectProps(oc.obj, {p.name: p.val for p in oc.propSet or []}))
+        if not result.token:
+            break
+        result = collector.ContinueRetrievePropertiesEx(result.token)
     return out
 
 

@@ -59,6 +59,7 @@ from banlieue.reconcilers.vspheremachine.decide import (
     decide,
     missing_object,
     ready_reason,
+    task_failed,
     waiting_for_cluster_api,
 )
 from banlieue.reconcilers.vspheremachine.messages import condition_message
@@ -142,6 +143,9 @@ class VSphereMachineReconciler:
         # pool, folder, datastore, network) is missing, by UID: the back-off of the re-check
         # (Snapshot.missing_retries).
         self._missing: dict[str, int] = {}
+        # Consecutive clones vCenter refused (CloneFailed), by UID: the back-off of the next
+        # clone (Snapshot.task_failures, decide.TASK_FAILURE_FIRST_RETRY_SECONDS).
+        self._task_failures: dict[str, int] = {}
         # Providers validated once per resourceVersion (every reconcile reads its namespace's).
         self._parsed = ParsedCache()
         # Failure domain chosen by this process for a CAPI machine with none (issue 17), by UID,
@@ -182,7 +186,10 @@ class VSphereMachineReconciler:
         ref = bootstrap_secret_ref(machine, capi_machine, capi)
         if ref is not None:
             # A direct GET of the referenced name (reconcilers.referenced): Secrets are never listed.
-            secret = await referenced(cache).fetch(self.ctx.client, SECRET, ref[0], ns)
+            # Once the VM exists (instanceUUID recorded) the copy read before will do and is not
+            # re-read periodically: CAPI never changes a Machine's bootstrap data once written.
+            settled = bool(machine.status and machine.status.instance_uuid)
+            secret = await referenced(cache).fetch(self.ctx.client, SECRET, ref[0], ns, settled=settled)
             if secret is None:
                 bootstrap_error = f"bootstrap data Secret {ns}/{ref[0]} not found"
             else:
@@ -200,6 +207,7 @@ class VSphereMachineReconciler:
             converged_spec=self._converged_spec(machine), spec_error=self.backend.spec_error,
             guest_data_drifted=self.backend.guest_data_drifted,
             missing_retries=self._missing.get(machine.metadata.uid or "", 0),
+            task_failures=self._task_failures.get(machine.metadata.uid or "", 0),
         )
 
     def _needs_domain(self, machine: VSphereMachine, capi_machine: Mapping[str, Any] | None) -> bool:
@@ -497,7 +505,7 @@ class VSphereMachineReconciler:
                 await self.ctx.client.remove_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
                 uid = str(raw["metadata"].get("uid"))
                 for table in (self._written_status, self._written_provider_id, self._last_transition, self._converged,
-                              self._missing, self._chosen_domain):
+                              self._missing, self._task_failures, self._chosen_domain):
                     table.pop(uid, None)
                 self.writes.forget(uid)
         except NotFound:
@@ -513,6 +521,10 @@ class VSphereMachineReconciler:
                 self._missing[str(machine.metadata.uid or "")] = snap.missing_retries + 1
             elif snap.looked_up:
                 self._missing.pop(str(machine.metadata.uid or ""), None)
+            if snap.failure is not None and task_failed(snap.failure):
+                self._task_failures[str(machine.metadata.uid or "")] = snap.task_failures + 1
+            elif snap.looked_up and snap.vm is not None:
+                self._task_failures.pop(str(machine.metadata.uid or ""), None)
             if slot is not None:
                 self.slots.release(slot)
             uid = str(machine.metadata.uid or "")

@@ -184,6 +184,15 @@ MISSING_MAX_RETRY_SECONDS = 300.0
 not exist (yet): 5 s doubling to 300 s (``missing_retry_seconds``). Nothing notifies banlieue
 when one is created in vCenter (the change watch sees VMs only), and a user who fixes it there
 expects the machine to go on without editing it (CAPV #1176, #1925)."""
+TASK_FAILURE_FIRST_RETRY_SECONDS = 5.0
+TASK_FAILURE_MAX_RETRY_SECONDS = 60.0
+"""Back-off of a clone vCenter refused (``CloneFailed``: a fault answered to CloneVM_Task or a
+failed clone task): 5 s doubling to 60 s per machine (``task_failure_retry_seconds``). The work
+queue's per-item limiter (controller-runtime's default, 5 ms doubling) is sized for API
+conflicts: against a vCenter refusing every clone it sent ~14 CloneVM_Task per machine in the
+first second. CAPV waits 1 min after a failed task before sending it again (VSphereVM
+``status.retryAfter``); banlieue starts sooner, for a refusal that clears by itself (a datastore
+freed), and is never slower than that once the failure persists."""
 
 
 @dataclass(frozen=True)
@@ -238,6 +247,7 @@ class Snapshot:
     spec_error: Callable[[VMSpec], str | None] | None = None
     guest_data_drifted: Callable[[VMInfo, VMSpec], bool] | None = None
     missing_retries: int = 0
+    task_failures: int = 0
     domain_choice: DomainChoice | None = None
     clone_task: str | None = None
     duplicates_destroyed: tuple[DuplicateVM, ...] = ()
@@ -253,6 +263,17 @@ def missing_object(failure: Failure) -> bool:
 def missing_retry_seconds(retries: int) -> float:
     """Seconds before re-checking a missing vCenter object after ``retries`` failed attempts."""
     return min(MISSING_MAX_RETRY_SECONDS, MISSING_FIRST_RETRY_SECONDS * float(2 ** min(max(retries, 0), 16)))
+
+
+def task_failed(failure: Failure) -> bool:
+    """A create that vCenter refused (reported ``CloneFailed``): not a connection or TLS failure,
+    not a missing object or an invalid spec, not an unknown outcome."""
+    return failure.step == "create" and failure.reason != CLONE_OUTCOME_UNKNOWN and _failure_reason(failure) == R.CLONE_FAILED
+
+
+def task_failure_retry_seconds(failures: int) -> float:
+    """Seconds before cloning again after ``failures`` consecutive refused clones (1 = the first)."""
+    return min(TASK_FAILURE_MAX_RETRY_SECONDS, TASK_FAILURE_FIRST_RETRY_SECONDS * float(2 ** min(max(failures - 1, 0), 16)))
 
 
 @dataclass(frozen=True)
@@ -566,7 +587,7 @@ def _decide(snap: Snapshot) -> Plan:
                 st.ready(False, R.CLONING, f"{failure.message}; looking the VM up by UID, cloning since {at}")
                 return _with_events(snap, Plan(status=st.status, requeue_after=CLONE_WAIT_SECONDS))
             st.ready(False, reason, failure.message)
-            retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
+            retry = reason in (R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
             return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else _failure_requeue(snap, failure)))
         started = clone_started(status_now)
         if started is not None and snap.clone_task in ("queued", "running"):
@@ -610,7 +631,7 @@ def _decide(snap: Snapshot) -> Plan:
         reason = _failure_reason(failure)
         st.vm(vm, placement.failure_domain)
         st.ready(False, reason, failure.message)
-        retry = reason in (R.CLONE_FAILED, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
+        retry = reason in (R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
         return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else _failure_requeue(snap, failure)))
     # A provisioned VM: what can change now is converged, the rest is HardwareChangePending
     # (``hardware``, ADR 0012); power is handled whatever is pending.
@@ -672,7 +693,11 @@ def _decide(snap: Snapshot) -> Plan:
 
 
 def _failure_requeue(snap: Snapshot, failure: Failure) -> float:
-    return missing_retry_seconds(snap.missing_retries) if missing_object(failure) else RETRY_SECONDS
+    if missing_object(failure):
+        return missing_retry_seconds(snap.missing_retries)
+    if task_failed(failure):
+        return task_failure_retry_seconds(snap.task_failures + 1)  # this failure included
+    return RETRY_SECONDS
 
 
 def _provider_id_write(snap: Snapshot, st: _Status, pid: str) -> tuple[str | None, list[Event]]:

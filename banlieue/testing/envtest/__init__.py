@@ -322,7 +322,7 @@ def _wait(env: Envtest, what: str, proc: _Proc, ready: Any, deadline: float) -> 
 
 
 def _launch(env: Envtest, binaries: Path, api_port: int = 0, *, bind_address: str = "127.0.0.1",
-            controller_manager: bool = True) -> None:
+            controller_manager: bool = True, audit_policy: dict[str, Any] | None = None) -> None:
     etcd_port, peer_port, kcm_port = (free_port() for _ in range(3))
     api_port = api_port or free_port()
     data = env.dir / "etcd"
@@ -337,8 +337,8 @@ def _launch(env: Envtest, binaries: Path, api_port: int = 0, *, bind_address: st
         "--unsafe-no-fsync", "--log-level", "warn",
     ])
     pki = env.pki
-    audit_policy = pki / "audit-policy.yaml"
-    audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+    policy_file = pki / "audit-policy.yaml"
+    policy_file.write_text(yaml.safe_dump(audit_policy or AUDIT_POLICY))
     env.url = f"https://{bind_address}:{api_port}"
     apiserver = _start(env, "kube-apiserver", [
         str(binaries / "kube-apiserver"),
@@ -358,7 +358,7 @@ def _launch(env: Envtest, binaries: Path, api_port: int = 0, *, bind_address: st
         # hostname (the default order starts with Hostname, which is resolved through DNS).
         "--kubelet-preferred-address-types", "InternalIP",
         "--enable-admission-plugins", "NodeRestriction,OwnerReferencesPermissionEnforcement",
-        "--audit-policy-file", str(audit_policy), "--audit-log-path", str(env.audit_log),
+        "--audit-policy-file", str(policy_file), "--audit-log-path", str(env.audit_log),
         # blocking: each event is written before the answer, so a test reads what it just did.
         "--audit-log-format", "json", "--audit-log-mode", "blocking",
         "--profiling=false", "--v=1",
@@ -421,7 +421,7 @@ def _plain_status(url: str) -> int:
 
 
 def up(directory: Path, *, port: int = 0, bind_address: str = "127.0.0.1", ca: tuple[str, str] | None = None,
-       controller_manager: bool = True) -> Envtest:
+       controller_manager: bool = True, audit_policy: dict[str, Any] | None = None) -> Envtest:
     """Start etcd, kube-apiserver (on 127.0.0.1:``port``, a free one when 0) and
     kube-controller-manager with their files in ``directory`` (created when missing) and return once all are ready (see the module docstring). On failure
     everything started is stopped, the logs are kept, and EnvtestError (one line naming the log
@@ -430,7 +430,9 @@ def up(directory: Path, *, port: int = 0, bind_address: str = "127.0.0.1", ca: t
     For a second API server (banlieue.testing.workload): ``bind_address`` (a loopback address:
     the caller checks) is where kube-apiserver listens and what its serving certificate names;
     ``ca`` = ``(cert PEM, key PEM)`` is the CA of every certificate (``make_pki``);
-    ``controller_manager=False`` starts etcd and kube-apiserver only (``kcm_url`` stays "")."""
+    ``controller_manager=False`` starts etcd and kube-apiserver only (``kcm_url`` stays "").
+    ``audit_policy``: an ``audit.k8s.io/v1`` Policy instead of :data:`AUDIT_POLICY` (the
+    benchmark logs write bodies to tell writes that changed nothing)."""
     missing = envtest_binaries_missing()
     if missing:
         raise EnvtestError(missing)
@@ -445,7 +447,8 @@ def up(directory: Path, *, port: int = 0, bind_address: str = "127.0.0.1", ca: t
         env.created.append(path)
     try:
         make_pki(env.pki, ca=ca, ip=bind_address)
-        _launch(env, bin_dir(), port, bind_address=bind_address, controller_manager=controller_manager)
+        _launch(env, bin_dir(), port, bind_address=bind_address, controller_manager=controller_manager,
+                audit_policy=audit_policy)
         env.created.append(env.kubeconfig_path)
         env.kubeconfig_path.write_text(yaml.safe_dump(kubeconfig_dict(
             env.url, env.ca_pem,
@@ -459,13 +462,14 @@ def up(directory: Path, *, port: int = 0, bind_address: str = "127.0.0.1", ca: t
 
 
 @contextlib.contextmanager
-def start_envtest(directory: Path | None = None, *, keep_logs: bool = False) -> Iterator[Envtest]:
+def start_envtest(directory: Path | None = None, *, keep_logs: bool = False,
+                  audit_policy: dict[str, Any] | None = None) -> Iterator[Envtest]:
     """:func:`up` as a context manager (a temporary directory when ``directory`` is None);
-    stopped on exit (the logs kept when ``keep_logs``)."""
+    stopped on exit (the logs kept when ``keep_logs``); ``audit_policy`` as for :func:`up`."""
     with contextlib.ExitStack() as stack:
         if directory is None:
             directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="envtest-")))
-        env = up(directory)
+        env = up(directory, audit_policy=audit_policy)
         try:
             yield env
         finally:

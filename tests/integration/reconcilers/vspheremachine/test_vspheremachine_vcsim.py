@@ -491,3 +491,30 @@ async def test_a_vcenter_frozen_mid_clone_gives_one_vm(apiserver: Any, client: C
             Disconnect(s)
     finally:
         await r.stop()
+
+
+def clone_calls() -> float:
+    """CloneVM_Task requests this process sent so far (every Provider, every outcome)."""
+    return sum(s.value for metric in REGISTRY.collect() if metric.name == "banlieue_vsphere_requests"
+               for s in metric.samples if s.name == "banlieue_vsphere_requests_total" and s.labels.get("method") == "CloneVM_Task")
+
+
+async def test_a_vcenter_refusing_every_clone_is_asked_again_in_seconds_not_milliseconds(
+    apiserver: Any, client: Client, ns: str, vcsim_factory: Any
+) -> None:
+    """Issue 22: vcsim answers every CloneVM_Task with InsufficientResourcesFault. The machine
+    reports CloneFailed and the clone is retried on a vCenter-sized back-off (5 s doubling, as the
+    missing-object re-check; CAPV waits 1 min after a failed task), not the work queue's 5 ms
+    doubling (was: ~14 CloneVM_Task in the first second, ~20 in 12 s)."""
+    vc = vcsim_factory(dc=1, cluster=1, fault=["CloneVM_Task:InsufficientResourcesFault:0"])
+    await make_provider(client, ns, vc)
+    before = clone_calls()
+    await client.create(VSPHERE_MACHINE, machine("refused", ns))
+    async with running(apiserver, ns):
+        await wait_reason(client, ns, "refused", "CloneFailed")
+        first = clone_calls() - before
+        await asyncio.sleep(12.0)
+        sent = clone_calls() - before
+    # At 0 s, 5 s and 15 s: two or three in 12 s (the first may have needed a second look).
+    assert 1 <= first <= 2, f"{first} CloneVM_Task before CloneFailed was reported"
+    assert 2 <= sent <= 4, f"{sent} CloneVM_Task in 12 s against a vCenter refusing every clone"

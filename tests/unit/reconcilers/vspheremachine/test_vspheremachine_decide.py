@@ -142,7 +142,8 @@ CASES: list[Any] = [
     pytest.param(looked(machine(), failure=Failure("create", "TemplateNotFound", "no tpl")), ("False", "TemplateNotFound"),
                  {"requeue_after": 5.0, "retry": False}, id="template-not-found"),
     pytest.param(looked(machine(), failure=Failure("create", "DatastoreNotFound", "no ds")), ("False", "InvalidSpec"), {}, id="datastore-not-found"),
-    pytest.param(looked(machine(), failure=Failure("create", "TaskFailed", "boom")), ("False", "CloneFailed"), {"retry": True}, id="clone-failed-retries"),
+    pytest.param(looked(machine(), failure=Failure("create", "TaskFailed", "boom")), ("False", "CloneFailed"),
+                 {"retry": False, "requeue_after": 5.0}, id="clone-failed-retries-in-seconds"),
     pytest.param(looked(machine(status=PROVISIONED)), ("False", "VMNotFound"), {"action": None}, id="vm-removed-by-hand-not-recreated"),
     pytest.param(looked(machine(), vm("PoweredOff")), None, {"action": "create"}, id="existing-unprovisioned-converges"),
     pytest.param(looked(machine(), vm("PoweredOff"), converged=True), None, {"action": "power"}, id="converged-then-power-on"),
@@ -544,6 +545,19 @@ def test_missing_vcenter_object_is_rechecked_with_backoff(reason: str) -> None:
     assert waits == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0]
     plan = decide(looked(machine(), failure=Failure("create", reason, "missing"), missing_retries=3))
     assert not plan.retry and ready(plan) == ("False", "TemplateNotFound" if reason == "TemplateNotFound" else "InvalidSpec")
+
+
+def test_a_refused_clone_is_retried_on_a_vcenter_sized_backoff() -> None:
+    """Issue 22: a clone vCenter refused (a fault or a failed task; CloneFailed) is sent again
+    after 5 s doubling to 60 s (CAPV: 1 min after a failed task), never on the work queue's 5 ms
+    back-off; an unknown outcome keeps its own 5 s look-up and a missing object its own back-off."""
+    waits = [decide(looked(machine(), failure=Failure("create", "TaskFailed", "refused"), task_failures=n)).requeue_after
+             for n in range(6)]
+    assert waits == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0]
+    plan = decide(looked(machine(), failure=Failure("create", "InsufficientResourcesFault", "refused"), task_failures=2))
+    assert not plan.retry and plan.requeue_after == 20.0 and ready(plan) == ("False", "CloneFailed")
+    missing = decide(looked(machine(), failure=Failure("create", "TemplateNotFound", "no tpl"), task_failures=4))
+    assert missing.requeue_after == 5.0
 
 
 def test_events_on_transitions_only() -> None:
