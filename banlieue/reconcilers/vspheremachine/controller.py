@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -60,6 +61,7 @@ from banlieue.reconcilers.vspheremachine.decide import (
     missing_object,
     ready_reason,
     task_failed,
+    task_failure_retry_seconds,
     waiting_for_cluster_api,
 )
 from banlieue.reconcilers.vspheremachine.messages import condition_message
@@ -146,6 +148,8 @@ class VSphereMachineReconciler:
         # Consecutive clones vCenter refused (CloneFailed), by UID: the back-off of the next
         # clone (Snapshot.task_failures, decide.TASK_FAILURE_FIRST_RETRY_SECONDS).
         self._task_failures: dict[str, int] = {}
+        # uid -> when a refused clone may be sent again (``Snapshot.clone_not_before``).
+        self._clone_not_before: dict[str, datetime] = {}
         # Providers validated once per resourceVersion (every reconcile reads its namespace's).
         self._parsed = ParsedCache()
         # Failure domain chosen by this process for a CAPI machine with none (issue 17), by UID,
@@ -208,6 +212,7 @@ class VSphereMachineReconciler:
             guest_data_drifted=self.backend.guest_data_drifted,
             missing_retries=self._missing.get(machine.metadata.uid or "", 0),
             task_failures=self._task_failures.get(machine.metadata.uid or "", 0),
+            clone_not_before=self._clone_not_before.get(machine.metadata.uid or ""),
         )
 
     def _needs_domain(self, machine: VSphereMachine, capi_machine: Mapping[str, Any] | None) -> bool:
@@ -505,7 +510,7 @@ class VSphereMachineReconciler:
                 await self.ctx.client.remove_finalizer(VSPHERE_MACHINE, raw, FINALIZER_VSPHERE_MACHINE)
                 uid = str(raw["metadata"].get("uid"))
                 for table in (self._written_status, self._written_provider_id, self._last_transition, self._converged,
-                              self._missing, self._task_failures, self._chosen_domain):
+                              self._missing, self._task_failures, self._clone_not_before, self._chosen_domain):
                     table.pop(uid, None)
                 self.writes.forget(uid)
         except NotFound:
@@ -523,8 +528,11 @@ class VSphereMachineReconciler:
                 self._missing.pop(str(machine.metadata.uid or ""), None)
             if snap.failure is not None and task_failed(snap.failure):
                 self._task_failures[str(machine.metadata.uid or "")] = snap.task_failures + 1
+                self._clone_not_before[str(machine.metadata.uid or "")] = snap.now + timedelta(
+                    seconds=task_failure_retry_seconds(snap.task_failures + 1))
             elif snap.looked_up and snap.vm is not None:
                 self._task_failures.pop(str(machine.metadata.uid or ""), None)
+                self._clone_not_before.pop(str(machine.metadata.uid or ""), None)
             if slot is not None:
                 self.slots.release(slot)
             uid = str(machine.metadata.uid or "")

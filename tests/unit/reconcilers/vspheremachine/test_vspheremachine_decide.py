@@ -6,7 +6,7 @@ import base64
 import gzip
 import random
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -558,6 +558,16 @@ def test_a_refused_clone_is_retried_on_a_vcenter_sized_backoff() -> None:
     assert not plan.retry and plan.requeue_after == 20.0 and ready(plan) == ("False", "CloneFailed")
     missing = decide(looked(machine(), failure=Failure("create", "TemplateNotFound", "no tpl"), task_failures=4))
     assert missing.requeue_after == 5.0
+
+
+def test_an_event_during_a_refused_clones_backoff_does_not_clone() -> None:
+    """Issue 22, found on kube-apiserver: reconciles caused by events (the machine's own status
+    writes) while the back-off of a refused clone runs must not clone (they sent 37 CloneVM_Task
+    in 12 s); after it, the clone is sent."""
+    waiting = decide(looked(machine(), clone_not_before=NOW + timedelta(seconds=7.5), task_failures=1))
+    assert waiting.action is None and waiting.status is None and waiting.requeue_after == 7.5
+    after = decide(looked(machine(), clone_not_before=NOW - timedelta(seconds=1), task_failures=1))
+    assert after.action is not None and after.action.kind == "create"
 
 
 def test_events_on_transitions_only() -> None:
