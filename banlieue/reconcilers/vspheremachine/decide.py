@@ -627,20 +627,24 @@ def _decide(snap: Snapshot) -> Plan:
     # The VM exists: converge hardware when it drifted, or until provisioned once.
     provisioned_before = bool(status_now.initialization and status_now.initialization.provisioned)
     create_failed = failure is not None and failure.step == "create"
-    if failure is not None and create_failed and not provisioned_before:
+    # A VM that runs (its guest booted) is handled as a provisioned one, provisioned or not: a
+    # spec edit made while it was cloned (a class edit reaching VMs still waiting for their IP
+    # address) waits for a power-off like any other, never InvalidSpec (issue 19, ADR 0012).
+    in_use = provisioned_before or vm.power_state != "PoweredOff"
+    if failure is not None and create_failed and not in_use:
         reason = _failure_reason(failure)
         st.vm(vm, placement.failure_domain)
         st.ready(False, reason, failure.message)
         retry = reason in (R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
         return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else _failure_requeue(snap, failure)))
-    # A provisioned VM: what can change now is converged, the rest is HardwareChangePending
+    # A VM in use: what can change now is converged, the rest is HardwareChangePending
     # (``hardware``, ADR 0012); power is handled whatever is pending.
-    target, pending = effective_spec(vm, vm_spec) if provisioned_before else (vm_spec, ())
+    target, pending = effective_spec(vm, vm_spec) if in_use else (vm_spec, ())
     if failure is not None and create_failed:
-        pending = (*pending, Pending(R.CHANGE_FAILED, f"vCenter refused the change: {failure.message}"))
+        pending = (*pending, Pending(R.CHANGE_FAILED, f"the change was not applied: {failure.message}"))
     # Converged by this process to this very spec, its status write deferred (ADR 0011): no
     # second converge. Once provisioned is stored, drift is checked as usual.
-    converged = snap.converged or create_failed or (not provisioned_before and snap.converged_spec == vm_spec)
+    converged = snap.converged or create_failed or (not provisioned_before and snap.converged_spec == target)
     # Guest data (cloud-init metadata: addresses, gateways, name servers) is converged like
     # hardware: a day-2 network edit must reach the VM (Backend.guest_data_drifted).
     guest_drift = snap.guest_data_drifted is not None and snap.guest_data_drifted(vm, target)
@@ -648,7 +652,7 @@ def _decide(snap: Snapshot) -> Plan:
         return Plan(action=Action("create", spec=target), provider=placement.provider)
 
     st.vm(vm, placement.failure_domain)
-    hw_events = (*(_hardware_condition(snap, st, pending) if provisioned_before else ()), *dup_events)
+    hw_events = (*(_hardware_condition(snap, st, pending) if in_use else ()), *dup_events)
     want = m.spec.power_state.value
     if failure is not None and failure.step == "power":
         if failure.reason == POWER_OUTCOME_UNKNOWN:

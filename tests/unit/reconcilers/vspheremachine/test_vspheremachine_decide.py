@@ -803,12 +803,31 @@ def test_deferred_status_does_not_converge_twice() -> None:
     assert decide(looked(m, vm())).action is not None, "no memory: converge (idempotent)"
     plan = decide(looked(m, vm(), converged_spec=spec))
     assert plan.action is None and ready(plan) == ("True", "Provisioned")
-    changed = machine({"numCPUs": 4}, status=_cloned_at("2026-01-02T03:04:03Z"))
+    changed = machine({"disks": [{"name": "os", "sizeGiB": 20}]}, status=_cloned_at("2026-01-02T03:04:03Z"))
     assert decide(looked(changed, vm(), converged_spec=spec)).action is not None
     provisioned = machine({"numCPUs": 4}, status={**PROVISIONED, "conditions": _cloned_at("2026-01-02T03:04:03Z")["conditions"]})
     stopped = vm("PoweredOff", ips=())
     assert decide(looked(provisioned, stopped, converged_spec=_spec_of(machine({"numCPUs": 4})))).action is not None, \
         "once provisioned is stored, hardware drift is checked as before (CPUs change while the VM is off)"
+
+
+def test_an_edit_reaching_a_running_vm_not_provisioned_yet_waits_for_a_power_off() -> None:
+    """F1 (issue 19): a CPU edit made while the VM was cloned reaches it powered on before its
+    first address: HardwareChangePending WaitingForPowerOff and no converge (was: a converge the
+    backend refused, Ready False InvalidSpec every minute); a power request is carried out."""
+    spec = _spec_of(machine())
+    changed = machine({"numCPUs": 4}, status=_cloned_at("2026-01-02T03:04:03Z"))
+    plan = decide(looked(changed, vm(), converged_spec=spec))
+    assert plan.action is None and ready(plan) == ("True", "Provisioned")
+    cond = get_condition(plan.status.conditions if plan.status else None, HARDWARE_CHANGE_PENDING)
+    assert cond is not None and (cond.status.value, cond.reason) == ("True", "WaitingForPowerOff")
+    assert cond.message and "-> 4" in cond.message
+    refused = Failure("create", "InvalidSpec", "the VM is powered on: CPU and memory change only while it is powered off")
+    plan = decide(replace(looked(changed, vm(), converged_spec=spec), failure=refused))
+    assert ready(plan) == ("True", "Provisioned"), "a refused converge of a running VM never makes it NotReady"
+    off = machine({"numCPUs": 4, "powerState": "PoweredOff"}, status=_cloned_at("2026-01-02T03:04:03Z"))
+    plan = decide(looked(off, vm(), converged_spec=spec))
+    assert plan.action is not None and plan.action.kind == "power" and plan.action.state == "PoweredOff"
 
 
 def test_a_powered_off_vm_shows_no_address() -> None:
