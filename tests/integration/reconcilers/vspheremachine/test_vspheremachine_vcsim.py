@@ -487,6 +487,49 @@ async def test_an_edit_made_while_cloning_waits_for_a_power_off_and_never_blocks
         assert ready_of(obj)[:2] == ("True", "Provisioned")  # type: ignore[index]
 
 
+async def test_a_spec_refused_before_vcenter_keeps_a_running_vm_ready_and_powerable(
+    apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any
+) -> None:
+    """Issue 19, found by a new-user pass (F2): an edit banlieue refuses before any vCenter call
+    (two NICs whose names give one guest interface name, storage-network-a and storage--90acaf)
+    leaves a provisioned, running VM as it is: Ready, HardwareChangePending ChangeFailed naming
+    the problem, and PoweredOff carried out (was: Ready False InvalidSpec, power never done)."""
+    await make_provider(client, ns, vcsim)
+    one = [{"name": "eth-a", "portGroup": "DC0_DVPG0"}]
+    async with running(apiserver, ns):
+        created = await client.create(VSPHERE_MACHINE, machine("clash", ns, network={"devices": one}))
+        await wait_reason(client, ns, "clash", "WaitingForIPAddress", "Provisioned")
+        [vm] = vms_with_uid(si, created["metadata"]["uid"])
+        vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key="SET.guest.ipAddress", value="10.0.0.8")]))
+        await wait_reason(client, ns, "clash", "Provisioned")
+        cards = len([d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualEthernetCard)])
+        clash = [*one, {"name": "storage-network-a", "portGroup": "DC0_DVPG0"}, {"name": "storage--90acaf", "portGroup": "DC0_DVPG0"}]
+        await client.patch(VSPHERE_MACHINE, "clash", ns, {"spec": {"network": {"devices": clash}}})
+
+        async def refused() -> dict[str, Any] | None:
+            obj = await client.get(VSPHERE_MACHINE, "clash", ns)
+            cond = _condition(obj, "HardwareChangePending")
+            return obj if cond is not None and cond[:2] == ("True", "ChangeFailed") else None
+
+        obj = await eventually(refused, what="HardwareChangePending ChangeFailed")
+        message = _condition(obj, "HardwareChangePending")[2]  # type: ignore[index]
+        assert "storage--90acaf" in message and "kept as it is" in message, message
+        assert ready_of(obj)[:2] == ("True", "Provisioned"), ready_of(obj)  # type: ignore[index]
+        assert len([d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualEthernetCard)]) == cards
+
+        await client.patch(VSPHERE_MACHINE, "clash", ns, {"spec": {"powerState": "PoweredOff", "powerOffMode": "hard"}})
+        obj = await eventually(lambda: _power(client, ns, "clash", "PoweredOff"), what="status.powerState PoweredOff")
+        assert vm.runtime.powerState == "poweredOff"
+        obj = await wait_reason(client, ns, "clash", "Provisioned")
+        assert ready_of(obj)[0] == "True"  # type: ignore[index]
+
+        # Not provisioned yet: the refused spec is InvalidSpec and nothing is cloned.
+        bad = await client.create(VSPHERE_MACHINE, machine("clash2", ns, network={"devices": clash}))
+        obj = await wait_reason(client, ns, "clash2", "InvalidSpec")
+        assert "storage--90acaf" in ready_of(obj)[2]  # type: ignore[index]
+        assert vms_with_uid(si, bad["metadata"]["uid"]) == []
+
+
 async def test_a_clone_answered_after_the_request_timeout_gives_one_vm(
     apiserver: Any, client: Client, ns: str, vcsim_factory: Any
 ) -> None:

@@ -636,7 +636,8 @@ RANDOM_70000 = random.Random(20).randbytes(70000)
     pytest.param(machine(), b"x" * (MAX_RAW + 1), False, ("False", "Cloning"), id="user-data-one-byte-over-is-compressed"),
     pytest.param(machine(), b"y" * 200_000, False, ("False", "Cloning"), id="user-data-200000-compressible-clones"),
     pytest.param(machine(), RANDOM_70000, False, ("False", "InvalidSpec"), id="user-data-70000-incompressible-names-sizes"),
-    pytest.param(machine(status=PROVISIONED), RANDOM_70000, True, ("False", "InvalidSpec"), id="existing-vm-not-reconfigured"),
+    # Issue 19 (F2): a provisioned VM is kept as it is and stays Ready; the refusal is pending.
+    pytest.param(machine(status=PROVISIONED), RANDOM_70000, True, ("True", "Provisioned"), id="existing-vm-not-reconfigured"),
     pytest.param(machine(BIG_NICS), b"#cloud-config\n", False, ("False", "InvalidSpec"), id="metadata-over-the-limit-is-invalid"),
 ])
 def test_guestinfo_size_limit(m: VSphereMachine, data: bytes, vm_found: bool, want: tuple[str, str]) -> None:
@@ -644,10 +645,16 @@ def test_guestinfo_size_limit(m: VSphereMachine, data: bytes, vm_found: bool, wa
     for looked_up in (False, True):
         plan = decide(snap(m, bootstrap=boot, providers=PROV, looked_up=looked_up, vm=vm() if vm_found and looked_up else None,
                            spec_error=guestinfo.spec_error))
-        if want[1] == "Cloning" and not looked_up:
-            assert plan.connect, "under the limit the machine goes on to vCenter"
+        if want[1] in ("Cloning", "Provisioned") and not looked_up:
+            assert plan.connect, "under the limit, or with a VM to keep, the machine goes on to vCenter"
             continue
         assert ready(plan) == want
+        if want[1] == "Provisioned":
+            assert plan.action is None, "the existing VM is not reconfigured"
+            pending = get_condition(plan.status.conditions if plan.status else None, HARDWARE_CHANGE_PENDING)
+            assert pending is not None and (pending.status.value, pending.reason) == ("True", "ChangeFailed")
+            assert "65536" in pending.message and "kept as it is" in pending.message
+            cond = pending
         if want[1] == "InvalidSpec":
             assert plan.action is None and not plan.connect, "nothing is cloned or reconfigured"
             cond = get_condition(plan.status.conditions if plan.status else None, READY)
@@ -655,7 +662,7 @@ def test_guestinfo_size_limit(m: VSphereMachine, data: bytes, vm_found: bool, wa
     if data is RANDOM_70000:
         compressed = len(guestinfo.encode_user_data(data)[0])
         assert compressed > 65536
-        assert cond is not None and cond.message == (
+        assert cond is not None and cond.message.removeprefix("the spec is not applied, the VM is kept as it is: ") == (
             f"bootstrap user data is 70000 bytes (93336 base64-encoded, {compressed} gzip+base64-encoded); a vSphere "
             "guestinfo value holds at most 65536 bytes even compressed: shrink it (move large files out of the "
             "cloud-config, fetch them at boot)")
