@@ -69,8 +69,11 @@ memory of the spec it last converged the VM to) spares a second converge while s
 status has not recorded ``provisioned`` yet. Bootstrap data in the ``ignition`` format is
 ``InvalidSpec`` (the backend delivers cloud-init guestinfo only), and so is user data that
 exceeds a guestinfo value's 64 KiB even gzip+base64-encoded, or metadata whose base64 does (the
-backend's ``spec_error``, given as ``Snapshot.spec_error``), before any vCenter call. Hardware
-drift of a provisioned VM is re-converged as ``vspheremachine.hardware`` says (disks by name; CPU
+backend's ``spec_error``, given as ``Snapshot.spec_error``), before any vCenter call, while no
+VM exists; a VM in use is kept as it is instead (``HardwareChangePending`` ``ChangeFailed``, Ready
+and power unaffected). A VM in use is one provisioned or powered on (a spec edit made while it
+was cloned reaches it running: it waits for a power-off like any other). Hardware
+drift of a VM in use is re-converged as ``vspheremachine.hardware`` says (disks by name; CPU
 and memory only while the VM is powered off; the rest reported by ``HardwareChangePending``, never
 by ``Ready``; power is carried out whatever is pending); NIC and guestinfo changes apply until
 provisioned.
