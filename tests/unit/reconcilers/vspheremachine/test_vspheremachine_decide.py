@@ -327,6 +327,18 @@ def test_hardware_changes_on_provisioned_vms(
             assert cond.message and "HardwareChangePending" in [e.reason for e in plan.events]
 
 
+def test_an_empty_disk_list_never_advises_detaching_the_os_disk() -> None:
+    """Issue 19 (new-user pass): ``disks: []`` on a class with VMs reported the boot disk with
+    "detach or delete it in vCenter"; it is named the OS disk, kept, and to be put back first."""
+    plan = decide(looked(machine({"disks": []}, status=PROVISIONED), disks_vm("PoweredOn", THREE), converged=True))
+    assert ready(plan) == ("True", "Provisioned")
+    cond = get_condition(plan.status.conditions if plan.status else None, HARDWARE_CHANGE_PENDING)
+    assert cond is not None and cond.reason == "DiskRemovedFromSpec" and cond.message, cond
+    first, rest = cond.message.split("; ", 1)
+    assert first.startswith("disk os (20 GiB) is the VM's OS disk") and "put os back as the first disk" in first, first
+    assert "detach it" not in first and "delete it" not in first and "disk data (50 GiB), logs (5 GiB)" in rest and "detach or delete it" in rest, rest
+
+
 FW_DISKS = {"os": 20, "data": 50}
 
 
