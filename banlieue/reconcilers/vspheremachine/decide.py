@@ -69,8 +69,11 @@ memory of the spec it last converged the VM to) spares a second converge while s
 status has not recorded ``provisioned`` yet. Bootstrap data in the ``ignition`` format is
 ``InvalidSpec`` (the backend delivers cloud-init guestinfo only), and so is user data that
 exceeds a guestinfo value's 64 KiB even gzip+base64-encoded, or metadata whose base64 does (the
-backend's ``spec_error``, given as ``Snapshot.spec_error``), before any vCenter call. Hardware
-drift of a provisioned VM is re-converged as ``vspheremachine.hardware`` says (disks by name; CPU
+backend's ``spec_error``, given as ``Snapshot.spec_error``), before any vCenter call, while no
+VM exists; a VM in use is kept as it is instead (``HardwareChangePending`` ``ChangeFailed``, Ready
+and power unaffected). A VM in use is one provisioned or powered on (a spec edit made while it
+was cloned reaches it running: it waits for a power-off like any other). Hardware
+drift of a VM in use is re-converged as ``vspheremachine.hardware`` says (disks by name; CPU
 and memory only while the VM is powered off; the rest reported by ``HardwareChangePending``, never
 by ``Ready``; power is carried out whatever is pending); NIC and guestinfo changes apply until
 provisioned.
@@ -538,10 +541,11 @@ def _decide(snap: Snapshot) -> Plan:
     except PlacementError as err:
         st.ready(False, err.reason, err.message)
         return _with_events(snap, Plan(status=st.status))
-    too_big = snap.spec_error(vm_spec) if snap.spec_error is not None else None
-    if too_big is not None:
-        # Before any vCenter call: nothing is cloned, an existing VM is not reconfigured.
-        st.ready(False, R.INVALID_SPEC, too_big)
+    refused_spec = snap.spec_error(vm_spec) if snap.spec_error is not None else None
+    if refused_spec is not None and not (m.status and m.status.instance_uuid):
+        # Before any vCenter call: nothing is cloned. A VM that exists is looked up and kept as
+        # it is below (power requests carried out, the refusal a pending change).
+        st.ready(False, R.INVALID_SPEC, refused_spec)
         return _with_events(snap, Plan(status=st.status))
 
     if snap.connection_error is not None:
@@ -570,6 +574,9 @@ def _decide(snap: Snapshot) -> Plan:
         if status_now.instance_uuid and not (failure and failure.step == "create"):
             st.ready(False, R.VM_NOT_FOUND, f"VM {status_now.instance_uuid} ({status_now.vm_ref}) is no longer in vCenter: {REPLACE_HINT}")
             st.vm_gone()
+            return _with_events(snap, Plan(status=st.status))
+        if refused_spec is not None:
+            st.ready(False, R.INVALID_SPEC, refused_spec)  # never cloned from a spec refused
             return _with_events(snap, Plan(status=st.status))
         if failure is not None and failure.step == "create":
             reason = _failure_reason(failure)
@@ -634,28 +641,41 @@ def _decide(snap: Snapshot) -> Plan:
     # The VM exists: converge hardware when it drifted, or until provisioned once.
     provisioned_before = bool(status_now.initialization and status_now.initialization.provisioned)
     create_failed = failure is not None and failure.step == "create"
-    if failure is not None and create_failed and not provisioned_before:
+    # A VM that runs (its guest booted) is handled as a provisioned one, provisioned or not: a
+    # spec edit made while it was cloned (a class edit reaching VMs still waiting for their IP
+    # address) waits for a power-off like any other, never InvalidSpec (issue 19, ADR 0012).
+    in_use = provisioned_before or vm.power_state != "PoweredOff"
+    if refused_spec is not None and not in_use:
+        st.vm(vm, placement.failure_domain)
+        st.ready(False, R.INVALID_SPEC, refused_spec)
+        return _with_events(snap, Plan(status=st.status), dup_events)
+    if failure is not None and create_failed and not in_use:
         reason = _failure_reason(failure)
         st.vm(vm, placement.failure_domain)
         st.ready(False, reason, failure.message)
         retry = reason in (R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
         return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else _failure_requeue(snap, failure)))
-    # A provisioned VM: what can change now is converged, the rest is HardwareChangePending
+    # A VM in use: what can change now is converged, the rest is HardwareChangePending
     # (``hardware``, ADR 0012); power is handled whatever is pending.
-    target, pending = effective_spec(vm, vm_spec) if provisioned_before else (vm_spec, ())
+    target, pending = effective_spec(vm, vm_spec) if in_use else (vm_spec, ())
     if failure is not None and create_failed:
-        pending = (*pending, Pending(R.CHANGE_FAILED, f"vCenter refused the change: {failure.message}"))
+        pending = (*pending, Pending(R.CHANGE_FAILED, f"the change was not applied: {failure.message}"))
+    if refused_spec is not None:
+        # A spec refused before any vCenter call (guestinfo over 64 KiB, two NICs with one guest
+        # interface name) leaves a VM in use as it is, not NotReady (issue 19, ADR 0012).
+        pending = (*pending, Pending(R.CHANGE_FAILED, f"the spec is not applied, the VM is kept as it is: {refused_spec}"))
     # Converged by this process to this very spec, its status write deferred (ADR 0011): no
     # second converge. Once provisioned is stored, drift is checked as usual.
-    converged = snap.converged or create_failed or (not provisioned_before and snap.converged_spec == vm_spec)
+    converged = (snap.converged or create_failed or refused_spec is not None
+                 or (not provisioned_before and snap.converged_spec == target))
     # Guest data (cloud-init metadata: addresses, gateways, name servers) is converged like
     # hardware: a day-2 network edit must reach the VM (Backend.guest_data_drifted).
-    guest_drift = snap.guest_data_drifted is not None and snap.guest_data_drifted(vm, target)
+    guest_drift = not converged and snap.guest_data_drifted is not None and snap.guest_data_drifted(vm, target)
     if not converged and (not provisioned_before or drifted(vm, target) or guest_drift):
         return Plan(action=Action("create", spec=target), provider=placement.provider)
 
     st.vm(vm, placement.failure_domain)
-    hw_events = (*(_hardware_condition(snap, st, pending) if provisioned_before else ()), *dup_events)
+    hw_events = (*(_hardware_condition(snap, st, pending) if in_use else ()), *dup_events)
     want = m.spec.power_state.value
     if failure is not None and failure.step == "power":
         if failure.reason == POWER_OUTCOME_UNKNOWN:

@@ -121,6 +121,14 @@ def effective_spec(vm: VMInfo, spec: VMSpec) -> tuple[VMSpec, tuple[Pending, ...
     out = replace(out, disks=tuple(disks))
     wanted = {d.name for d in spec.disks}
     removed = sorted(n for n in have if n not in wanted) if vm.named_disks_gib() else []
+    os_name = vm.disk_names[vm.os_disk] if vm.os_disk is not None and vm.os_disk < len(vm.disk_names) else None
+    if os_name in removed:
+        # The boot disk (``disks: []``, found by a new-user pass): detaching it, as the advice for a
+        # data disk says, would leave a VM that does not boot.
+        removed.remove(os_name)
+        pending.append(Pending(R.DISK_REMOVED_FROM_SPEC, f"disk {os_name} ({have[os_name]} GiB) is the VM's OS disk and is "
+                               f"no longer in the spec: kept (the boot disk is never detached), put {os_name} back "
+                               "as the first disk"))
     if removed:
         listed = ", ".join(f"{n} ({have[n]} GiB)" for n in removed)
         pending.append(Pending(R.DISK_REMOVED_FROM_SPEC, f"disk {listed} is no longer in the spec: kept attached "

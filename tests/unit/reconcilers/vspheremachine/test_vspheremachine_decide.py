@@ -327,6 +327,18 @@ def test_hardware_changes_on_provisioned_vms(
             assert cond.message and "HardwareChangePending" in [e.reason for e in plan.events]
 
 
+def test_an_empty_disk_list_never_advises_detaching_the_os_disk() -> None:
+    """Issue 19 (new-user pass): ``disks: []`` on a class with VMs reported the boot disk with
+    "detach or delete it in vCenter"; it is named the OS disk, kept, and to be put back first."""
+    plan = decide(looked(machine({"disks": []}, status=PROVISIONED), disks_vm("PoweredOn", THREE), converged=True))
+    assert ready(plan) == ("True", "Provisioned")
+    cond = get_condition(plan.status.conditions if plan.status else None, HARDWARE_CHANGE_PENDING)
+    assert cond is not None and cond.reason == "DiskRemovedFromSpec" and cond.message, cond
+    first, rest = cond.message.split("; ", 1)
+    assert first.startswith("disk os (20 GiB) is the VM's OS disk") and "put os back as the first disk" in first, first
+    assert "detach it" not in first and "delete it" not in first and "disk data (50 GiB), logs (5 GiB)" in rest and "detach or delete it" in rest, rest
+
+
 FW_DISKS = {"os": 20, "data": 50}
 
 
@@ -646,7 +658,8 @@ RANDOM_70000 = random.Random(20).randbytes(70000)
     pytest.param(machine(), b"x" * (MAX_RAW + 1), False, ("False", "Cloning"), id="user-data-one-byte-over-is-compressed"),
     pytest.param(machine(), b"y" * 200_000, False, ("False", "Cloning"), id="user-data-200000-compressible-clones"),
     pytest.param(machine(), RANDOM_70000, False, ("False", "InvalidSpec"), id="user-data-70000-incompressible-names-sizes"),
-    pytest.param(machine(status=PROVISIONED), RANDOM_70000, True, ("False", "InvalidSpec"), id="existing-vm-not-reconfigured"),
+    # Issue 19 (F2): a provisioned VM is kept as it is and stays Ready; the refusal is pending.
+    pytest.param(machine(status=PROVISIONED), RANDOM_70000, True, ("True", "Provisioned"), id="existing-vm-not-reconfigured"),
     pytest.param(machine(BIG_NICS), b"#cloud-config\n", False, ("False", "InvalidSpec"), id="metadata-over-the-limit-is-invalid"),
 ])
 def test_guestinfo_size_limit(m: VSphereMachine, data: bytes, vm_found: bool, want: tuple[str, str]) -> None:
@@ -654,10 +667,16 @@ def test_guestinfo_size_limit(m: VSphereMachine, data: bytes, vm_found: bool, wa
     for looked_up in (False, True):
         plan = decide(snap(m, bootstrap=boot, providers=PROV, looked_up=looked_up, vm=vm() if vm_found and looked_up else None,
                            spec_error=guestinfo.spec_error))
-        if want[1] == "Cloning" and not looked_up:
-            assert plan.connect, "under the limit the machine goes on to vCenter"
+        if want[1] in ("Cloning", "Provisioned") and not looked_up:
+            assert plan.connect, "under the limit, or with a VM to keep, the machine goes on to vCenter"
             continue
         assert ready(plan) == want
+        if want[1] == "Provisioned":
+            assert plan.action is None, "the existing VM is not reconfigured"
+            pending = get_condition(plan.status.conditions if plan.status else None, HARDWARE_CHANGE_PENDING)
+            assert pending is not None and (pending.status.value, pending.reason) == ("True", "ChangeFailed")
+            assert "65536" in pending.message and "kept as it is" in pending.message
+            cond = pending
         if want[1] == "InvalidSpec":
             assert plan.action is None and not plan.connect, "nothing is cloned or reconfigured"
             cond = get_condition(plan.status.conditions if plan.status else None, READY)
@@ -665,7 +684,7 @@ def test_guestinfo_size_limit(m: VSphereMachine, data: bytes, vm_found: bool, wa
     if data is RANDOM_70000:
         compressed = len(guestinfo.encode_user_data(data)[0])
         assert compressed > 65536
-        assert cond is not None and cond.message == (
+        assert cond is not None and cond.message.removeprefix("the spec is not applied, the VM is kept as it is: ") == (
             f"bootstrap user data is 70000 bytes (93336 base64-encoded, {compressed} gzip+base64-encoded); a vSphere "
             "guestinfo value holds at most 65536 bytes even compressed: shrink it (move large files out of the "
             "cloud-config, fetch them at boot)")
@@ -813,12 +832,31 @@ def test_deferred_status_does_not_converge_twice() -> None:
     assert decide(looked(m, vm())).action is not None, "no memory: converge (idempotent)"
     plan = decide(looked(m, vm(), converged_spec=spec))
     assert plan.action is None and ready(plan) == ("True", "Provisioned")
-    changed = machine({"numCPUs": 4}, status=_cloned_at("2026-01-02T03:04:03Z"))
+    changed = machine({"disks": [{"name": "os", "sizeGiB": 20}]}, status=_cloned_at("2026-01-02T03:04:03Z"))
     assert decide(looked(changed, vm(), converged_spec=spec)).action is not None
     provisioned = machine({"numCPUs": 4}, status={**PROVISIONED, "conditions": _cloned_at("2026-01-02T03:04:03Z")["conditions"]})
     stopped = vm("PoweredOff", ips=())
     assert decide(looked(provisioned, stopped, converged_spec=_spec_of(machine({"numCPUs": 4})))).action is not None, \
         "once provisioned is stored, hardware drift is checked as before (CPUs change while the VM is off)"
+
+
+def test_an_edit_reaching_a_running_vm_not_provisioned_yet_waits_for_a_power_off() -> None:
+    """F1 (issue 19): a CPU edit made while the VM was cloned reaches it powered on before its
+    first address: HardwareChangePending WaitingForPowerOff and no converge (was: a converge the
+    backend refused, Ready False InvalidSpec every minute); a power request is carried out."""
+    spec = _spec_of(machine())
+    changed = machine({"numCPUs": 4}, status=_cloned_at("2026-01-02T03:04:03Z"))
+    plan = decide(looked(changed, vm(), converged_spec=spec))
+    assert plan.action is None and ready(plan) == ("True", "Provisioned")
+    cond = get_condition(plan.status.conditions if plan.status else None, HARDWARE_CHANGE_PENDING)
+    assert cond is not None and (cond.status.value, cond.reason) == ("True", "WaitingForPowerOff")
+    assert cond.message and "-> 4" in cond.message
+    refused = Failure("create", "InvalidSpec", "the VM is powered on: CPU and memory change only while it is powered off")
+    plan = decide(replace(looked(changed, vm(), converged_spec=spec), failure=refused))
+    assert ready(plan) == ("True", "Provisioned"), "a refused converge of a running VM never makes it NotReady"
+    off = machine({"numCPUs": 4, "powerState": "PoweredOff"}, status=_cloned_at("2026-01-02T03:04:03Z"))
+    plan = decide(looked(off, vm(), converged_spec=spec))
+    assert plan.action is not None and plan.action.kind == "power" and plan.action.state == "PoweredOff"
 
 
 def test_a_powered_off_vm_shows_no_address() -> None:
