@@ -264,6 +264,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free 127.0.0.1 ports, all bound at once while chosen: two
+    ``free_port()`` calls in a row can return the same port, and CAPI core then failed to start
+    (its metrics listener on the port its health probe already had: "address already in use")."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+
+
 # -- processes ------------------------------------------------------------------------------------
 
 
@@ -364,8 +375,7 @@ class CapiEnvironment:
         self.workdir.mkdir(parents=True, exist_ok=True)
         ca_pem = generate_serving_cert(self.workdir / "certs")
         root = module_dir()
-        for comp in COMPONENTS:
-            port = free_port()
+        for comp, port in zip(COMPONENTS, free_ports(len(COMPONENTS)), strict=True):
             docs = rewrite(kustomize(root / comp.config_dir), port, ca_pem)
             self.documents[comp.name] = docs
             (self.workdir / f"{comp.name}.yaml").write_text(yaml.safe_dump_all(docs))
@@ -383,10 +393,14 @@ class CapiEnvironment:
         for comp in COMPONENTS:
             # CRDs, namespaces, RBAC and webhook configurations of one component in one apply.
             kubectl(self.kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(self.workdir / f"{comp.name}.yaml"))
+        # Every manager's health and diagnostics port chosen at once, distinct, and none a
+        # webhook port (those are closed until the managers start: the OS may hand them out again).
+        ports = iter([p for p in free_ports(2 * len(COMPONENTS) + len(self.webhook_ports))
+                      if p not in self.webhook_ports.values()])
         for comp in COMPONENTS:
             kubeconfig = self.kubeconfig if self.rbac == "admin" else token_kubeconfig(
                 self.kubeconfig, comp.namespace, comp.service_account, self.workdir / f"{comp.name}.kubeconfig")
-            health, diagnostics = free_port(), free_port()
+            health, diagnostics = next(ports), next(ports)
             log_path = self.workdir / f"{comp.name}.log"
             args = [str(bins[comp.name]), "--kubeconfig", str(kubeconfig),
                     "--webhook-port", str(self.webhook_ports[comp.name]), "--webhook-cert-dir", str(self.workdir / "certs"),

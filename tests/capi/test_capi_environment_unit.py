@@ -82,3 +82,10 @@ def test_cluster_template_endpoint_is_checked() -> None:
             "spec": {"template": {"spec": {"controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443}}}}}
     with pytest.raises(capi.NetworkRuleViolation, match=r"VSphereClusterTemplate/t: spec.template.spec.controlPlaneEndpoint.host '10.0.0.100'"):
         capi.check_loopback([tmpl])
+
+
+def test_free_ports_are_distinct_loopback_ports() -> None:
+    """The managers' health, diagnostics and webhook ports are chosen together: never one port
+    twice (CAPI core once failed on its metrics port, already its health probe's)."""
+    ports = capi.free_ports(64)
+    assert len(set(ports)) == 64 and all(0 < p < 65536 for p in ports)
