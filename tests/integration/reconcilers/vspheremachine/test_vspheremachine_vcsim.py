@@ -518,3 +518,22 @@ async def test_a_vcenter_refusing_every_clone_is_asked_again_in_seconds_not_mill
     # At 0 s, 5 s and 15 s: two or three in 12 s (the first may have needed a second look).
     assert 1 <= first <= 2, f"{first} CloneVM_Task before CloneFailed was reported"
     assert 2 <= sent <= 4, f"{sent} CloneVM_Task in 12 s against a vCenter refusing every clone"
+
+
+async def test_a_mac_another_machine_has_is_refused_with_a_condition(apiserver: Any, client: Client, ns: str,
+                                                                     vcsim: VcsimProcess, si: Any) -> None:
+    """New-user pass F5: a device macAddress another VM of the vCenter has is refused before the
+    clone (vCenter would clone it: manual MACs are not checked); the API server double refuses a
+    malformed one at admission (the CRD rule; tests/envtest/test_admission.py on kube-apiserver)."""
+    await make_provider(client, ns, vcsim)
+    mac = "00:50:56:3d:00:01"
+    device = {"name": "eth0", "networkClass": "prod", "macAddress": mac}
+    async with running(apiserver, ns):
+        await client.create(VSPHERE_MACHINE, machine("mac-a", ns, network={"devices": [device]}))
+        first = await wait_reason(client, ns, "mac-a", "WaitingForIPAddress", "Provisioned")
+        created = await client.create(VSPHERE_MACHINE, machine("mac-b", ns, network={"devices": [{**device, "macAddress": mac.upper()}]}))
+        second = await wait_reason(client, ns, "mac-b", "InvalidSpec")
+        status, _, message = ready_of(second) or ("", "", "")
+        assert status == "False" and "MacAddressConflict" in message and f"macAddress {mac} is already used by VM" in message, message
+        assert first["status"]["vmRef"] in message, message
+        assert vms_with_uid(si, created["metadata"]["uid"]) == []  # nothing was cloned
