@@ -127,7 +127,10 @@ async def test_standalone_lifecycle(apiserver: Any, client: Client, ns: str, vcs
             vm.config.instanceUuid, vm.config.uuid, vm._moId, "PoweredOn")
         assert status["failureDomain"] == "vc1-dc0-c0" and status["observedGeneration"] == obj["metadata"]["generation"]
         assert (vm.config.hardware.numCPU, vm.config.hardware.memoryMB, vm.runtime.powerState) == (3, 3072, "poweredOn")
-        disks = [d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk)]
+        # By controller and unit, not device-list order: vcsim re-appends a disk grown after the
+        # clone at the end of the list (the template disk's growth is a reconfigure since c8c420f).
+        disks = sorted((d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk)),
+                       key=lambda d: (d.controllerKey, d.unitNumber))
         assert [d.capacityInKB // (1024 * 1024) for d in disks] == [25, 2]
         md, ud = guestinfo.decode({o.key: str(o.value) for o in vm.config.extraConfig})
         assert ud == b"#cloud-config\nhostname: m1\n"
