@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, JsonValue
 
 from banlieue.api.groups import INFRA_GROUP
 from banlieue.api.groups import VERSION as VERSION
@@ -36,8 +36,8 @@ from banlieue.api.vmclass import (
     MAX_CPUS,
     MAX_DISK_GIB,
     MAX_DISKS,
-    MAX_MEMORY_MIB,
     MAX_NICS,
+    MEMORY_MIB_SCHEMA,
     DiskProvisioning,
     Firmware,
 )
@@ -54,6 +54,21 @@ BOOTSTRAP_DATA_DEFAULT_KEY = "value"
 
 _CONDITIONS = list_map("type")
 _BY_NAME = list_map("name")
+MAC_ADDRESS_SCHEMA: dict[str, JsonValue] = {
+    "maxLength": 17,
+    "x-kubernetes-validations": [
+        {"rule": "self.matches('^[0-9A-Fa-f][02468ACEace](:[0-9A-Fa-f]{2}){5}$')",
+         "message": "must be a unicast MAC address: 6 octets of 2 hex digits separated by colons, the first octet even "
+                    "(e.g. 00:50:56:00:00:01)"},
+        {"rule": "!self.startsWith('00:50:56:') || self.matches('^00:50:56:[0-3]')",
+         "message": "a MAC in VMware's prefix 00:50:56 must be in its manual range 00:50:56:00:00:00-00:50:56:3F:FF:FF "
+                    "(vCenter assigns the rest itself and refuses them as manual MACs)"},
+    ],
+}
+"""The CRD schema of a NIC's fixed MAC (issue F5). Unicast: the least significant bit of the first
+octet is 0 (IEEE 802, "I/G bit"); a guest cannot use a multicast MAC as its own. VMware's manual
+range: vSphere Networking, "Setting a Static MAC Address" (``macs.py``, ADR 0014). Schema only, not
+enforced when banlieue parses (one stored before the rule is still read)."""
 
 
 class VSphereMachineReason:
@@ -182,8 +197,11 @@ class NetworkDevice(ApiModel):
     """Concrete port group (standalone path)."""
     network_class: str | None = Field(default=None, min_length=1)
     """Abstract network class, resolved through the failure domain's Provider."""
-    mac_address: str | None = None
-    """Fixed MAC address; generated when absent."""
+    mac_address: str | None = Field(default=None, json_schema_extra=MAC_ADDRESS_SCHEMA)
+    """Fixed MAC address (``00:50:56:00:00:01``: 6 octets, unicast; in VMware's prefix
+    ``00:50:56`` only its manual range ``00:50:56:00:00:00``-``00:50:56:3F:FF:FF``); chosen by
+    banlieue when absent (ADR 0014). A MAC another VM of the vCenter has refuses the clone
+    (``MacAddressConflict``)."""
     dhcp4: bool | None = None
     """Use DHCP for IPv4."""
     dhcp6: bool | None = None
@@ -239,8 +257,8 @@ class VSphereMachineSpec(ApiModel):
     """Virtual CPUs."""
     num_cores_per_socket: int | None = Field(default=None, ge=1)
     """Cores per socket."""
-    memory_mib: int | None = Field(default=None, ge=1, alias="memoryMiB", json_schema_extra={"maximum": MAX_MEMORY_MIB})
-    """Memory, MiB."""
+    memory_mib: int | None = Field(default=None, ge=1, alias="memoryMiB", json_schema_extra=MEMORY_MIB_SCHEMA)
+    """Memory, MiB (a multiple of 4: vSphere's rule)."""
     firmware: Firmware | None = None
     """bios, efi or efi-secure; the template's when absent."""
     power_state: PowerState = PowerState.POWERED_ON

@@ -51,6 +51,26 @@ OS_DISK_RULE: dict[str, JsonValue] = {
 }
 """The first disk is the OS disk (ADR 0012): a transition rule, so only an update is checked."""
 
+MEMORY_MIB_SCHEMA: dict[str, JsonValue] = {
+    "maximum": MAX_MEMORY_MIB,
+    "x-kubernetes-validations": [
+        {"rule": "self % 4 == 0", "message": "must be a multiple of 4 MiB (vSphere sizes VM memory in multiples of 4 MB)"}
+    ],
+}
+"""The CRD schema of a memory size in MiB: at most 24 TiB, a multiple of 4 (vSphere Virtual
+Machine Administration, "Change the Memory Configuration": the memory size must be a multiple of
+4 MB; vCenter refuses a reconfigure otherwise, issue F6)."""
+IPAM_RULES: list[JsonValue] = [
+    {"rule": "!has(self.source) || self.source != 'static' || has(self.static)",
+     "message": "source static needs a static block (addresses, gateways, nameservers); without it the interface stays "
+                "unconfigured"},
+    {"rule": "!has(self.static) || (has(self.source) && self.source == 'static')",
+     "message": "a static block is used only with source: static; set source: static or remove the static block"},
+]
+"""CEL rules of ``IPAM``: ``static`` is given exactly when ``source`` is static (issue F6: one
+without the other was accepted and silently left the interface unconfigured or ignored)."""
+
+
 class DiskProvisioning(StrEnum):
     """Virtual disk provisioning type."""
 
@@ -94,8 +114,8 @@ class Hardware(ApiModel):
 
     cpus: int = Field(ge=1, json_schema_extra={"maximum": MAX_CPUS})
     """Virtual CPUs (at most 768, vSphere's per-VM limit)."""
-    memory_mib: int = Field(ge=1, alias="memoryMiB", json_schema_extra={"maximum": MAX_MEMORY_MIB})
-    """Memory, MiB (at most 25165824, vSphere's 24 TB per VM)."""
+    memory_mib: int = Field(ge=1, alias="memoryMiB", json_schema_extra=MEMORY_MIB_SCHEMA)
+    """Memory, MiB (a multiple of 4, at most 25165824, vSphere's 24 TB per VM)."""
     disks: list[ClassDisk] | None = Field(default=None, max_length=MAX_DISKS, json_schema_extra=_BY_NAME)
     """Disks (at most 60, vSphere's per-VM limit); the first is the OS disk, renamed but never moved."""
 
@@ -114,12 +134,15 @@ class StaticIPConfig(ApiModel):
 
 
 class IPAM(ApiModel):
-    """Addressing of an interface."""
+    """Addressing of an interface: ``static`` is given exactly when ``source`` is static (CRD rules
+    ``IPAM_RULES``)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": IPAM_RULES})
 
     source: IPAMSource = IPAMSource.DHCP
     """dhcp or static."""
     static: StaticIPConfig | None = None
-    """Static configuration, used when source is static."""
+    """Static configuration; required with source static, refused with dhcp."""
 
 
 class ClassInterface(ApiModel):

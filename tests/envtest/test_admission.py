@@ -164,6 +164,60 @@ def test_the_os_disk_may_be_renamed_not_moved_and_limits_hold_with_kubectl(insta
     assert "spec.hardware.disks[1].name" in err, err
 
 
+def test_vsphere_memory_ipam_and_mac_rules_are_checked_at_admission(installed: Kubectl) -> None:
+    """New-user pass F5/F6: memory a multiple of 4 MiB (VMClass, VSphereMachine and its template),
+    an interface's ``static`` block exactly with ``source: static``, a fixed MAC unicast with 6
+    octets and, in VMware's 00:50:56 prefix, in the manual range; each with a human message."""
+    def klass(name: str, memory: int = 512, ipam: dict[str, Any] | None = None) -> dict[str, Any]:
+        iface: dict[str, Any] = {"name": "eth0", "networkClass": "default"}
+        if ipam is not None:
+            iface["ipam"] = ipam
+        return {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": name},
+                "spec": {"hardware": {"cpus": 1, "memoryMiB": memory}, "network": {"interfaces": [iface]}}}
+
+    def machine(name: str, memory: int = 512, mac: str | None = None, kind: str = "VSphereMachine") -> dict[str, Any]:
+        device: dict[str, Any] = {"name": "eth0", "portGroup": "VM Network"}
+        if mac is not None:
+            device["macAddress"] = mac
+        spec: dict[str, Any] = {"providerRef": {"name": "p"}, "datacenter": "DC0", "cluster": "C0",
+                                "template": "t", "memoryMiB": memory, "network": {"devices": [device]}}
+        if kind == "VSphereMachineTemplate":
+            spec = {"template": {"spec": spec}}
+        return {"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": kind,
+                "metadata": {"name": name, "namespace": NS}, "spec": spec}
+
+    def apply(doc: dict[str, Any]) -> str:
+        return installed.rejected("apply", "--server-side", "-f", "-", docs=[doc])
+
+    static = {"addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.1"}
+    installed.ok("apply", "--server-side", "-f", "-", docs=[
+        klass("f6-ok", 1024, {"source": "static", "static": static}), klass("f6-dhcp", 2048, {"source": "dhcp"}),
+        klass("f6-default", 4), machine("f5-ok", 4096, "00:50:56:3F:ff:01"), machine("f5-other-oui", mac="02:00:5e:10:00:01"),
+        machine("f5-tpl", 1024, "00:50:56:00:00:02", kind="VSphereMachineTemplate")])
+    err = apply(klass("f6-bad", 1023))
+    assert "spec.hardware.memoryMiB: Invalid value" in err and "must be a multiple of 4 MiB" in err, err
+    err = apply(klass("f6-bad", ipam={"source": "static"}))
+    assert "spec.network.interfaces[0].ipam: Invalid value" in err and "source static needs a static block" in err, err
+    err = apply(klass("f6-bad", ipam={"source": "dhcp", "static": static}))
+    assert "spec.network.interfaces[0].ipam: Invalid value" in err and "used only with source: static" in err, err
+    err = apply(klass("f6-bad", ipam={"static": static}))  # source defaults to dhcp
+    assert "used only with source: static" in err, err
+    err = apply(machine("f6-bad", 1022))
+    assert "spec.memoryMiB: Invalid value" in err and "must be a multiple of 4 MiB" in err, err
+    err = apply(machine("f6-bad", 1022, kind="VSphereMachineTemplate"))
+    assert "spec.template.spec.memoryMiB: Invalid value" in err and "must be a multiple of 4 MiB" in err, err
+    for bad in ("zz:not:a:mac", "00:50:56:00:00", "00-50-56-00-00-01", "01:00:5e:00:00:01", "00:50:56:00:00:01:02"):
+        err = apply(machine("f5-bad", mac=bad))
+        assert "spec.network.devices[0].macAddress: " in err, (bad, err)
+        assert "must be a unicast MAC address" in err or "Too long: may not be more than 17" in err, (bad, err)
+        assert "should match" not in err, err
+    err = apply(machine("f5-bad", mac="00:50:56:AA:BB:01"))
+    assert "spec.network.devices[0].macAddress: Invalid value" in err, err
+    assert "manual range 00:50:56:00:00:00-00:50:56:3F:FF:FF" in err, err
+    err = apply(machine("f5-tpl-bad", mac="00:50:56:40:00:00", kind="VSphereMachineTemplate"))
+    assert "spec.template.spec.network.devices[0].macAddress: Invalid value" in err and "manual range" in err, err
+
+
 def test_what_must_pass_passes(installed: Kubectl) -> None:
     installed.ok("apply", "--server-side", "-f", "-", docs=[
         _provider("no-ca"), _provider("inline-ca", {"inline": "pem"}),

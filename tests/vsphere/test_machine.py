@@ -32,6 +32,13 @@ def vms_with_uid(si: Any, uid: str) -> list[Any]:
         view.Destroy()
 
 
+def fixed_mac(uid: str) -> str:
+    """eth1's given MAC, in VMware's manual range, one per VM: a MAC another VM of the vCenter has
+    is refused before the clone (issue F5), and the module's VMs share one vcsim."""
+    h = uuid.UUID(uid).hex
+    return f"00:50:56:{int(h[:2], 16) & 0x3F:02x}:{h[2:4]}:{h[4:6]}"
+
+
 def spec(uid: str, **kw: Any) -> VMSpec:
     base: dict[str, Any] = {
         "uid": uid,
@@ -46,7 +53,7 @@ def spec(uid: str, **kw: Any) -> VMSpec:
         "nics": (
             NicSpec("eth0", "DC0_DVPG0", addresses=("10.0.0.5/24",), dhcp4=False, gateway4="10.0.0.1",
                     nameservers=("10.0.0.2",)),
-            NicSpec("eth1", "VM Network", mac_address="00:50:56:01:02:03"),
+            NicSpec("eth1", "VM Network", mac_address=fixed_mac(uid)),
         ),
         "user_data": b"#cloud-config\nhostname: test\n",
     }
@@ -73,7 +80,7 @@ async def test_create_reconfigure_guestinfo_power_on_reads_back(
     assert len(nics) == 2
     assert isinstance(nics[0].backing, vim.vm.device.VirtualEthernetCard.DistributedVirtualPortBackingInfo)
     assert nics[1].backing.deviceName == "VM Network"
-    assert nics[1].macAddress == "00:50:56:01:02:03"
+    assert nics[1].macAddress == fixed_mac(uid)
     assert vm.runtime.powerState == "poweredOn"
     assert vm.config.uuid == info.bios_uuid and vm.config.instanceUuid == info.instance_uuid
 
@@ -88,7 +95,7 @@ async def test_create_reconfigure_guestinfo_power_on_reads_back(
     assert eth0["match"]["macaddress"] == nics[0].macAddress.lower()
     assert eth0["addresses"] == ["10.0.0.5/24"] and eth0["dhcp4"] is False
     assert eth0["routes"] == [{"to": "0.0.0.0/0", "via": "10.0.0.1"}]
-    assert md["network"]["ethernets"]["eth1"]["match"]["macaddress"] == "00:50:56:01:02:03"
+    assert md["network"]["ethernets"]["eth1"]["match"]["macaddress"] == fixed_mac(uid)
     # The VM is in the requested cluster: its resource pool belongs to DC0_C1.
     assert vm.resourcePool.owner.name == "DC0_C1"
     # Issue 23 case 3: cloud-init's VMware datasource is asked to clear the user data once read.

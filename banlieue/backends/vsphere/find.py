@@ -264,6 +264,31 @@ class VMIndex:
             out |= reserved
         return out
 
+    def forget_macs(self, moref: str) -> None:
+        """VM ``moref`` is destroyed: its MACs are free again (before the watch reports the
+        removal, or without a watch)."""
+        with self._lock:
+            self._macs.pop(moref, None)
+
+    def mac_owners(self, wanted: Iterable[str], uid: str) -> dict[str, str]:
+        """Which of the MACs ``wanted`` (any case) another VM of this vCenter has, as MAC (lower
+        case) -> who has it: ``VM <moref>`` or ``a clone in flight``. The VMs and reservations of
+        ``uid`` itself do not count. Only what ``macs_in_use`` knows (ADR 0014)."""
+        want = {m.lower() for m in wanted}
+        out: dict[str, str] = {}
+        with self._lock:
+            for moref, sources in self._macs.items():
+                if self._uid_by_moref.get(moref) == uid:
+                    continue
+                for found in sources.values():
+                    for mac in want & found:
+                        out.setdefault(mac, f"VM {moref}")
+            for other, reserved in self._reserved.items():
+                if other != uid:
+                    for mac in want & reserved:
+                        out.setdefault(mac, "a clone in flight")
+        return out
+
     def reserve_macs(self, uid: str, count: int, rand: Callable[[int, int], int] | None = None) -> list[str]:
         """``count`` MACs for a clone of ``uid`` (``macs.choose``: VMware's manual range, none in
         ``macs_in_use``), reserved for ``uid`` until ``release_macs``: two clones in flight in

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from banlieue.api.conditions import READY, is_true
 from banlieue.api.infrastructure import VSphereMachineStatus
-from banlieue.backends.base import Backend, BackendError, Connection, VMChange
+from banlieue.backends.base import AuthFailed, Backend, BackendError, Connection, VMChange
 from banlieue.reconcilers.connection import (
     ConnectionConfigError,
     connection_for,
@@ -71,7 +71,34 @@ WATCH_RESYNC_SECONDS = 5.0
 """How often the set of watched vCenter connections is compared with the Providers when no
 Provider event woke the watcher first (a safety net: Provider events wake it at once)."""
 WATCH_RESTART_SECONDS = 5.0
-"""Pause before a failed vCenter watch is restarted."""
+"""Pause before a failed vCenter watch is restarted the first time; doubled after each further
+failure up to ``WATCH_RESTART_MAX_SECONDS`` (``watch_restart_delay``)."""
+WATCH_RESTART_MAX_SECONDS = 300.0
+"""Longest pause between restarts of a failing vCenter watch. 5 s doubling to 5 min is the shape
+of the kubelet's CrashLoopBackOff (10 s doubling, capped at 300 s): a vCenter that stays down
+costs one login attempt per 5 min instead of one per 5 s (issue F4: a refused port or refused
+credentials looped every 5 s forever)."""
+WATCH_AUTH_FAILED_SECONDS = 300.0
+"""Pause after the vCenter refused the credentials (``AuthFailed``: InvalidLogin/NoPermission),
+from the first such failure on. vCenter SSO's default lockout policy locks an account after 5
+failed logins within 180 s, for 300 s (vSphere Authentication guide, "Edit the vCenter Single
+Sign-On Lockout Policy"); one attempt per 300 s stays below it whatever the count. A changed
+credentials Secret or connection is a new watch (``Connection.session_key`` is part of the
+watch key) and is tried at once."""
+WATCH_HEALTHY_SECONDS = 60.0
+"""A watch that ran this long before failing resets the back-off (its next restart waits
+``WATCH_RESTART_SECONDS`` again): a vCenter restarted once a day must not wait minutes."""
+
+
+def watch_restart_delay(failures: int, auth_failed: bool) -> float:
+    """Seconds to wait before restarting a vCenter watch after ``failures`` (>= 1) consecutive
+    failed attempts, the last one refused for its credentials when ``auth_failed``:
+    ``WATCH_RESTART_SECONDS * 2**(failures-1)`` capped at ``WATCH_RESTART_MAX_SECONDS``, and at
+    least ``WATCH_AUTH_FAILED_SECONDS`` after ``AuthFailed``. Raises ValueError for failures < 1."""
+    if failures < 1:
+        raise ValueError(f"failures must be >= 1, got {failures}")
+    delay = min(WATCH_RESTART_MAX_SECONDS, WATCH_RESTART_SECONDS * 2.0 ** min(failures - 1, 62))
+    return max(delay, WATCH_AUTH_FAILED_SECONDS) if auth_failed else delay
 
 
 def _meta(obj: Object) -> dict[str, Any]:
@@ -274,6 +301,9 @@ class VMWatch:
         self._queue: asyncio.Queue[VMChange | str | object] | None = None
         self._wake_pending = False
         self._watched: dict[tuple[str, ...], str] = {}
+        self._retry: dict[tuple[str, ...], asyncio.Event] = {}
+        """Per watch: set to end its restart pause (its vCenter answers again)."""
+        self._conns: dict[tuple[str, ...], Connection] = {}
 
     @property
     def watched(self) -> frozenset[str]:
@@ -313,9 +343,19 @@ class VMWatch:
             out[(*conn.session_key, conn.vcenter_instance_uuid or "")] = conn
         return out
 
-    async def _pump(self, conn: Connection, queue: asyncio.Queue[VMChange | str | object]) -> None:
+    async def _pump(self, conn: Connection, queue: asyncio.Queue[VMChange | str | object],
+                    retry: asyncio.Event | None = None) -> None:
+        """Run ``backend.watch(conn)`` until cancelled, restarting it after a failure with the
+        back-off of ``watch_restart_delay`` (per connection: each Provider's watch has its own).
+        ``retry`` set during a pause ends the pause at once (the vCenter answers again)."""
+        loop = asyncio.get_running_loop()
+        failures = 0
         while True:
+            if retry is not None:
+                retry.clear()
             first = True
+            auth_failed = False
+            started = loop.time()
             try:
                 async for change in self.backend.watch(conn):
                     queue.put_nowait(change)
@@ -325,10 +365,25 @@ class VMWatch:
                         queue.put_nowait(conn.provider)
                         first = False
             except BackendError as exc:
-                log.info("vcenter watch failed, restarting", provider=conn.provider, reason=exc.reason, error=str(exc))
-            except Exception:  # a bug must not end the watch for good: log it and restart
-                log.exception("vcenter watch crashed, restarting", provider=conn.provider)
-            await asyncio.sleep(WATCH_RESTART_SECONDS)
+                auth_failed = isinstance(exc, AuthFailed)
+                error: BaseException | None = exc
+            except Exception as exc:  # a bug must not end the watch for good: log it and restart
+                error = exc
+            else:
+                error = None  # the watch ended without an error: restart it like a failure
+            failures = 1 if loop.time() - started >= WATCH_HEALTHY_SECONDS else failures + 1
+            delay = watch_restart_delay(failures, auth_failed)
+            if isinstance(error, BackendError):
+                log.info("vcenter watch failed, restarting", provider=conn.provider, reason=error.reason,
+                         error=str(error), retry_in_seconds=delay, failures=failures)
+            elif error is not None:
+                log.error("vcenter watch crashed, restarting", provider=conn.provider, retry_in_seconds=delay,
+                          failures=failures, exc_info=error)
+            if retry is None:
+                await asyncio.sleep(delay)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(retry.wait(), delay)
 
     def _sync_watches(self, tasks: dict[tuple[str, ...], asyncio.Task[None]],
                       queue: asyncio.Queue[VMChange | str | object]) -> None:
@@ -336,12 +391,16 @@ class VMWatch:
         wanted = self._connections()
         for key in [k for k in tasks if k not in wanted]:
             tasks.pop(key).cancel()
+            self._retry.pop(key, None)
+            self._conns.pop(key, None)
             log.info("stopped watching vcenter", provider=self._watched.pop(key, ""))
         for key, conn in wanted.items():
             if key not in tasks:
                 log.info("watching vcenter", provider=conn.provider, endpoint=conn.endpoint)
-                tasks[key] = asyncio.create_task(self._pump(conn, queue), name=f"vcenter watch {conn.provider}")
+                retry = self._retry[key] = asyncio.Event()
+                tasks[key] = asyncio.create_task(self._pump(conn, queue, retry), name=f"vcenter watch {conn.provider}")
                 self._watched[key] = conn.provider
+                self._conns[key] = conn
 
     async def requests(self) -> AsyncIterator[Request]:
         """Requests for machines whose VM changed (power, IPs, config, removal)."""
@@ -381,6 +440,12 @@ class VMWatch:
                     continue
                 if isinstance(change, _Back):
                     if notifier is not None:
+                        # A watch pausing after failures on this endpoint restarts now, not
+                        # after up to WATCH_RESTART_MAX_SECONDS.
+                        for key, conn in self._conns.items():
+                            with contextlib.suppress(BackendError, ConnectionConfigError):
+                                if notifier.endpoint_label(conn) == str(change) and key in self._retry:
+                                    self._retry[key].set()
                         for request in machines_waiting_on(str(change), self._connections().values(), notifier, self.cache):
                             yield request
                     continue
@@ -394,6 +459,8 @@ class VMWatch:
         finally:
             unsubscribe()
             self._watched.clear()
+            self._retry.clear()
+            self._conns.clear()
             for task in tasks.values():
                 task.cancel()
             for task in tasks.values():
