@@ -102,7 +102,20 @@ def retrieve_objects(content: Any, objs: Iterable[Any], type_: Any, paths: Itera
     return _collect(content.propertyCollector, [spec])
 
 
-def _collect(collector: Any, specs: list[Any]) -> list[ObjectProps]:
+def retrieve_present(content: Any, objs: Iterable[Any], type_: Any, paths: Iterable[str]) -> list[ObjectProps]:
+    """``retrieve_objects`` of the objects that still exist, one gone meanwhile left out instead
+    of failing the call: ``reportMissingObjectsInResults`` (vcsim leaves it out, vCenter returns it
+    with a ManagedObjectNotFound in ``missingSet``). Raises vim.fault.NotAuthenticated (vcsim's
+    per-property expired session) so that ``Session.call`` logs in again."""
+    spec = PC.FilterSpec(
+        objectSet=[PC.ObjectSpec(obj=o, skip=False) for o in objs],
+        propSet=[PC.PropertySpec(type=type_, pathSet=list(paths), all=False)],
+        reportMissingObjectsInResults=True,
+    )
+    return _collect(content.propertyCollector, [spec], drop_missing=True)
+
+
+def _collect(collector: Any, specs: list[Any], drop_missing: bool = False) -> list[ObjectProps]:
     out: list[ObjectProps] = []
     result = collector.RetrievePropertiesEx(specs, PC.RetrieveOptions())
     while result is not None:
@@ -112,6 +125,8 @@ def _collect(collector: Any, specs: list[Any]) -> list[ObjectProps]:
                 # instead of a SOAP fault: raise it so the session layer logs in again.
                 if isinstance(missing.fault, vim.fault.NotAuthenticated):
                     raise missing.fault
+            if drop_missing and any(isinstance(m.fault, vmodl.fault.ManagedObjectNotFound) for m in oc.missingSet or []):
+                continue
             out.append(ObjectProps(oc.obj, {p.name: p.val for p in oc.propSet or []}))
         if not result.token:
             break

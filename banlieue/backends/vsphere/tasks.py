@@ -24,7 +24,7 @@ from pyVmomi import vmodl as _vmodl
 from banlieue.backends.base import BackendError, TaskFailed, Transient
 from banlieue.backends.vsphere import metrics
 from banlieue.backends.vsphere.faults import task_error
-from banlieue.backends.vsphere.properties import PC, ObjectProps, retrieve_objects
+from banlieue.backends.vsphere.properties import ObjectProps, retrieve_objects, retrieve_present
 from banlieue.backends.vsphere.session import Session
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
@@ -180,26 +180,7 @@ def _task_infos(content: Any, tasks: list[Any]) -> list[ObjectProps]:
     """State and kind of ``tasks`` in one RetrievePropertiesEx; a task vCenter forgot meanwhile
     is left out (``reportMissingObjectsInResults``: vcsim omits it, vCenter reports it in
     ``missingSet``). Raises vim.fault.NotAuthenticated (vcsim's per-property expired session)."""
-    spec = PC.FilterSpec(
-        objectSet=[PC.ObjectSpec(obj=task, skip=False) for task in tasks],
-        propSet=[PC.PropertySpec(type=vim.Task, pathSet=["info.state", "info.descriptionId"], all=False)],
-        reportMissingObjectsInResults=True,
-    )
-    collector = content.propertyCollector
-    out: list[ObjectProps] = []
-    result = collector.RetrievePropertiesEx([spec], PC.RetrieveOptions())
-    while result is not None:
-        for oc in result.objects or []:
-            faults = [m.fault for m in oc.missingSet or []]
-            for fault in faults:
-                if isinstance(fault, vim.fault.NotAuthenticated):
-                    raise fault
-            if not any(isinstance(f, vmodl.fault.ManagedObjectNotFound) for f in faults):
-                out.append(ObjectProps(oc.obj, {p.name: p.val for p in oc.propSet or []}))
-        if not result.token:
-            break
-        result = collector.ContinueRetrievePropertiesEx(result.token)
-    return out
+    return retrieve_present(content, tasks, vim.Task, ["info.state", "info.descriptionId"])
 
 
 async def wait_in_flight(run: Runner, vm: Any, kinds: frozenset[str], what: str, timeout: float, provider: str) -> bool:

@@ -53,7 +53,7 @@ from banlieue.backends.base import BackendError, TLSVerifyFailed, VMChange
 from banlieue.backends.vsphere import deserializer
 from banlieue.backends.vsphere.faults import map_exception
 from banlieue.backends.vsphere.find import UID_KEY, VMIndex
-from banlieue.backends.vsphere.properties import PC, moid, vm_traversal
+from banlieue.backends.vsphere.properties import PC, moid, retrieve_present, vm_traversal
 from banlieue.backends.vsphere.session import Session, ssl_context
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
@@ -95,26 +95,7 @@ def existing_vms(content: Any, vms: Iterable[Any]) -> set[str]:
     vim.fault.NotAuthenticated (vcsim reports an expired session per property) so that
     ``Session.call`` logs in again.
     """
-    spec = PC.FilterSpec(
-        objectSet=[PC.ObjectSpec(obj=vm, skip=False) for vm in vms],
-        propSet=[PC.PropertySpec(type=vim.VirtualMachine, pathSet=["name"], all=False)],
-        reportMissingObjectsInResults=True,
-    )
-    present: set[str] = set()
-    collector = content.propertyCollector
-    result = collector.RetrievePropertiesEx([spec], PC.RetrieveOptions())
-    while result is not None:
-        for oc in result.objects or []:
-            faults = [m.fault for m in oc.missingSet or []]
-            for fault in faults:
-                if isinstance(fault, vim.fault.NotAuthenticated):
-                    raise fault
-            if not any(isinstance(f, vmodl.fault.ManagedObjectNotFound) for f in faults):
-                present.add(moid(oc.obj))
-        if not result.token:
-            break
-        result = collector.ContinueRetrievePropertiesEx(result.token)
-    return present
+    return {moid(o.obj) for o in retrieve_present(content, vms, vim.VirtualMachine, ["name"])}
 
 
 class VMWatch:
