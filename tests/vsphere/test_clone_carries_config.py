@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from pyVmomi import SoapAdapter, vim
-from vcwatch import watching
+from vcwatch import until_authoritative, watching
 
 from banlieue.backends.base import Connection, DiskSpec, NicSpec, VMSpec
 from banlieue.backends.vsphere import macs
@@ -155,9 +155,7 @@ async def test_with_a_watch_the_power_on_is_ended_by_it_not_polled(
                   num_cpus=1, memory_mib=1024, nics=(NicSpec("a", "VM Network"),))
     await backend.check_connection(conn)
     async with watching(backend, conn):
-        async with asyncio.timeout(20):
-            while not backend._vm_index(conn).authoritative:
-                await asyncio.sleep(0.05)
+        await until_authoritative(backend, conn)
         await backend.create_vm(conn, spec)
         sent.clear()
         info = await backend.set_power_state(conn, uid, "PoweredOn")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pyVim.connect import Disconnect, SmartConnect
 from pyVmomi import vim
-from vcwatch import next_for, watching
+from vcwatch import next_for, until_authoritative, watching
 
 from banlieue.backends.base import Connection, NicStatus, VMInfo, VMSpec
 from banlieue.backends.vsphere import find
@@ -66,9 +66,7 @@ async def test_lookups_read_the_vm_only_after_it_changed(
                   num_cpus=2, memory_mib=256)
     await backend.check_connection(conn)
     async with watching(backend, conn) as queue:
-        async with asyncio.timeout(20):
-            while not backend._vm_index(conn).authoritative:
-                await asyncio.sleep(0.05)
+        await until_authoritative(backend, conn)
         created = await backend.create_vm(conn, spec)
         await backend.set_power_state(conn, uid, "PoweredOn")
         # The watch reports the clone, its configuration and the power-on, over several updates
@@ -128,9 +126,7 @@ async def test_an_address_reported_at_power_on_reaches_the_lookups(
                   num_cpus=1, memory_mib=128)
     await backend.check_connection(conn)
     async with watching(backend, conn):
-        async with asyncio.timeout(20):
-            while not backend._vm_index(conn).authoritative:
-                await asyncio.sleep(0.05)
+        await until_authoritative(backend, conn)
         await backend.create_vm(conn, spec)
         await backend.find_vm(conn, uid)  # kept
         await backend.set_power_state(conn, uid, "PoweredOn")

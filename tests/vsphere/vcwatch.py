@@ -35,3 +35,11 @@ async def next_for(queue: asyncio.Queue[VMChange], uid: str, kind: str, timeout:
             change = await queue.get()
             if change.uid == uid and change.kind == kind:
                 return change
+
+
+async def until_authoritative(backend: VSphereBackend, conn: Connection, timeout: float = 20) -> None:
+    """Wait until the watch's first pass made the VM index answer lookups (``VMIndex.authoritative``);
+    TimeoutError after ``timeout`` s."""
+    async with asyncio.timeout(timeout):
+        while not backend._vm_index(conn).authoritative:
+            await asyncio.sleep(0.05)
