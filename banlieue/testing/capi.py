@@ -258,15 +258,9 @@ def generate_serving_cert(directory: Path) -> str:
     return (directory / "ca.crt").read_text()
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def free_ports(count: int) -> list[int]:
     """``count`` distinct free 127.0.0.1 ports, all bound at once while chosen: two
-    ``free_port()`` calls in a row can return the same port, and CAPI core then failed to start
+    one-port choices in a row can return the same port, and CAPI core then failed to start
     (its metrics listener on the port its health probe already had: "address already in use")."""
     with contextlib.ExitStack() as stack:
         socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
