@@ -64,6 +64,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
+from banlieue.cmd.dev import free_ports  # noqa: E402
 from banlieue.testing import capi as capi_testing  # noqa: E402
 from banlieue.testing.envtest import Envtest, start_envtest  # noqa: E402
 from banlieue.testing.vcsim import VcsimProcess, start_vcsim  # noqa: E402
@@ -294,7 +295,7 @@ def install_capv(env: Envtest, workdir: Path) -> dict[str, Any]:
         raise RuntimeError(f"go list -m {CAPV_MODULE} in {CAPV_MODULE_DIR}: {proc.stderr.strip()}")
     cert_dir = workdir / "capv-certs"
     ca_pem = capi_testing.generate_serving_cert(cert_dir)
-    [port] = capi_testing.free_ports(1)
+    [port] = free_ports(1)
     docs = capi_testing.rewrite(capi_testing.kustomize(Path(proc.stdout.strip()) / "config" / "default"), port, ca_pem)
     # The manager runs as a process with an identity Secret per cluster: no credentials file Secret.
     docs = [d for d in docs if not (d["kind"] == "Secret" and d["metadata"]["name"].endswith("bootstrap-credentials"))]
@@ -324,7 +325,7 @@ class Provider:
     def start(self) -> float:
         """Start the manager; returns the monotonic start time after /readyz answered 200."""
         kubeconfig = capi_testing.token_kubeconfig(self.env.kubeconfig_path, *self._sa(), self.workdir / f"{self.name}.kubeconfig")
-        metrics, health = capi_testing.free_ports(2)  # distinct: two one-port choices can coincide
+        metrics, health = free_ports(2)  # distinct: two one-port choices can coincide
         self.metrics_url, self.health_url = f"http://127.0.0.1:{metrics}/metrics", f"http://127.0.0.1:{health}/readyz"
         if self.name == "banlieue":
             args = [sys.executable, "-m", "banlieue.cli", "manager", "--kubeconfig", str(kubeconfig),

@@ -316,6 +316,19 @@ def free_port(host: str = "127.0.0.1", preferred: int = 0) -> int:
     raise StartupError(f"no free port on {host}")
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports on ``host``, chosen by the OS with every socket held bound
+    until all are chosen. Use it wherever several ports are chosen together: back-to-back
+    :func:`free_port` calls can return the same port (each socket is closed before the next is
+    bound), and CAPI core once failed to start with its metrics listener on the port its health
+    probe already had ("address already in use"). Raises OSError when ``host`` cannot be bound."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for s in socks:
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+
+
 def find_kubectl() -> str:
     """kubectl on PATH, else the Google Cloud SDK's; StartupError when neither exists."""
     found = shutil.which("kubectl")

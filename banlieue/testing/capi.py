@@ -42,7 +42,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -54,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from banlieue.cmd.dev import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODULE_DIR = REPO_ROOT / "hack" / "capi"
@@ -256,17 +257,6 @@ def generate_serving_cert(directory: Path) -> str:
     run("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
         "-extfile", "san.ext", "-out", "tls.crt")
     return (directory / "ca.crt").read_text()
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free 127.0.0.1 ports, all bound at once while chosen: two
-    one-port choices in a row can return the same port, and CAPI core then failed to start
-    (its metrics listener on the port its health probe already had: "address already in use")."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
 
 
 # -- processes ------------------------------------------------------------------------------------

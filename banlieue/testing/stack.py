@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from banlieue.cmd.dev import free_port
+from banlieue.cmd.dev import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -203,8 +203,7 @@ def start_banlieue(kubeconfig: Path, log: Path, role: str = "manager", *flags: s
     follows the interpreter (a wrapper script such as bench/e2e_memprobe.py takes the CLI's
     place); ``extra_env`` is added to the inherited environment.
     """
-    probes = free_port()
-    metrics_port = free_port() if metrics else 0
+    probes, metrics_port = free_ports(2) if metrics else (free_ports(1)[0], 0)
     argv = [sys.executable, *entry, *role.split(), "--kubeconfig", str(kubeconfig),
             "--metrics-bind-address", f"127.0.0.1:{metrics_port}" if metrics else "0",
             "--health-probe-bind-address", f"127.0.0.1:{probes}", "--log-format", log_format]

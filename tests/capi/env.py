@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import socket
 import ssl
 import sys
 import time
@@ -26,6 +25,7 @@ import aiohttp
 from pyVim.connect import Disconnect, SmartConnect
 from pyVmomi import vim
 
+from banlieue.cmd.dev import free_ports
 from banlieue.reconcilers.kinds import PROVIDER, VSPHERE_CLUSTER, VSPHERE_MACHINE, VSPHERE_MACHINE_TEMPLATE
 from banlieue.runtime.client import Client
 from banlieue.runtime.kinds import SECRET
@@ -54,12 +54,6 @@ async def eventually(check: Callable[[], Awaitable[T | None]], *, timeout: float
 
 def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -178,7 +172,7 @@ class CapiEnv:
 
     async def start_manager(self) -> None:
         """``python -m banlieue.cli manager`` on free 127.0.0.1 ports; waits for ``/readyz``."""
-        metrics, probes = free_port(), free_port()
+        metrics, probes = free_ports(2)
         self.probes_url = f"http://127.0.0.1:{probes}"
         with self.log_path.open("wb") as sink:
             self.manager = await asyncio.create_subprocess_exec(

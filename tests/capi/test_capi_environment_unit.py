@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from banlieue.cmd.dev import free_ports
 from banlieue.testing import capi
 
 CLUSTER_OFF_HOST = {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "demo"},
@@ -87,5 +88,5 @@ def test_cluster_template_endpoint_is_checked() -> None:
 def test_free_ports_are_distinct_loopback_ports() -> None:
     """The managers' health, diagnostics and webhook ports are chosen together: never one port
     twice (CAPI core once failed on its metrics port, already its health probe's)."""
-    ports = capi.free_ports(64)
+    ports = free_ports(64)
     assert len(set(ports)) == 64 and all(0 < p < 65536 for p in ports)

@@ -183,10 +183,16 @@ def test_a_controller_manager_port_taken_meanwhile_is_chosen_again(tmp_path: Pat
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        real_free_port = envtest_module.free_port
+        real_free_ports = envtest_module.free_ports
         calls = iter(range(1000))
-        # _launch draws etcd's, etcd peer's, then kube-controller-manager's port: the third is the taken one.
-        monkeypatch.setattr(envtest_module, "free_port", lambda: port if next(calls) == 2 else real_free_port())
+
+        def first_choice_has_kcm_taken(count: int) -> list[int]:
+            # _launch draws etcd's, etcd peer's, kube-controller-manager's (and kube-apiserver's)
+            # ports together: the third of that first choice is the taken one; later ones are real.
+            ports = real_free_ports(count)
+            return [*ports[:2], port, *ports[3:]] if next(calls) == 0 else ports
+
+        monkeypatch.setattr(envtest_module, "free_ports", first_choice_has_kcm_taken)
         with envtest_module.start_envtest(tmp_path / "d", keep_logs=True) as env:
             assert env.kcm_url != f"https://127.0.0.1:{port}"
             status, _ = env.request("GET", "/api/v1/namespaces/default/serviceaccounts/default", timeout=5)

@@ -65,7 +65,7 @@ from typing import Any
 
 import yaml
 
-from banlieue.cmd.dev import free_port
+from banlieue.cmd.dev import free_ports
 from banlieue.testing.processes import terminate
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -323,8 +323,9 @@ def _wait(env: Envtest, what: str, proc: _Proc, ready: Any, deadline: float) -> 
 
 def _launch(env: Envtest, binaries: Path, api_port: int = 0, *, bind_address: str = "127.0.0.1",
             controller_manager: bool = True, audit_policy: dict[str, Any] | None = None) -> None:
-    etcd_port, peer_port, kcm_port = (free_port() for _ in range(3))
-    api_port = api_port or free_port()
+    # Chosen together (distinct, all held bound until chosen); kube-apiserver's only when not given.
+    etcd_port, peer_port, kcm_port, *chosen_api = free_ports(3 if api_port else 4)
+    api_port = api_port or chosen_api[0]
     data = env.dir / "etcd"
     env.created.append(data)
     env.etcd_url = f"http://127.0.0.1:{etcd_port}"
@@ -400,7 +401,7 @@ def _launch(env: Envtest, binaries: Path, api_port: int = 0, *, bind_address: st
                     "address already in use" not in kcm.log.read_text(errors="replace"):
                 raise
             env.procs.remove(kcm)
-            kcm_port = free_port()
+            [kcm_port] = free_ports(1)
     _wait(env, "the default ServiceAccount (serviceaccount controller)", kcm,
           lambda: env.request("GET", "/api/v1/namespaces/default/serviceaccounts/default", timeout=3)[0] == 200,
           deadline)

@@ -4,8 +4,11 @@ themselves are exercised by tests/e2e/test_dev_supervision.py."""
 from __future__ import annotations
 
 import signal
+import socket
+import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -97,3 +100,74 @@ def test_each_child_has_a_pid_file_for_this_environment_only(tmp_path: Path) -> 
     assert child.process.pid != first and pid_file.read_text() == f"{child.process.pid}\n"
     children.stop_all()
     assert not pid_file.exists()
+
+
+class _LowestFreePortOS:
+    """A model of the OS's choice for ``bind(port 0)``: the lowest port no socket holds bound.
+    Linux picks at random, so two back-to-back one-port choices coincide only sometimes; here
+    they always do, which makes the coincidence (and its absence) testable."""
+
+    def __init__(self) -> None:
+        self.held: set[int] = set()
+
+    def socket(self, *_args: object) -> _FakeSocket:
+        return _FakeSocket(self)
+
+    def module(self) -> SimpleNamespace:
+        """Stands for the ``socket`` module in ``banlieue.cmd.dev`` (only that module sees it)."""
+        return SimpleNamespace(socket=self.socket, AF_INET=socket.AF_INET, SOCK_STREAM=socket.SOCK_STREAM)
+
+
+class _FakeSocket:
+    def __init__(self, os_model: _LowestFreePortOS) -> None:
+        self.os, self.port = os_model, 0
+
+    def bind(self, address: tuple[str, int]) -> None:
+        self.port = address[1] or min(set(range(40000, 40100)) - self.os.held)
+        self.os.held.add(self.port)
+
+    def getsockname(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    def close(self) -> None:
+        self.os.held.discard(self.port)
+
+    def __enter__(self) -> _FakeSocket:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def test_ports_chosen_together_are_distinct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ports one process (or one envtest) needs together come from one ``free_ports(n)``, which
+    holds every socket bound until all are chosen: back-to-back ``free_port()`` calls can return
+    the same port (the first socket is closed before the second is bound)."""
+    import banlieue.cmd.dev as dev
+
+    monkeypatch.setattr(dev, "socket", _LowestFreePortOS().module())
+    assert dev.free_port() == dev.free_port()  # the model reproduces the coincidence
+    ports = dev.free_ports(3)
+    assert len(set(ports)) == 3, ports
+    assert dev.free_ports(0) == []
+
+
+def test_start_banlieue_probes_and_metrics_ports_are_distinct(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """banlieue.testing.stack.start_banlieue gave the probe and the metrics listeners two
+    back-to-back one-port choices: the same port under the model above."""
+    import banlieue.cmd.dev as dev
+    from banlieue.testing import stack
+
+    monkeypatch.setattr(dev, "socket", _LowestFreePortOS().module())
+    started: list[list[str]] = []
+
+    class NoProcess:
+        def __init__(self, argv: list[str], **_kw: object) -> None:
+            started.append(argv)
+
+    monkeypatch.setattr(stack, "subprocess", SimpleNamespace(Popen=NoProcess, DEVNULL=subprocess.DEVNULL))
+    stack.start_banlieue(tmp_path / "kubeconfig", tmp_path / "log")
+    [argv] = started
+    metrics = argv[argv.index("--metrics-bind-address") + 1]
+    probes = argv[argv.index("--health-probe-bind-address") + 1]
+    assert metrics != probes, argv
