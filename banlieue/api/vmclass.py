@@ -50,6 +50,15 @@ OS_DISK_RULE: dict[str, JsonValue] = {
                "cannot become the first one nor the OS disk's name move down the list; reorder only the disks after it",
 }
 """The first disk is the OS disk (ADR 0012): a transition rule, so only an update is checked."""
+DISKS_KEPT_RULE: dict[str, JsonValue] = {
+    "rule": "!has(oldSelf.disks) || size(oldSelf.disks) == 0 || (has(self.disks) && size(self.disks) > 0)",
+    "fieldPath": ".disks",
+    "message": "disks cannot be emptied once set: disks[0] is the OS disk of the class's VMs; keep it listed first "
+               "(the other disks may be removed)",
+}
+"""A class's disks never go from some to none (``[]`` or the field dropped): ``OS_DISK_RULE``
+compares the first disks of the old and new lists, so an empty list in between would let a later
+edit put another existing disk first, and refuse putting the OS disk back. A transition rule."""
 
 MEMORY_MIB_SCHEMA: dict[str, JsonValue] = {
     "maximum": MAX_MEMORY_MIB,
@@ -110,14 +119,14 @@ class ClassDisk(ApiModel):
 class Hardware(ApiModel):
     """Virtual hardware of a VMClass."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [OS_DISK_RULE]})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [OS_DISK_RULE, DISKS_KEPT_RULE]})
 
     cpus: int = Field(ge=1, json_schema_extra={"maximum": MAX_CPUS})
     """Virtual CPUs (at most 768, vSphere's per-VM limit)."""
     memory_mib: int = Field(ge=1, alias="memoryMiB", json_schema_extra=MEMORY_MIB_SCHEMA)
     """Memory, MiB (a multiple of 4, at most 25165824, vSphere's 24 TB per VM)."""
     disks: list[ClassDisk] | None = Field(default=None, max_length=MAX_DISKS, json_schema_extra=_BY_NAME)
-    """Disks (at most 60, vSphere's per-VM limit); the first is the OS disk, renamed but never moved."""
+    """Disks (at most 60, vSphere's per-VM limit); the first is the OS disk, renamed but never moved, and never emptied once set."""
 
 
 class StaticIPConfig(ApiModel):

@@ -162,6 +162,14 @@ def test_the_os_disk_may_be_renamed_not_moved_and_limits_hold_with_kubectl(insta
     assert "spec.hardware.cpus" in err and "768" in err, err
     err = installed.rejected("apply", "--server-side", "-f", "-", docs=[klass(["boot", "Data_1"])])
     assert "spec.hardware.disks[1].name" in err, err
+    # Emptying the disks (or dropping the field) would pass the rule above, and so would any list
+    # set afterwards: refused, so the OS disk can never be swapped through an empty list.
+    for emptied in (klass([]), {**klass([]), "spec": {"hardware": {"cpus": 1, "memoryMiB": 512}}}):
+        err = installed.rejected("apply", "--server-side", "-f", "-", docs=[emptied])
+        assert "spec.hardware.disks: Invalid value" in err and "cannot be emptied" in err, err
+    installed.ok("apply", "--server-side", "-f", "-", docs=[klass(["boot"])])  # the other disks may go
+    err = installed.rejected("apply", "--server-side", "-f", "-", docs=[klass(["data", "boot"])])
+    assert "disks[0] is the OS disk" in err, err
 
 
 def test_vsphere_memory_ipam_and_mac_rules_are_checked_at_admission(installed: Kubectl) -> None:
