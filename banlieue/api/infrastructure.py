@@ -104,6 +104,9 @@ class VSphereMachineReason:
     FAILURE_DOMAIN_NOT_FOUND = "FailureDomainNotFound"
     VM_NOT_FOUND = "VMNotFound"
     VM_NAME_IN_USE = "VMNameInUse"
+    MAC_ADDRESS_CONFLICT = "MacAddressConflict"
+    """A NIC's ``macAddress`` is another VM's of the vCenter (or given to two NICs), or vCenter
+    refused a clone for a MAC in use (ADR 0014)."""
     POWERING_OFF = "PoweringOff"
     NOT_PAUSED = "NotPaused"
     WAITING_FOR_BIOS_UUID = "WaitingForBIOSUUID"

@@ -48,6 +48,7 @@ FAILED_REASONS = frozenset({
     VSphereMachineReason.TEMPLATE_NOT_FOUND,
     VSphereMachineReason.INVALID_SPEC,
     VSphereMachineReason.CLONE_FAILED,
+    VSphereMachineReason.MAC_ADDRESS_CONFLICT,
 })
 """Condition reasons that need a user's action (SPEC §3-§4): the VM is counted as ``Failed``.
 Waits that resolve on their own are not here: placement waits (``NoProviderMatched``,

@@ -527,20 +527,20 @@ class VSphereBackend:
         hardware converged to ``spec`` (``clone.hardware_spec``) with a MAC chosen for every NIC
         whose spec gives none (``macs``; reserved in ``index`` until the VM is read), and the
         guestinfo naming those MACs. Raises InvalidSpec like the converge (before any clone), and
-        when a MAC the spec gives is another VM's of this vCenter or given to two NICs (issue F5:
-        vCenter does not check manual MACs, ADR 0014)."""
+        InvalidSpec with reason ``MacAddressConflict`` when a MAC the spec gives is another VM's of
+        this vCenter or given to two NICs (issue F5: vCenter does not check manual MACs, ADR 0014)."""
         given = [(n.name, n.mac_address.lower()) for n in spec.nics if n.mac_address]
         owners = index.mac_owners((mac for _, mac in given), spec.uid)
         seen: dict[str, str] = {}
         for name, mac in given:
             other = seen.setdefault(mac, name)
             if other != name:
-                raise InvalidSpec(f"NICs {other!r} and {name!r} are given the same macAddress {mac} "
-                                  f"({macs.CONFLICT_REASON}): give each NIC its own", public=True)
+                raise InvalidSpec(f"NICs {other!r} and {name!r} are given the same macAddress {mac}: give each NIC its own",
+                                  reason=macs.CONFLICT_REASON, public=True)
             if mac in owners:
-                raise InvalidSpec(f"NIC {name!r}: macAddress {mac} is already used by {owners[mac]} of this vCenter "
-                                  f"({macs.CONFLICT_REASON}); nothing was cloned: give the NIC another macAddress, or none "
-                                  "to let banlieue choose a free one (re-checked every 60 s)", public=True)
+                raise InvalidSpec(f"NIC {name!r}: macAddress {mac} is already used by {owners[mac]} of this vCenter; "
+                                  "nothing was cloned: give the NIC another macAddress, or none to let banlieue choose "
+                                  "a free one (re-checked every 60 s)", reason=macs.CONFLICT_REASON, public=True)
         chosen = iter(index.reserve_macs(spec.uid, sum(1 for n in spec.nics if not n.mac_address)))
         planned = replace(spec, nics=tuple(n if n.mac_address else replace(n, mac_address=next(chosen))
                                            for n in spec.nics))

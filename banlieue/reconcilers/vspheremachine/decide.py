@@ -154,7 +154,7 @@ R = VSphereMachineReason
 WARNING_REASONS = frozenset(
     {R.TEMPLATE_NOT_FOUND, R.INVALID_SPEC, R.CLONE_FAILED, R.VM_NOT_FOUND, R.CONNECT_FAILED, R.TLS_VERIFY_FAILED,
      R.SECRET_MISSING, R.SECRET_INVALID, R.PROVIDER_NOT_FOUND, R.FAILURE_DOMAIN_NOT_FOUND, R.VCENTER_IDENTITY_CHANGED,
-     R.PROVIDER_DELETING, R.DUPLICATE_VCENTER, R.VM_NAME_IN_USE}
+     R.PROVIDER_DELETING, R.DUPLICATE_VCENTER, R.VM_NAME_IN_USE, R.MAC_ADDRESS_CONFLICT}
 )
 RETRY_SECONDS = 60.0
 """Re-check interval for conditions nothing notifies about (template created, vCenter back)."""
@@ -436,6 +436,8 @@ def _failure_reason(failure: Failure) -> str:
             return R.TEMPLATE_NOT_FOUND
         if failure.reason == DUPLICATE_NAME:
             return R.VM_NAME_IN_USE
+        if failure.reason == R.MAC_ADDRESS_CONFLICT:  # backends.vsphere.macs.CONFLICT_REASON
+            return R.MAC_ADDRESS_CONFLICT
         if failure.reason == InvalidSpec.reason or failure.reason.endswith("NotFound"):
             return R.INVALID_SPEC
         return R.CLONE_FAILED

@@ -186,11 +186,16 @@ def summary(pending: tuple[Pending, ...]) -> Pending | None:
     """One reason (the most actionable, ``_REASON_ORDER``) and every message joined, most
     actionable first; None when nothing is pending. The causes of the condition's own reason come
     first, unprefixed (the reason already says it: ``Reason: message`` displays, kubectl's
-    included, must not read ``DiskShrinkRefused: DiskShrinkRefused: ...``); every other cause is
-    prefixed by its own reason (``disk os ...; WaitingForPowerOff: numCPUs 1 -> 2 ...``), so the
+    included, must not read ``DiskShrinkRefused: DiskShrinkRefused: ...``); the causes of every
+    other reason follow, that reason written once before them (``disk os ...; WaitingForPowerOff:
+    firmware efi -> efi-secure ...; numCPUs 1 -> 2 ...``, never the same reason twice), so the
     message never reads as the condition's reason explaining another cause (ADR 0012)."""
     if not pending:
         return None
     ordered = sorted(pending, key=lambda p: _REASON_ORDER.index(p.reason))  # stable: spec order within a reason
     reason = ordered[0].reason
-    return Pending(reason, "; ".join(p.message if p.reason == reason else f"{p.reason}: {p.message}" for p in ordered))
+    groups: dict[str, list[str]] = {}
+    for p in ordered:
+        groups.setdefault(p.reason, []).append(p.message)
+    return Pending(reason, "; ".join("; ".join(messages) if r == reason else f"{r}: " + "; ".join(messages)
+                                     for r, messages in groups.items()))

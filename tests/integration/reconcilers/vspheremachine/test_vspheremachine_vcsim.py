@@ -535,8 +535,9 @@ async def test_a_mac_another_machine_has_is_refused_with_a_condition(apiserver: 
         await client.create(VSPHERE_MACHINE, machine("mac-a", ns, network={"devices": [device]}))
         first = await wait_reason(client, ns, "mac-a", "WaitingForIPAddress", "Provisioned")
         created = await client.create(VSPHERE_MACHINE, machine("mac-b", ns, network={"devices": [{**device, "macAddress": mac.upper()}]}))
-        second = await wait_reason(client, ns, "mac-b", "InvalidSpec")
-        status, _, message = ready_of(second) or ("", "", "")
-        assert status == "False" and "MacAddressConflict" in message and f"macAddress {mac} is already used by VM" in message, message
+        second = await wait_reason(client, ns, "mac-b", "MacAddressConflict")
+        status, reason, message = ready_of(second) or ("", "", "")
+        assert status == "False" and reason == "MacAddressConflict", second["status"]
+        assert f"macAddress {mac} is already used by VM" in message and "MacAddressConflict" not in message, message
         assert first["status"]["vmRef"] in message, message
         assert vms_with_uid(si, created["metadata"]["uid"]) == []  # nothing was cloned

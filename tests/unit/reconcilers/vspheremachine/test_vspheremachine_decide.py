@@ -142,6 +142,11 @@ CASES: list[Any] = [
     pytest.param(looked(machine(), failure=Failure("create", "TemplateNotFound", "no tpl")), ("False", "TemplateNotFound"),
                  {"requeue_after": 5.0, "retry": False}, id="template-not-found"),
     pytest.param(looked(machine(), failure=Failure("create", "DatastoreNotFound", "no ds")), ("False", "InvalidSpec"), {}, id="datastore-not-found"),
+    # A NIC's MAC another VM has (or one vCenter refused in a clone): its own reason, not
+    # InvalidSpec or CloneFailed with the word in the message; re-checked every 60 s.
+    pytest.param(looked(machine(), failure=Failure("create", "MacAddressConflict", "NIC 'eth0': macAddress 00:50:56:00:00:01 is already used")),
+                 ("False", "MacAddressConflict"), {"retry": False, "requeue_after": 60.0, "message": "NIC 'eth0': macAddress"},
+                 id="mac-address-conflict"),
     pytest.param(looked(machine(), failure=Failure("create", "TaskFailed", "boom")), ("False", "CloneFailed"),
                  {"retry": False, "requeue_after": 5.0}, id="clone-failed-retries-in-seconds"),
     pytest.param(looked(machine(status=PROVISIONED)), ("False", "VMNotFound"), {"action": None}, id="vm-removed-by-hand-not-recreated"),
@@ -413,6 +418,11 @@ def test_one_pending_cause_is_not_prefixed_and_several_are_ordered_by_reason() -
     # once displayed as "reason: message").
     assert both == Pending("DiskShrinkRefused", "os; data; WaitingForPowerOff: cpu")
     assert summary((Pending("DiskShrinkRefused", "os"), Pending("DiskShrinkRefused", "data"))) == Pending("DiskShrinkRefused", "os; data")
+    # Several causes of another reason: that reason once, before all of them (was
+    # "os; WaitingForPowerOff: firmware ...; WaitingForPowerOff: numCPUs ...").
+    many = summary((Pending("WaitingForPowerOff", "firmware"), Pending("DiskShrinkRefused", "os"),
+                    Pending("WaitingForPowerOff", "cpu"), Pending("DiskRemovedFromSpec", "logs")))
+    assert many == Pending("DiskShrinkRefused", "os; DiskRemovedFromSpec: logs; WaitingForPowerOff: firmware; cpu")
 
 
 def nics_vm(nics: dict[str, tuple[str, bool]]) -> VMInfo:
