@@ -215,3 +215,17 @@ def test_reconcilers_use_only_known_reasons() -> None:
         f"in the Events table; anything else in OTHER_WORDS: {unknown}"
     )
 
+
+
+def test_dev_md_names_the_keys_a_simulator_info_file_has() -> None:
+    """docs/dev.md names the keys of ``vcsim-<provider>/info.json`` (what hack/vcsim writes with
+    ``--info-file`` for ``banlieue dev``, read by govc users and ``banlieue dev vms``) as the
+    file spells them: it once said ``user`` where the file has ``username``."""
+    written = set(re.findall(r'json:"([a-z_]+)"', (ROOT / "hack" / "vcsim" / "main.go").read_text()))
+    assert {"url", "username", "password", "ca_file", "pid"} <= written  # the struct is where it was
+    documented: set[str] = set()
+    for line in (ROOT / "docs" / "dev.md").read_text().splitlines():
+        if "info.json" in line and "keys" in line:
+            documented |= set(re.findall(r"`([a-z_]+)`", line.split("keys", 1)[1]))
+    assert {"url", "username", "password", "ca_file"} <= documented, documented
+    assert documented <= written, documented - written
