@@ -363,24 +363,41 @@ class _Status:
         self.status.power_state = None
         self.status.addresses = None
 
-    def vm(self, vm: VMInfo, failure_domain: str | None) -> None:
+    def vm(self, vm: VMInfo, failure_domain: str | None, nic_names: Sequence[str] = ()) -> None:
+        """Mirror ``vm``; ``nic_names`` are the spec's NIC names in spec order (``machine_addresses``)."""
         self.status.instance_uuid = vm.instance_uuid
         self.status.bios_uuid = vm.bios_uuid
         self.status.vm_ref = vm.moref
         self.status.power_state = PowerState(vm.power_state)
         # A VM that is not running has no address, whatever Tools reported last (issue 19).
-        self.status.addresses = (machine_addresses(vm) or None) if vm.power_state == "PoweredOn" else None
+        self.status.addresses = (machine_addresses(vm, nic_names) or None) if vm.power_state == "PoweredOn" else None
         if failure_domain is not None:
             self.status.failure_domain = failure_domain
 
 
-def machine_addresses(vm: VMInfo) -> list[MachineAddress]:
-    """CAPI MachineAddresses: one ``InternalIP`` per usable IP VMware Tools reports, in its order.
+def machine_addresses(vm: VMInfo, nic_names: Sequence[str] = ()) -> list[MachineAddress]:
+    """CAPI MachineAddresses: one ``InternalIP`` per usable IP VMware Tools reports.
+
+    Order: when the VM's cards carry spec names (``NicStatus.name``, the ``banlieue.nic.<name>``
+    labels), the IPs of the cards named in ``nic_names`` (the spec's NICs, in spec order), then
+    those of the other connected cards in device order, then guest.ipAddress unless it is a
+    disconnected card's: a card whose name left the spec (renamed or removed, ADR 0012) is kept
+    disconnected, and the address Tools may still report for it is not one the machine answers
+    on. Cards carrying no names yet (adopted by position, not converged) or no ``nic_names``:
+    Tools' order, guest.ipAddress first (``VMInfo.addresses``).
     Not usable, left out (CAPV #249, #985; govmomi #1259): link-local (169.254.0.0/16,
     fe80::/10), loopback (127.0.0.0/8, ::1), unspecified (0.0.0.0, ::), multicast, and text that
     is not an IP address (``ipaddress.ip_address``; an IPv6 zone ``%eth0`` is dropped first)."""
+    named = {n.name: n for n in vm.nics if n.name is not None}
+    texts: Sequence[str] = vm.addresses
+    if named and nic_names:
+        in_spec = [named[name] for name in nic_names if name in named and named[name].connected]
+        others = [n for n in vm.nics if n.connected and (n.name is None or n.name not in nic_names)]
+        stale = {ip for n in vm.nics if not n.connected for ip in n.ip_addresses}
+        guest = [vm.ip_address] if vm.ip_address and vm.ip_address not in stale else []
+        texts = [ip for n in (*in_spec, *others) for ip in n.ip_addresses] + guest
     out: list[MachineAddress] = []
-    for text in vm.addresses:
+    for text in texts:
         try:
             ip = ipaddress.ip_address(text.split("%", 1)[0].strip())
         except ValueError:
@@ -647,13 +664,14 @@ def _decide(snap: Snapshot) -> Plan:
     # spec edit made while it was cloned (a class edit reaching VMs still waiting for their IP
     # address) waits for a power-off like any other, never InvalidSpec (issue 19, ADR 0012).
     in_use = provisioned_before or vm.power_state != "PoweredOff"
+    nic_names = [n.name for n in vm_spec.nics]
     if refused_spec is not None and not in_use:
-        st.vm(vm, placement.failure_domain)
+        st.vm(vm, placement.failure_domain, nic_names)
         st.ready(False, R.INVALID_SPEC, refused_spec)
         return _with_events(snap, Plan(status=st.status), dup_events)
     if failure is not None and create_failed and not in_use:
         reason = _failure_reason(failure)
-        st.vm(vm, placement.failure_domain)
+        st.vm(vm, placement.failure_domain, nic_names)
         st.ready(False, reason, failure.message)
         retry = reason in (R.CONNECT_FAILED, R.TLS_VERIFY_FAILED)
         return _with_events(snap, Plan(status=st.status, retry=retry, requeue_after=None if retry else _failure_requeue(snap, failure)))
@@ -676,7 +694,7 @@ def _decide(snap: Snapshot) -> Plan:
     if not converged and (not provisioned_before or drifted(vm, target) or guest_drift):
         return Plan(action=Action("create", spec=target), provider=placement.provider)
 
-    st.vm(vm, placement.failure_domain)
+    st.vm(vm, placement.failure_domain, nic_names)
     hw_events = (*(_hardware_condition(snap, st, pending) if in_use else ()), *dup_events)
     want = m.spec.power_state.value
     if failure is not None and failure.step == "power":

@@ -437,6 +437,26 @@ def nics_spec(nics: list[tuple[str, str]]) -> dict[str, Any]:
 
 
 AB = {"a": ("VM Network", True), "b": ("DC0_DVPG0", True)}
+def test_status_addresses_follow_the_spec_nics_by_name_after_a_rename() -> None:
+    """A NIC renamed in the spec (eth0 -> primary): its old card is kept disconnected (ADR 0012)
+    while Tools may still report the old address, also as guest.ipAddress. The addresses are the
+    spec NICs' in spec order, found by the name each card carries (never by position), then any
+    other connected card's; a disconnected card's address (guest.ipAddress included) is not one
+    the machine answers on."""
+    cards = (NicStatus("00:50:56:00:00:01", "VM Network", ("10.0.0.5",), name="eth0", connected=False),
+             NicStatus("00:50:56:00:00:02", "DC0_DVPG0", ("10.0.1.5",), name="eth1"),
+             NicStatus("00:50:56:00:00:03", "VM Network", ("10.0.0.9",), name="primary"),
+             NicStatus("00:50:56:00:00:04", "VM Network", ("10.0.2.5",)))
+    running = replace(vm("PoweredOn"), nics=cards, ip_address="10.0.0.5")
+    spec = nics_spec([("primary", "VM Network"), ("eth1", "DC0_DVPG0")])
+    plan = decide(looked(machine(spec, status=PROVISIONED), running))
+    assert plan.status is not None and plan.status.addresses is not None
+    assert [a.address for a in plan.status.addresses] == ["10.0.0.9", "10.0.1.5", "10.0.2.5"]
+    # Cards carrying no names yet (adopted, not converged): Tools' order, guest.ipAddress first.
+    unnamed = replace(running, nics=tuple(replace(c, name=None, connected=True) for c in cards), ip_address="10.0.0.9")
+    assert [a.address for a in machine_addresses(unnamed)] == ["10.0.0.9", "10.0.0.5", "10.0.1.5", "10.0.2.5"]
+
+
 NIC_CASES: list[Any] = [
     # (spec NICs, VM cards, action, HardwareChangePending reason or "": none); issue 19, NICs by name.
     pytest.param([("b", "DC0_DVPG0"), ("a", "VM Network")], AB, None, "", id="reorder-changes-nothing"),
