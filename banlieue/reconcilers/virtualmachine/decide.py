@@ -584,7 +584,15 @@ def decide(s: Snapshot) -> Plan:
     pending = d.machine.hardware_change_pending if d.machine is not None else None
     if pending is not None:
         # What of a class edit is not applied to the VM yet (ADR 0012): shown, never NotReady.
-        d.conds.set(C.HARDWARE_CHANGE_PENDING, pending.status, pending.reason, pending.message or "")
+        message = pending.message or ""
+        held = get_condition(d.conds.items, C.REFERENCES_RESOLVED)
+        if held is not None and held.status is ConditionStatus.FALSE and pending.status is ConditionStatus.TRUE:
+            # The class edit is held whole (the machine is left alone): what the machine reports
+            # pending comes from the class as it was last applied, not from the class as it
+            # reads now (it read as if the current class asked it).
+            message = (f"the VMClass edit is not applied ({held.reason}, see ReferencesResolved); "
+                       f"from the class as last applied: {message}")
+        d.conds.set(C.HARDWARE_CHANGE_PENDING, pending.status, pending.reason, message)
     _mirror(d.status, d.machine, d.name, d.machine is not None or apply_machine is not None)
     _ready(d.conds, s, d.machine, blocked)
     target = placing.target

@@ -442,6 +442,30 @@ def test_decide_never_raises_and_always_has_ready(snapshot: Snapshot) -> None:
     assert not (plan.remove_finalizer and plan.apply_machine)
 
 
+def test_a_pending_change_mirrored_while_a_class_edit_is_held_says_which_class_it_is_from() -> None:
+    """The machine reports a change pending from the class as it was last applied (disk d0
+    shrunk to 2 GiB); the class is then edited back to 10 GiB with a storage class the VM's
+    failure domain does not offer: ReferencesResolved False ClassNotOffered holds the whole edit,
+    and the mirrored HardwareChangePending read as if the current class asked 2 GiB. It now says
+    the edit is held and that its cause comes from the class as last applied."""
+    held = machine(ready=("True", "Provisioned"), provisioned=True, power="PoweredOn",
+                   spec={"disks": [{"name": "d0", "sizeGiB": 2, "storageClass": "standard"}]})
+    assert held.status is not None
+    stale = "disk d0 is 10 GiB and the spec asks 2 GiB: a disk is never shrunk"
+    held.status.conditions = set_condition(held.status.conditions, "HardwareChangePending", True, "DiskShrinkRefused",
+                                           stale, 1, NOW)
+    plan = decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=held, cls=vm_class(mem=100, disks=(10,), sc="fast")))
+    assert cond(plan, "ReferencesResolved") == ("False", "ClassNotOffered")
+    assert cond(plan, "HardwareChangePending") == ("True", "DiskShrinkRefused")
+    pending = get_condition(VirtualMachineStatus.from_wire(plan.status or {}).conditions, "HardwareChangePending")
+    assert pending is not None and pending.message == (
+        "the VMClass edit is not applied (ClassNotOffered, see ReferencesResolved); from the class as last applied: " + stale)
+    # Once nothing holds the edit, the machine's message is mirrored as it is.
+    plan = decide(snap(vm(scheduled=("a", "a-dc0-c0")), m=held, cls=vm_class(mem=100, disks=(2,))))
+    pending = get_condition(VirtualMachineStatus.from_wire(plan.status or {}).conditions, "HardwareChangePending")
+    assert pending is not None and pending.message == stale
+
+
 def test_a_pending_class_edit_is_mirrored_and_the_vm_stays_ready_and_not_failed() -> None:
     """Issue 19 case 2: the machine's HardwareChangePending is shown on the VirtualMachine, which
     stays Ready (counted Ready, not Failed, in banlieue_virtual_machines)."""
