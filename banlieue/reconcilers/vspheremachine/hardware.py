@@ -73,12 +73,12 @@ def effective_spec(vm: VMInfo, spec: VMSpec) -> tuple[VMSpec, tuple[Pending, ...
     a disk's current size when the spec would shrink it."""
     pending: list[Pending] = []
     out = spec
+    diffs: list[str] = []  # what waits for a power-off: one cause, one hint
     if spec.firmware and vm.firmware and vm.firmware != spec.firmware:
         if {vm.firmware, spec.firmware} == {"efi", "efi-secure"}:
             if vm.power_state != "PoweredOff":
                 # Secure boot on or off: a setting of the same firmware, applied at a power cycle.
-                pending.append(Pending(R.WAITING_FOR_POWER_OFF, f"firmware {vm.firmware} -> {spec.firmware} is applied "
-                                       "the next time the VM is powered off (set desiredPowerState PoweredOff, then PoweredOn)"))
+                diffs.append(f"firmware {vm.firmware} -> {spec.firmware}")
                 out = replace(out, firmware=vm.firmware)
         else:
             # A guest installed for BIOS does not boot with EFI, nor the reverse: never applied.
@@ -87,18 +87,19 @@ def effective_spec(vm: VMInfo, spec: VMSpec) -> tuple[VMSpec, tuple[Pending, ...
                                    f"{vm.firmware} again, or create a new VM for {spec.firmware}"))
             out = replace(out, firmware=vm.firmware)
     if vm.power_state != "PoweredOff":
-        diffs = []
+        firmware_diffs = len(diffs)
         if vm.num_cpus != spec.num_cpus:
             diffs.append(f"numCPUs {vm.num_cpus} -> {spec.num_cpus}")
         if spec.num_cores_per_socket and vm.num_cores_per_socket != spec.num_cores_per_socket:
             diffs.append(f"numCoresPerSocket {vm.num_cores_per_socket} -> {spec.num_cores_per_socket}")
         if vm.memory_mib != spec.memory_mib:
             diffs.append(f"memoryMiB {vm.memory_mib} -> {spec.memory_mib}")
+        if len(diffs) > firmware_diffs:  # CPU, cores or memory
+            out = replace(out, num_cpus=vm.num_cpus, memory_mib=vm.memory_mib,
+                          num_cores_per_socket=vm.num_cores_per_socket if spec.num_cores_per_socket else 0)
         if diffs:
             pending.append(Pending(R.WAITING_FOR_POWER_OFF, ", ".join(diffs) + " is applied the next time the VM is "
                                    "powered off (set desiredPowerState PoweredOff, then PoweredOn)"))
-            out = replace(out, num_cpus=vm.num_cpus, memory_mib=vm.memory_mib,
-                          num_cores_per_socket=vm.num_cores_per_socket if spec.num_cores_per_socket else 0)
     have = current_disks(vm, spec)
     disks = []
     for disk in spec.disks:

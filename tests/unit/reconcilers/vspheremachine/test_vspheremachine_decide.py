@@ -351,6 +351,20 @@ def fw_vm(power: str, firmware: str, data: str = "thin") -> VMInfo:
     return replace(disks_vm(power, FW_DISKS), firmware=firmware, disk_provisioning=("thick", data))  # type: ignore[arg-type]
 
 
+def test_changes_waiting_for_a_power_off_are_one_cause_with_one_hint() -> None:
+    """Secure boot and a CPU count edited together on a running VM: one WaitingForPowerOff cause
+    ("firmware efi -> efi-secure, numCPUs 2 -> 4 is applied ..."), not the hint twice (behind a
+    more actionable reason it read "...; WaitingForPowerOff: firmware ...; WaitingForPowerOff: numCPUs ...")."""
+    spec = {**disks_spec(FW_DISKS), "firmware": "efi-secure", "numCPUs": 4,
+            "disks": [{"name": "os", "sizeGiB": 20}, {"name": "data", "sizeGiB": 40}]}
+    plan = decide(looked(machine(spec, status=PROVISIONED), fw_vm("PoweredOn", "efi"), converged=True))
+    cond = get_condition(plan.status.conditions if plan.status else None, HARDWARE_CHANGE_PENDING)
+    assert cond is not None and cond.reason == "DiskShrinkRefused", cond
+    message = cond.message or ""
+    assert message.count("WaitingForPowerOff") == 1 and message.count("is applied the next time") == 1, message
+    assert "WaitingForPowerOff: firmware efi -> efi-secure, numCPUs 2 -> 4 is applied the next time" in message, message
+
+
 @pytest.mark.parametrize(("spec", "running", "action", "pending", "says"), [
     # Issue 19: firmware and provisioning edits on provisioned VMs were silently never applied.
     ({"firmware": "efi"}, fw_vm("PoweredOn", "bios"), None, "FirmwareChangeRefused", "firmware bios -> efi is not applied"),
