@@ -170,6 +170,9 @@ def test_the_os_disk_may_be_renamed_but_not_moved(api: ApiServerProcess) -> None
         assert "disks[0] is the OS disk" in out["message"] and "spec.hardware" in _fields(out), out
     assert put(["boot", "data", "logs"])[0] == 200  # a rename in place
     assert [d["name"] for d in http("GET", f"{url}/osdisk")[1]["spec"]["hardware"]["disks"]] == ["boot", "data", "logs"]
+    # Emptied (which would let the next edit put another disk first): refused, the field named.
+    status, out = put([])
+    assert status == 422 and "cannot be emptied" in out["message"] and "spec.hardware.disks" in _fields(out), out
 
 
 KUBECTL_CASES = [
