@@ -181,6 +181,21 @@ def reconcile_total(metrics_url: str, controller_substr: str) -> float:
     return total
 
 
+def reconciles_by_controller(metrics_url: str) -> Counter[str]:
+    """controller-runtime's ``controller_runtime_reconcile_total`` summed over results, by
+    controller (both providers export it); empty when the endpoint does not answer."""
+    try:
+        text = http_text(metrics_url)
+    except OSError:
+        return Counter()
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        if line.startswith("controller_runtime_reconcile_total{") and 'controller="' in line:
+            name = line.split('controller="', 1)[1].split('"', 1)[0]
+            out[name] += int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
 # -- the SOAP proxy -------------------------------------------------------------------------------
 
 
@@ -658,6 +673,7 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--format", "raw",
                                     "--rate", "50", "--nonblocking", "--output", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         sampler = TaskSampler(vc, proxy.task_log_path).start()
+        rec0 = reconciles_by_controller(prov.metrics_url)
         cpu0, wall0, mono0 = cpu_seconds(pid), time.time(), time.monotonic()
         for md in mds:
             api.create(md)
@@ -677,6 +693,7 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
         res["provision_seconds"] = time.monotonic() - mono0
         wall1 = time.time()
         res.update(sampler.stop())
+        res["reconciles_provision"] = dict(reconciles_by_controller(prov.metrics_url) - rec0)
         if spy is not None:
             spy.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
             spy.wait(60)
@@ -786,6 +803,8 @@ def entries(b: dict[str, Any], c: dict[str, Any], n: int) -> list[dict[str, Any]
         e(f"idle_soap_requests_per_minute_{n}", lambda r: round(idle_rate(r, "soap_idle"), 1), "vCenter requests/min, same window"),
         e(f"restart_seconds_{n}", lambda r: None if r["restart_seconds"] is None else round(r["restart_seconds"], 1),
           "s from a restart (process start) to every machine reconciled once"),
+        e(f"reconciles_per_machine_{n}", lambda r: round(sum((r.get("reconciles_provision") or {}).values()) / n, 1),
+          "reconciles per machine provisioned, every controller of the provider (controller_runtime_reconcile_total)"),
         e(f"peak_concurrent_tasks_{n}", lambda r: r.get("peak_concurrent_tasks"),
           f"vCenter tasks running at once, most seen (sampled every second; one vCenter; the 0 -> {n} scale-up)"),
         e(f"peak_concurrent_clones_{n}", lambda r: (r.get("peak_concurrent_tasks_by_operation") or {}).get("CloneVM_Task"),
