@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 from banlieue.api.conditions import READY, is_true
-from banlieue.api.infrastructure import VSphereMachineStatus
+from banlieue.api.infrastructure import VSphereMachineReason, VSphereMachineStatus
 from banlieue.backends.base import AuthFailed, Backend, BackendError, Connection, VMChange
 from banlieue.reconcilers.connection import (
     ConnectionConfigError,
@@ -159,13 +159,19 @@ class MapFuncs:
         return out
 
     def provider_capacity(self, obj: Object) -> list[Request]:
-        """Provider whose domains' capacity changed -> machines of its namespace with no domain
-        and no VM yet (``status.failureDomain``, ``status.instanceUUID``), not being deleted."""
+        """Provider whose domains' capacity changed -> machines of its namespace that wait for
+        banlieue to find a domain with room: Ready reason ``FailureDomainNotFound``, no domain
+        and no VM yet (``status.failureDomain``, ``status.instanceUUID``), not being deleted. A
+        machine waiting for a vCenter slot has been placed by then, or is woken by the slot."""
         meta = _meta(obj)
         out: list[Request] = []
         for m in self.cache.iter_objects(VSPHERE_MACHINE, meta.get("namespace")):
             status = m.get("status") or {}
-            if not (status.get("failureDomain") or status.get("instanceUUID") or _meta(m).get("deletionTimestamp")):
+            if status.get("failureDomain") or status.get("instanceUUID") or _meta(m).get("deletionTimestamp"):
+                continue
+            conditions = VSphereMachineStatus.from_wire(status).conditions if status else None
+            ready = next((c for c in conditions or () if c.type == READY), None)
+            if ready is not None and ready.reason == VSphereMachineReason.FAILURE_DOMAIN_NOT_FOUND:
                 out.append(_request(m))
         return out
 

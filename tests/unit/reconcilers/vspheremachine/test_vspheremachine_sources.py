@@ -243,9 +243,15 @@ def test_a_provider_capacity_rewrite_reconciles_only_machines_not_placed() -> No
     assert PROVIDER_CHANGED.update(old, unreachable)
     assert not PROVIDER_CAPACITY_CHANGED.update(old, unreachable)
     assert PROVIDER_CHANGED.create(new) and PROVIDER_CAPACITY_CHANGED.create(new)
+    def ready(reason: str) -> dict[str, Any]:
+        return {"conditions": [{"type": "Ready", "status": "False", "reason": reason, "message": "m",
+                                "lastTransitionTime": "2026-12-02T00:00:00Z"}]}
+
     cache = make_cache({VSPHERE_MACHINE: [
-        vsm("waiting"),
-        vsm("placed", status={"failureDomain": "fd-a"}),
-        vsm("cloned", status={"instanceUUID": "5000-1"}),
+        vsm("no-room", status=ready("FailureDomainNotFound")),
+        vsm("new"),  # reconciled by its own add event; a vCenter slot wakes it if it waits for one
+        vsm("other-reason", status=ready("ProviderNotFound")),  # a Provider change other than capacity maps it
+        vsm("placed", status={"failureDomain": "fd-a", **ready("Cloning")}),
+        vsm("cloned", status={"instanceUUID": "5000-1", **ready("FailureDomainNotFound")}),
     ]})
-    assert MapFuncs(cache).provider_capacity(new) == [Request("ns", "waiting")]
+    assert MapFuncs(cache).provider_capacity(new) == [Request("ns", "no-room")]
