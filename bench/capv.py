@@ -50,6 +50,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -181,6 +182,21 @@ def reconcile_total(metrics_url: str, controller_substr: str) -> float:
     return total
 
 
+def reconciles_by_controller(metrics_url: str) -> Counter[str]:
+    """controller-runtime's ``controller_runtime_reconcile_total`` summed over results, by
+    controller (both providers export it); empty when the endpoint does not answer."""
+    try:
+        text = http_text(metrics_url)
+    except OSError:
+        return Counter()
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        if line.startswith("controller_runtime_reconcile_total{") and 'controller="' in line:
+            name = line.split('controller="', 1)[1].split('"', 1)[0]
+            out[name] += int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
 # -- the SOAP proxy -------------------------------------------------------------------------------
 
 
@@ -189,6 +205,10 @@ class Proxy:
     process: subprocess.Popen[bytes]
     port: int
     log_path: Path
+
+    @property
+    def task_log_path(self) -> Path:
+        return self.log_path.parent / "tasks.log"
 
     @property
     def url(self) -> str:
@@ -225,11 +245,100 @@ def start_proxy(vc: VcsimProcess, workdir: Path) -> Proxy:
     port_file, log_path = workdir / "proxy.port", workdir / "soap.log"
     proc = subprocess.Popen([sys.executable, str(HERE / "soap_proxy.py"), "--upstream", f"https://127.0.0.1:{vc.port}",
                              "--ca", vc.ca_file, "--cert", str(tls / "server.pem"), "--key", str(tls / "server-key.pem"),
-                             "--port-file", str(port_file), "--log", str(log_path)],
+                             "--port-file", str(port_file), "--log", str(log_path), "--task-log", str(workdir / "tasks.log")],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=(workdir / "proxy.err").open("wb"))
     wait_for(lambda: port_file.exists() and port_file.read_text(), 20, "the SOAP proxy's port", 0.1)
     time.sleep(0.1)
     return Proxy(proc, int(port_file.read_text()), log_path)
+
+
+class TaskSampler:
+    """How many vCenter tasks the provider has running at once (the 0 -> N storm's figure,
+    cluster-api #4022 / CAPV #1070). Every ``interval`` seconds it reads the proxy's task log (each
+    task a ``*_Task`` operation started) and asks vcsim *directly* (not through the counting
+    proxy) for ``info.state`` of every task not yet seen ended; a task is running from its start
+    until it is ``success`` or ``error`` (or gone). ``peak`` is the largest number seen running
+    at once, overall and by operation (``peak_by_op``); one vCenter per provider, so per vCenter.
+    vcsim keeps every Task object, so a task's end is never missed (``recentTask``, capped at 200
+    as in vCenter, would be)."""
+
+    def __init__(self, vc: VcsimProcess, task_log: Path, interval: float = 1.0, *, from_now: bool = False) -> None:
+        """``from_now``: only tasks started from now on (the log's earlier lines are skipped)."""
+        self.vc, self.task_log, self.interval = vc, task_log, interval
+        self.open: dict[str, str] = {}  # moref -> operation
+        self.peak = 0
+        self.peak_by_op: Counter[str] = Counter()
+        self.started: Counter[str] = Counter()
+        self._offset = task_log.stat().st_size if from_now and task_log.exists() else 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="task-sampler", daemon=True)
+        self.errors = 0
+
+    def start(self) -> TaskSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join(30)
+        return {"peak_concurrent_tasks": self.peak, "peak_concurrent_tasks_by_operation": dict(self.peak_by_op),
+                "tasks_started": dict(self.started), "sampler_interval_s": self.interval, "sampler_errors": self.errors}
+
+    def _new_tasks(self) -> None:
+        with contextlib.suppress(FileNotFoundError), self.task_log.open() as fh:
+            fh.seek(self._offset)
+            while True:
+                line = fh.readline()
+                if not line.endswith("\n"):
+                    break  # a line the proxy has not finished writing: read it next time
+                self._offset = fh.tell()
+                _, op, ref = line.rstrip("\n").split("\t")
+                self.open[ref] = op
+                self.started[op] += 1
+
+    def _run(self) -> None:
+        from pyVim import connect as _connect
+        from pyVmomi import vim as _vim
+        from pyVmomi import vmodl as _vmodl
+
+        connect: Any = _connect  # pyVmomi's partial stubs: untyped calls
+        vim: Any = _vim
+        vmodl: Any = _vmodl
+        si: Any = connect.SmartConnect(host="127.0.0.1", port=self.vc.port, user=self.vc.username, pwd=self.vc.password,
+                                       sslContext=ssl.create_default_context(cafile=self.vc.ca_file))
+        pc = si.content.propertyCollector
+        try:
+            while not self._stop.wait(self.interval):
+                self._new_tasks()
+                if not self.open:
+                    continue
+                try:
+                    spec = vmodl.query.PropertyCollector.FilterSpec(
+                        objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=vim.Task(ref, si._stub)) for ref in self.open],
+                        propSet=[vmodl.query.PropertyCollector.PropertySpec(type=vim.Task, pathSet=["info.state"])])
+                    states: dict[str, str] = {}
+                    result = pc.RetrievePropertiesEx([spec], vmodl.query.PropertyCollector.RetrieveOptions())
+                    while result is not None:
+                        for oc in result.objects:
+                            states[oc.obj._moId] = str(oc.propSet[0].val) if oc.propSet else ""
+                        result = pc.ContinueRetrievePropertiesEx(result.token) if result.token else None
+                except Exception:  # a task vcsim no longer knows: drop the tasks one by one next time
+                    self.errors += 1
+                    states = {}
+                    for ref in list(self.open):
+                        try:
+                            states[ref] = str(vim.Task(ref, si._stub).info.state)
+                        except Exception:
+                            states[ref] = "gone"
+                for ref, state in states.items():
+                    if state in ("success", "error", "gone"):
+                        self.open.pop(ref, None)
+                running = Counter(self.open.values())
+                self.peak = max(self.peak, len(self.open))
+                for op, n in running.items():
+                    self.peak_by_op[op] = max(self.peak_by_op[op], n)
+        finally:
+            connect.Disconnect(si)
 
 
 def thumbprint_sha256(pem_path: Path) -> str:
@@ -374,11 +483,12 @@ class Provider:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def cluster_objects(provider: str, ns: str, vc: VcsimProcess, proxy: Proxy, machines: int) -> list[dict[str, Any]]:
+def cluster_objects(provider: str, ns: str, vc: VcsimProcess, proxy: Proxy, machines: int,
+                    deployments: int = 1) -> list[dict[str, Any]]:
     """Everything one provider's run creates, in order: the namespace, the identity Secret, (banlieue:
     the Provider), the infrastructure cluster, the Cluster, the machine template, the bootstrap data
-    Secret and the MachineDeployment of ``machines`` replicas (labelled control-plane, see the
-    module docstring). The vCenter URL is the proxy's."""
+    Secret and, last, ``deployments`` MachineDeployments (``md-0`` ...) sharing ``machines``
+    replicas (labelled control-plane, see the module docstring). The vCenter URL is the proxy's."""
     meta = {"namespace": ns}
     user_data = "#cloud-config\nhostname: bench\n"
     objs: list[dict[str, Any]] = [
@@ -425,12 +535,16 @@ def cluster_objects(provider: str, ns: str, vc: VcsimProcess, proxy: Proxy, mach
         {"apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
          "metadata": {"name": "bench-bootstrap", "labels": {LABEL_CLUSTER: CLUSTER}, **meta},
          "data": {"value": base64.b64encode(user_data.encode()).decode(), "format": base64.b64encode(b"cloud-config").decode()}},
-        {"apiVersion": f"{CAPI_GROUP}/v1beta2", "kind": "MachineDeployment", "metadata": {"name": "md", **meta},
-         "spec": {"clusterName": CLUSTER, "replicas": machines, "selector": {"matchLabels": {LABEL_DEPLOYMENT: "md"}},
-                  "template": {"metadata": {"labels": {LABEL_DEPLOYMENT: "md", LABEL_CONTROL_PLANE: ""}},
-                               "spec": {"clusterName": CLUSTER, "bootstrap": {"dataSecretName": "bench-bootstrap"},
-                                        "infrastructureRef": {"apiGroup": group, "kind": "VSphereMachineTemplate", "name": "workers"}}}}},
     ]
+    for i in range(deployments):
+        md = f"md-{i}" if deployments > 1 else "md"
+        replicas = machines // deployments + (1 if i < machines % deployments else 0)
+        objs.append({"apiVersion": f"{CAPI_GROUP}/v1beta2", "kind": "MachineDeployment", "metadata": {"name": md, **meta},
+                     "spec": {"clusterName": CLUSTER, "replicas": replicas, "selector": {"matchLabels": {LABEL_DEPLOYMENT: md}},
+                              "template": {"metadata": {"labels": {LABEL_DEPLOYMENT: md, LABEL_CONTROL_PLANE: ""}},
+                                           "spec": {"clusterName": CLUSTER, "bootstrap": {"dataSecretName": "bench-bootstrap"},
+                                                    "infrastructureRef": {"apiGroup": group, "kind": "VSphereMachineTemplate",
+                                                                          "name": "workers"}}}}})
     return objs
 
 
@@ -511,14 +625,24 @@ def vm_count(vc: VcsimProcess) -> int:
 
 
 def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int, *, settle: float, idle: float,
-                 timeout: float, capv: dict[str, Any], profile: Path | None = None) -> dict[str, Any]:
+                 timeout: float, capv: dict[str, Any], profile: Path | None = None, deployments: int = 1,
+                 clone_seconds: float = 0.0) -> dict[str, Any]:
+    """One provider's whole run (see the module docstring); the raw figures, also written to
+    ``<workdir>/<name>/raw.json`` as soon as they are complete (a long run keeps the first
+    provider's figures if the second fails)."""
     pdir = workdir / name
     pdir.mkdir()
     ns = f"bench-{name}"
     user = f"system:serviceaccount:{BANLIEUE_NS}:{BANLIEUE_SA}" if name == "banlieue" else f"system:serviceaccount:{CAPV_NS}:{CAPV_SA}"
-    res: dict[str, Any] = {"provider": name, "machines": machines}
+    res: dict[str, Any] = {"provider": name, "machines": machines, "deployments": deployments, "clone_seconds": clone_seconds}
     with contextlib.ExitStack() as stack:
-        vc = start_vcsim(**VCSIM_OPTS)
+        opts: dict[str, Any] = dict(VCSIM_OPTS)
+        if clone_seconds:
+            # hack/vcsim's --task-delay, by vcsim's task name. LockHandoff=0: vcsim otherwise holds
+            # the template's lock through the delay, which makes every clone of it wait for the one
+            # before (simulator/task.go), as no vCenter does.
+            opts["task_delay"] = {"CloneVm": int(clone_seconds * 1000), "LockHandoff": 0}
+        vc = start_vcsim(**opts)
         stack.callback(vc.stop)
         baseline_vms = vm_count(vc)
         proxy = start_proxy(vc, pdir)
@@ -528,8 +652,12 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
         prov.start()
         assert prov.process is not None
         pid = prov.process.pid
-        objs = cluster_objects(name, ns, vc, proxy, machines)
-        for obj in objs[:-1]:
+        objs = cluster_objects(name, ns, vc, proxy, machines, deployments)
+        mds, objs = objs[-deployments:], objs[:-deployments]
+        # Listing every Machine each second costs the API server (and the providers) much at
+        # 1,000 machines: poll at most 200 machines' worth per second.
+        poll = max(1.0, machines / 200)
+        for obj in objs:
             api.create(obj)
 
         def cluster_ready() -> bool:
@@ -545,8 +673,11 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
             # CPU samples of the manager while the wave runs (py-spy skips idle threads by default).
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--format", "raw",
                                     "--rate", "50", "--nonblocking", "--output", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sampler = TaskSampler(vc, proxy.task_log_path).start()
+        rec0 = reconciles_by_controller(prov.metrics_url)
         cpu0, wall0, mono0 = cpu_seconds(pid), time.time(), time.monotonic()
-        api.create(objs[-1])
+        for md in mds:
+            api.create(md)
         last_report = 0.0
 
         def all_done() -> bool:
@@ -557,11 +688,13 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
                 last_report = time.monotonic()
             return done == machines and total == machines
         try:
-            wait_for(all_done, timeout, f"{name}: {machines} Machines provisioned with an address")
+            wait_for(all_done, timeout, f"{name}: {machines} Machines provisioned with an address", poll)
         except RuntimeError as e:
             raise RuntimeError(f"{e}\n{prov.tail()}") from None
         res["provision_seconds"] = time.monotonic() - mono0
         wall1 = time.time()
+        res.update(sampler.stop())
+        res["reconciles_provision"] = dict(reconciles_by_controller(prov.metrics_url) - rec0)
         if spy is not None:
             spy.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
             spy.wait(60)
@@ -602,16 +735,25 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
         assert prov.process is not None
         pid = prov.process.pid
 
-        # Deletion: the MachineDeployment goes; done when no Machine is left and the VMs are gone.
+        # Deletion: the MachineDeployments go; done when no Machine is left and the VMs are gone.
         time.sleep(5)
         d_wall0, d0 = time.time(), time.monotonic()
+        # Nobody asked for a VM to be destroyed before this point: the wave, the idle window and
+        # the restart must not have destroyed any (a duplicate clone cleaned up would show here too).
+        before_delete = Counter(op for t, op in proxy.lines() if wall0 <= t < d_wall0)
+        res["vms_destroyed_unasked"] = before_delete["Destroy_Task"] + before_delete["UnregisterVM"]
+        res["vms_after_restart"] = vm_count(vc) - baseline_vms
         cpu_d0 = cpu_seconds(pid)
-        api.call("DELETE", f"/apis/{CAPI_GROUP}/v1beta2/namespaces/{ns}/machinedeployments/md")
+        d_sampler = TaskSampler(vc, proxy.task_log_path, from_now=True).start()
+        for md in mds:
+            api.call("DELETE", f"/apis/{CAPI_GROUP}/v1beta2/namespaces/{ns}/machinedeployments/{md['metadata']['name']}")
         try:
-            wait_for(lambda: not api.items(machines_path(ns)) and vm_count(vc) == baseline_vms, timeout, f"{name}: Machines and VMs deleted")
+            wait_for(lambda: not api.items(machines_path(ns)) and vm_count(vc) == baseline_vms, timeout, f"{name}: Machines and VMs deleted",
+                     poll)
         except RuntimeError as e:
             raise RuntimeError(f"{e}\n{prov.tail()}") from None
         res["delete_seconds"] = time.monotonic() - d0
+        res["delete_tasks"] = d_sampler.stop()
         res["delete_load"] = loadavg()
         res["delete_cpu_seconds_per_machine"] = (cpu_seconds(pid) - cpu_d0) / machines
         d_wall1 = time.time()
@@ -622,6 +764,7 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
         api.call("DELETE", f"/apis/{CAPI_GROUP}/v1beta2/namespaces/{ns}/clusters/{CLUSTER}", ok=(200, 202))
         with contextlib.suppress(RuntimeError):
             wait_for(lambda: not api.items(f"/apis/{CAPI_GROUP}/v1beta2/namespaces/{ns}/clusters"), 120, f"{name}: Cluster deleted")
+    (pdir / "raw.json").write_text(json.dumps(res, indent=1))
     return res
 
 
@@ -661,6 +804,16 @@ def entries(b: dict[str, Any], c: dict[str, Any], n: int) -> list[dict[str, Any]
         e(f"idle_soap_requests_per_minute_{n}", lambda r: round(idle_rate(r, "soap_idle"), 1), "vCenter requests/min, same window"),
         e(f"restart_seconds_{n}", lambda r: None if r["restart_seconds"] is None else round(r["restart_seconds"], 1),
           "s from a restart (process start) to every machine reconciled once"),
+        e(f"reconciles_per_machine_{n}", lambda r: round(sum((r.get("reconciles_provision") or {}).values()) / n, 1),
+          "reconciles per machine provisioned, every controller of the provider (controller_runtime_reconcile_total)"),
+        e(f"peak_concurrent_tasks_{n}", lambda r: r.get("peak_concurrent_tasks"),
+          f"vCenter tasks running at once, most seen (sampled every second; one vCenter; the 0 -> {n} scale-up)"),
+        e(f"peak_concurrent_clones_{n}", lambda r: (r.get("peak_concurrent_tasks_by_operation") or {}).get("CloneVM_Task"),
+          "CloneVM_Task tasks running at once, most seen (same sampling)"),
+        e(f"vms_destroyed_unasked_{n}", lambda r: r.get("vms_destroyed_unasked"),
+          "VMs destroyed (Destroy_Task, UnregisterVM) between the scale-up and the deletion: must be 0"),
+        e(f"duplicate_vms_{n}", lambda r: None if r.get("vms_after_restart") is None else r["vms_after_restart"] - n,
+          "VMs beyond one per Machine after the wave, idle window and restart: must be 0"),
     ]
 
 
@@ -712,6 +865,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", type=float, default=120.0, help="seconds after the wave before the idle window (default 120: the issue's minute 2)")
     p.add_argument("--idle", type=float, default=120.0, help="idle window, seconds (default 120)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds for each wave (default 1800)")
+    p.add_argument("--clone-seconds", type=float, default=0.0,
+                   help="each clone task runs this long in vcsim (its --task-delay; default 0: vcsim's instant clones). "
+                        "Tasks pile up only when they take time: the 0 -> N storm's peak concurrent tasks needs it")
+    p.add_argument("--deployments", type=int, default=1,
+                   help="MachineDeployments sharing --machines, all created at once (default 1; CAPI's MachineSet creates its Machines one by one)")
     p.add_argument("--providers", default="banlieue,capv", help="comma list, in run order (default banlieue,capv)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs, audit log)")
@@ -725,6 +883,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.machines < 1:
         p.error("--machines must be >= 1")
+    if not 1 <= args.deployments <= args.machines:
+        p.error("--deployments must be between 1 and --machines")
     providers = [x.strip() for x in args.providers.split(",")]
     if not set(providers) <= {"banlieue", "capv"} or not providers:
         p.error("--providers: a comma list of banlieue, capv")
@@ -746,7 +906,8 @@ def main(argv: list[str] | None = None) -> int:
             for name in providers:
                 log(f"--- {name}: {args.machines} machines (load {loadavg()})")
                 results[name] = run_provider(name, env, api, workdir, args.machines, settle=args.settle, idle=args.idle,
-                                             timeout=args.timeout, capv=capv, profile=args.profile)
+                                             timeout=args.timeout, capv=capv, profile=args.profile, deployments=args.deployments,
+                                             clone_seconds=args.clone_seconds)
                 log(f"{name}: {json.dumps({k: v for k, v in results[name].items() if not isinstance(v, dict)})}")
         finally:
             capi.stop()

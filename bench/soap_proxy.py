@@ -11,12 +11,18 @@ the old vAPI's ``~action`` query kept (``REST POST /rest/com/vmware/cis/session?
 It serves TLS with vcsim's own certificate (so a client that pins vcsim's thumbprint or CA accepts
 the proxy) on 127.0.0.1 only, and dials only the given upstream, which must be on loopback (the
 network rule). The port is written to ``--port-file`` once listening. Exit on SIGTERM/SIGINT.
+
+With ``--task-log F``, every task a ``*_Task`` operation started is also logged to ``F`` as
+``<unix time>\t<operation>\t<task moref>`` once vcsim answered (``bench/capv.py`` follows those
+tasks to count how many run at once).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gzip
 import ipaddress
 import re
 import signal
@@ -34,6 +40,7 @@ from aiohttp import web
 BODY_OP = re.compile(rb"<(?:[\w-]+:)?Body\b[^>]*>\s*<(?:[\w-]+:)?([A-Za-z_][\w]*)")
 HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host", "upgrade"})
 OBJ_TYPE = re.compile(rb"<(?:[\w-]+:)?obj\b[^>]*\btype=\"(\w+)\"")
+TASK_REF = re.compile(rb"<(?:[\w-]+:)?returnval\b[^>]*\btype=\"Task\"[^>]*>\s*([\w.-]+)\s*<")
 ID_SEGMENT = re.compile(r"/(?:[0-9a-f-]{8,}|[\w:-]*\d[\w:.-]*)(?=/|$)")
 
 
@@ -60,7 +67,17 @@ def detail(op: str, body: bytes) -> str:
     return m.group(1).decode() if m else "?"
 
 
-async def serve(args: argparse.Namespace, log: TextIO) -> None:
+def task_ref(payload: bytes, encoding: str) -> str:
+    """The moref of the Task a ``*_Task`` operation answered (``task-123``), "" if none (a fault)."""
+    if encoding == "gzip":
+        payload = gzip.decompress(payload)
+    elif encoding:
+        return ""
+    m = TASK_REF.search(payload)
+    return m.group(1).decode() if m else ""
+
+
+async def serve(args: argparse.Namespace, log: TextIO, tasks: TextIO | None = None) -> None:
     upstream = args.upstream.rstrip("/")
     host = urllib.parse.urlsplit(upstream).hostname or ""
     if not ipaddress.ip_address(host).is_loopback:
@@ -80,6 +97,10 @@ async def serve(args: argparse.Namespace, log: TextIO) -> None:
         async with session.request(request.method, upstream + request.path_qs, data=body, headers=headers,
                                    allow_redirects=False) as up:
             payload = await up.read()
+            if tasks is not None and op.endswith("_Task") and up.status == 200:
+                ref = task_ref(payload, up.headers.get("Content-Encoding", ""))
+                if ref:
+                    tasks.write(f"{time.time():.3f}\t{op}\t{ref}\n")
             out = web.Response(status=up.status, body=payload)
             for k, v in up.headers.items():
                 if k.lower() not in HOP_HEADERS:
@@ -105,11 +126,15 @@ async def serve(args: argparse.Namespace, log: TextIO) -> None:
         while True:
             await asyncio.sleep(0.5)
             log.flush()
+            if tasks is not None:
+                tasks.flush()
 
     task = asyncio.create_task(flusher())
     await stop.wait()
     task.cancel()
     log.flush()
+    if tasks is not None:
+        tasks.flush()
     await runner.cleanup()
     await session.close()
 
@@ -123,9 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--listen-port", type=int, default=0)
     p.add_argument("--port-file", required=True)
     p.add_argument("--log", required=True)
+    p.add_argument("--task-log", help="also log '<time>\\t<operation>\\t<task moref>' for every task a *_Task operation started")
     args = p.parse_args(argv)
-    with Path(args.log).open("a", buffering=1 << 16) as log:
-        asyncio.run(serve(args, log))
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(Path(args.log).open("a", buffering=1 << 16))
+        tasks = stack.enter_context(Path(args.task_log).open("a", buffering=1 << 16)) if args.task_log else None
+        asyncio.run(serve(args, log, tasks))
     return 0
 
 

@@ -80,6 +80,8 @@ from banlieue.reconcilers.vspheremachine.sources import (
     INDEX_BOOTSTRAP_SECRET,
     INDEX_INSTANCE_UUID,
     INDEX_UID,
+    PROVIDER_CAPACITY_CHANGED,
+    PROVIDER_CHANGED,
     CapiWatch,
     MapFuncs,
     VMWatch,
@@ -566,7 +568,10 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
         # Our own status writes do not re-enqueue (backoff applies to failures); see
         # vspheremachine.writes. First, so it sees every update.
         .for_(VSPHERE_MACHINE, predicates=[writes.predicate(), watch_filter_predicate(ctx.watch_filter or "")])
-        .watches(PROVIDER, maps.provider)
+        .watches(PROVIDER, maps.provider, predicates=[PROVIDER_CHANGED])
+        # Capacity is rewritten about every 30 s while VMs come and go; mapping each rewrite to
+        # every machine not Ready made reconciles grow with the square of a wave's machines.
+        .watches(PROVIDER, maps.provider_capacity, predicates=[PROVIDER_CAPACITY_CHANGED])
         # Referenced Secrets/ConfigMaps that changed (re-read by name, never watched).
         .watches_channel(referenced(ctx.cache).changes(ctx.client, ctx.secret_resync_period), maps.referenced)
         .watches_channel(capi.requests())

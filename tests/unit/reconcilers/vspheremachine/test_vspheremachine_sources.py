@@ -119,3 +119,139 @@ def test_vcenter_back_enqueues_machines_waiting_on_a_connection_error() -> None:
     assert sorted(r.name for r in got) == ["by-label", "deleting", "failed", "unknown-provider"]
     assert all(r.namespace == "ns" for r in got)
     assert machines_waiting_on("elsewhere:443", conns, backend, cache) == []
+
+
+def _cluster(**status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "c1", "namespace": "ns", "uid": "u-c1", "resourceVersion": "1", "labels": {}},
+            "spec": {"controlPlaneEndpoint": {"host": "127.22.0.1", "port": 6443}},
+            "status": {"initialization": {"infrastructureProvisioned": True}, **status}}
+
+
+def test_cluster_status_rewrites_by_capi_core_reconcile_no_machine() -> None:
+    """CAPI core rewrites a Cluster's status (conditions, replica counts) at every change of its
+    Machines; none of it is read by the VSphereMachine reconciler, and mapping each rewrite to
+    every machine of the Cluster made reconciles grow with the square of the machines."""
+    from banlieue.reconcilers.vspheremachine.sources import CAPI_CLUSTER_READS, ReadsChanged
+
+    pred = ReadsChanged(CAPI_CLUSTER_READS)
+    old = _cluster(conditions=[{"type": "Available", "status": "False"}], workers={"replicas": 3, "readyReplicas": 1})
+    new = _cluster(conditions=[{"type": "Available", "status": "True"}], workers={"replicas": 3, "readyReplicas": 2})
+    new["metadata"]["resourceVersion"] = "2"
+    assert not pred.update(old, new)
+    assert not pred.update(old, old)  # a resync
+
+
+def test_cluster_changes_the_reconciler_reads_pass() -> None:
+    from banlieue.reconcilers.vspheremachine.sources import CAPI_CLUSTER_READS, ReadsChanged
+
+    pred = ReadsChanged(CAPI_CLUSTER_READS)
+    base = _cluster()
+    unprovisioned = _cluster(initialization={"infrastructureProvisioned": False})
+    paused = _cluster()
+    paused["spec"]["paused"] = True
+    annotated = _cluster()
+    annotated["metadata"]["annotations"] = {"cluster.x-k8s.io/paused": ""}
+    domains = _cluster(failureDomains=[{"name": "fd-a", "controlPlane": True}])
+    deleting = _cluster()
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-02T00:00:00Z"
+    for new in (unprovisioned, paused, annotated, domains, deleting):
+        assert pred.update(base, new), new
+    assert pred.create(base) and pred.delete(base)
+
+
+def test_capi_machine_status_writes_reconcile_nothing_but_spec_and_owner_changes_do() -> None:
+    from banlieue.reconcilers.vspheremachine.sources import CAPI_MACHINE_READS, ReadsChanged
+
+    pred = ReadsChanged(CAPI_MACHINE_READS)
+    old: dict[str, Any] = {"metadata": {"name": "m1", "namespace": "ns", "uid": "u-m1", "resourceVersion": "5"},
+           "spec": {"clusterName": "c1", "bootstrap": {}, "infrastructureRef": {"kind": "VSphereMachine", "name": "vm1"}},
+           "status": {"phase": "Provisioning"}}
+    status_only = {**old, "metadata": {**old["metadata"], "resourceVersion": "6"}, "status": {"phase": "Provisioned"}}
+    assert not pred.update(old, status_only)
+    bootstrap = {**old, "spec": {**old["spec"], "bootstrap": {"dataSecretName": "m1-bootstrap"}}}
+    assert pred.update(old, bootstrap)
+    replaced = {**old, "metadata": {**old["metadata"], "uid": "u-m1-new"}}  # deleted and re-created between events
+    assert pred.update(old, replaced)
+
+
+async def test_the_capi_watch_enqueues_machines_only_for_what_the_reconciler_reads() -> None:
+    """The wiring: CapiWatch's Cluster and Machine handlers carry the predicates (a Cluster
+    status rewrite enqueues none of its machines; an unpause enqueues all of them)."""
+    import asyncio
+
+    from banlieue.reconcilers.kinds import CAPI_CLUSTER, CAPI_MACHINE
+    from banlieue.reconcilers.vspheremachine.sources import CapiWatch
+
+    handlers: dict[Any, Any] = {}
+
+    class _Inf:
+        def __init__(self, kind: Any) -> None:
+            self.kind = kind
+
+        def add_event_handler(self, h: Any) -> None:
+            handlers[self.kind] = h
+
+    class _Mgr:
+        def get_informer(self, kind: Any) -> _Inf:
+            return _Inf(kind)
+
+    class _Client:
+        async def request(self, method: str, path: str) -> dict[str, Any]:
+            return {"resources": [{"name": CAPI_MACHINE.plural}, {"name": CAPI_CLUSTER.plural}]}
+
+    label = {"cluster.x-k8s.io/cluster-name": "c1"}
+    cache = make_cache({VSPHERE_MACHINE: [vsm("w1", labels=label), vsm("w2", labels=label)]})
+    watch = CapiWatch(_Mgr(), _Client(), MapFuncs(cache))  # type: ignore[arg-type]
+    gen: Any = watch.requests()
+    first = asyncio.ensure_future(gen.__anext__())
+    for _ in range(50):
+        if handlers:
+            break
+        await asyncio.sleep(0.01)
+    cluster = handlers[CAPI_CLUSTER]
+    old = _cluster(conditions=[{"type": "Available", "status": "False"}])
+    cluster.on_update(old, _cluster(conditions=[{"type": "Available", "status": "True"}]))
+    await asyncio.sleep(0.01)
+    assert not first.done()
+    paused = _cluster()
+    paused["spec"]["paused"] = True
+    cluster.on_update(paused, _cluster())
+    got = {await first, await gen.__anext__()}
+    assert got == {Request("ns", "w1"), Request("ns", "w2")}
+    await gen.aclose()
+
+
+def _provider(capacity_mib: int, rv: str = "1", reachable: str = "True") -> dict[str, Any]:
+    return {"metadata": {"name": "vc", "namespace": "ns", "uid": "u-vc", "resourceVersion": rv},
+            "spec": {"connection": {"endpoint": "https://127.0.0.1:8989/sdk"}},
+            "status": {"failureDomains": [{"name": "fd-a", "attributes": {
+                "availableStorageClasses": ["standard"],
+                "capacity": {"memoryMiB": capacity_mib, "updateTime": f"2026-12-02T00:00:{rv.zfill(2)}Z"}}}],
+                "conditions": [{"type": "ProviderReachable", "status": reachable, "reason": "Reconciled", "message": ""}]}}
+
+
+def test_a_provider_capacity_rewrite_reconciles_only_machines_not_placed() -> None:
+    """A Provider's capacity is rewritten about every 30 s while VMs come and go: each rewrite
+    mapped to every machine not Ready made a 1,000-machine wave's reconciles quadratic. Only a
+    machine with no domain and no VM yet can be decided by a capacity."""
+    from banlieue.reconcilers.vspheremachine.sources import PROVIDER_CAPACITY_CHANGED, PROVIDER_CHANGED
+
+    old, new = _provider(10_000), _provider(9_000, rv="2")
+    assert not PROVIDER_CHANGED.update(old, new)
+    assert PROVIDER_CAPACITY_CHANGED.update(old, new)
+    unreachable = _provider(10_000, reachable="False")
+    assert PROVIDER_CHANGED.update(old, unreachable)
+    assert not PROVIDER_CAPACITY_CHANGED.update(old, unreachable)
+    assert PROVIDER_CHANGED.create(new) and PROVIDER_CAPACITY_CHANGED.create(new)
+    def ready(reason: str) -> dict[str, Any]:
+        return {"conditions": [{"type": "Ready", "status": "False", "reason": reason, "message": "m",
+                                "lastTransitionTime": "2026-12-02T00:00:00Z"}]}
+
+    cache = make_cache({VSPHERE_MACHINE: [
+        vsm("no-room", status=ready("FailureDomainNotFound")),
+        vsm("new"),  # reconciled by its own add event; a vCenter slot wakes it if it waits for one
+        vsm("other-reason", status=ready("ProviderNotFound")),  # a Provider change other than capacity maps it
+        vsm("placed", status={"failureDomain": "fd-a", **ready("Cloning")}),
+        vsm("cloned", status={"instanceUUID": "5000-1", **ready("FailureDomainNotFound")}),
+    ]})
+    assert MapFuncs(cache).provider_capacity(new) == [Request("ns", "no-room")]
