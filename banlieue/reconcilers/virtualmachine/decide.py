@@ -194,13 +194,31 @@ def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, s
     in one of its interface's networks of that family (an IPv6 gateway may also be link-local,
     as router advertisements give it, RFC 4861); an IPv4 address on a network of prefix length
     /30 or shorter is neither the network nor the broadcast address (RFC 919/RFC 3021 leave /31
-    and /32 without either); an address is on one interface only.
+    and /32 without either); an address is on one interface only; ``gateway4`` needs IPv4 on its
+    interface (an address, or DHCPv4: a class interface of source dhcp whose VM override sets no
+    addresses); one interface at most has a gateway of each family (a guest has one default
+    route per family; two of the same metric leave undefined which is used, netplan reports
+    them as conflicting). Admission checks the same on each object alone
+    (``banlieue.api.meta.interface_ip_rules``, ``one_default_gateway_rules``); this is for the
+    VM's overrides together with its class's values.
     """
     problems: list[str] = []
     seen: dict[str, str] = {}
+    gateways: dict[int, list[str]] = {4: [], 6: []}
+    overrides = {o.name: o for o in (vm.spec.network.interfaces if vm.spec.network else None) or ()}
     for nic in (vm_class.spec.network.interfaces if vm_class.spec.network else None) or ():
         addresses, gateway4, gateway6, name = _effective_ip(vm, nic)
         ifaces = [ipaddress.ip_interface(a) for a in addresses]
+        override = overrides.get(nic.name)
+        replaced = override is not None and bool(override.addresses)
+        dhcp4 = (nic.ipam is None or nic.ipam.source is IPAMSource.DHCP) and not replaced
+        if gateway4 is not None and not dhcp4 and not any(i.version == 4 for i in ifaces):
+            why = ("its addresses replace the class's, and DHCPv4 is off" if replaced
+                   else "the class's interface is static without an IPv4 address")
+            problems.append(f"{name} has gateway4 {gateway4} but no IPv4 address ({why})")
+        for family, gateway in ((4, gateway4), (6, gateway6)):
+            if gateway is not None:
+                gateways[family].append(name)
         for iface in ifaces:
             ip = str(iface.ip)
             if ip in seen and seen[ip] != name:
@@ -219,6 +237,10 @@ def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, s
                 continue
             problems.append(f"{name} gateway{family} {gw} is outside its networks "
                             f"({', '.join(str(n) for n in nets)}): the guest could not reach it")
+    for family, names in gateways.items():
+        if len(names) > 1:
+            problems.append(f"gateway{family} is set on interfaces {', '.join(names[:-1])} and {names[-1]}: a guest has "
+                            f"one IPv{family} default route; keep gateway{family} on the interface that carries it")
     if not problems:
         return None
     return (VirtualMachineReason.NETWORK_SETTINGS_INCONSISTENT,

@@ -504,12 +504,38 @@ def test_network_settings_valid_alone_but_inconsistent_are_refused(overrides: li
 
 
 @pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        pytest.param([{"name": "eth0", "addresses": ["fd00::5/64"]}],
+                     "eth0 has gateway4 10.0.0.1 but no IPv4 address (its addresses replace the class's, and DHCPv4 is "
+                     "off)", id="class-gateway4-left-without-ipv4"),
+        pytest.param([{"name": "eth1", "addresses": ["192.168.7.9/24"], "gateway4": "192.168.7.1"}],
+                     "gateway4 is set on interfaces eth0 and eth1", id="two-default-gateways"),
+        pytest.param([{"name": "eth1", "gateway4": "10.9.9.9"}],
+                     "gateway4 is set on interfaces eth0 and eth1", id="two-default-gateways-one-on-dhcp"),
+    ],
+)
+def test_gateways_the_class_and_the_vm_give_together_are_checked(overrides: list[dict[str, Any]], expected: str) -> None:
+    """New-user finding: admission sees the VM's overrides only; with its class's values the
+    interface may be left with a gateway4 and no IPv4 (netplan then has a default route with no
+    source address), or two interfaces may each declare a default gateway of one family (two
+    default routes of the same metric: which one the guest uses is not defined)."""
+    plan = decide(snap(_with_overrides(vm(), *overrides), cls=NET_CLASS))
+    assert plan.apply_machine is None and plan.placement is None
+    assert cond(plan, "Scheduled") == ("False", "NetworkSettingsInconsistent")
+    assert plan.status is not None
+    message = get_condition(VirtualMachineStatus.from_wire(plan.status).conditions, "Scheduled").message  # type: ignore[union-attr]
+    assert expected in message, message
+
+
+@pytest.mark.parametrize(
     "overrides",
     [
         pytest.param([{"name": "eth0", "addresses": ["10.0.0.77/24"], "gateway4": "10.0.0.1"}], id="gateway-inside"),
         pytest.param([{"name": "eth1", "addresses": ["192.168.7.9/24", "fd00::9/64"], "gateway6": "fe80::1"}], id="link-local-gateway6"),
         pytest.param([{"name": "eth1", "addresses": ["192.168.7.0/31"]}], id="slash-31-has-no-network-address"),
-        pytest.param([{"name": "eth1", "gateway4": "10.9.9.9"}], id="dhcp-interface-gateway-not-judged"),
+        pytest.param([{"name": "eth1", "gateway6": "fd00:9::1"}], id="dhcp-interface-gateway-not-judged"),
+        pytest.param([{"name": "eth0", "addresses": ["10.0.0.77/24", "fd00::5/64"]}], id="ipv4-kept-with-gateway4"),
     ],
 )
 def test_consistent_network_settings_are_placed(overrides: list[dict[str, Any]]) -> None:
