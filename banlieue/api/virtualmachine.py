@@ -85,6 +85,10 @@ class VirtualMachineReason:
     cannot work together: a gateway outside the interface's networks, an IPv4 address that is its
     network's network or broadcast address, one address on two interfaces, gateway4 on an interface
     left without IPv4, a default gateway of one family on two interfaces."""
+    ADDRESS_CONFLICT = "AddressConflict"
+    """A static address of the VM (its class's or its own) is on the same network class as one
+    another VirtualMachine of the namespace (placed, or created earlier) or a standalone
+    VSphereMachine holds: the VM is not cloned until the address is free or changed."""
     CLASS_NOT_OFFERED = "ClassNotOffered"
     """The VMClass (edited) names a storage or network class the failure domain of a VM already
     placed there does not offer; the VM is kept as it is (ADR 0012)."""

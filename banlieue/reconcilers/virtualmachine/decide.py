@@ -109,6 +109,22 @@ class Snapshot:
     machine: VSphereMachine | None
     now: datetime
     peer_totals: PeerTotals | None = None
+    address_claims: tuple[AddressClaim, ...] = ()
+    """The static addresses the other VMs and standalone VSphereMachines of the namespace claim
+    (gathered only while the VM is unplaced and has static addresses itself)."""
+
+
+@dataclass(frozen=True)
+class AddressClaim:
+    """A static address another object of the VM's namespace claims: ``ip`` (no prefix length)
+    on ``network_class``, by ``holder`` (``VirtualMachine web-1``, ``VSphereMachine m-0``), which
+    is ``placed`` (scheduled, or a VSphereMachine that exists) or not, created at ``created``."""
+
+    ip: str
+    network_class: str
+    holder: str
+    placed: bool
+    created: datetime | None
 
 
 def class_not_offered(s: Snapshot, current: tuple[str, str] | None) -> tuple[str, str] | None:
@@ -246,6 +262,57 @@ def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, s
     return (VirtualMachineReason.NETWORK_SETTINGS_INCONSISTENT,
             f"spec.network.interfaces over VMClass {vm_class.metadata.name}: {'; '.join(problems)}; "
             "fix the addresses or gateways of the VM (or of its class)")
+
+
+def static_addresses(vm: VirtualMachine, vm_class: VMClass) -> list[tuple[str, str, str]]:
+    """(interface, network class, address without prefix length) of every static address the VM
+    gets: its class's, replaced per interface by its own (``_effective_ip``)."""
+    out: list[tuple[str, str, str]] = []
+    for nic in (vm_class.spec.network.interfaces if vm_class.spec.network else None) or ():
+        addresses, _, _, name = _effective_ip(vm, nic)
+        for address in addresses:
+            try:
+                out.append((name, nic.network_class, str(ipaddress.ip_interface(address).ip)))
+            except ValueError:
+                continue  # refused at admission; a stored bad value claims nothing
+    return out
+
+
+def address_conflict(vm: VirtualMachine, vm_class: VMClass, claims: Sequence[AddressClaim]) -> tuple[str, str] | None:
+    """(``AddressConflict``, message) when a static address of the VM (``static_addresses``) is
+    claimed on the same network class by an object that holds it, else None.
+
+    Rule (banlieue's; SPEC §2 lets a VMClass, which many VMs share, carry static addresses, and
+    a VM give its own): a static address belongs to one guest of a network. Two guests with one
+    address break each other's traffic (RFC 5227 calls it an address conflict), and the guest
+    cannot be told apart by the one who created it, so the second is not cloned. A claim holds
+    the address when its object is placed (scheduled or, for a VSphereMachine, existing: a
+    running VM is never taken down for a newcomer), else when it is older (creation time, then
+    ``holder``, so two unplaced VMs agree which one waits). Same network = same network class
+    of the namespace (the placement is not known yet; a class maps to one port group per failure
+    domain). Only checked before the VM is placed (callers pass no claims otherwise)."""
+    mine = static_addresses(vm, vm_class)
+    if not mine or not claims:
+        return None
+    me = f"VirtualMachine {vm.metadata.name}"
+    created = vm.metadata.creation_timestamp
+    problems: list[str] = []
+    for iface, network_class, ip in mine:
+        for c in claims:
+            if c.ip != ip or c.network_class != network_class:
+                continue
+            older = (c.created is not None and created is not None and
+                     (c.created, c.holder) < (created, me))
+            if c.placed or older or (created is not None and c.created is None):
+                problems.append(f"{iface} address {ip} on network class {network_class} is {c.holder}'s"
+                                + ("" if c.placed else " (created first)"))
+                break
+    if not problems:
+        return None
+    return (VirtualMachineReason.ADDRESS_CONFLICT,
+            f"{'; '.join(problems)}: a static address belongs to one VM of a network; give this VM its own address "
+            "in spec.network.interfaces (a VMClass with static addresses fits one VM), or free it on the other; "
+            "the VM is not cloned until then")
 
 
 def not_found_message(kind: str, wanted: str) -> str:
@@ -585,6 +652,7 @@ def decide(s: Snapshot) -> Plan:
     d.status.observed_generation = s.vm.metadata.generation
     current = current_placement(s.vm, d.machine)
     mismatch = (interface_mismatch(s.vm, s.vm_class) or network_inconsistency(s.vm, s.vm_class)
+                or (address_conflict(s.vm, s.vm_class, s.address_claims) if current is None else None)
                 or class_not_offered(s, current) if s.vm_class is not None else None)
     if s.vm_class is None or s.image is None or mismatch is not None:
         placing = d.unresolved(current, mismatch)
