@@ -202,6 +202,14 @@ def _effective_ip(vm: VirtualMachine, nic: ClassInterface) -> tuple[list[str], s
 _LINK_LOCAL6 = ipaddress.IPv6Network("fe80::/10")
 
 
+def _unicast(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``ip`` is an address a host may be given: not unspecified, loopback, multicast,
+    link-local nor 255.255.255.255 (the admission rule ``banlieue.api.meta.HOST_PREFIX_RULES``,
+    Go ``netip.Addr.IsGlobalUnicast``), for values stored before admission refused them."""
+    return not (ip.is_unspecified or ip.is_loopback or ip.is_multicast or ip.is_link_local
+                or ip == ipaddress.IPv4Address("255.255.255.255"))
+
+
 def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, str] | None:
     """(``NetworkSettingsInconsistent``, message) when the VM's effective interface settings (its
     overrides over the class's, each valid on its own) cannot work in a guest, else None.
@@ -214,7 +222,7 @@ def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, s
     interface (an address, or DHCPv4: a class interface of source dhcp whose VM override sets no
     addresses); one interface at most has a gateway of each family (a guest has one default
     route per family; two of the same metric leave undefined which is used, netplan reports
-    them as conflicting). Admission checks the same on each object alone
+    them as conflicting); addresses and gateways are unicast (``_unicast``). Admission checks the same on each object alone
     (``banlieue.api.meta.interface_ip_rules``, ``one_default_gateway_rules``); this is for the
     VM's overrides together with its class's values.
     """
@@ -236,6 +244,8 @@ def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, s
             if gateway is not None:
                 gateways[family].append(name)
         for iface in ifaces:
+            if not _unicast(iface.ip):
+                problems.append(f"{name} address {iface} is not a unicast host address")
             ip = str(iface.ip)
             if ip in seen and seen[ip] != name:
                 problems.append(f"address {ip} is on interfaces {seen[ip]} and {name}")
@@ -245,10 +255,15 @@ def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, s
                 which = "network" if iface.ip == net.network_address else "broadcast"
                 problems.append(f"{name} address {iface} is the {which} address of {net}")
         for family, gateway in ((4, gateway4), (6, gateway6)):
-            nets = [i.network for i in ifaces if i.version == family]
-            if gateway is None or not nets:
-                continue  # DHCP / SLAAC interfaces: the gateway's reach cannot be judged here
+            if gateway is None:
+                continue
             gw = ipaddress.ip_address(gateway)
+            if not _unicast(gw) and not (family == 6 and gw in _LINK_LOCAL6):
+                problems.append(f"{name} gateway{family} {gw} is not a unicast address")
+                continue
+            nets = [i.network for i in ifaces if i.version == family]
+            if not nets:
+                continue  # DHCP / SLAAC interfaces: the gateway's reach cannot be judged here
             if any(gw in n for n in nets) or (family == 6 and gw in _LINK_LOCAL6):
                 continue
             problems.append(f"{name} gateway{family} {gw} is outside its networks "

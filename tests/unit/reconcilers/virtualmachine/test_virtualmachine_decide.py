@@ -516,6 +516,14 @@ def test_network_settings_valid_alone_but_inconsistent_are_refused(overrides: li
                      "gateway4 is set on interfaces eth0 and eth1", id="two-default-gateways"),
         pytest.param([{"name": "eth1", "gateway4": "10.9.9.9"}],
                      "gateway4 is set on interfaces eth0 and eth1", id="two-default-gateways-one-on-dhcp"),
+        # Stored before admission refused them (CRD rules are not re-run on stored objects): the
+        # VSphereMachine built from them would be refused, so the VM says why instead.
+        pytest.param([{"name": "eth1", "addresses": ["224.0.0.5/24"]}],
+                     "eth1 address 224.0.0.5/24 is not a unicast host address", id="stored-multicast-address"),
+        pytest.param([{"name": "eth1", "addresses": ["169.254.0.5/16"]}],
+                     "eth1 address 169.254.0.5/16 is not a unicast host address", id="stored-link-local-address"),
+        pytest.param([{"name": "eth0", "addresses": ["127.0.0.5/8"], "gateway4": "127.0.0.1"}],
+                     "eth0 gateway4 127.0.0.1 is not a unicast address", id="stored-loopback-gateway"),
     ],
 )
 def test_gateways_the_class_and_the_vm_give_together_are_checked(overrides: list[dict[str, Any]], expected: str) -> None:
