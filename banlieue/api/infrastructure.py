@@ -27,12 +27,18 @@ from banlieue.api.meta import (
     MachineAddress,
     Quantity,
     TemplateObjectMeta,
+    UncheckedIPPrefix,
+    UncheckedIPv4Gateway,
+    UncheckedIPv6Gateway,
+    interface_ip_rules,
     list_map,
+    one_default_gateway_rules,
 )
 from banlieue.api.provider import ProviderConditionReason
 from banlieue.api.virtualmachine import PowerState
 from banlieue.api.vmclass import (
     DEVICE_NAME_SCHEMA,
+    MAX_ADDRESSES,
     MAX_CPUS,
     MAX_DISK_GIB,
     MAX_DISKS,
@@ -189,7 +195,9 @@ class NetworkDevice(ApiModel):
                 {
                     "rule": "has(self.portGroup) != has(self.networkClass)",
                     "message": "exactly one of portGroup or networkClass must be set",
-                }
+                },
+                *interface_ip_rules({4: "(has(self.dhcp4) ? self.dhcp4 : (!has(self.addresses) || size(self.addresses) == 0))"},
+                                    "; dhcp4 is not true"),
             ]
         }
     )
@@ -209,18 +217,24 @@ class NetworkDevice(ApiModel):
     """Use DHCP for IPv4."""
     dhcp6: bool | None = None
     """Use DHCP for IPv6."""
-    addresses: list[str] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
-    """Static addresses in CIDR notation."""
-    gateway4: str | None = None
-    """IPv4 default gateway."""
-    gateway6: str | None = None
-    """IPv6 default gateway."""
+    addresses: list[UncheckedIPPrefix] | None = Field(default=None, json_schema_extra={**LIST_ATOMIC, "maxItems": MAX_ADDRESSES})
+    """Static addresses with their prefix length (``10.0.0.5/24``, ``fd00::5/64``): unicast host
+    addresses, not the network's network or broadcast address (CRD rules only)."""
+    gateway4: UncheckedIPv4Gateway | None = None
+    """IPv4 default gateway: a unicast IPv4 address in one of the device's IPv4 networks; needs an
+    IPv4 address or DHCPv4 (CRD rules only, ``meta.interface_ip_rules``)."""
+    gateway6: UncheckedIPv6Gateway | None = None
+    """IPv6 default gateway: a unicast IPv6 address in one of the device's IPv6 networks, or link-local."""
     nameservers: list[str] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
     """DNS servers."""
 
 
 class MachineNetwork(ApiModel):
-    """Network interfaces of a VSphereMachine."""
+    """Network interfaces of a VSphereMachine: at most one device has a gateway4 and one a
+    gateway6 (``meta.one_default_gateway_rules``)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": one_default_gateway_rules(
+        "devices", "has({i}.gateway{family})", MAX_NICS)})
 
     devices: list[NetworkDevice] | None = Field(default=None, max_length=MAX_NICS, json_schema_extra=_BY_NAME)
     """Devices, by name."""

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PlainSerializer, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 
@@ -97,42 +97,172 @@ IPAddress = Annotated[
 ]
 """An IPv4 or IPv6 address (CEL ``isIP``, Kubernetes 1.31+: no prefix, no zone, no IPv4-mapped IPv6)."""
 
-IPv4Address = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=IP_PREFIX_MAX_LENGTH,
-        json_schema_extra={"x-kubernetes-validations": [
-            {"rule": "isIP(self) && !self.contains(':')", "message": "must be an IPv4 address (10.0.0.1)"}
-        ]},
-    ),
-]
-"""An IPv4 address (CEL ``isIP`` and no ``:``, the IPv6 separator)."""
+def _ip_kind(ip: str) -> str:
+    """CEL: what the Kubernetes CEL ``ip`` value expression ``ip`` is, when not a unicast address,
+    for a message (the IP library has no multicast test: what remains is multicast or
+    255.255.255.255)."""
+    return (f"({ip}.isUnspecified() ? 'the unspecified address' : {ip}.isLoopback() ? 'a loopback address' : "
+            f"{ip}.isLinkLocalUnicast() ? 'a link-local address (the guest configures those itself)' : "
+            "'a multicast or broadcast address')")
 
-IPv6Address = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=IP_PREFIX_MAX_LENGTH,
-        json_schema_extra={"x-kubernetes-validations": [
-            {"rule": "isIP(self) && self.contains(':')", "message": "must be an IPv6 address (fd00::1)"}
-        ]},
-    ),
+
+_IPV4_BLOCK = "[" + ", ".join(str(2 ** (32 - p)) for p in range(33)) + "]"
+"""CEL list: the number of IPv4 addresses in a network of prefix length ``p``, at index ``p``."""
+
+
+def _ipv4_int(dotted: str) -> str:
+    """CEL: the dotted-quad string expression ``dotted`` as an int (the IP library has no arithmetic)."""
+    octet = f"{dotted}.split('.')"
+    return (f"(int({octet}[0]) * 16777216 + int({octet}[1]) * 65536 + int({octet}[2]) * 256 + "
+            f"int({octet}[3]))")
+
+
+_BLOCK = f"{_IPV4_BLOCK}[cidr(self).prefixLength()]"
+_SELF_ADDRESS = "self.split('/')[0]"
+_HOST_OFFSET = f"({_ipv4_int(_SELF_ADDRESS)} % {_BLOCK})"
+
+HOST_PREFIX_RULES: list[JsonValue] = [
+    {"rule": "isCIDR(self)", "message": "must be an IP address with a prefix length (10.0.0.5/24, fd00::5/64)"},
+    {"rule": "!isCIDR(self) || cidr(self).ip().isGlobalUnicast()",
+     "message": "must be a unicast host address: not unspecified (0.0.0.0, ::), loopback (127.0.0.0/8, ::1), "
+                "link-local (169.254.0.0/16, fe80::/10), multicast (224.0.0.0/4, ff00::/8) nor 255.255.255.255",
+     "messageExpression": f"self + ' is ' + {_ip_kind('cidr(self).ip()')} + ': must be a unicast host address "
+                          "(not unspecified, loopback, link-local nor multicast)'"},
+    {"rule": f"!isCIDR(self) || self.contains(':') || cidr(self).prefixLength() > 30 || "
+             f"({_HOST_OFFSET} != 0 && {_HOST_OFFSET} != {_BLOCK} - 1)",
+     "message": "must not be the network or broadcast address of its network (/31 and /32 networks have neither): "
+                "use a host address between the two",
+     "messageExpression": f"self + ' is the ' + ({_HOST_OFFSET} == 0 ? 'network' : 'broadcast') + ' address of its network: "
+                          "no host may use it; use an address between the network and broadcast addresses (/31 and "
+                          "/32 networks have neither)'"},
 ]
-"""An IPv6 address (CEL ``isIP`` and a ``:``)."""
+"""CEL rules of an interface's address with its prefix length (Kubernetes 1.31+ IP/CIDR library;
+``split`` from the CEL strings extension). The address must be a unicast address a host may
+hold: not unspecified (RFC 4291 2.5.2, RFC 1122 3.2.1.3), loopback, multicast, the limited
+broadcast, nor link-local (169.254/16 "SHOULD NOT be configured manually", RFC 3927 1.6; IPv6
+link-local addresses are formed by the guest itself, RFC 4862 5.3) (Go ``netip.Addr.IsGlobalUnicast``,
+which the library calls); an IPv4 address on a network of prefix length /30 or shorter is
+neither the network nor the broadcast address (RFC 919, RFC 1122 3.2.1.3; RFC 3021 leaves /31
+without either, /32 is one host)."""
+
+
+def _gateway_rules(family: int) -> list[JsonValue]:
+    """CEL rules of a default gateway of IP ``family`` (4 or 6): an address of that family
+    (``isIP``, ``:`` only in IPv6), unicast (as ``HOST_PREFIX_RULES``); an IPv6 gateway may be
+    link-local, as router advertisements announce it (RFC 4861 4.2)."""
+    v4 = family == 4
+    usable = "ip(self).isGlobalUnicast()" if v4 else "ip(self).isGlobalUnicast() || ip(self).isLinkLocalUnicast()"
+    return [
+        {"rule": "isIP(self) && !self.contains(':')" if v4 else "isIP(self) && self.contains(':')",
+         "message": "must be an IPv4 address (10.0.0.1)" if v4 else "must be an IPv6 address (fd00::1)"},
+        {"rule": f"!isIP(self) || {usable}",
+         "message": "must be a unicast address: not unspecified, loopback, link-local nor multicast"
+                    if v4 else "must be a unicast address: not unspecified, loopback nor multicast",
+         "messageExpression": f"self + ' is ' + {_ip_kind('ip(self)')} + ': must be a unicast address of the "
+                              "interface\\'s network (the router the guest sends other traffic to)'"},
+    ]
+
+
+IPv4Gateway = Annotated[
+    str, Field(min_length=1, max_length=IP_PREFIX_MAX_LENGTH, json_schema_extra={"x-kubernetes-validations": _gateway_rules(4)})
+]
+"""An interface's IPv4 default gateway: a unicast IPv4 address (``_gateway_rules``)."""
+
+IPv6Gateway = Annotated[
+    str, Field(min_length=1, max_length=IP_PREFIX_MAX_LENGTH, json_schema_extra={"x-kubernetes-validations": _gateway_rules(6)})
+]
+"""An interface's IPv6 default gateway: a unicast or link-local IPv6 address (``_gateway_rules``)."""
 
 IPPrefix = Annotated[
     str,
-    Field(
-        min_length=1,
-        max_length=IP_PREFIX_MAX_LENGTH,
-        json_schema_extra={"x-kubernetes-validations": [
-            {"rule": "isCIDR(self)", "message": "must be an IP address with a prefix length (10.0.0.5/24, fd00::5/64)"}
-        ]},
-    ),
+    Field(min_length=1, max_length=IP_PREFIX_MAX_LENGTH, json_schema_extra={"x-kubernetes-validations": HOST_PREFIX_RULES}),
 ]
 """An interface address with its prefix length, ``10.0.0.5/24`` or ``fd00::5/64`` (CEL ``isCIDR``,
-Kubernetes 1.31+: host bits may be set, a netmask is not a prefix length)."""
+Kubernetes 1.31+: host bits may be set, a netmask is not a prefix length), a host's unicast
+address (``HOST_PREFIX_RULES``)."""
+
+UncheckedIPPrefix = Annotated[
+    str, Field(json_schema_extra={"minLength": 1, "maxLength": IP_PREFIX_MAX_LENGTH, "x-kubernetes-validations": HOST_PREFIX_RULES})
+]
+"""``IPPrefix`` in the CRD schema only: banlieue reads any string (a VSphereMachine stored before
+the rules existed is still read, ADR 0012)."""
+
+UncheckedIPv4Gateway = Annotated[
+    str, Field(json_schema_extra={"minLength": 1, "maxLength": IP_PREFIX_MAX_LENGTH, "x-kubernetes-validations": _gateway_rules(4)})
+]
+"""``IPv4Gateway`` in the CRD schema only."""
+
+UncheckedIPv6Gateway = Annotated[
+    str, Field(json_schema_extra={"minLength": 1, "maxLength": IP_PREFIX_MAX_LENGTH, "x-kubernetes-validations": _gateway_rules(6)})
+]
+"""``IPv6Gateway`` in the CRD schema only."""
+
+
+def interface_ip_rules(gateway_without_address: dict[int, str], where: str) -> list[JsonValue]:
+    """CEL rules of one interface's ``addresses``/``gateway4``/``gateway6`` together (object level).
+
+    - A gateway lies in one of the interface's networks of its family, when it has addresses of
+      that family (an IPv6 gateway may be link-local, RFC 4861): the guest could not reach it
+      otherwise.
+    - ``gateway4`` needs IPv4 on the interface: an IPv4 address, or
+      ``gateway_without_address[4]`` (a CEL condition: DHCPv4, or addresses decided elsewhere).
+
+    ``where`` names, in messages, what else gives the interface IPv4."""
+    rules: list[JsonValue] = []
+    for family in (4, 6):
+        gw = f"self.gateway{family}"
+        of_family = "a.contains(':')" if family == 6 else "!a.contains(':')"
+        link_local = f" || ip({gw}).isLinkLocalUnicast()" if family == 6 else ""
+        rules.append({
+            "rule": f"!has({gw}) || !isIP({gw}) || !has(self.addresses) || "
+                    f"!self.addresses.exists(a, isCIDR(a) && {of_family}) || "
+                    f"self.addresses.exists(a, isCIDR(a) && cidr(a).containsIP({gw})){link_local}",
+            "fieldPath": f".gateway{family}",
+            "message": f"gateway{family} is outside the interface's IPv{family} networks (those of its addresses): the "
+                       "guest could not reach it; use a gateway inside one of them",
+            "messageExpression": f"'gateway{family} ' + {gw} + \" is outside the interface's IPv{family} networks (those "
+                                 "of its addresses): the guest could not reach it; use a gateway inside one of them or "
+                                 "an address in the gateway's network\"",
+        })
+    rules.append({
+        "rule": f"!has(self.gateway4) || (has(self.addresses) && self.addresses.exists(a, !a.contains(':'))) || "
+                f"{gateway_without_address[4]}",
+        "fieldPath": ".gateway4",
+        "message": f"gateway4 is set but the interface has no IPv4 address (no IPv4 in addresses{where}): add an "
+                   "IPv4 address or remove gateway4",
+    })
+    return rules
+
+
+def one_default_gateway_rules(items: str, has_gateway: str, max_items: int) -> list[JsonValue]:
+    """CEL rules of a list of interfaces (``items``, a field of ``self``, at most ``max_items``
+    long): at most one declares an IPv4 and one an IPv6 default gateway. ``has_gateway`` is the
+    CEL condition that interface ``{i}`` declares one, with ``{family}`` for 4 or 6
+    (``has({i}.gateway{family})``).
+
+    Rule: a guest has one default route per family. Two interfaces declaring one give two default
+    routes of the same metric: netplan reports them as conflicting and which one the kernel uses
+    is not defined (the traffic may leave by the wrong network), so the user says which
+    interface carries it. The message names the interfaces: one term per index, as a list built
+    by ``filter`` has elements of unknown size, which the API server's CEL cost estimate refuses
+    to concatenate."""
+    rules: list[JsonValue] = []
+    for family in (4, 6):
+        has_gw = has_gateway.format(family=family, i="i")
+        names = " + ".join(
+            f"(size(self.{items}) > {k} && {has_gateway.format(family=family, i=f'self.{items}[{k}]')} ? "
+            f"', ' + self.{items}[{k}].name : '')" for k in range(max_items))
+        rules.append({
+            "rule": f"!has(self.{items}) || self.{items}.filter(i, {has_gw}).size() <= 1",
+            "fieldPath": f".{items}",
+            "message": f"gateway{family} is set on more than one interface: a guest has one IPv{family} default "
+                       f"route; keep gateway{family} on the interface that carries it and remove it from the others",
+            "messageExpression": f"'gateway{family} is set on interfaces ' + ({names}).substring(2) + "
+                                 f"': a guest has one IPv{family} default route (two make it undefined which one "
+                                 f"is used); keep gateway{family} on the interface that carries it and remove it "
+                                 "from the others'",
+        })
+    return rules
 
 
 class ObjectMeta(ApiModel):
@@ -188,8 +318,24 @@ class LabelSelectorOperator(StrEnum):
     DOES_NOT_EXIST = "DoesNotExist"
 
 
+LABEL_SELECTOR_REQUIREMENT_RULES: list[JsonValue] = [
+    {"rule": "!(self.operator in ['In', 'NotIn']) || (has(self.values) && size(self.values) > 0)",
+     "message": "operators In and NotIn need at least one value: list the values, or use Exists or DoesNotExist"},
+    {"rule": "!(self.operator in ['Exists', 'DoesNotExist']) || !has(self.values) || size(self.values) == 0",
+     "message": "operators Exists and DoesNotExist take no values: remove values, or use In or NotIn"},
+]
+"""CEL rules of a label selector requirement, as kube-apiserver checks its own selectors
+(apimachinery ``metav1validation.ValidateLabelSelectorRequirement``: In/NotIn need values,
+Exists/DoesNotExist must have none). Without them an In without values matched nothing and an
+Exists with values ignored them, silently (new-user finding)."""
+
+
 class LabelSelectorRequirement(ApiModel):
-    """metav1.LabelSelectorRequirement: ``key`` ``operator`` ``values``."""
+    """metav1.LabelSelectorRequirement: ``key`` ``operator`` ``values`` (CRD rules
+    ``LABEL_SELECTOR_REQUIREMENT_RULES``; the operator is an enum, so an unknown one is refused
+    as an unsupported value)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": LABEL_SELECTOR_REQUIREMENT_RULES})
 
     key: str
     """The label key the selector applies to."""

@@ -287,6 +287,12 @@ class ProviderFailureDomainAttributes(ApiModel):
     """Backend placement (datacenter, cluster)."""
 
 
+FAILURE_DOMAIN_LABELS = ("dc", "cluster")
+"""The labels of every failure domain a Provider reports (its datacenter and compute cluster,
+``reconcilers.provider.decide``): what selectors and anti-affinity ``topologyKey`` can use
+(docs/concepts.md, "Names")."""
+
+
 class ProviderFailureDomain(ApiModel):
     """One failure domain of a Provider: a (datacenter, compute cluster) pair."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from banlieue.api.groups import CORE_API_VERSION as API_VERSION
 from banlieue.api.meta import (
@@ -16,16 +16,19 @@ from banlieue.api.meta import (
     Initialization,
     IPAddress,
     IPPrefix,
-    IPv4Address,
-    IPv6Address,
+    IPv4Gateway,
+    IPv6Gateway,
     KubeObject,
     LabelSelector,
     ListMeta,
     LocalObjectReference,
     MachineAddress,
     Time,
+    interface_ip_rules,
     list_map,
+    one_default_gateway_rules,
 )
+from banlieue.api.provider import FAILURE_DOMAIN_LABELS
 from banlieue.api.vmclass import DEVICE_NAME_SCHEMA, MAX_ADDRESSES, MAX_NICS
 
 _CONDITIONS = list_map("type")
@@ -80,7 +83,12 @@ class VirtualMachineReason:
     NETWORK_SETTINGS_INCONSISTENT = "NetworkSettingsInconsistent"
     """The interfaces' effective settings (the VM's overrides over its VMClass) are each valid but
     cannot work together: a gateway outside the interface's networks, an IPv4 address that is its
-    network's network or broadcast address, one address on two interfaces."""
+    network's network or broadcast address, one address on two interfaces, gateway4 on an interface
+    left without IPv4, a default gateway of one family on two interfaces."""
+    ADDRESS_CONFLICT = "AddressConflict"
+    """A static address of the VM (its class's or its own) is on the same network class as one
+    another VirtualMachine of the namespace (placed, or created earlier) or a standalone
+    VSphereMachine holds: the VM is not cloned until the address is free or changed."""
     CLASS_NOT_OFFERED = "ClassNotOffered"
     """The VMClass (edited) names a storage or network class the failure domain of a VM already
     placed there does not offer; the VM is kept as it is (ADR 0012)."""
@@ -125,8 +133,10 @@ class AntiAffinityMode(StrEnum):
 class AntiAffinityTerm(ApiModel):
     """Keep this VM apart from the VMs selected by ``labelSelector`` across ``topologyKey``."""
 
-    topology_key: str = Field(min_length=1)
-    """Failure-domain label whose value must differ (``dc``, ``cluster``)."""
+    topology_key: str = Field(min_length=1, json_schema_extra={"enum": list(FAILURE_DOMAIN_LABELS)})
+    """Failure-domain label whose value must differ: ``dc`` or ``cluster``, the labels a Provider
+    gives its failure domains (``FAILURE_DOMAIN_LABELS``; another key matched no domain and the
+    term constrained nothing). An enum in the CRD schema only: a VM stored before is still read."""
     label_selector: LabelSelector | None = None
     """VirtualMachines (same namespace) to keep apart from; none selects nothing."""
     mode: AntiAffinityMode = AntiAffinityMode.REQUIRED
@@ -155,7 +165,12 @@ class UserData(ApiModel):
 
 class InterfaceOverride(ApiModel):
     """This VM's own network settings for one interface of its VMClass, by name. Each field set
-    replaces the class's value for that interface; an unset field keeps the class's."""
+    replaces the class's value for that interface; an unset field keeps the class's. Admission
+    checks the fields set here together (``meta.interface_ip_rules``); with the class's values
+    they are checked by the controller (``NetworkSettingsInconsistent``)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": interface_ip_rules(
+        {4: "!has(self.addresses) || size(self.addresses) == 0"}, "; these addresses turn the class's DHCPv4 off")})
 
     name: str = Field(min_length=1, json_schema_extra=DEVICE_NAME_SCHEMA)
     """Name of an interface of the VMClass (``spec.network.interfaces[].name``); a name the class
@@ -163,16 +178,20 @@ class InterfaceOverride(ApiModel):
     addresses: list[IPPrefix] | None = Field(default=None, max_length=MAX_ADDRESSES, json_schema_extra=LIST_ATOMIC)
     """Static addresses with their prefix length (``10.0.0.5/24``, ``fd00::5/64``; at most 16). Replaces
     the class's addresses and turns the interface's IPv4 DHCP off, also on a class interface that uses DHCP."""
-    gateway4: IPv4Address | None = None
-    """IPv4 default gateway (an IPv4 address)."""
-    gateway6: IPv6Address | None = None
-    """IPv6 default gateway (an IPv6 address)."""
+    gateway4: IPv4Gateway | None = None
+    """IPv4 default gateway (a unicast IPv4 address in one of the interface's IPv4 networks)."""
+    gateway6: IPv6Gateway | None = None
+    """IPv6 default gateway (a unicast IPv6 address in one of the interface's IPv6 networks, or link-local)."""
     nameservers: list[IPAddress] | None = Field(default=None, max_length=MAX_ADDRESSES, json_schema_extra=LIST_ATOMIC)
     """DNS servers (IP addresses; at most 16)."""
 
 
 class VirtualMachineNetwork(ApiModel):
-    """Per-VM network settings over the VMClass's interfaces."""
+    """Per-VM network settings over the VMClass's interfaces: at most one override sets gateway4
+    and one gateway6 (``meta.one_default_gateway_rules``)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": one_default_gateway_rules(
+        "interfaces", "has({i}.gateway{family})", MAX_NICS)})
 
     interfaces: list[InterfaceOverride] | None = Field(default=None, max_length=MAX_NICS, json_schema_extra=_BY_NAME)
     """Overrides by interface name (at most 10, vSphere's per-VM NIC limit)."""

@@ -13,11 +13,13 @@ from banlieue.api.meta import (
     ApiModel,
     IPAddress,
     IPPrefix,
-    IPv4Address,
-    IPv6Address,
+    IPv4Gateway,
+    IPv6Gateway,
     KubeObject,
     ListMeta,
+    interface_ip_rules,
     list_map,
+    one_default_gateway_rules,
 )
 
 _BY_NAME = list_map("name")
@@ -130,14 +132,19 @@ class Hardware(ApiModel):
 
 
 class StaticIPConfig(ApiModel):
-    """Static addressing of an interface."""
+    """Static addressing of an interface: a gateway inside the interface's networks, gateway4
+    only with an IPv4 address (CRD rules ``meta.interface_ip_rules``)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": interface_ip_rules(
+        {4: "false"}, "; source static has no DHCP")})
 
     addresses: list[IPPrefix] | None = Field(default=None, max_length=MAX_ADDRESSES, json_schema_extra=LIST_ATOMIC)
-    """Addresses with their prefix length (``10.0.0.5/24``, ``fd00::5/64``; at most 16)."""
-    gateway4: IPv4Address | None = None
-    """IPv4 default gateway (an IPv4 address)."""
-    gateway6: IPv6Address | None = None
-    """IPv6 default gateway (an IPv6 address)."""
+    """Addresses with their prefix length (``10.0.0.5/24``, ``fd00::5/64``; at most 16): unicast
+    host addresses, not the network's network or broadcast address."""
+    gateway4: IPv4Gateway | None = None
+    """IPv4 default gateway (a unicast IPv4 address in one of the interface's IPv4 networks)."""
+    gateway6: IPv6Gateway | None = None
+    """IPv6 default gateway (a unicast IPv6 address in one of the interface's IPv6 networks, or link-local)."""
     nameservers: list[IPAddress] | None = Field(default=None, max_length=MAX_ADDRESSES, json_schema_extra=LIST_ATOMIC)
     """DNS servers (IP addresses; at most 16)."""
 
@@ -168,7 +175,11 @@ class ClassInterface(ApiModel):
 
 
 class ClassNetwork(ApiModel):
-    """Network interfaces of a VMClass."""
+    """Network interfaces of a VMClass: at most one has a gateway4 and one a gateway6 (CRD rules
+    ``meta.one_default_gateway_rules``)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": one_default_gateway_rules(
+        "interfaces", "has({i}.ipam) && has({i}.ipam.static) && has({i}.ipam.static.gateway{family})", MAX_NICS)})
 
     interfaces: list[ClassInterface] | None = Field(default=None, max_length=MAX_NICS, json_schema_extra=_BY_NAME)
     """Interfaces, by name (at most 10, vSphere's per-VM limit)."""

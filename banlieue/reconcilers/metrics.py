@@ -44,6 +44,7 @@ FAILED_REASONS = frozenset({
     VirtualMachineReason.IMAGE_NOT_FOUND,
     VirtualMachineReason.INTERFACE_NOT_IN_CLASS,
     VirtualMachineReason.NETWORK_SETTINGS_INCONSISTENT,
+    VirtualMachineReason.ADDRESS_CONFLICT,
     VirtualMachineReason.FIRMWARE_UNSUPPORTED,
     VSphereMachineReason.TEMPLATE_NOT_FOUND,
     VSphereMachineReason.INVALID_SPEC,

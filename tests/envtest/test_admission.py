@@ -239,6 +239,10 @@ def test_what_must_pass_passes(installed: Kubectl) -> None:
     # Server-side-apply dry runs of templates, as CAPI's topology controller sends them.
     docs = [d for d in yaml.safe_load_all((REPO_ROOT / "config/samples/vspheremachinetemplates.yaml").read_text()) if d]
     docs += [d for d in yaml.safe_load_all((REPO_ROOT / "config/samples/vmclasses.yaml").read_text()) if d]
+    # The VirtualMachine samples (placement selectors, anti-affinity, per-VM addresses) pass the
+    # network and selector rules too.
+    for sample in ("config/samples/virtualmachines.yaml", "config/samples/network/static-address.yaml"):
+        docs += [d for d in yaml.safe_load_all((REPO_ROOT / sample).read_text()) if d]
     for doc in docs:
         doc["metadata"]["namespace"] = NS if doc["kind"] != "VMClass" else doc["metadata"].get("namespace")
         if doc["metadata"]["namespace"] is None:
@@ -345,3 +349,143 @@ def test_each_policy_rejects_with_its_own_message(without_crd_rules: Kubectl) ->
     k.ok("patch", "virtualmachine", "-n", NS, "vm1", "--subresource=status", "--type=merge", "-p",
          json.dumps({"status": {"conditions": []}}))
     k.ok("delete", "virtualmachine", "-n", NS, "vm1")
+
+
+def _net_class(name: str, *statics: dict[str, Any] | None) -> dict[str, Any]:
+    """A VMClass with one interface per entry of ``statics`` (None: DHCP), named eth0, eth1..."""
+    ifaces = [{"name": f"eth{i}", "networkClass": "default",
+               **({"ipam": {"source": "static", "static": s}} if s is not None else {})} for i, s in enumerate(statics)]
+    return {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": name},
+            "spec": {"hardware": {"cpus": 1, "memoryMiB": 512}, "network": {"interfaces": ifaces}}}
+
+
+def _net_vm(name: str, *overrides: dict[str, Any]) -> dict[str, Any]:
+    vm = _vm(name)
+    vm["spec"]["network"] = {"interfaces": [{"name": f"eth{i}", **o} for i, o in enumerate(overrides)]}
+    return vm
+
+
+def _net_machine(name: str, *devices: dict[str, Any], template: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"providerRef": {"name": "p"}, "datacenter": "DC0", "cluster": "C0", "template": "t",
+                            "network": {"devices": [{"name": f"eth{i}", "portGroup": "VM Network", **d}
+                                                    for i, d in enumerate(devices)]}}
+    kind = "VSphereMachineTemplate" if template else "VSphereMachine"
+    return {"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": kind,
+            "metadata": {"name": name, "namespace": NS}, "spec": {"template": {"spec": spec}} if template else spec}
+
+
+def test_unusable_interface_addresses_and_gateways_are_refused_at_admission(installed: Kubectl) -> None:
+    """New-user finding: multicast, loopback, unspecified and link-local values were accepted as
+    static addresses or gateways; so were the network or broadcast address as the host's, a
+    gateway outside the interface's networks, gateway4 on an interface without IPv4, and a
+    default gateway on two interfaces. Each is refused with its field path on a VMClass, a
+    VirtualMachine's overrides, a VSphereMachine and its template."""
+    def refused(doc: dict[str, Any], path: str, *words: str) -> None:
+        err = installed.rejected("apply", "--server-side", "-f", "-", docs=[doc])
+        assert f"{path}: Invalid value" in err, (path, err)
+        for w in words:
+            assert w in err, (w, err)
+
+    ok4 = {"addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.1"}
+    installed.ok("apply", "--server-side", "-f", "-", docs=[
+        _net_class("n-ok", {"addresses": ["10.0.0.5/24", "fd00::5/64"], "gateway4": "10.0.0.1", "gateway6": "fe80::1"},
+                   {"addresses": ["10.1.0.5/31", "192.168.9.255/22"]}, None),
+        _net_class("n-ok32", {"addresses": ["10.0.0.5/32", "10.1.0.9/16"], "gateway4": "10.1.0.1"}),
+        _net_vm("n-ok", {"addresses": ["10.0.0.6/24"], "gateway4": "10.0.0.1", "gateway6": "fd00::1"}, {"nameservers": ["10.9.0.53"]}),
+        _net_machine("n-ok", {**ok4, "gateway6": "fe80::1"}, {"dhcp4": True}, {"addresses": ["10.3.0.5/24", "fd00:3::5/64"]}),
+        _net_machine("n-ok-dhcp", {"gateway4": "10.2.0.1"}),
+        _net_machine("n-ok-dhcp4", {"dhcp4": True, "addresses": ["fd00::5/64"], "gateway4": "10.3.0.1"}),
+        _net_machine("n-ok", ok4, template=True)])
+
+    for bad, what in (("224.0.0.5/24", "multicast"), ("127.0.0.5/8", "loopback"), ("0.0.0.0/0", "unspecified"),
+                      ("::/64", "unspecified"), ("::1/128", "loopback"), ("169.254.3.4/16", "link-local"),
+                      ("fe80::5/64", "link-local"), ("ff02::1/64", "multicast")):
+        refused(_net_class("n-bad", {"addresses": [bad]}), "spec.network.interfaces[0].ipam.static.addresses[0]",
+                "must be a unicast host address", what)
+    refused(_net_vm("n-bad", {"addresses": ["10.0.0.5/24", "239.1.1.1/24"]}), "spec.network.interfaces[0].addresses[1]",
+            "must be a unicast host address")
+    refused(_net_machine("n-bad", {"addresses": ["127.0.0.1/8"]}), "spec.network.devices[0].addresses[0]",
+            "must be a unicast host address")
+    refused(_net_machine("n-bad", {"addresses": ["10.0.0.5"]}), "spec.network.devices[0].addresses[0]",
+            "must be an IP address with a prefix length")
+    for gw in ("224.0.0.1", "127.0.0.1", "0.0.0.0", "169.254.0.1", "255.255.255.255"):
+        refused(_net_class("n-bad", {"addresses": ["10.0.0.5/24"], "gateway4": gw}),
+                "spec.network.interfaces[0].ipam.static.gateway4", "must be a unicast address")
+    refused(_net_vm("n-bad", {"gateway6": "ff02::2"}), "spec.network.interfaces[0].gateway6", "must be a unicast address")
+    refused(_net_machine("n-bad", {"gateway6": "::1", "dhcp6": True}), "spec.network.devices[0].gateway6",
+            "must be a unicast address")
+
+    # The network or broadcast address as the host's (/30 and shorter; /31 and /32 have neither).
+    refused(_net_class("n-bad", {"addresses": ["10.0.0.0/24"]}), "spec.network.interfaces[0].ipam.static.addresses[0]",
+            "10.0.0.0/24 is the network address of its network")
+    refused(_net_vm("n-bad", {"addresses": ["192.168.9.255/24"]}), "spec.network.interfaces[0].addresses[0]",
+            "192.168.9.255/24 is the broadcast address of its network")
+    refused(_net_machine("n-bad", {"addresses": ["10.0.0.3/30"]}), "spec.network.devices[0].addresses[0]",
+            "10.0.0.3/30 is the broadcast address")
+
+    # A gateway outside the interface's networks of its family.
+    refused(_net_class("n-bad", {"addresses": ["10.0.0.5/24"], "gateway4": "10.0.1.1"}),
+            "spec.network.interfaces[0].ipam.static.gateway4", "gateway4 10.0.1.1 is outside the interface's IPv4 networks")
+    refused(_net_vm("n-bad", {"addresses": ["fd00::5/64"], "gateway6": "fd01::1"}),
+            "spec.network.interfaces[0].gateway6", "outside the interface's IPv6 networks")
+    refused(_net_machine("n-bad", {"addresses": ["10.0.0.5/24"], "gateway4": "10.9.9.9"}),
+            "spec.network.devices[0].gateway4", "outside the interface's IPv4 networks")
+
+    # gateway4 on an interface with no IPv4 (no IPv4 address, no DHCPv4).
+    refused(_net_class("n-bad", {"addresses": ["fd00::5/64"], "gateway4": "10.0.0.1"}),
+            "spec.network.interfaces[0].ipam.static.gateway4", "no IPv4 address")
+    refused(_net_vm("n-bad", {"addresses": ["fd00::5/64"], "gateway4": "10.0.0.1"}),
+            "spec.network.interfaces[0].gateway4", "no IPv4 address")
+    refused(_net_machine("n-bad", {"addresses": ["fd00::5/64"], "gateway4": "10.0.0.1"}),
+            "spec.network.devices[0].gateway4", "no IPv4 address")
+    refused(_net_machine("n-bad", {"dhcp4": False, "gateway4": "10.0.0.1"}),
+            "spec.network.devices[0].gateway4", "no IPv4 address")
+
+    # One default route per family: gateway4 (or gateway6) on two interfaces is ambiguous.
+    refused(_net_class("n-bad", ok4, {"addresses": ["10.1.0.5/24"], "gateway4": "10.1.0.1"}),
+            "spec.network.interfaces", "gateway4 is set on interfaces eth0, eth1")
+    refused(_net_vm("n-bad", {"gateway6": "fe80::1"}, {"gateway6": "fe80::2"}),
+            "spec.network.interfaces", "gateway6 is set on interfaces eth0, eth1")
+    refused(_net_machine("n-bad", ok4, {"dhcp4": True, "gateway4": "10.3.0.1"}, template=True),
+            "spec.template.spec.network.devices", "gateway4 is set on interfaces eth0, eth1")
+
+
+def test_invalid_label_selectors_and_topology_keys_are_refused_at_admission(installed: Kubectl) -> None:
+    """New-user finding: a label selector requirement In/NotIn without values or Exists with
+    values (kube-apiserver refuses those in its own selectors), an unknown operator, and an
+    anti-affinity topologyKey that no failure domain label has were accepted and silently
+    matched nothing (or everything)."""
+    def placed(placement: dict[str, Any]) -> dict[str, Any]:
+        vm = _vm("sel")
+        vm["spec"]["placement"] = placement
+        return vm
+
+    def refused(doc: dict[str, Any], path: str, *words: str) -> None:
+        err = installed.rejected("apply", "--server-side", "-f", "-", docs=[doc])
+        assert path in err, (path, err)
+        for w in words:
+            assert w in err, (w, err)
+
+    good = {"providerSelector": {"matchExpressions": [{"key": "site", "operator": "In", "values": ["a"]},
+                                                       {"key": "gpu", "operator": "Exists"}]},
+            "failureDomainSelector": {"matchExpressions": [{"key": "dc", "operator": "DoesNotExist", "values": []}]},
+            "antiAffinity": [{"topologyKey": "cluster", "labelSelector": {"matchLabels": {"app": "db"}}},
+                             {"topologyKey": "dc", "mode": "preferred"}]}
+    installed.ok("apply", "--server-side", "-f", "-", docs=[placed(good)])
+    refused(placed({"providerSelector": {"matchExpressions": [{"key": "site", "operator": "In"}]}}),
+            "spec.placement.providerSelector.matchExpressions[0]", "In and NotIn need at least one value")
+    refused(placed({"failureDomainSelector": {"matchExpressions": [{"key": "dc", "operator": "NotIn", "values": []}]}}),
+            "spec.placement.failureDomainSelector.matchExpressions[0]", "In and NotIn need at least one value")
+    refused(placed({"providerSelector": {"matchExpressions": [{"key": "gpu", "operator": "Exists", "values": ["x"]}]}}),
+            "spec.placement.providerSelector.matchExpressions[0]", "Exists and DoesNotExist take no values")
+    refused(placed({"providerSelector": {"matchExpressions": [{"key": "gpu", "operator": "Equals", "values": ["x"]}]}}),
+            "spec.placement.providerSelector.matchExpressions[0].operator", "Unsupported value")
+    refused(placed({"antiAffinity": [{"topologyKey": "cluster", "labelSelector": {
+        "matchExpressions": [{"key": "app", "operator": "Exists", "values": ["db"]}]}}]}),
+        "spec.placement.antiAffinity[0].labelSelector.matchExpressions[0]", "take no values")
+    refused(placed({"antiAffinity": [{"topologyKey": "zone"}]}),
+            "spec.placement.antiAffinity[0].topologyKey", "Unsupported value", '"dc"', '"cluster"')
+    cluster = {"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereCluster",
+               "metadata": {"name": "sel", "namespace": NS},
+               "spec": {"providerSelector": {"matchExpressions": [{"key": "site", "operator": "In", "values": []}]}}}
+    refused(cluster, "spec.providerSelector.matchExpressions[0]", "In and NotIn need at least one value")

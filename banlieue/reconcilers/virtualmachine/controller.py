@@ -21,10 +21,15 @@ the VirtualMachine informer's events and this process's assumed placements (``se
 it on the informer), so placing a VM costs O(failure domains), not O(VMs of the namespace); the
 Providers' per-domain ``capacity.updateTime`` is passed at each read, so a provisioned VM counts
 until its domain's capacity was reported after it (scheduler rule 5).
+
+Static addresses (``decide.address_conflict``): an unplaced VM with static addresses reads the
+static addresses of the other VMs (with their classes) and standalone VSphereMachines of its
+namespace, O(VMs of the namespace) for such a VM only; a VM with DHCP reads nothing.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -50,7 +55,14 @@ from banlieue.reconcilers.kinds import (
 from banlieue.reconcilers.parsed import ParsedCache
 from banlieue.reconcilers.read_your_writes import ReadYourWrites
 from banlieue.reconcilers.same_object import Replaced, write_same_object
-from banlieue.reconcilers.virtualmachine.decide import Plan, Snapshot, current_placement, decide
+from banlieue.reconcilers.virtualmachine.decide import (
+    AddressClaim,
+    Plan,
+    Snapshot,
+    current_placement,
+    decide,
+    static_addresses,
+)
 from banlieue.reconcilers.virtualmachine.machine_totals import (
     MachineReservations,
     owned_by_virtual_machine,
@@ -226,6 +238,40 @@ class VirtualMachineReconciler:
         vm_class = self._parsed.parse(VMClass, self.ctx.cache.get(VM_CLASS, name))
         return (vm_class.spec.hardware.memory_mib, class_storage_by_class(vm_class)) if vm_class is not None else (0, {})
 
+    def _address_claims(self, namespace: str, me: str) -> tuple[AddressClaim, ...]:
+        """The static addresses the namespace's other VirtualMachines (their classes' and their
+        own) and standalone VSphereMachines (devices with a network class) claim."""
+        cache, parse = self.ctx.cache, self._parsed.parse
+        out: list[AddressClaim] = []
+        for key in cache.index_keys(VIRTUAL_MACHINE, NAMESPACE_INDEX, namespace):
+            name = key.partition("/")[2]
+            if name == me:
+                continue
+            peer = parse(VirtualMachine, cache.get(VIRTUAL_MACHINE, name, namespace))
+            peer_class = parse(VMClass, cache.get(VM_CLASS, peer.spec.class_ref.name)) if peer is not None else None
+            if peer is None or peer_class is None:
+                continue
+            sched = peer.status.scheduled if peer.status else None
+            placed = sched is not None and bool(sched.provider_name)
+            out += [AddressClaim(ip, network_class, f"VirtualMachine {name}", placed, peer.metadata.creation_timestamp)
+                    for _, network_class, ip in static_addresses(peer, peer_class)]
+        for raw in cache.list(VSPHERE_MACHINE, namespace):
+            if owned_by_virtual_machine(raw):
+                continue  # its VirtualMachine's claim is counted above
+            machine = parse(VSphereMachine, raw)
+            for dev in ((machine.spec.network.devices if machine and machine.spec.network else None) or ()):
+                network_class = dev.network_class
+                if network_class is None:
+                    continue  # a raw port group: not comparable with a network class
+                for address in dev.addresses or ():
+                    try:
+                        ip = str(ipaddress.ip_interface(address).ip)
+                    except ValueError:
+                        continue
+                    out.append(AddressClaim(ip, network_class, f"VSphereMachine {raw['metadata']['name']}", True,
+                                            machine.metadata.creation_timestamp if machine else None))
+        return tuple(out)
+
     def gather(self, request: Request) -> tuple[Snapshot, Object, Object | None] | None:
         """The snapshot, the VM as read, and the VSphereMachine as read; None when the VM is gone."""
         cache = self.ctx.cache
@@ -246,8 +292,11 @@ class VirtualMachineReconciler:
         image: VMImage | None = parsed(VMImage, cache.get(VM_IMAGE, vm.spec.image_ref.name))
         peers: tuple[PeerPlacement, ...] = ()
         totals: PeerTotals | None = None
+        claims: tuple[AddressClaim, ...] = ()
+        current = current_placement(vm, InfraMachineRead.from_machine(machine) if machine else None)
+        if vm_class is not None and current is None and static_addresses(vm, vm_class):
+            claims = self._address_claims(request.namespace, request.name)
         if vm_class is not None and image is not None:
-            current = current_placement(vm, InfraMachineRead.from_machine(machine) if machine else None)
             # Peers only matter when placing (anti-affinity and capacity are not re-checked for
             # a valid current placement); skipping them keeps steady-state reconciles O(1).
             if current is None or current_problem(SchedulingInput(vm, vm_class, image, providers, (), current)):
@@ -259,7 +308,7 @@ class VirtualMachineReconciler:
                     self.machine_totals.reserved(request.namespace, providers))
         snapshot = Snapshot(vm=vm, vm_class=vm_class, image=image, providers=providers, peers=peers,
                             machine=machine, now=self.ctx.now().astimezone(UTC),
-                            peer_totals=totals)
+                            peer_totals=totals, address_claims=claims)
         return snapshot, raw, machine_raw
 
     async def reconcile(self, request: Request) -> Result:
@@ -359,16 +408,19 @@ def _vm_update_matters(old: Object, new: Object) -> bool:
 
 def _placement_freed(old: Object, new: Object) -> bool:
     # A new placement only consumes capacity and topology; a moved or cleared one, or relabelled
-    # peer, may let a VM refused for capacity or anti-affinity fit.
+    # peer, may let a VM refused for capacity or anti-affinity fit; a peer's changed network
+    # settings may free a static address (AddressConflict).
     before = nested(old, "status", "scheduled")
     return bool(
         (before and before != nested(new, "status", "scheduled"))
         or nested(old, "metadata", "labels") != nested(new, "metadata", "labels")
+        or nested(old, "spec", "network") != nested(new, "spec", "network")
     )
 
 
-RETRY_ON_PEER_CHANGE = frozenset({VirtualMachineReason.ANTI_AFFINITY_UNSATISFIED, VirtualMachineReason.INSUFFICIENT_CAPACITY})
-"""Scheduling failures a peer's deletion, move or relabelling can resolve."""
+RETRY_ON_PEER_CHANGE = frozenset({VirtualMachineReason.ANTI_AFFINITY_UNSATISFIED, VirtualMachineReason.INSUFFICIENT_CAPACITY,
+                                  VirtualMachineReason.ADDRESS_CONFLICT})
+"""Scheduling failures a peer's deletion, move, relabelling or network edit can resolve."""
 
 
 def _refused_for_peers(obj: Object) -> bool:

@@ -109,6 +109,22 @@ class Snapshot:
     machine: VSphereMachine | None
     now: datetime
     peer_totals: PeerTotals | None = None
+    address_claims: tuple[AddressClaim, ...] = ()
+    """The static addresses the other VMs and standalone VSphereMachines of the namespace claim
+    (gathered only while the VM is unplaced and has static addresses itself)."""
+
+
+@dataclass(frozen=True)
+class AddressClaim:
+    """A static address another object of the VM's namespace claims: ``ip`` (no prefix length)
+    on ``network_class``, by ``holder`` (``VirtualMachine web-1``, ``VSphereMachine m-0``), which
+    is ``placed`` (scheduled, or a VSphereMachine that exists) or not, created at ``created``."""
+
+    ip: str
+    network_class: str
+    holder: str
+    placed: bool
+    created: datetime | None
 
 
 def class_not_offered(s: Snapshot, current: tuple[str, str] | None) -> tuple[str, str] | None:
@@ -186,6 +202,14 @@ def _effective_ip(vm: VirtualMachine, nic: ClassInterface) -> tuple[list[str], s
 _LINK_LOCAL6 = ipaddress.IPv6Network("fe80::/10")
 
 
+def _unicast(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``ip`` is an address a host may be given: not unspecified, loopback, multicast,
+    link-local nor 255.255.255.255 (the admission rule ``banlieue.api.meta.HOST_PREFIX_RULES``,
+    Go ``netip.Addr.IsGlobalUnicast``), for values stored before admission refused them."""
+    return not (ip.is_unspecified or ip.is_loopback or ip.is_multicast or ip.is_link_local
+                or ip == ipaddress.IPv4Address("255.255.255.255"))
+
+
 def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, str] | None:
     """(``NetworkSettingsInconsistent``, message) when the VM's effective interface settings (its
     overrides over the class's, each valid on its own) cannot work in a guest, else None.
@@ -194,14 +218,34 @@ def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, s
     in one of its interface's networks of that family (an IPv6 gateway may also be link-local,
     as router advertisements give it, RFC 4861); an IPv4 address on a network of prefix length
     /30 or shorter is neither the network nor the broadcast address (RFC 919/RFC 3021 leave /31
-    and /32 without either); an address is on one interface only.
+    and /32 without either); an address is on one interface only; ``gateway4`` needs IPv4 on its
+    interface (an address, or DHCPv4: a class interface of source dhcp whose VM override sets no
+    addresses); one interface at most has a gateway of each family (a guest has one default
+    route per family; two of the same metric leave undefined which is used, netplan reports
+    them as conflicting); addresses and gateways are unicast (``_unicast``). Admission checks the same on each object alone
+    (``banlieue.api.meta.interface_ip_rules``, ``one_default_gateway_rules``); this is for the
+    VM's overrides together with its class's values.
     """
     problems: list[str] = []
     seen: dict[str, str] = {}
+    gateways: dict[int, list[str]] = {4: [], 6: []}
+    overrides = {o.name: o for o in (vm.spec.network.interfaces if vm.spec.network else None) or ()}
     for nic in (vm_class.spec.network.interfaces if vm_class.spec.network else None) or ():
         addresses, gateway4, gateway6, name = _effective_ip(vm, nic)
         ifaces = [ipaddress.ip_interface(a) for a in addresses]
+        override = overrides.get(nic.name)
+        replaced = override is not None and bool(override.addresses)
+        dhcp4 = (nic.ipam is None or nic.ipam.source is IPAMSource.DHCP) and not replaced
+        if gateway4 is not None and not dhcp4 and not any(i.version == 4 for i in ifaces):
+            why = ("its addresses replace the class's, and DHCPv4 is off" if replaced
+                   else "the class's interface is static without an IPv4 address")
+            problems.append(f"{name} has gateway4 {gateway4} but no IPv4 address ({why})")
+        for family, gateway in ((4, gateway4), (6, gateway6)):
+            if gateway is not None:
+                gateways[family].append(name)
         for iface in ifaces:
+            if not _unicast(iface.ip):
+                problems.append(f"{name} address {iface} is not a unicast host address")
             ip = str(iface.ip)
             if ip in seen and seen[ip] != name:
                 problems.append(f"address {ip} is on interfaces {seen[ip]} and {name}")
@@ -211,19 +255,79 @@ def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, s
                 which = "network" if iface.ip == net.network_address else "broadcast"
                 problems.append(f"{name} address {iface} is the {which} address of {net}")
         for family, gateway in ((4, gateway4), (6, gateway6)):
-            nets = [i.network for i in ifaces if i.version == family]
-            if gateway is None or not nets:
-                continue  # DHCP / SLAAC interfaces: the gateway's reach cannot be judged here
+            if gateway is None:
+                continue
             gw = ipaddress.ip_address(gateway)
+            if not _unicast(gw) and not (family == 6 and gw in _LINK_LOCAL6):
+                problems.append(f"{name} gateway{family} {gw} is not a unicast address")
+                continue
+            nets = [i.network for i in ifaces if i.version == family]
+            if not nets:
+                continue  # DHCP / SLAAC interfaces: the gateway's reach cannot be judged here
             if any(gw in n for n in nets) or (family == 6 and gw in _LINK_LOCAL6):
                 continue
             problems.append(f"{name} gateway{family} {gw} is outside its networks "
                             f"({', '.join(str(n) for n in nets)}): the guest could not reach it")
+    for family, names in gateways.items():
+        if len(names) > 1:
+            problems.append(f"gateway{family} is set on interfaces {', '.join(names[:-1])} and {names[-1]}: a guest has "
+                            f"one IPv{family} default route; keep gateway{family} on the interface that carries it")
     if not problems:
         return None
     return (VirtualMachineReason.NETWORK_SETTINGS_INCONSISTENT,
             f"spec.network.interfaces over VMClass {vm_class.metadata.name}: {'; '.join(problems)}; "
             "fix the addresses or gateways of the VM (or of its class)")
+
+
+def static_addresses(vm: VirtualMachine, vm_class: VMClass) -> list[tuple[str, str, str]]:
+    """(interface, network class, address without prefix length) of every static address the VM
+    gets: its class's, replaced per interface by its own (``_effective_ip``)."""
+    out: list[tuple[str, str, str]] = []
+    for nic in (vm_class.spec.network.interfaces if vm_class.spec.network else None) or ():
+        addresses, _, _, name = _effective_ip(vm, nic)
+        for address in addresses:
+            try:
+                out.append((name, nic.network_class, str(ipaddress.ip_interface(address).ip)))
+            except ValueError:
+                continue  # refused at admission; a stored bad value claims nothing
+    return out
+
+
+def address_conflict(vm: VirtualMachine, vm_class: VMClass, claims: Sequence[AddressClaim]) -> tuple[str, str] | None:
+    """(``AddressConflict``, message) when a static address of the VM (``static_addresses``) is
+    claimed on the same network class by an object that holds it, else None.
+
+    Rule (banlieue's; SPEC §2 lets a VMClass, which many VMs share, carry static addresses, and
+    a VM give its own): a static address belongs to one guest of a network. Two guests with one
+    address break each other's traffic (RFC 5227 calls it an address conflict), and the guest
+    cannot be told apart by the one who created it, so the second is not cloned. A claim holds
+    the address when its object is placed (scheduled or, for a VSphereMachine, existing: a
+    running VM is never taken down for a newcomer), else when it is older (creation time, then
+    ``holder``, so two unplaced VMs agree which one waits). Same network = same network class
+    of the namespace (the placement is not known yet; a class maps to one port group per failure
+    domain). Only checked before the VM is placed (callers pass no claims otherwise)."""
+    mine = static_addresses(vm, vm_class)
+    if not mine or not claims:
+        return None
+    me = f"VirtualMachine {vm.metadata.name}"
+    created = vm.metadata.creation_timestamp
+    problems: list[str] = []
+    for iface, network_class, ip in mine:
+        for c in claims:
+            if c.ip != ip or c.network_class != network_class:
+                continue
+            older = (c.created is not None and created is not None and
+                     (c.created, c.holder) < (created, me))
+            if c.placed or older or (created is not None and c.created is None):
+                problems.append(f"{iface} address {ip} on network class {network_class} is {c.holder}'s"
+                                + ("" if c.placed else " (created first)"))
+                break
+    if not problems:
+        return None
+    return (VirtualMachineReason.ADDRESS_CONFLICT,
+            f"{'; '.join(problems)}: a static address belongs to one VM of a network; give this VM its own address "
+            "in spec.network.interfaces (a VMClass with static addresses fits one VM), or free it on the other; "
+            "the VM is not cloned until then")
 
 
 def not_found_message(kind: str, wanted: str) -> str:
@@ -563,6 +667,7 @@ def decide(s: Snapshot) -> Plan:
     d.status.observed_generation = s.vm.metadata.generation
     current = current_placement(s.vm, d.machine)
     mismatch = (interface_mismatch(s.vm, s.vm_class) or network_inconsistency(s.vm, s.vm_class)
+                or (address_conflict(s.vm, s.vm_class, s.address_claims) if current is None else None)
                 or class_not_offered(s, current) if s.vm_class is not None else None)
     if s.vm_class is None or s.image is None or mismatch is not None:
         placing = d.unresolved(current, mismatch)

@@ -642,3 +642,27 @@ async def test_machines_no_vm_owns_count_toward_the_reservation(apiserver: Any) 
         await env.client.delete(VSPHERE_MACHINE, "capi-0", env.namespace)
         vsm = await eventually(lambda: env.get_vsm("late"))
         assert vsm["spec"]["failureDomain"] == "vc-a-dc0-c0"
+
+
+async def test_a_static_address_another_vm_holds_is_refused_before_cloning(env: Env) -> None:
+    """New-user finding: two VirtualMachines of a namespace given the same static address on one
+    network class were both cloned (an address conflict in the guests). The later one waits,
+    Scheduled False AddressConflict naming the holder, with no VSphereMachine; once the holder
+    is gone it is placed."""
+    def net(address: str) -> dict[str, Any]:
+        return {"interfaces": [{"name": "eth0", "addresses": [address]}]}
+
+    await env.vm("ip-first", network=net("10.0.0.5/24"))
+    await eventually(lambda: env.get_vsm("ip-first"))
+    await env.vm("ip-second", network=net("10.0.0.5/25"))
+    await env.vm("ip-other", network=net("10.0.0.6/24"))
+    refused = await eventually(lambda: _is(env, "ip-second", "Scheduled", "False", "AddressConflict"))
+    assert refused is not None
+    assert "10.0.0.5" in refused["message"] and "VirtualMachine ip-first" in refused["message"], refused
+    await eventually(lambda: env.get_vsm("ip-other"))
+    with pytest.raises(NotFound):
+        await env.get_vsm("ip-second")
+    await env.client.delete(VIRTUAL_MACHINE, "ip-first", env.namespace)
+    await env.client.remove_finalizer(VSPHERE_MACHINE, await eventually(lambda: _deleting(env, "ip-first")), FIN_VSM)
+    vsm = await eventually(lambda: env.get_vsm("ip-second"))
+    assert vsm["spec"]["network"]["devices"][0]["addresses"] == ["10.0.0.5/25"]

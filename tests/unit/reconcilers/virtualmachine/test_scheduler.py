@@ -50,6 +50,12 @@ CASES: list[tuple[str, SchedulingInput, tuple[str, str] | str, str]] = [
     ("provider-selector-excludes-all", inp(the_vm=vm(placement={"providerSelector": {"matchLabels": {"site": "b"}}}),
                                             providers=[provider("a", [fd("x")], {"site": "a"})]),
      "NoProviderMatched", "providerSelector"),
+    # New-user finding: the selector was printed as a Python dict; now as kubectl prints it.
+    ("provider-selector-printed-the-kubernetes-way",
+     inp(the_vm=vm(placement={"providerSelector": {"matchLabels": {"site": "c"}, "matchExpressions": [
+         {"key": "tier", "operator": "In", "values": ["gold", "bronze"]}, {"key": "gpu", "operator": "Exists"}]}}),
+         providers=[provider("a", [fd("x")], {"site": "a"})]),
+     "NoProviderMatched", "matches placement.providerSelector gpu,site=c,tier in (bronze,gold) with a class"),
     ("provider-selector-picks-labelled", inp(the_vm=vm(placement={"providerSelector": {"matchLabels": {"site": "b"}}}),
                                               providers=[provider("a", [fd("a1", mem=99999)], {"site": "a"}),
                                                          provider("b", [fd("b1", mem=1)], {"site": "b"})],

@@ -17,9 +17,12 @@ from banlieue.api.provider import Provider
 from banlieue.api.virtualmachine import VirtualMachine, VirtualMachineStatus
 from banlieue.reconcilers.virtualmachine.decide import (
     NOT_SCHEDULED_INFRA_MESSAGE,
+    AddressClaim,
     Plan,
     Snapshot,
+    address_conflict,
     decide,
+    static_addresses,
 )
 from banlieue.reconcilers.virtualmachine.machine_decide import desired_machine, machine_differs, owns
 
@@ -528,12 +531,46 @@ def test_network_settings_valid_alone_but_inconsistent_are_refused(overrides: li
 
 
 @pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        pytest.param([{"name": "eth0", "addresses": ["fd00::5/64"]}],
+                     "eth0 has gateway4 10.0.0.1 but no IPv4 address (its addresses replace the class's, and DHCPv4 is "
+                     "off)", id="class-gateway4-left-without-ipv4"),
+        pytest.param([{"name": "eth1", "addresses": ["192.168.7.9/24"], "gateway4": "192.168.7.1"}],
+                     "gateway4 is set on interfaces eth0 and eth1", id="two-default-gateways"),
+        pytest.param([{"name": "eth1", "gateway4": "10.9.9.9"}],
+                     "gateway4 is set on interfaces eth0 and eth1", id="two-default-gateways-one-on-dhcp"),
+        # Stored before admission refused them (CRD rules are not re-run on stored objects): the
+        # VSphereMachine built from them would be refused, so the VM says why instead.
+        pytest.param([{"name": "eth1", "addresses": ["224.0.0.5/24"]}],
+                     "eth1 address 224.0.0.5/24 is not a unicast host address", id="stored-multicast-address"),
+        pytest.param([{"name": "eth1", "addresses": ["169.254.0.5/16"]}],
+                     "eth1 address 169.254.0.5/16 is not a unicast host address", id="stored-link-local-address"),
+        pytest.param([{"name": "eth0", "addresses": ["127.0.0.5/8"], "gateway4": "127.0.0.1"}],
+                     "eth0 gateway4 127.0.0.1 is not a unicast address", id="stored-loopback-gateway"),
+    ],
+)
+def test_gateways_the_class_and_the_vm_give_together_are_checked(overrides: list[dict[str, Any]], expected: str) -> None:
+    """New-user finding: admission sees the VM's overrides only; with its class's values the
+    interface may be left with a gateway4 and no IPv4 (netplan then has a default route with no
+    source address), or two interfaces may each declare a default gateway of one family (two
+    default routes of the same metric: which one the guest uses is not defined)."""
+    plan = decide(snap(_with_overrides(vm(), *overrides), cls=NET_CLASS))
+    assert plan.apply_machine is None and plan.placement is None
+    assert cond(plan, "Scheduled") == ("False", "NetworkSettingsInconsistent")
+    assert plan.status is not None
+    message = get_condition(VirtualMachineStatus.from_wire(plan.status).conditions, "Scheduled").message  # type: ignore[union-attr]
+    assert expected in message, message
+
+
+@pytest.mark.parametrize(
     "overrides",
     [
         pytest.param([{"name": "eth0", "addresses": ["10.0.0.77/24"], "gateway4": "10.0.0.1"}], id="gateway-inside"),
         pytest.param([{"name": "eth1", "addresses": ["192.168.7.9/24", "fd00::9/64"], "gateway6": "fe80::1"}], id="link-local-gateway6"),
         pytest.param([{"name": "eth1", "addresses": ["192.168.7.0/31"]}], id="slash-31-has-no-network-address"),
-        pytest.param([{"name": "eth1", "gateway4": "10.9.9.9"}], id="dhcp-interface-gateway-not-judged"),
+        pytest.param([{"name": "eth1", "gateway6": "fd00:9::1"}], id="dhcp-interface-gateway-not-judged"),
+        pytest.param([{"name": "eth0", "addresses": ["10.0.0.77/24", "fd00::5/64"]}], id="ipv4-kept-with-gateway4"),
     ],
 )
 def test_consistent_network_settings_are_placed(overrides: list[dict[str, Any]]) -> None:
@@ -570,3 +607,60 @@ def test_power_is_carried_out_when_the_class_or_image_is_gone(missing: str) -> N
     # Already there: nothing to apply.
     plan = decide(snap(vm(scheduled=("a", "a-dc0-c0"), power="PoweredOn"), m=live, **kw))
     assert plan.apply_machine is None
+
+
+def _created(the_vm: VirtualMachine, when: str) -> VirtualMachine:
+    wire = the_vm.to_wire()
+    return VirtualMachine.from_wire({**wire, "metadata": {**wire["metadata"], "creationTimestamp": when}})
+
+
+def test_static_addresses_are_the_effective_ones_by_network_class() -> None:
+    """A class's static addresses, replaced by the VM's own per interface; DHCP interfaces claim none."""
+    assert static_addresses(vm(), NET_CLASS) == [("eth0", "default", "10.0.0.5")]
+    overridden = _with_overrides(vm(), {"name": "eth1", "addresses": ["192.168.7.9/24", "fd00::9/64"]},
+                                 {"name": "eth0", "addresses": ["10.0.0.77/24"]})
+    assert static_addresses(overridden, NET_CLASS) == [
+        ("eth0", "default", "10.0.0.77"), ("eth1", "default", "192.168.7.9"), ("eth1", "default", "fd00::9")]
+    assert static_addresses(vm(), CLASS) == []
+
+
+def _claim(ip: str = "10.0.0.5", *, placed: bool = False, created: str | None = "2026-01-01T00:00:00Z",
+           holder: str = "VirtualMachine web-0", network_class: str = "default") -> AddressClaim:
+    return AddressClaim(ip=ip, network_class=network_class, holder=holder, placed=placed,
+                        created=None if created is None else datetime.fromisoformat(created))
+
+
+@pytest.mark.parametrize(
+    ("claim", "refused"),
+    [
+        pytest.param(_claim(placed=True, created="2026-06-01T00:00:00Z"), True, id="placed-holder-wins-even-if-newer"),
+        pytest.param(_claim(), True, id="older-unplaced-holder-wins"),
+        pytest.param(_claim(created="2026-06-01T00:00:00Z"), False, id="newer-unplaced-waits-for-us"),
+        pytest.param(_claim(created="2026-03-01T00:00:00Z", holder="VirtualMachine a"), True, id="same-time-lower-name"),
+        pytest.param(_claim(created="2026-03-01T00:00:00Z", holder="VirtualMachine z"), False, id="same-time-higher-name"),
+        pytest.param(_claim(placed=True, network_class="storage-net"), False, id="other-network-class"),
+        pytest.param(_claim("10.0.0.6", placed=True), False, id="other-address"),
+    ],
+)
+def test_the_later_claim_of_a_static_address_is_refused(claim: AddressClaim, refused: bool) -> None:
+    """Rule: on one network class of a namespace, a static address belongs to the VM already
+    placed, else to the oldest claim (creation time, then kind and name); the others wait."""
+    me = _created(vm(), "2026-03-01T00:00:00Z")
+    got = address_conflict(me, NET_CLASS, (claim,))
+    assert (got is not None) is refused
+    if got is not None:
+        assert got[0] == "AddressConflict"
+        assert "10.0.0.5" in got[1] and claim.holder in got[1] and "eth0" in got[1], got[1]
+
+
+def test_a_vm_whose_class_gives_a_static_address_another_vm_holds_is_not_cloned() -> None:
+    """A VMClass with a static address shared by two VMs: the second is not scheduled (no
+    VSphereMachine) and says which VM holds the address and how to give it its own."""
+    s = Snapshot(_created(vm(), "2026-03-01T00:00:00Z"), NET_CLASS, IMAGE, with_rows(PROVIDERS, IMAGE), (), None, NOW,
+                 address_claims=(_claim(placed=True),))
+    plan = decide(s)
+    assert plan.apply_machine is None and plan.placement is None
+    assert cond(plan, "Scheduled") == ("False", "AddressConflict")
+    placed = decide(Snapshot(_created(vm(scheduled=("a", "a-dc0-c0")), "2026-03-01T00:00:00Z"), NET_CLASS, IMAGE,
+                             with_rows(PROVIDERS, IMAGE), (), READY_MACHINE, NOW, address_claims=(_claim(placed=True),)))
+    assert cond(placed, "Scheduled")[1] != "AddressConflict"  # a running VM is never taken down for it
