@@ -53,6 +53,7 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.parsed import ParsedCache
+from banlieue.reconcilers.provider_changes import PROVIDER_CAPACITY_CHANGED, PROVIDER_CHANGED
 from banlieue.reconcilers.read_your_writes import ReadYourWrites
 from banlieue.reconcilers.same_object import Replaced, write_same_object
 from banlieue.reconcilers.virtualmachine.decide import (
@@ -442,7 +443,8 @@ def _requests(objs: Iterable[Object], exclude: tuple[str, str] | None = None) ->
 def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
     """Register the ``virtualmachine`` controller: for_(VirtualMachine), owns(VSphereMachine),
     VMClass/VMImage -> the VMs using them, Provider -> the VMs placed on it and the unscheduled
-    VMs of its namespace, a VM's deletion, moved placement or relabelling -> the VMs of its
+    VMs of its namespace (a change of nothing but its capacity: the unscheduled ones only,
+    ``reconcilers.provider_changes``), a VM's deletion, moved placement or relabelling -> the VMs of its
     namespace refused for capacity or anti-affinity. Registers the indexes of the module docstring."""
     cache = ctx.cache
     for index, fn in ((INDEX_CLASS, index_class), (INDEX_IMAGE, index_image), (INDEX_PROVIDER, index_provider),
@@ -465,6 +467,10 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
         ns = str(obj["metadata"].get("namespace", ""))
         placed = cache.by_index(VIRTUAL_MACHINE, INDEX_PROVIDER, f"{ns}/{obj['metadata']['name']}")
         return vms([*placed, *cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, ns)])
+
+    def unscheduled_of(obj: Object) -> list[Request]:
+        # A capacity rewrite can only decide a VM still waiting for room (provider_changes).
+        return vms(cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, str(obj["metadata"].get("namespace", ""))))
 
     def peers_of(obj: Object) -> list[Request]:
         ns = str(obj["metadata"].get("namespace", ""))
@@ -491,7 +497,8 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
         .owns(VSPHERE_MACHINE, predicates=[scoped])
         .watches(VM_CLASS, by_class)
         .watches(VM_IMAGE, by_image)
-        .watches(PROVIDER, by_provider)
+        .watches(PROVIDER, by_provider, predicates=[PROVIDER_CHANGED])
+        .watches(PROVIDER, unscheduled_of, predicates=[PROVIDER_CAPACITY_CHANGED])
         .watches(VIRTUAL_MACHINE, peers_of, predicates=[Funcs(create=lambda _o: False, update=_placement_freed)])
         .watches(VSPHERE_MACHINE, refused_after_machine, predicates=[Funcs(create=lambda _o: False, update=standalone_changed)])
         .with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles)

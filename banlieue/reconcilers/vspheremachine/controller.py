@@ -48,6 +48,7 @@ from banlieue.reconcilers.kinds import (
 )
 from banlieue.reconcilers.last_connection import last_known, remembered_connection_for
 from banlieue.reconcilers.parsed import ParsedCache, parse_provider
+from banlieue.reconcilers.provider_changes import PROVIDER_CAPACITY_CHANGED, PROVIDER_CHANGED
 from banlieue.reconcilers.referenced import referenced
 from banlieue.reconcilers.same_object import Replaced, write_same_object
 from banlieue.reconcilers.vspheremachine.decide import (
@@ -80,8 +81,6 @@ from banlieue.reconcilers.vspheremachine.sources import (
     INDEX_BOOTSTRAP_SECRET,
     INDEX_INSTANCE_UUID,
     INDEX_UID,
-    PROVIDER_CAPACITY_CHANGED,
-    PROVIDER_CHANGED,
     CapiWatch,
     MapFuncs,
     VMWatch,

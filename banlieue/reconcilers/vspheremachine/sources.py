@@ -49,6 +49,7 @@ from banlieue.reconcilers.kinds import (
     VSPHERE_MACHINE,
 )
 from banlieue.reconcilers.parsed import parse_provider
+from banlieue.reconcilers.provider_changes import Projected
 from banlieue.reconcilers.referenced import referenced
 from banlieue.reconcilers.vspheremachine.reconnect import ReconnectNotifier, machines_waiting_on
 from banlieue.runtime.cache import Cache
@@ -58,7 +59,6 @@ from banlieue.runtime.handler import EnqueueRequestsFromMapFunc
 from banlieue.runtime.informer import Informer
 from banlieue.runtime.log import get_logger
 from banlieue.runtime.manager import Manager
-from banlieue.runtime.predicate import Predicate
 from banlieue.runtime.reconcile import Request
 
 log = get_logger("banlieue.reconcilers.vspheremachine.controller")
@@ -251,50 +251,11 @@ def _pick(obj: Object, path: tuple[str, ...]) -> Any:
     return value
 
 
-class _Projected(Predicate):
-    """Passes an update when ``project`` differs between old and new; creates and deletes pass.
-    Resyncs (old == new) never pass."""
-
-    def __init__(self, project: Callable[[Object], Any]) -> None:
-        self.project = project
-
-    def update(self, old: Object, new: Object) -> bool:
-        return bool(self.project(old) != self.project(new))
-
-
-class ReadsChanged(_Projected):
+class ReadsChanged(Projected):
     """Passes an update only when one of ``paths`` (key paths into the object) differs."""
 
     def __init__(self, paths: tuple[tuple[str, ...], ...]) -> None:
         super().__init__(lambda obj: tuple(_pick(obj, p) for p in paths))
-
-
-def provider_without_capacity(obj: Object) -> Any:
-    """A Provider as the machines read it, less its domains' reported capacity
-    (``status.failureDomains[].attributes.capacity``, with its ``updateTime``) and the
-    bookkeeping fields every write changes (resourceVersion, managedFields)."""
-    meta = _meta(obj)
-    status = dict(obj.get("status") or {})
-    domains = []
-    for d in status.get("failureDomains") or ():
-        if isinstance(d, dict):
-            attrs = {k: v for k, v in (d.get("attributes") or {}).items() if k != "capacity"}
-            d = {**d, "attributes": attrs}
-        domains.append(d)
-    status["failureDomains"] = domains
-    return ({k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")}, obj.get("spec"), status)
-
-
-def provider_capacity(obj: Object) -> Any:
-    """The domains' reported capacity of a Provider, by domain name."""
-    return {d.get("name"): (d.get("attributes") or {}).get("capacity")
-            for d in _pick(obj, ("status", "failureDomains")) or () if isinstance(d, dict)}
-
-
-PROVIDER_CHANGED: Final = _Projected(provider_without_capacity)
-"""A Provider change other than capacity: every machine that uses it or is not Ready."""
-PROVIDER_CAPACITY_CHANGED: Final = _Projected(provider_capacity)
-"""Only capacity (or a create/delete): the machines not placed yet (``MapFuncs.provider_capacity``)."""
 
 
 class _QueueAdapter:

@@ -666,3 +666,41 @@ async def test_a_static_address_another_vm_holds_is_refused_before_cloning(env: 
     await env.client.remove_finalizer(VSPHERE_MACHINE, await eventually(lambda: _deleting(env, "ip-first")), FIN_VSM)
     vsm = await eventually(lambda: env.get_vsm("ip-second"))
     assert vsm["spec"]["network"]["devices"][0]["addresses"] == ["10.0.0.5/25"]
+
+
+def _vm_reconciles() -> float:
+    from prometheus_client import REGISTRY
+
+    return sum(REGISTRY.get_sample_value("controller_runtime_reconcile_total", {"controller": "virtualmachine", "result": r}) or 0.0
+               for r in ("success", "error", "requeue", "requeue_after"))
+
+
+async def _quiet(seconds: float = 0.6) -> float:
+    """The VirtualMachine reconcile count once it has not moved for ``seconds``."""
+    last = _vm_reconciles()
+    while True:
+        await asyncio.sleep(seconds)
+        now = _vm_reconciles()
+        if now == last:
+            return now
+        last = now
+
+
+async def test_a_provider_capacity_rewrite_reconciles_no_placed_vm(env: Env) -> None:
+    """The Provider controller rewrites its domains' capacity about every 30 s while VMs come and
+    go; a placed VM reads nothing of it, and mapping every rewrite to every VM placed on the
+    Provider made a wave's reconciles grow with the square of its VMs. Any other Provider change
+    (here a label) still reaches them."""
+    await env.vm("cap-1")
+    await eventually(lambda: _placed_on(env, "cap-1", "vc-a"))
+    await env.provision("cap-1")
+    await eventually(lambda: _is(env, "cap-1", "Ready", "True"))
+    before = await _quiet()
+    await env.provider_status("vc-a", [fd("vc-a-dc0-c0", "c0", mem=4096), fd("vc-a-dc0-c1", "c1", mem=12288)])
+    await asyncio.sleep(1.0)
+    assert _vm_reconciles() == before, "a capacity rewrite reconciled a placed VM"
+    await env.client.patch(PROVIDER, "vc-a", env.namespace, {"metadata": {"labels": {"site": "a", "rack": "r1"}}})
+
+    async def reconciled() -> bool:
+        return _vm_reconciles() > before
+    await eventually(reconciled)

@@ -234,7 +234,7 @@ def test_a_provider_capacity_rewrite_reconciles_only_machines_not_placed() -> No
     """A Provider's capacity is rewritten about every 30 s while VMs come and go: each rewrite
     mapped to every machine not Ready made a 1,000-machine wave's reconciles quadratic. Only a
     machine with no domain and no VM yet can be decided by a capacity."""
-    from banlieue.reconcilers.vspheremachine.sources import PROVIDER_CAPACITY_CHANGED, PROVIDER_CHANGED
+    from banlieue.reconcilers.provider_changes import PROVIDER_CAPACITY_CHANGED, PROVIDER_CHANGED
 
     old, new = _provider(10_000), _provider(9_000, rv="2")
     assert not PROVIDER_CHANGED.update(old, new)
