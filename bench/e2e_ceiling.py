@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
 import time
 from collections import Counter
 from typing import Any
@@ -68,7 +69,7 @@ async def replay(env: Env, counts: Counter[str], n: int, ns: str = "ceiling") ->
     """Replay ``counts`` (keys from ``e2e_load.classify``) over ``n`` objects with CONCURRENCY
     requests in flight, as the bare client of ``Env.ceiling_client`` (on the real API server: a
     ServiceAccount token, like the manager's). Returns {seconds, vms_per_s, writes (replayed, by
-    key), api_cpu_ms_per_vm (by ``Env.api_pids`` label)}. Raises
+    key), api_cpu_ms_per_vm (by ``Env.api_pids`` label), load_average_1m (at its start)}. Raises
     RuntimeError when a replayed write fails (other than conflicts on Leases)."""
     vm_t, vsm_t, ev_t = _template(env)
     env.http("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
@@ -154,9 +155,11 @@ async def replay(env: Env, counts: Counter[str], n: int, ns: str = "ceiling") ->
                 await chain(queue.get_nowait())
 
         pids = env.api_pids
+        load = os.getloadavg()[0]
         t0, cpu0 = time.monotonic(), {k: cpu_seconds(pid) for k, pid in pids.items()}
         await asyncio.gather(leases(), *(worker() for _ in range(CONCURRENCY)))
         seconds = time.monotonic() - t0
         api_cpu = {k: cpu_seconds(pid) - cpu0[k] for k, pid in pids.items()}
     return {"seconds": seconds, "vms_per_s": n / seconds, "writes": dict(sorted(done.items())),
-            "api_cpu_ms_per_vm": {k: round(1000 * v / n, 2) for k, v in api_cpu.items()}}
+            "api_cpu_ms_per_vm": {k: round(1000 * v / n, 2) for k, v in api_cpu.items()},
+            "load_average_1m": round(load, 2)}

@@ -194,7 +194,8 @@ def throughput_and_steady(work: Path, n: int, entries: list[dict[str, Any]], ste
                vsm_ready_p50_s=run["vsm_ready_p50_s"], vsm_ready_last_s=run["vsm_ready_last_s"],
                soap_per_vm=run["soap_per_vm"],
                cpu_ms_per_vm={k: round(1000 * v / n, 2) for k, v in run["cpu_seconds"].items()},
-               ceiling_api_cpu_ms_per_vm=ceiling["api_cpu_ms_per_vm"], requests=dict(sorted(run["requests"].items())),
+               ceiling_api_cpu_ms_per_vm=ceiling["api_cpu_ms_per_vm"], ceiling_load_average_1m=ceiling["load_average_1m"],
+               requests=dict(sorted(run["requests"].items())),
                apiserver=env.apiserver)
         record(entries, f"writes_per_vm{suffix}", per_vm, "API writes/VM (create to Ready)", CONTRACT_MIN_WRITES,
                "the contract's minimum: create, VM finalizer, VSphereMachine apply (carrying the provider's "
