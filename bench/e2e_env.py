@@ -15,7 +15,7 @@ The API server is one of two (``Env.apiserver``, default :data:`APISERVER`; ``be
   manager's user only. The benchmark's own requests use the cluster-admin client certificate;
   the write ceiling's bare client uses a token of its own ServiceAccount
   (:data:`CEILING_SA`, bound to ``cluster-admin``), so both sides go through the same token
-  authentication and API Priority and Fairness level (``service-accounts``) as the manager.
+  authentication and API Priority and Fairness flow schema (``service-accounts``) as the manager.
 
 ``Env`` is a context manager: everything it started is stopped on exit (manager first, so it
 releases its Leases). Sizes are in MiB, times in seconds.

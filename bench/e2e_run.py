@@ -296,7 +296,7 @@ async def _isolation_run(env: Env, m: int, tag: str) -> tuple[float, int]:
 def vcenter_isolation(work: Path, m: int, entries: list[dict[str, Any]]) -> None:
     """Figure 7: time for m VMs on a healthy vCenter to be Ready while m VMs go to a second
     vCenter, healthy (baseline) vs slow (vcsim --method-delay 5 s on clone, reconfigure, power on)."""
-    results, real = {}, False
+    results, real, load = {}, False, os.getloadavg()[0]
     for label, slow in (("healthy", {}), ("slow", {"method_delay": SLOW_METHODS})):
         with Env(work / f"isolation-{label}", vcsim_opts={"vcenter-a": {}, "vcenter-b": slow}, manager_args=MANAGER_ARGS) as env:
             env.install_fixtures()
@@ -309,4 +309,5 @@ def vcenter_isolation(work: Path, m: int, entries: list[dict[str, Any]]) -> None
     record(entries, "vcenter_isolation_real" if real else "vcenter_isolation", slow_run / healthy, "x time to Ready on the healthy vCenter", 1.2,
            "goal: at most 1.2x with the other vCenter slow", vms_per_vcenter=m,
            healthy_peer_seconds=round(healthy, 2), slow_peer_seconds=round(slow_run, 2),
-           slow_vcenter_ready_by_then=results["slow"][1], slow_method_delay_ms=SLOW_METHODS)
+           slow_vcenter_ready_by_then=results["slow"][1], slow_method_delay_ms=SLOW_METHODS,
+           load_average_1m=round(load, 2))
