@@ -2,10 +2,17 @@
 ``bench/results/e2e.json`` and a table in ``docs/performance.md``.
 
     .venv/bin/python bench/e2e.py [--quick] [--only NAME,...] [--vms 1000] [--steady-seconds 60]
+                                  [--apiserver double|real]
 
-Every process is real and separate: the API-server double (``python -m
-banlieue.testing.apiserver``), one vcsim per Provider (``bin/vcsim``), ``banlieue manager
---leader-elect --log-level warning`` with a kubeconfig, and this script as the client (aiohttp).
+Every process is real and separate: the API server, one vcsim per Provider (``bin/vcsim``),
+``banlieue manager --leader-elect --log-level warning`` with a kubeconfig, and this script as the
+client (aiohttp). ``--apiserver double`` (default): the in-repo API-server double (``python -m
+banlieue.testing.apiserver``), requests counted from its request log. ``--apiserver real``:
+envtest's kube-apiserver and etcd (``make envtest``), banlieue installed from config/default and
+its manager running as its ServiceAccount, requests counted from the audit log; groups
+``throughput``, ``steady`` and ``isolation`` (``memory`` is refused: ``bench/e2e_bulk.py`` writes
+its n objects through the double's plain-HTTP URL), figures named ``<figure>_real_<N>``
+(``vcenter_isolation_real``) beside the double's (bench/e2e_env.py).
 Figures (entries ``{name, value, unit, comparison, comparison_label, ...}``):
 
 - ``vm_ready_throughput``: N VirtualMachines created at once; VMs Ready per second (first create
@@ -54,6 +61,9 @@ from banlieue.testing.argtypes import at_least_one, integer, positive_seconds  #
 RESULTS = HERE / "results" / "e2e.json"
 PROG = "bench/e2e.py"
 GROUPS = ("throughput", "steady", "memory", "isolation")
+APISERVERS = ("double", "real")  # e2e_env.APISERVERS (not imported before the flags are parsed)
+UNSUPPORTED_GROUPS = {"real": {"memory"}}
+"""Groups an API server does not run (default --only leaves them out; naming one is an error)."""
 # Flag validators: banlieue.testing.argtypes, plus the two below (messages name the problem).
 
 
@@ -110,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vms", type=at_least_one, default=None,
                    help="VMs in the throughput run (default 1000; --quick 100)")
     p.add_argument("--only", type=group_list, default=None,
-                   help=f"comma list of figure groups: {','.join(GROUPS)} (default: all)")
+                   help=f"comma list of figure groups: {','.join(GROUPS)} (default: all; --apiserver real: all but memory)")
     p.add_argument("--steady-seconds", type=positive_seconds, default=None,
                    help="seconds of steady state (default 60; --quick 20)")
     p.add_argument("--scales", type=scale_list, default=None,
@@ -133,14 +143,19 @@ def main(argv: list[str] | None = None) -> int:
                         "10,000 VMs of 16 MiB need 8)")
     p.add_argument("--isolation-vms", type=at_least_one, default=None,
                    help="VMs per vCenter in vcenter_isolation (default 100; --quick 50)")
+    p.add_argument("--apiserver", choices=APISERVERS, default="double",
+                   help="API server: the in-repo double (default) or envtest's kube-apiserver (real; make envtest)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
+    if args.apiserver == "real" and args.only is not None and "memory" in args.only:
+        p.error("--apiserver real: group 'memory' runs on the double only (bench/e2e_bulk.py writes through its URL)")
     # SIGINT is set explicitly: a shell starting the script in the background (`&`) hands it
     # SIGINT ignored, and Python then keeps it ignored. Both signals unwind the same way.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     import e2e_env
     e2e_env.MANAGER_ARGS.extend(args.manager_arg)
+    e2e_env.APISERVER = args.apiserver
     e2e_run.PROFILE_GIL = args.profile_gil
     e2e_env.MEMPROBE = args.memprobe
     e2e_env.GUESTS = args.guests
@@ -150,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         e2e_env.VCSIM_OPTS["batch_collector"] = False
     n = args.vms if args.vms is not None else (100 if args.quick else 1000)
     e2e_env.REQUEST_LOG_SIZE = max(e2e_env.REQUEST_LOG_SIZE, 40 * n)  # ~11 requests per VM, with room
-    only: set[str] = args.only if args.only is not None else set(GROUPS)
+    only: set[str] = args.only if args.only is not None else set(GROUPS) - UNSUPPORTED_GROUPS.get(args.apiserver, set())
     entries: list[dict[str, Any]] = json.loads(args.out.read_text()) if args.out.exists() else []
     before = list(entries)
     work = Path(tempfile.mkdtemp(prefix="banlieue-e2e-"))

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
 import time
 from collections import Counter
 from typing import Any
 
 import aiohttp
-from e2e_env import NS, VMS, VSMS, Env, cpu_seconds, http
+from e2e_env import NS, VMS, VSMS, Env, cpu_seconds
+from e2e_load import connector
 
 CONCURRENCY = 32
 APPLY = "application/apply-patch+yaml"
@@ -26,10 +28,12 @@ MERGE = "application/merge-patch+json"
 
 def _template(env: Env) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
     """A Ready VM, its VSphereMachine, and one Event (or None) from the run, as body templates."""
-    _, vms = http("GET", env.url + VMS.format(ns=NS) + "?limit=1")
+    _, vms = env.http("GET", VMS.format(ns=NS) + "?limit=1")
     vm = vms["items"][0]
-    _, vsm = http("GET", env.url + VSMS.format(ns=NS) + "/" + vm["metadata"]["name"])
-    _, events = http("GET", env.url + f"/apis/events.k8s.io/v1/namespaces/{NS}/events?limit=1")
+    _, vsm = env.http("GET", VSMS.format(ns=NS) + "/" + vm["metadata"]["name"])
+    # core/v1, as banlieue writes them (banlieue/runtime/recorder.py): kube-apiserver refuses an
+    # events.k8s.io/v1 create carrying the deprecated fields a core/v1 Event read that way has.
+    _, events = env.http("GET", f"/api/v1/namespaces/{NS}/events?limit=1")
     ev = (events or {}).get("items") or [None]
     return vm, vsm, ev[0]
 
@@ -63,16 +67,18 @@ def _split(total: int, n: int, i: int) -> int:
 
 async def replay(env: Env, counts: Counter[str], n: int, ns: str = "ceiling") -> dict[str, Any]:
     """Replay ``counts`` (keys from ``e2e_load.classify``) over ``n`` objects with CONCURRENCY
-    requests in flight. Returns {seconds, vms_per_s, writes (replayed, by key),
-    api_double_cpu_ms_per_vm}. Raises
+    requests in flight, as the bare client of ``Env.ceiling_client`` (on the real API server: a
+    ServiceAccount token, like the manager's). Returns {seconds, vms_per_s, writes (replayed, by
+    key), api_cpu_ms_per_vm (by ``Env.api_pids`` label), load_average_1m (at its start)}. Raises
     RuntimeError when a replayed write fails (other than conflicts on Leases)."""
     vm_t, vsm_t, ev_t = _template(env)
-    http("POST", env.url + "/api/v1/namespaces", {"metadata": {"name": ns}})
+    env.http("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+    tls, headers = env.ceiling_client()
     done: Counter[str] = Counter()
     base = env.url
     vm_path = VMS.format(ns=ns)
     vsm_path = VSMS.format(ns=ns)
-    ev_path = f"/apis/events.k8s.io/v1/namespaces/{ns}/events"
+    ev_path = f"/api/v1/namespaces/{ns}/events"
     lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
     known = {"POST virtualmachines", "POST events", "PATCH virtualmachines (merge)",
              "PATCH virtualmachines/status (apply)", "PATCH virtualmachines/status (merge)",
@@ -83,7 +89,7 @@ async def replay(env: Env, counts: Counter[str], n: int, ns: str = "ceiling") ->
     if unknown:
         print(f"ceiling: not replayed (no recipe): {sorted(unknown)}", flush=True)
 
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CONCURRENCY)) as s:
+    async with aiohttp.ClientSession(connector=connector(CONCURRENCY, tls), headers=headers) as s:
         async def send(method: str, path: str, body: Any, ctype: str, key: str, query: str = "") -> dict[str, Any]:
             async with s.request(method, base + path + query, data=json.dumps(body),
                                  headers={"Content-Type": ctype}) as resp:
@@ -126,7 +132,7 @@ async def replay(env: Env, counts: Counter[str], n: int, ns: str = "ceiling") ->
                 for j in range(_split(counts["POST events"], n, i)):
                     ev = copy.deepcopy(ev_t)
                     ev["metadata"] = {"name": f"{name}.{j}", "namespace": ns}
-                    ev.get("regarding", {}).update({"name": name, "namespace": ns})
+                    ev.get("involvedObject", {}).update({"name": name, "namespace": ns})
                     await send("POST", ev_path, ev, "application/json", "POST events")
 
         async def leases() -> None:
@@ -148,9 +154,12 @@ async def replay(env: Env, counts: Counter[str], n: int, ns: str = "ceiling") ->
             while not queue.empty():
                 await chain(queue.get_nowait())
 
-        t0, cpu0 = time.monotonic(), cpu_seconds(env.api_pid)
+        pids = env.api_pids
+        load = os.getloadavg()[0]
+        t0, cpu0 = time.monotonic(), {k: cpu_seconds(pid) for k, pid in pids.items()}
         await asyncio.gather(leases(), *(worker() for _ in range(CONCURRENCY)))
         seconds = time.monotonic() - t0
-        api_cpu = cpu_seconds(env.api_pid) - cpu0
+        api_cpu = {k: cpu_seconds(pid) - cpu0[k] for k, pid in pids.items()}
     return {"seconds": seconds, "vms_per_s": n / seconds, "writes": dict(sorted(done.items())),
-            "api_double_cpu_ms_per_vm": round(1000 * api_cpu / n, 2)}
+            "api_cpu_ms_per_vm": {k: round(1000 * v / n, 2) for k, v in api_cpu.items()},
+            "load_average_1m": round(load, 2)}

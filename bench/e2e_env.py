@@ -1,6 +1,21 @@
-"""The processes of the end-to-end benchmark (``bench/e2e.py``): the API-server double, vcsims and
+"""The processes of the end-to-end benchmark (``bench/e2e.py``): an API server, vcsims and
 ``banlieue manager``, each its own process on 127.0.0.1 free ports, plus the fixtures every
-figure needs (CRDs from ``config/crd``, Providers + Secrets, VMClass ``bench``, VMImage).
+figure needs (CRDs, Providers + Secrets, VMClass ``bench``, VMImage).
+
+The API server is one of two (``Env.apiserver``, default :data:`APISERVER`; ``bench/e2e.py
+--apiserver``):
+
+- ``double``: the in-repo API-server double (``python -m banlieue.testing.apiserver``, plain
+  HTTP, no authentication); CRDs from ``config/crd``; the manager uses the double's kubeconfig;
+  requests are counted from the double's request log (``/debug/requests``).
+- ``real``: envtest's kube-apiserver + etcd (``banlieue.testing.envtest``, TLS); banlieue
+  installed as an operator does (``banlieue.testing.capi.install_banlieue``: CRDs, RBAC, admission
+  policies); the manager runs as ServiceAccount ``banlieue-system/banlieue-manager`` with a
+  TokenRequest token (:data:`MANAGER_USER`); requests are counted from the audit log, the
+  manager's user only. The benchmark's own requests use the cluster-admin client certificate;
+  the write ceiling's bare client uses a token of its own ServiceAccount
+  (:data:`CEILING_SA`, bound to ``cluster-admin``), so both sides go through the same token
+  authentication and API Priority and Fairness flow schema (``service-accounts``) as the manager.
 
 ``Env`` is a context manager: everything it started is stopped on exit (manager first, so it
 releases its Leases). Sizes are in MiB, times in seconds.
@@ -11,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import ssl
 import sys
 import time
 from contextlib import ExitStack
@@ -27,7 +43,9 @@ sys.path.insert(0, str(REPO))
 from e2e_guests import EventGuestNetwork  # noqa: E402
 
 from banlieue.cmd.dev import GuestNetwork  # noqa: E402
+from banlieue.testing import capi as capi_testing  # noqa: E402
 from banlieue.testing.apiserver.fixture import ApiServerProcess, start_subprocess  # noqa: E402
+from banlieue.testing.envtest import Envtest, start_envtest  # noqa: E402
 from banlieue.testing.stack import BanlieueProcess, start_banlieue  # noqa: E402
 from banlieue.testing.stack import http as stack_http  # noqa: E402
 from banlieue.testing.vcsim import VcsimProcess, start_vcsim  # noqa: E402
@@ -42,6 +60,18 @@ PROVIDERS = "/apis/banlieue.io/v1alpha1/namespaces/{ns}/providers"
 SECRETS = "/api/v1/namespaces/{ns}/secrets"
 VMCLASSES = "/apis/banlieue.io/v1alpha1/vmclasses"
 VMIMAGES = "/apis/banlieue.io/v1alpha1/vmimages"
+APISERVERS = ("double", "real")
+APISERVER = "double"
+"""The API server of every Env (``bench/e2e.py --apiserver``): ``double`` or ``real`` (module doc)."""
+MANAGER_NS, MANAGER_SA = "banlieue-system", "banlieue-manager"
+MANAGER_USER = f"system:serviceaccount:{MANAGER_NS}:{MANAGER_SA}"
+"""The manager's user on the real API server (the audit log's ``user.username``); the
+ServiceAccount and its bindings come from config/default."""
+CEILING_SA = "bench-ceiling"
+"""ServiceAccount (in MANAGER_NS, bound to ``cluster-admin``) of the write ceiling's bare client
+on the real API server."""
+AUDIT_VERB_METHOD = {"create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE",
+                     "deletecollection": "DELETE", "get": "GET", "list": "GET", "watch": "GET"}
 # vcsim: 2 datacenters x 3 clusters x 4 hosts (4 GiB each); the bench class needs 16 MiB, so
 # capacity never limits placement of 1,000 VMs.
 GUESTS = "vcsim"
@@ -146,11 +176,24 @@ class Env:
     guest_net: EventGuestNetwork | GuestNetwork | None = None
     manager_args: tuple[str, ...] = ()
     """Extra ``banlieue manager`` flags for every start (``bench/e2e.py --manager-arg``)."""
+    apiserver: str = ""
+    """``double`` or ``real`` (default: APISERVER)."""
+    envtest: Envtest | None = None
+    kubeconfig: Path | None = None
+    """The manager's kubeconfig: the double's, or MANAGER_USER's token kubeconfig on envtest."""
 
     def __enter__(self) -> Env:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.api = self.stack.enter_context(start_subprocess(bookmark_interval=self.bookmark_interval,
-                                                             request_log_size=REQUEST_LOG_SIZE))
+        self.apiserver = self.apiserver or APISERVER
+        if self.apiserver not in APISERVERS:
+            raise ValueError(f"apiserver must be one of {', '.join(APISERVERS)}, got {self.apiserver!r}")
+        if self.real:
+            # The logs (audit log included) stay in the work directory, beside manager.log.
+            self.envtest = self.stack.enter_context(start_envtest(self.workdir / "envtest", keep_logs=True))
+        else:
+            self.api = self.stack.enter_context(start_subprocess(bookmark_interval=self.bookmark_interval,
+                                                                 request_log_size=REQUEST_LOG_SIZE))
+            self.kubeconfig = self.api.kubeconfig_path
         kind = self.guests or GUESTS
         for index, (name, opts) in enumerate(self.vcsim_opts.items()):
             guest_ip = {"guest_ip": f"198.{18 + index}.0.0/16"} if kind == "vcsim" else {}
@@ -169,30 +212,81 @@ class Env:
         self.stack.close()
 
     @property
+    def real(self) -> bool:
+        """Whether this Env runs envtest's kube-apiserver (else the double)."""
+        return self.apiserver == "real"
+
+    @property
     def url(self) -> str:
+        if self.envtest is not None:
+            return self.envtest.url
         assert self.api is not None
         return self.api.url
 
     @property
-    def api_pid(self) -> int:
+    def tls(self) -> ssl.SSLContext | None:
+        """The benchmark client's TLS context (cluster-admin client certificate) on the real API
+        server; None on the double (plain HTTP)."""
+        return self.envtest.ssl_context() if self.envtest is not None else None
+
+    @property
+    def api_pids(self) -> dict[str, int]:
+        """The API server's processes by figure label: ``api_double``, or ``kube_apiserver`` and
+        ``etcd`` (their CPU is the API server's cost on the real one)."""
+        if self.envtest is not None:
+            return {p.name.replace("-", "_"): p.process.pid for p in self.envtest.procs
+                    if p.name in ("kube-apiserver", "etcd")}
         assert self.api is not None
-        return self.api.process.pid
+        return {"api_double": self.api.process.pid}
+
+    def http(self, method: str, path: str, body: Any = None, timeout: float = 30.0,
+             content_type: str = "application/json") -> tuple[int, Any]:
+        """One request to ``path`` on the API server (as cluster-admin on the real one); returns
+        ``(status, decoded JSON or text)``, HTTP errors returned, ``(0, None)`` = no answer."""
+        if self.envtest is not None:
+            return self.envtest.request(method, path, body, timeout=timeout, content_type=content_type)
+        return http(method, self.url + path, body, timeout, content_type)
+
+    def ceiling_client(self) -> tuple[ssl.SSLContext | None, dict[str, str]]:
+        """(TLS context, headers) of the write ceiling's bare client: on the real API server a
+        bearer token of ServiceAccount CEILING_SA (created here, bound to ``cluster-admin``);
+        nothing on the double."""
+        if self.envtest is None:
+            return None, {}
+        self.envtest.ensure_service_account(MANAGER_NS, CEILING_SA)
+        binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": CEILING_SA},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                   "subjects": [{"kind": "ServiceAccount", "name": CEILING_SA, "namespace": MANAGER_NS}]}
+        status, out = self.http("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+        if status not in (201, 409):
+            raise RuntimeError(f"ClusterRoleBinding {CEILING_SA}: {status} {out}")
+        token = self.envtest.token_for(MANAGER_NS, CEILING_SA, expiration_seconds=7200)
+        return self.envtest.ssl_context(admin=False), {"Authorization": f"Bearer {token}"}
 
     def install_crds(self) -> None:
-        """POST every CRD of config/crd and wait until each is Established."""
+        """The double: POST every CRD of config/crd and wait until each is Established. The real
+        API server: banlieue as an operator installs it (config/default without the Deployment:
+        CRDs, RBAC, admission policies; ``capi_testing.install_banlieue``) and MANAGER_USER's
+        token kubeconfig in the work directory."""
+        if self.envtest is not None:
+            capi_testing.install_banlieue(self.envtest.kubeconfig_path)
+            self.kubeconfig = capi_testing.token_kubeconfig(self.envtest.kubeconfig_path, MANAGER_NS, MANAGER_SA,
+                                                            self.workdir / "manager.kubeconfig")
+            return
         names = []
         for path in sorted((REPO / "config/crd").glob("*.yaml")):
             doc = yaml.safe_load(path.read_text())
             if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                 continue
-            status, body = http("POST", self.url + CRD_PATH, doc)
+            status, body = self.http("POST", CRD_PATH, doc)
             if status not in (201, 409):
                 raise RuntimeError(f"installing {path.name}: {status} {body}")
             names.append(doc["metadata"]["name"])
         deadline = time.monotonic() + 30
         for name in names:
             while True:
-                _, crd = http("GET", f"{self.url}{CRD_PATH}/{name}")
+                _, crd = self.http("GET", f"{CRD_PATH}/{name}")
                 conds = {c["type"]: c["status"] for c in ((crd or {}).get("status") or {}).get("conditions") or []}
                 if conds.get("Established") == "True":
                     break
@@ -202,7 +296,7 @@ class Env:
 
     def create(self, path: str, doc: dict[str, Any]) -> None:
         """POST ``doc`` to ``path`` (relative to the API); an existing object is fine."""
-        status, body = http("POST", self.url + path.format(ns=NS), doc)
+        status, body = self.http("POST", path.format(ns=NS), doc)
         if status not in (201, 409):
             raise RuntimeError(f"POST {path}: {status} {body}")
 
@@ -218,12 +312,12 @@ class Env:
     def start_manager(self, *extra: str, env: dict[str, str] | None = None) -> None:
         """``banlieue manager --leader-elect`` (log level warning) on free ports
         (``banlieue.testing.stack.start_banlieue``); returns at once."""
-        assert self.api is not None
+        assert self.kubeconfig is not None
         entry = (str(REPO / "bench" / "e2e_memprobe.py"),) if MEMPROBE else ("-m", "banlieue.cli")
         if MEMPROBE:
             env = {**(env or {}), "BENCH_MEMPROBE_OUT": str(self.workdir / "memprobe.txt")}
         self.manager_started = time.monotonic()
-        self.manager = start_banlieue(self.api.kubeconfig_path, self.workdir / "manager.log", "manager",
+        self.manager = start_banlieue(self.kubeconfig, self.workdir / "manager.log", "manager",
                                       *self.manager_args, *extra, leader_election_namespace=NS, log_level="warning",
                                       entry=entry, extra_env=env)
 
@@ -276,13 +370,49 @@ class Env:
         return out
 
     def request_log(self, since: float = 0.0) -> list[dict[str, Any]]:
-        """The double's request log (``/debug/requests``): requests that arrived at or after
-        ``since`` (epoch seconds), oldest first."""
-        status, body = http("GET", self.url + "/debug/requests", timeout=120)
+        """Requests that arrived at or after ``since`` (epoch seconds), oldest first, as records
+        ``{time, method, path, query, status, user_agent}``: the double's request log
+        (``/debug/requests``), or on the real API server the audit log's requests of
+        MANAGER_USER (:func:`audit_records`)."""
+        if self.envtest is not None:
+            return audit_records(self.envtest.audit_events(), MANAGER_USER, since)
+        status, body = self.http("GET", "/debug/requests", timeout=120)
         if status != 200:
             raise RuntimeError(f"/debug/requests: {status}")
         return [r for r in body["items"] if r["time"] >= since]
 
     def clear_request_log(self) -> None:
-        """Empty the double's request log (it keeps the last 100,000 requests)."""
-        http("DELETE", self.url + "/debug/requests", timeout=120)
+        """Empty the double's request log (it keeps the last 100,000 requests); nothing on the
+        real API server (its audit log is read from ``since`` on)."""
+        if self.envtest is None:
+            self.http("DELETE", "/debug/requests", timeout=120)
+
+
+def audit_records(events: list[dict[str, Any]], user: str, since: float = 0.0) -> list[dict[str, Any]]:
+    """kube-apiserver audit events (``audit.k8s.io/v1``) of ``user`` received at or after ``since``
+    (epoch seconds) as request-log records shaped like the double's ``/debug/requests`` items
+    (``{time, method, path, query, status, user_agent}``), oldest first, so ``e2e_load.writes``
+    and ``requests_by`` count both alike. The HTTP method comes from the audit verb
+    (AUDIT_VERB_METHOD; ``patch`` is PATCH whatever its content type, and the query keeps
+    ``fieldManager``/``force``, which tells an apply); a request is its ``ResponseComplete``
+    event, a watch its ``ResponseStarted`` one (it completes when it ends: counted when opened,
+    as ``bench/capv.py`` counts them); ``Panic`` events count as status 500."""
+    from datetime import datetime
+
+    out = []
+    for e in events:
+        stage, verb = e.get("stage"), e.get("verb", "")
+        if (e.get("user") or {}).get("username") != user:
+            continue
+        wanted = "Panic" if stage == "Panic" else "ResponseStarted" if verb == "watch" else "ResponseComplete"
+        if stage != wanted:
+            continue
+        at = datetime.fromisoformat(str(e["requestReceivedTimestamp"]).replace("Z", "+00:00")).timestamp()
+        if at < since:
+            continue
+        path, _, query = str(e.get("requestURI", "")).partition("?")
+        out.append({"time": at, "method": AUDIT_VERB_METHOD.get(verb, verb.upper()), "path": path, "query": query,
+                    "status": 500 if stage == "Panic" else int((e.get("responseStatus") or {}).get("code") or 0),
+                    "user_agent": str(e.get("userAgent", ""))})
+    out.sort(key=lambda r: r["time"])
+    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -26,14 +27,22 @@ def is_ready(obj: dict[str, Any]) -> bool:
                for c in (obj.get("status") or {}).get("conditions") or [])
 
 
-async def create_all(url: str, path: str, docs: Iterable[dict[str, Any]], concurrency: int = 32) -> int:
-    """POST every doc to ``url + path`` with ``concurrency`` requests in flight; returns the
-    number created. Raises RuntimeError on any answer other than 201 (409 counts as done)."""
+def connector(limit: int = 100, tls: ssl.SSLContext | None = None) -> aiohttp.TCPConnector:
+    """An aiohttp connector of ``limit`` connections, verifying TLS with ``tls`` (the real API
+    server: ``Env.tls``) or aiohttp's default (None: the double's plain HTTP)."""
+    return aiohttp.TCPConnector(limit=limit, ssl=tls if tls is not None else True)
+
+
+async def create_all(url: str, path: str, docs: Iterable[dict[str, Any]], concurrency: int = 32,
+                     tls: ssl.SSLContext | None = None) -> int:
+    """POST every doc to ``url + path`` with ``concurrency`` requests in flight (TLS context
+    ``tls`` for an https ``url``); returns the number created. Raises RuntimeError on any answer
+    other than 201 (409 counts as done)."""
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     for d in docs:
         queue.put_nowait(d)
     created = 0
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+    async with aiohttp.ClientSession(connector=connector(concurrency, tls)) as session:
         async def worker() -> None:
             nonlocal created
             while not queue.empty():
@@ -51,10 +60,12 @@ async def create_all(url: str, path: str, docs: Iterable[dict[str, Any]], concur
 class ReadyWatch:
     """List+watch of VirtualMachines in one namespace; ``ready_at[name]`` is the monotonic time the
     watch first saw Ready=True; ``events`` counts watch events by type (every change of a stored
-    object bumps its resourceVersion and yields exactly one event)."""
+    object bumps its resourceVersion and yields exactly one event). ``tls``: the TLS context of an
+    https ``url``."""
 
     url: str
     path: str
+    tls: ssl.SSLContext | None = None
     ready_at: dict[str, float] = field(default_factory=dict)
     events: Counter[str] = field(default_factory=Counter)
     rv: str = ""
@@ -63,7 +74,7 @@ class ReadyWatch:
 
     async def start(self) -> None:
         """LIST (records objects already Ready), then watch in the background."""
-        async with aiohttp.ClientSession() as s, s.get(self.url + self.path) as resp:
+        async with aiohttp.ClientSession(connector=connector(tls=self.tls)) as s, s.get(self.url + self.path) as resp:
             body = await resp.json()
         for o in body["items"]:
             if is_ready(o):
@@ -73,7 +84,7 @@ class ReadyWatch:
 
     async def _watch(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
-        async with aiohttp.ClientSession(timeout=timeout) as s:
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector(tls=self.tls)) as s:
             while True:
                 q = f"?watch=1&allowWatchBookmarks=true&resourceVersion={self.rv}&timeoutSeconds=3600"
                 async with s.get(self.url + self.path + q) as resp:
@@ -126,7 +137,9 @@ def classify(rec: dict[str, Any]) -> str:
     rest = segs[2:] if segs[:1] == ["api"] else segs[3:]
     if rest[:1] == ["namespaces"] and len(rest) >= 3:
         rest = rest[2:]
-    resource = rest[0] if rest else "?"
+    if not rest:  # discovery of a group version (e.g. GET /apis/cluster.x-k8s.io/v1beta2): the path names it
+        return f"{rec['method']} {rec['path']}"
+    resource = rest[0]
     sub = f"/{rest[2]}" if len(rest) >= 3 else ""
     verb = rec["method"]
     kind = ""

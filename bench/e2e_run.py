@@ -20,7 +20,7 @@ from typing import Any
 
 from e2e_bulk import queues_empty
 from e2e_ceiling import replay
-from e2e_env import MANAGER_ARGS, NS, VMS, VSMS, Env, cpu_seconds, http, metric_sum, rss_mib, vm_doc
+from e2e_env import MANAGER_ARGS, NS, VMS, VSMS, Env, cpu_seconds, metric_sum, rss_mib, vm_doc
 from e2e_load import ReadyWatch, create_all, requests_by, writes
 
 # Writes the contract needs per VM from create to Ready (SPEC §2-§4): the user's create (1);
@@ -49,18 +49,18 @@ async def provision(env: Env, n: int, prefix: str, provider: str | None = None,
     last Ready), VMs/s, the writes banlieue made (from the request log), every request by verb
     and resource, watch event counts, and manager/API double CPU seconds."""
     assert env.manager is not None
-    vm_watch = ReadyWatch(env.url, VMS.format(ns=NS))
-    vsm_watch = ReadyWatch(env.url, VSMS.format(ns=NS))
+    vm_watch = ReadyWatch(env.url, VMS.format(ns=NS), env.tls)
+    vsm_watch = ReadyWatch(env.url, VSMS.format(ns=NS), env.tls)
     await vm_watch.start()
     await vsm_watch.start()
     names = {f"{prefix}-{i:05d}" for i in range(n)}
     since = time.time()
-    pids = {"manager": env.manager.pid, "api_double": env.api_pid,
+    pids = {"manager": env.manager.pid, **env.api_pids,
             **{f"vcsim_{p}": vc.process.pid for p, vc in env.vcsims.items()}}
     cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
     soap0 = env.soap_by_labels()
     t0 = time.monotonic()
-    await create_all(env.url, VMS.format(ns=NS), (vm_doc(name, provider) for name in sorted(names)))
+    await create_all(env.url, VMS.format(ns=NS), (vm_doc(name, provider) for name in sorted(names)), tls=env.tls)
     created = time.monotonic() - t0
     if not await vm_watch.wait_ready(names, timeout):
         missing = sorted(names - vm_watch.ready_at.keys())
@@ -94,6 +94,24 @@ async def provision(env: Env, n: int, prefix: str, provider: str | None = None,
         "cpu_seconds": cpu, "manager_rss_mib": round(rss_mib(env.manager.pid), 1),
         "soap_per_vm": {k: round(v / n, 2) for k, v in sorted(soap.items()) if v > 0},
     }
+
+
+CEILING_LABEL = {
+    "double": "write ceiling: the same writes replayed by a bare concurrent aiohttp client on the same double",
+    "real": "write ceiling: the same writes replayed by a bare concurrent aiohttp client (a ServiceAccount token, "
+            "as the manager's) on the same kube-apiserver, same run",
+}
+"""``vm_ready_throughput``'s comparison label by ``Env.apiserver``."""
+
+
+def figure_suffix(env: Env, n: int) -> str:
+    """Name suffix of the throughput figures: on the double ``""`` for 1,000 VMs, else ``_<n>``
+    (the scaling curve keeps other sizes beside the 1,000-VM figure); on the real API server
+    ``_real_<n>`` always (the steady-state figures too), so both servers' figures stand side by
+    side in one results file."""
+    if env.real:
+        return f"_real_{n}"
+    return "" if n == 1000 else f"_{n}"
 
 
 def _per_kind(counter: Counter[str], resource: str) -> int:
@@ -145,7 +163,7 @@ def throughput_and_steady(work: Path, n: int, entries: list[dict[str, Any]], ste
         _wait_providers(env)
         assert env.manager is not None
         load0 = os.getloadavg()[0]
-        with profiled({"manager": env.manager.pid, "api_double": env.api_pid}, profile):
+        with profiled({"manager": env.manager.pid, **env.api_pids}, profile):
             run = asyncio.run(provision(env, n, "vm", timeout=max(600.0, n / 5.0)))
         w: Counter[str] = run["writes"]
         w["POST virtualmachines"] += n  # the user's creates (this script's), part of create -> Ready
@@ -158,15 +176,15 @@ def throughput_and_steady(work: Path, n: int, entries: list[dict[str, Any]], ste
                       for t in ("ADDED", "MODIFIED", "DELETED"))
         noop = sum(vm_writes.values()) - changes
         if steady:
-            steady_state(env, n, steady_seconds, entries)
+            steady_state(env, n, steady_seconds, entries, figure_suffix(env, n) if env.real else "")
         # The manager stops first: the replayed objects are real VirtualMachines it would
         # otherwise reconcile (and slow the replay down). The ceiling is a maximum: best of
         # two replays (this machine is shared, so runs vary).
         env.stop_manager()
         ceiling = max((asyncio.run(replay(env, w, n, f"ceiling-{k}")) for k in range(2)), key=lambda c: c["vms_per_s"])
-        suffix = "" if n == 1000 else f"_{n}"  # the scaling curve keeps other sizes beside the 1,000-VM figure
+        suffix = figure_suffix(env, n)
         record(entries, f"vm_ready_throughput{suffix}", run["vms_per_s"], "VMs Ready/s", ceiling["vms_per_s"],
-               "write ceiling: the same writes replayed by a bare concurrent aiohttp client on the same double",
+               CEILING_LABEL[env.apiserver],
                vms=n, seconds=round(run["seconds"], 2), ratio_to_ceiling=round(run["vms_per_s"] / ceiling["vms_per_s"], 3),
                floor="50% of ceiling (goal 80%)", first_ready_s=round(run["first_ready_s"], 2),
                p50_ready_s=round(run["p50_ready_s"], 2), create_seconds=round(run["create_seconds"], 2),
@@ -176,20 +194,23 @@ def throughput_and_steady(work: Path, n: int, entries: list[dict[str, Any]], ste
                vsm_ready_p50_s=run["vsm_ready_p50_s"], vsm_ready_last_s=run["vsm_ready_last_s"],
                soap_per_vm=run["soap_per_vm"],
                cpu_ms_per_vm={k: round(1000 * v / n, 2) for k, v in run["cpu_seconds"].items()},
-               ceiling_api_double_cpu_ms_per_vm=ceiling["api_double_cpu_ms_per_vm"], requests=dict(sorted(run["requests"].items())))
+               ceiling_api_cpu_ms_per_vm=ceiling["api_cpu_ms_per_vm"], ceiling_load_average_1m=ceiling["load_average_1m"],
+               requests=dict(sorted(run["requests"].items())),
+               apiserver=env.apiserver)
         record(entries, f"writes_per_vm{suffix}", per_vm, "API writes/VM (create to Ready)", CONTRACT_MIN_WRITES,
                "the contract's minimum: create, VM finalizer, VSphereMachine apply (carrying the provider's "
                "finalizer), providerID apply, 2 VirtualMachine and 2 VSphereMachine status writes (a Ready "
                "condition from the first status write on; ADR 0011)", floor=f"<= {WRITES_FLOOR}",
                by_verb_resource=dict(sorted(vm_writes.items())), noop_writes=noop,
-               other_writes=dict(sorted((k, v) for k, v in w.items() if k not in vm_writes)), vms=n)
+               other_writes=dict(sorted((k, v) for k, v in w.items() if k not in vm_writes)), vms=n,
+               apiserver=env.apiserver)
         return run
 
 
 def _wait_providers(env: Env, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        _, body = http("GET", env.url + f"/apis/banlieue.io/v1alpha1/namespaces/{NS}/providers")
+        _, body = env.http("GET", f"/apis/banlieue.io/v1alpha1/namespaces/{NS}/providers")
         items = (body or {}).get("items") or []
         if items and all(any(c["type"] == "Ready" and c["status"] == "True"
                              for c in (p.get("status") or {}).get("conditions") or []) for p in items):
@@ -203,7 +224,7 @@ def _event_reasons(env: Env, since: float) -> dict[str, int]:
     ``kind reason`` of the object they regard (their series count included)."""
     from datetime import datetime
 
-    _, body = http("GET", env.url + f"/apis/events.k8s.io/v1/namespaces/{NS}/events", timeout=120)
+    _, body = env.http("GET", f"/apis/events.k8s.io/v1/namespaces/{NS}/events", timeout=120)
     out: Counter[str] = Counter()
     for ev in (body or {}).get("items") or []:
         last = (ev.get("deprecatedLastTimestamp") or (ev.get("series") or {}).get("lastObservedTime")
@@ -217,8 +238,9 @@ def _event_reasons(env: Env, since: float) -> dict[str, int]:
     return dict(out.most_common(20))
 
 
-def steady_state(env: Env, n: int, seconds: float, entries: list[dict[str, Any]]) -> None:
-    """Figure 3: API and SOAP requests per minute with ``n`` Ready VMs and nothing changing."""
+def steady_state(env: Env, n: int, seconds: float, entries: list[dict[str, Any]], suffix: str = "") -> None:
+    """Figure 3: API and SOAP requests per minute with ``n`` Ready VMs and nothing changing
+    (figure names end with ``suffix``)."""
     # Nothing changing: every work queue empty and no worker busy (twice, 1 s apart), then 5 s
     # for the event recorder's backlog; at most 300 s.
     deadline, calm = time.monotonic() + 300, 0
@@ -237,15 +259,16 @@ def steady_state(env: Env, n: int, seconds: float, entries: list[dict[str, Any]]
     keepalive = {k: v for k, v in reqs.items() if "leases" in k or "(watch)" in k}
     other = {k: v for k, v in reqs.items() if k not in keepalive}
     per_min = 60.0 / seconds
-    record(entries, "steady_state_api_requests", sum(other.values()) * per_min, "API requests/min beyond leases and watches",
+    load = round(os.getloadavg()[0], 2)
+    record(entries, f"steady_state_api_requests{suffix}", sum(other.values()) * per_min, "API requests/min beyond leases and watches",
            sum(reqs.values()) * per_min, "all API requests/min, including Lease renewals and watch re-opens",
            vms=n, seconds=seconds, by_verb_resource=dict(sorted(reqs.items())), goal=0,
            event_reasons=reasons,
-           manager_cpu_percent=round(100 * (cpu1 - cpu0) / seconds, 1))
-    record(entries, "steady_state_soap_requests", sum(soap_delta.values()) * per_min, "SOAP requests/min",
+           manager_cpu_percent=round(100 * (cpu1 - cpu0) / seconds, 1), apiserver=env.apiserver, load_average_1m=load)
+    record(entries, f"steady_state_soap_requests{suffix}", sum(soap_delta.values()) * per_min, "SOAP requests/min",
            n * 2.0,
            "a controller re-reading every VM once per 30 s", vms=n, seconds=seconds, goal=0,
-           by_labels={k: round(v * per_min, 1) for k, v in sorted(soap_delta.items())})
+           by_labels={k: round(v * per_min, 1) for k, v in sorted(soap_delta.items())}, apiserver=env.apiserver)
 
 
 SLOW_METHODS = {"CloneVM_Task": 5000, "ReconfigVM_Task": 5000, "PowerOnVM_Task": 5000}
@@ -255,13 +278,13 @@ SLOW_METHODS = {"CloneVM_Task": 5000, "ReconfigVM_Task": 5000, "PowerOnVM_Task":
 async def _isolation_run(env: Env, m: int, tag: str) -> tuple[float, int]:
     """m VMs on vcenter-b (created first) then m on vcenter-a, at once; returns (seconds until
     every vcenter-a VM is Ready, vcenter-b VMs Ready by then)."""
-    watch = ReadyWatch(env.url, VMS.format(ns=NS))
+    watch = ReadyWatch(env.url, VMS.format(ns=NS), env.tls)
     await watch.start()
     a = {f"iso-{tag}-a-{i:04d}" for i in range(m)}
     b = {f"iso-{tag}-b-{i:04d}" for i in range(m)}
     t0 = time.monotonic()
-    await create_all(env.url, VMS.format(ns=NS), [vm_doc(x, "vcenter-b") for x in sorted(b)])
-    await create_all(env.url, VMS.format(ns=NS), [vm_doc(x, "vcenter-a") for x in sorted(a)])
+    await create_all(env.url, VMS.format(ns=NS), [vm_doc(x, "vcenter-b") for x in sorted(b)], tls=env.tls)
+    await create_all(env.url, VMS.format(ns=NS), [vm_doc(x, "vcenter-a") for x in sorted(a)], tls=env.tls)
     if not await watch.wait_ready(a, 600):
         raise RuntimeError(f"vcenter-a VMs not Ready: {env.log_tail()}")
     seconds = max(watch.ready_at[x] for x in a) - t0
@@ -273,7 +296,7 @@ async def _isolation_run(env: Env, m: int, tag: str) -> tuple[float, int]:
 def vcenter_isolation(work: Path, m: int, entries: list[dict[str, Any]]) -> None:
     """Figure 7: time for m VMs on a healthy vCenter to be Ready while m VMs go to a second
     vCenter, healthy (baseline) vs slow (vcsim --method-delay 5 s on clone, reconfigure, power on)."""
-    results = {}
+    results, real, load = {}, False, os.getloadavg()[0]
     for label, slow in (("healthy", {}), ("slow", {"method_delay": SLOW_METHODS})):
         with Env(work / f"isolation-{label}", vcsim_opts={"vcenter-a": {}, "vcenter-b": slow}, manager_args=MANAGER_ARGS) as env:
             env.install_fixtures()
@@ -281,8 +304,10 @@ def vcenter_isolation(work: Path, m: int, entries: list[dict[str, Any]]) -> None
             env.wait_ready()
             _wait_providers(env)
             results[label] = asyncio.run(_isolation_run(env, m, label))
+            real = env.real
     healthy, slow_run = results["healthy"][0], results["slow"][0]
-    record(entries, "vcenter_isolation", slow_run / healthy, "x time to Ready on the healthy vCenter", 1.2,
+    record(entries, "vcenter_isolation_real" if real else "vcenter_isolation", slow_run / healthy, "x time to Ready on the healthy vCenter", 1.2,
            "goal: at most 1.2x with the other vCenter slow", vms_per_vcenter=m,
            healthy_peer_seconds=round(healthy, 2), slow_peer_seconds=round(slow_run, 2),
-           slow_vcenter_ready_by_then=results["slow"][1], slow_method_delay_ms=SLOW_METHODS)
+           slow_vcenter_ready_by_then=results["slow"][1], slow_method_delay_ms=SLOW_METHODS,
+           load_average_1m=round(load, 2))

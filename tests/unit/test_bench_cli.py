@@ -64,10 +64,13 @@ def keep_signal_handlers() -> Iterator[None]:
         (["--only", ""], "argument --only: must be a comma list of throughput, steady, memory, isolation; got an empty name in ''"),
         (["--only", "steady,"], "argument --only: must be a comma list of throughput, steady, memory, isolation; "
                                 "got an empty name in 'steady,'"),
+        (["--apiserver", "kind"], "argument --apiserver: invalid choice: 'kind' (choose from 'double', 'real')"),
+        (["--apiserver", "real", "--only", "steady,memory"],
+         "--apiserver real: group 'memory' runs on the double only (bench/e2e_bulk.py writes through its URL)"),
     ],
     ids=["vms-zero", "vms-negative", "vms-word", "scale-zero", "scale-odd", "scales-word", "scales-empty",
          "steady-negative", "steady-zero", "isolation-zero", "hosts-zero", "only-unknown", "only-empty",
-         "only-empty-item"],
+         "only-empty-item", "apiserver-unknown", "apiserver-real-memory"],
 )
 def test_bad_flag_is_rejected_before_anything_runs(e2e: ModuleType, argv: list[str], message: str, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,3 +182,27 @@ def test_signal_to_the_process_alone_stops_it_cleanly(sig: signal.Signals, tmp_p
     assert stderr.splitlines()[-1] == f"{PROG}: interrupted; nothing measured; {out} left as it was"
     assert out.read_text() == "[]\n"
     assert _in_session(proc.pid) == []
+
+
+@pytest.mark.parametrize(("argv", "server", "groups"), [
+    ([], "double", {"throughput", "steady", "memory", "isolation"}),
+    (["--apiserver", "real"], "real", {"throughput", "steady", "isolation"}),
+    (["--apiserver", "real", "--only", "steady"], "real", {"steady"}),
+], ids=["default", "real", "real-only-steady"])
+def test_apiserver_flag_chooses_the_server_and_its_groups(e2e: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path, argv: list[str], server: str,
+                                                          groups: set[str]) -> None:
+    """--apiserver sets the server every Env starts (e2e_env.APISERVER); with --apiserver real and
+    no --only, the groups run are all but memory. run_groups is replaced: nothing starts."""
+    env_module = sys.modules["e2e_env"]  # loaded with bench/e2e.py (e2e_run imports it)
+    monkeypatch.setattr(env_module, "APISERVER", env_module.APISERVER)  # main() sets it: restored after
+    monkeypatch.setattr(env_module, "MANAGER_ARGS", [])
+    seen: dict[str, Any] = {}
+
+    def run_groups(args: Any, only: set[str], n: int, work: Path, entries: list[dict[str, Any]]) -> None:
+        seen.update(only=only, server=env_module.APISERVER)
+    monkeypatch.setattr(e2e, "run_groups", run_groups)
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda prefix: str(tmp_path / "work"))
+    assert e2e.main([*argv, "--out", str(tmp_path / "e2e.json")]) == 0
+    assert seen == {"only": groups, "server": server}
+    assert not (tmp_path / "e2e.json").exists()  # nothing measured, nothing written
