@@ -86,9 +86,11 @@ CLONE_FIRST_POLL = 0.8
 CLONE_FIRST_POLL_MAX = 10.0
 """Seconds a clone's first poll waits at most (a vCenter that was slow for a while, a fault)."""
 
-CLONE_NAMED_GRACE = 1.5
-"""Seconds a clone's task poll waits at most, in all, for the change watch to name the clone, so
-that the poll reads it beside the task (``tasks.ReadAlong``): above ``watch.POLL_GAP_SECONDS``."""
+CLONE_NAMED_MARGIN = 0.5
+"""Seconds above the watch's poll gap (``watch_poll_gap``, 1 s by default) that a clone's task poll
+waits at most, in all, for the change watch to name the clone, so that the poll reads it beside
+the task (``tasks.ReadAlong``): 1.5 s by default. A clone the collector never reports (one vcsim
+lists and finishes within one tick) costs that much time, never a request."""
 
 FRESH_SECONDS = 2.0
 """How long create_vm's read-back of a VM stands in for set_power_state's read (seconds)."""
@@ -504,9 +506,9 @@ class VSphereBackend:
         along = tasks.ReadAlong(target=clone_guess, type_=vim.VirtualMachine, paths=find.VM_PATHS, mark=index.mark)
         unnamed: Callable[[], None] = lambda: None  # noqa: E731
         if index.authoritative:
-            # The watch names the clone within its next batch (``watch.POLL_GAP_SECONDS``); a
-            # poll that would read the task alone waits for that, CLONE_NAMED_GRACE s at most.
-            along.known, along.grace = asyncio.Event(), CLONE_NAMED_GRACE
+            # The watch names the clone within its next batch (``watch_poll_gap``); a poll that
+            # would read the task alone waits for that, CLONE_NAMED_MARGIN s more at most.
+            along.known, along.grace = asyncio.Event(), self.watch_poll_gap + CLONE_NAMED_MARGIN
             loop = asyncio.get_running_loop()
             known = along.known
 
