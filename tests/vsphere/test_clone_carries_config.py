@@ -242,3 +242,29 @@ async def test_a_vm_read_beside_the_clone_task_that_is_not_its_result_is_not_use
     assert created.vm.moref == vm._moId != other.vm.moref and created.vm.uid == uid
     await backend.destroy_vm(conn, first)
     await backend.destroy_vm(conn, uid)
+
+
+@pytest.mark.timeout(60)
+async def test_a_guess_that_names_no_vm_costs_the_clone_nothing(
+    backend: VSphereBackend, conn: Connection, si: Any, sent: list[tuple[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The VM guessed beside the clone task may be gone (destroyed meanwhile): the poll still
+    reads the task, the clone succeeds and is read on its own."""
+    uid = str(uuid.uuid4())
+    spec = VMSpec(uid=uid, name=f"vm-{uid[:8]}", datacenter="DC0", cluster="DC0_C1", template="ubuntu-22.04",
+                  num_cpus=1, memory_mib=1024, nics=(NicSpec("a", "VM Network"),))
+    await backend.check_connection(conn)
+    index = backend._vm_index(conn)
+    stub = (await backend.sessions.session(conn)).stub
+    gone = vim.VirtualMachine("vm-999999", stub)
+    real_get = index.get
+    monkeypatch.setattr(index, "get", lambda key: gone if key == uid and any(
+        m == "CloneVM_Task" for m, _ in sent) else real_get(key))
+    sent.clear()
+    created = await backend.create_vm(conn, spec)
+    monkeypatch.undo()
+    alone, beside = vm_reads(sent)
+    assert beside >= 1 and alone >= 1, sent
+    vm = await asyncio.to_thread(read_vm, si, uid)
+    assert created.vm.moref == vm._moId and created.vm.uid == uid
+    await backend.destroy_vm(conn, uid)

@@ -133,9 +133,15 @@ class ReadAlong:
 def _task_and(task: Any, along: ReadAlong, obj: Any) -> Callable[[Session], tuple[ObjectProps, ObjectProps | None]]:
     """One poll of ``task`` reading ``obj`` (``along``'s type and paths) in the same call. A task
     left out of the answer (vCenter forgot it) is read alone, which raises as a poll without a
-    ReadAlong does; ``obj`` gone meanwhile gives None beside the task."""
+    ReadAlong does; ``obj`` gone meanwhile gives None beside the task (the task read alone again
+    if the collector fails the call for it)."""
     def read(s: Session) -> tuple[ObjectProps, ObjectProps | None]:
-        got = retrieve_with(s.content, [(task, vim.Task, TASK_PATHS), (obj, along.type_, along.paths)])
+        try:
+            got = retrieve_with(s.content, [(task, vim.Task, TASK_PATHS), (obj, along.type_, along.paths)])
+        except vmodl.fault.ManagedObjectNotFound:
+            # A collector that fails the whole call for the object gone (instead of leaving it
+            # out): the task alone, as without a ReadAlong.
+            return _task_info(task)(s), None
         task_ref, obj_ref = moid(task), moid(obj)
         info = next((o for o in got if o.type == "Task" and o.moref == task_ref), None)
         if info is None:
