@@ -476,6 +476,9 @@ class VSphereBackend:
         # before anything is cloned, so no half-built VM is left (issue 19).
         index = self._vm_index(conn)
         plan = self._configured(index, idx, spec, plan, template_props)
+        # A VM the watch reports with the clone's name before the clone is sent is another VM:
+        # never the guess read beside the clone's task (``clone_guess``).
+        name_taken = index.named(spec.name)
         try:
             task = await run(lambda s: template.CloneVM_Task(folder=plan.folder, name=spec.name, spec=plan.spec))
         except NotFound:
@@ -501,7 +504,7 @@ class VSphereBackend:
             if found is not None:
                 return found
             ref = index.named(spec.name)
-            return vim.VirtualMachine(ref, task._stub) if ref is not None else None
+            return vim.VirtualMachine(ref, task._stub) if ref is not None and ref != name_taken else None
 
         along = tasks.ReadAlong(target=clone_guess, type_=vim.VirtualMachine, paths=find.VM_PATHS, mark=index.mark)
         unnamed: Callable[[], None] = lambda: None  # noqa: E731
