@@ -165,3 +165,106 @@ async def test_with_a_watch_the_power_on_is_ended_by_it_not_polled(
         found = await backend.find_vm(conn, uid)
         assert found is not None and found.power_state == "PoweredOn"
     await backend.destroy_vm(conn, uid)
+
+
+def vm_reads(sent: list[tuple[str, Any]]) -> tuple[int, int]:
+    """(RetrievePropertiesEx naming a VirtualMachine and no Task, those naming both): the reads of a
+    VM alone, and the task polls that read a VM beside the task (``tasks.ReadAlong``)."""
+    alone = beside = 0
+    for method, args in sent:
+        if method != "RetrievePropertiesEx":
+            continue
+        objs = [o.obj for spec in args[0] for o in spec.objectSet or []]
+        has_vm = any(isinstance(o, vim.VirtualMachine) for o in objs)
+        has_task = any(isinstance(o, vim.Task) for o in objs)
+        alone += has_vm and not has_task
+        beside += has_vm and has_task
+    return alone, beside
+
+
+@pytest.mark.timeout(60)
+async def test_with_a_watch_the_read_after_the_clone_rides_on_the_clone_tasks_last_poll(
+    backend: VSphereBackend, conn: Connection, si: Any, sent: list[tuple[str, Any]]
+) -> None:
+    """Issue 22: the watch lists the clone (with its UID) before the clone task is polled, so the
+    poll that sees the task succeed also reads the VM, and create_vm sends no read of its own: the
+    clone costs CloneVM_Task and one RetrievePropertiesEx (the template and inventory reads aside,
+    cached per template), and what it returns is the VM as made."""
+    uid = str(uuid.uuid4())
+    spec = VMSpec(uid=uid, name=f"vm-{uid[:8]}", datacenter="DC0", cluster="DC0_C1", template="ubuntu-22.04",
+                  num_cpus=2, memory_mib=2048, user_data=b"#cloud-config\n",
+                  nics=(NicSpec("a", "VM Network"), NicSpec("b", "DC0_DVPG0")))
+    await backend.check_connection(conn)
+    async with watching(backend, conn):
+        await until_authoritative(backend, conn)
+        warm = str(uuid.uuid4())
+        await backend.create_vm(conn, replace(spec, uid=warm, name=f"warm-{uid[:8]}"))  # caches the template
+        # The first poll waits 0.8 x the expected clone duration: 1.2 s here, time for the watch
+        # to report the clone's UID even on a loaded machine.
+        backend._clone_seconds[backend.sessions.endpoint_for(conn).label] = 1.5
+        sent.clear()
+        created = await backend.create_vm(conn, spec)
+        alone, beside = vm_reads(sent)
+        assert (alone, beside, task_polls(sent)) == (0, 1, 1), sent
+        vm = await asyncio.to_thread(read_vm, si, uid)
+        assert created.vm.moref == vm._moId and created.vm.uid == uid
+        assert (created.vm.instance_uuid, created.vm.bios_uuid) == (vm.config.instanceUuid, vm.config.uuid)
+        cards = {str(d.macAddress).lower() for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualEthernetCard)}
+        assert {n.mac_address for n in created.vm.nics} == cards
+    await backend.destroy_vm(conn, uid)
+    await backend.destroy_vm(conn, warm)
+
+
+@pytest.mark.timeout(60)
+async def test_a_vm_read_beside_the_clone_task_that_is_not_its_result_is_not_used(
+    backend: VSphereBackend, conn: Connection, si: Any, sent: list[tuple[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never the wrong VM: when the index maps the UID to another VM during the clone (a VM copied
+    by hand carrying the UID), the poll reads that VM beside the task, but the task's
+    ``info.result`` names the clone: the clone is read on its own and returned, not the other."""
+    first = str(uuid.uuid4())
+    spec = VMSpec(uid=first, name=f"vm-{first[:8]}", datacenter="DC0", cluster="DC0_C1", template="ubuntu-22.04",
+                  num_cpus=1, memory_mib=1024, nics=(NicSpec("a", "VM Network"),))
+    other = await backend.create_vm(conn, spec)
+    index = backend._vm_index(conn)
+    decoy = index.get(first)
+    uid = str(uuid.uuid4())
+    real_get = index.get
+    # From the clone request on (the poll's ``ReadAlong.target``), the index answers the decoy.
+    monkeypatch.setattr(index, "get", lambda key: decoy if key == uid and any(
+        m == "CloneVM_Task" for m, _ in sent) else real_get(key))
+    sent.clear()
+    created = await backend.create_vm(conn, replace(spec, uid=uid, name=f"vm-{uid[:8]}"))
+    monkeypatch.undo()
+    alone, beside = vm_reads(sent)
+    assert beside >= 1 and alone >= 1, sent  # the decoy read beside the task, then the clone on its own
+    vm = await asyncio.to_thread(read_vm, si, uid)
+    assert created.vm.moref == vm._moId != other.vm.moref and created.vm.uid == uid
+    await backend.destroy_vm(conn, first)
+    await backend.destroy_vm(conn, uid)
+
+
+@pytest.mark.timeout(60)
+async def test_a_guess_that_names_no_vm_costs_the_clone_nothing(
+    backend: VSphereBackend, conn: Connection, si: Any, sent: list[tuple[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The VM guessed beside the clone task may be gone (destroyed meanwhile): the poll still
+    reads the task, the clone succeeds and is read on its own."""
+    uid = str(uuid.uuid4())
+    spec = VMSpec(uid=uid, name=f"vm-{uid[:8]}", datacenter="DC0", cluster="DC0_C1", template="ubuntu-22.04",
+                  num_cpus=1, memory_mib=1024, nics=(NicSpec("a", "VM Network"),))
+    await backend.check_connection(conn)
+    index = backend._vm_index(conn)
+    stub = (await backend.sessions.session(conn)).stub
+    gone = vim.VirtualMachine("vm-999999", stub)
+    real_get = index.get
+    monkeypatch.setattr(index, "get", lambda key: gone if key == uid and any(
+        m == "CloneVM_Task" for m, _ in sent) else real_get(key))
+    sent.clear()
+    created = await backend.create_vm(conn, spec)
+    monkeypatch.undo()
+    alone, beside = vm_reads(sent)
+    assert beside >= 1 and alone >= 1, sent
+    vm = await asyncio.to_thread(read_vm, si, uid)
+    assert created.vm.moref == vm._moId and created.vm.uid == uid
+    await backend.destroy_vm(conn, uid)

@@ -49,10 +49,10 @@ from banlieue.backends.vsphere import clone, duplicates, events, find, guestinfo
 from banlieue.backends.vsphere.allowlist import Network
 from banlieue.backends.vsphere.health import PROBE_INTERVAL
 from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, failure_domains
-from banlieue.backends.vsphere.properties import moid, retrieve_objects
+from banlieue.backends.vsphere.properties import ObjectProps, moid, retrieve_objects
 from banlieue.backends.vsphere.session import Session, SessionPool
 from banlieue.backends.vsphere.tasks import Runner, wait_task
-from banlieue.backends.vsphere.watch import watch_vms
+from banlieue.backends.vsphere.watch import POLL_GAP_SECONDS, watch_vms
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
 vim: Any = _vim
@@ -86,6 +86,12 @@ CLONE_FIRST_POLL = 0.8
 CLONE_FIRST_POLL_MAX = 10.0
 """Seconds a clone's first poll waits at most (a vCenter that was slow for a while, a fault)."""
 
+CLONE_NAMED_MARGIN = 0.5
+"""Seconds above the watch's poll gap (``watch_poll_gap``, 1 s by default) that a clone's task poll
+waits at most, in all, for the change watch to name the clone, so that the poll reads it beside
+the task (``tasks.ReadAlong``): 1.5 s by default. A clone the collector never reports (one vcsim
+lists and finishes within one tick) costs that much time, never a request."""
+
 FRESH_SECONDS = 2.0
 """How long create_vm's read-back of a VM stands in for set_power_state's read (seconds)."""
 
@@ -93,7 +99,8 @@ FRESH_SECONDS = 2.0
 class VSphereBackend:
     """Backend for vCenter. Parameters: ``max_workers`` threads per vCenter, ``task_timeout``
     seconds per vSphere task (``--vsphere-task-timeout``), ``request_timeout`` seconds per SOAP
-    request, ``watch_max_wait`` seconds per long poll, ``index_ttl`` seconds of name caching,
+    request, ``watch_max_wait`` seconds per long poll, ``watch_poll_gap`` seconds from a long poll
+    that brought updates to the next (``watch.POLL_GAP_SECONDS``), ``index_ttl`` seconds of name caching,
     ``allowed_networks`` the endpoint allow-list (``allowlist``; None: any endpoint)."""
 
     def __init__(
@@ -102,6 +109,7 @@ class VSphereBackend:
         task_timeout: float = 600.0,
         request_timeout: float = 120.0,
         watch_max_wait: float = 60.0,
+        watch_poll_gap: float = POLL_GAP_SECONDS,
         index_ttl: float = 60.0,
         probe_interval: float = PROBE_INTERVAL,
         allowed_networks: Sequence[Network] | None = None,
@@ -110,6 +118,7 @@ class VSphereBackend:
                                     probe_interval=probe_interval, allowed_networks=allowed_networks)
         self.task_timeout = task_timeout
         self.watch_max_wait = watch_max_wait
+        self.watch_poll_gap = watch_poll_gap
         self.index_ttl = index_ttl
         self._indexes: dict[str, tuple[float, InventoryIndex]] = {}
         self._vm_indexes: dict[str, find.VMIndex] = {}
@@ -290,6 +299,8 @@ class VSphereBackend:
         created = False
         mode: Any = spec.clone_mode
         message = ""
+        # The VM as the clone task's last poll read it, when that read shows the clone's work.
+        along: tuple[ObjectProps, int] | None = None
         if found is not None:
             self._clone_tasks.pop((vcenter, spec.uid), None)  # the clone landed: found by UID
         elif (vcenter, spec.uid) in self._clone_tasks:
@@ -300,7 +311,7 @@ class VSphereBackend:
                 # This process handed out the VM for this UID and it is gone now (removed by
                 # hand): the caller's view may be stale, but a second clone is never right.
                 raise NotFound(f"the VM for {spec.uid} was removed from vCenter; not cloning it again", reason="VMNotFound", public=True)
-            vm, mode, message = await self._clone(conn, spec, on_clone_task)
+            vm, mode, message, along = await self._clone(conn, spec, on_clone_task)
             created = True
         else:
             vm = found[0]
@@ -318,8 +329,13 @@ class VSphereBackend:
 
         # One read is both the converge's starting point and, when the VM already is as the spec
         # says (a clone that carried its configuration: the usual case), the VMInfo returned.
+        # After a clone it is usually the one the clone task's last poll carried (``_clone``).
         try:
-            got, since = await read()
+            if along is not None:
+                props, since = along
+                got = (find.to_vm_info(props, idx), str(props.get("config.changeVersion") or ""), props)
+            else:
+                got, since = await read()
             if await self._converge(run, vm, spec, idx, linked, vcenter, conn, got[2].props):
                 got, since = await read()
         except NotFound as exc:
@@ -398,7 +414,18 @@ class VSphereBackend:
 
     async def _clone(
         self, conn: Connection, spec: VMSpec, on_clone_task: Callable[[str], Awaitable[None]] | None = None
-    ) -> tuple[Any, Any, str]:
+    ) -> tuple[Any, Any, str, tuple[ObjectProps, int] | None]:
+        """Clone ``spec`` (carrying its configuration); (VM, clone mode, message, read), where read
+        is (the VM's ``find.VM_PATHS``, ``VMIndex.mark`` before it) when the clone task's last poll
+        read the VM beside it and that read can stand for the read after the clone, else None.
+
+        That read (issue 22: one request per clone instead of a task poll and a read) is sent only
+        when the change watch already reports a VM with the UID or the clone's name (vcsim and
+        vCenter list a clone before it ends), and used only when the task succeeded with that very VM as its
+        ``info.result`` (never another VM carrying the UID) and the read shows what the clone
+        carried (``clone.carried``): the property collector reads the task and the VM each at
+        its own moment, so on vCenter a VM read beside a task seen done may predate the clone's
+        end. Otherwise create_vm reads the VM as before (ADR 0014)."""
         run = self._runner(conn)
         vcenter = self.sessions.endpoint_for(conn).label
         key = (vcenter, spec.datacenter, spec.template)
@@ -449,6 +476,9 @@ class VSphereBackend:
         # before anything is cloned, so no half-built VM is left (issue 19).
         index = self._vm_index(conn)
         plan = self._configured(index, idx, spec, plan, template_props)
+        # A VM the watch reports with the clone's name before the clone is sent is another VM:
+        # never the guess read beside the clone's task (``clone_guess``).
+        name_taken = index.named(spec.name)
         try:
             task = await run(lambda s: template.CloneVM_Task(folder=plan.folder, name=spec.name, spec=plan.spec))
         except NotFound:
@@ -465,9 +495,33 @@ class VSphereBackend:
         self._clone_tasks[(vcenter, spec.uid)] = (task, plan.mode, plan.message)
         sent = time.monotonic()
         expected = self._clone_seconds.get(vcenter, 0.0)
+
+        def clone_guess() -> Any | None:
+            # The VM the watch reports with the UID, else with the clone's name (vcsim lists a
+            # clone before its configuration, and may not report the UID set afterwards): a
+            # guess, kept only if the task's result names it (``_clone`` docstring).
+            found = index.get(spec.uid)
+            if found is not None:
+                return found
+            ref = index.named(spec.name)
+            return vim.VirtualMachine(ref, task._stub) if ref is not None and ref != name_taken else None
+
+        along = tasks.ReadAlong(target=clone_guess, type_=vim.VirtualMachine, paths=find.VM_PATHS, mark=index.mark)
+        unnamed: Callable[[], None] = lambda: None  # noqa: E731
+        if index.authoritative:
+            # The watch names the clone within its next batch (``watch_poll_gap``); a poll that
+            # would read the task alone waits for that, CLONE_NAMED_MARGIN s more at most.
+            along.known, along.grace = asyncio.Event(), self.watch_poll_gap + CLONE_NAMED_MARGIN
+            loop = asyncio.get_running_loop()
+            known = along.known
+
+            def named() -> None:  # from the watch's thread
+                loop.call_soon_threadsafe(known.set)
+
+            unnamed = index.on_named(spec.name, named)
         waiter = asyncio.ensure_future(
             wait_task(run, task, f"clone {spec.template!r} to {spec.name!r}", self.task_timeout, conn.provider,
-                      first_poll=min(CLONE_FIRST_POLL * expected, CLONE_FIRST_POLL_MAX)))
+                      first_poll=min(CLONE_FIRST_POLL * expected, CLONE_FIRST_POLL_MAX), along=along))
         recorded = on_clone_task is None
 
         async def record() -> None:
@@ -510,6 +564,7 @@ class VSphereBackend:
             index.release_macs(spec.uid)
             raise
         finally:
+            unnamed()
             if not waiter.done():
                 waiter.cancel()  # this call was cancelled: stop following the task
         self._clone_tasks.pop((vcenter, spec.uid), None)
@@ -518,8 +573,17 @@ class VSphereBackend:
         took = time.monotonic() - sent
         self._clone_seconds[vcenter] = took if expected == 0.0 else 0.8 * expected + 0.2 * took
         self._vm_index(conn).put(spec.uid, vm)
-        log.info("vsphere vm cloned", vcenter=vcenter, vm=spec.name, clone_mode=plan.mode)
-        return vm, plan.mode, plan.message
+        made = None
+        if along.props is None:
+            beside = "none"  # the watch knew no VM to read beside the task's last poll
+        elif along.props.moref != moid(vm):
+            beside = "other-vm"
+        elif not clone.carried(plan.spec.config, along.props.props):
+            beside = "incomplete"
+        else:
+            beside, made = "used", (along.props, along.since)
+        log.info("vsphere vm cloned", vcenter=vcenter, vm=spec.name, clone_mode=plan.mode, read_beside_task=beside)
+        return vm, plan.mode, plan.message, made
 
     def _configured(self, index: find.VMIndex, idx: InventoryIndex, spec: VMSpec, plan: clone.ClonePlan,
                     template_props: dict[str, Any]) -> clone.ClonePlan:
@@ -842,7 +906,7 @@ class VSphereBackend:
 
     async def watch(self, conn: Connection) -> AsyncIterator[VMChange]:
         sess = await self.sessions.checked_session(conn)
-        async for change in watch_vms(sess, self._vm_index(conn), self.watch_max_wait):
+        async for change in watch_vms(sess, self._vm_index(conn), self.watch_max_wait, self.watch_poll_gap):
             yield change
 
     async def close(self) -> None:

@@ -345,3 +345,27 @@ def with_config(plan: ClonePlan, hardware: Any | None, extra: dict[str, str]) ->
     cfg.extraConfig = [vim.option.OptionValue(key=k, value=v) for k, v in entries.items()]
     plan.spec.config = cfg
     return plan
+
+
+def carried(config: Any, props: dict[str, Any]) -> bool:
+    """Whether a VM read as ``props`` (``find.VM_PATHS``) shows everything the clone's
+    ``CloneSpec.config`` ``config`` set: every ``extraConfig`` entry with its value (the UID,
+    the disk and NIC labels, the guestinfo), a card with each MAC a NIC was given, and the CPU
+    count and memory when set. The read after a clone is taken from the clone task's last poll
+    only when this holds (issue 22, ADR 0014): the property collector does not order one object's
+    read against another's, so a VM read beside a task seen ``success`` may predate the clone's
+    end on vCenter; such a read lacks part of this and is read again. Pure."""
+    have = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
+    if any(have.get(str(o.key)) != str(o.value) for o in config.extraConfig or []):
+        return False
+    devices = props.get("config.hardware.device") or []
+    present = {str(d.macAddress).lower() for d in devices
+               if isinstance(d, vim.vm.device.VirtualEthernetCard) and getattr(d, "macAddress", None)}
+    for change in config.deviceChange or []:
+        device = change.device
+        if (change.operation in ("add", "edit") and isinstance(device, vim.vm.device.VirtualEthernetCard)
+                and device.macAddress and str(device.macAddress).lower() not in present):
+            return False
+    if config.numCPUs and props.get("config.hardware.numCPU") != config.numCPUs:
+        return False
+    return not (config.memoryMB and props.get("config.hardware.memoryMB") != config.memoryMB)

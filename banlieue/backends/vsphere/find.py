@@ -133,6 +133,11 @@ class VMIndex:
         self._power_waiters: dict[str, list[Callable[[], None]]] = {}
         # UID -> MACs chosen for its clones (``reserve_macs``), until ``release_macs``
         self._reserved: dict[str, set[str]] = {}
+        # VM name -> moref, and back, as the watch last reported them (``named``)
+        self._by_name: dict[str, str] = {}
+        self._name_of: dict[str, str] = {}
+        # VM name -> callbacks to call when the watch reports a VM with that name (``on_named``)
+        self._name_waiters: dict[str, list[Callable[[], None]]] = {}
         self.authoritative = False
         self.scan_lock = threading.Lock()
         """Held by the full scan (``scan_uids``): one at a time per vCenter."""
@@ -362,6 +367,13 @@ class VMIndex:
             self._seq += 1
             if removed:
                 self._macs.pop(moref, None)
+                self._drop_name(moref)
+            elif (name := changes.get("name")) is not None:
+                self._drop_name(moref)
+                self._by_name[str(name)] = moref
+                self._name_of[moref] = str(name)
+                for notify in self._name_waiters.pop(str(name), []):
+                    notify()
             extra = changes.get("config.extraConfig")
             if isinstance(extra, list):
                 labels = (str(o.value) for o in extra if str(o.key).startswith(NIC_KEY_PREFIX))
@@ -421,9 +433,41 @@ class VMIndex:
                     return
             self._infos[moref] = (info, version)
 
+    def _drop_name(self, moref: str) -> None:
+        name = self._name_of.pop(moref, None)
+        if name is not None and self._by_name.get(name) == moref:
+            del self._by_name[name]
+
+    def named(self, name: str) -> str | None:
+        """The moref of the VM the watch last reported with ``name``, None when it knows none.
+        A guess, never an identity: names are unique only per folder, and vcsim (like a
+        collector at version granularity) may list a clone before its configuration carries
+        the UID. ``Backend.create_vm`` uses it only to read a clone beside its task's last poll,
+        and keeps that read only when the task's result is this moref (``tasks.ReadAlong``)."""
+        with self._lock:
+            return self._by_name.get(name)
+
+    def on_named(self, name: str, notify: Callable[[], None]) -> Callable[[], None]:
+        """Call ``notify()`` (from the watch's thread; it must not block) once the change watch
+        reports a VM named ``name``; returns the remover."""
+        with self._lock:
+            self._name_waiters.setdefault(name, []).append(notify)
+
+        def remove() -> None:
+            with self._lock:
+                waiters = self._name_waiters.get(name)
+                if waiters is not None and notify in waiters:
+                    waiters.remove(notify)
+                    if not waiters:
+                        del self._name_waiters[name]
+
+        return remove
+
     def reset_reads(self) -> None:
         """Forget every kept read (a new collector: what happened meanwhile was not seen)."""
         with self._lock:
+            self._by_name.clear()
+            self._name_of.clear()
             self._seq += 1
             self._cleared = self._seq
             self._infos.clear()

@@ -16,6 +16,14 @@ fault (``NotAuthenticated``) is an answer too, and so is a TLS certificate that 
 therefore noticed within ``interval + timeout`` (10 s) of freezing, and one that answers again
 within ``interval`` (5 s).
 
+A probe is skipped while the vCenter answers anyway (``answered_at``: the monotonic time the
+sessions' last round trip got an answer; issue 22, no request that only repeats what another
+request just showed): the probe waits until ``interval`` seconds after that answer, and probes
+then if no other answer came meanwhile. A vCenter that freezes answers nothing from then on, so
+the first probe is still sent within ``interval`` of the last answer, and the freeze noticed
+within ``interval + timeout`` as before. While ``down_since`` is set every probe is sent (the
+sessions' requests are held back then; the probe is how the return is noticed).
+
 ``down_since`` (wall-clock seconds since the epoch, or None while it answers) is the send time of
 the first probe it did not answer: the moment it stopped answering, to within one interval. The
 Provider reconciler reports it as ``ProviderReachable``'s ``lastTransitionTime`` and, while it is
@@ -67,6 +75,7 @@ class ReachabilityProbe:
         interval: float = PROBE_INTERVAL,
         clock: Callable[[], float] = time.time,
         record: Callable[[str, str, float], None] | None = None,
+        answered_at: Callable[[], float] | None = None,
     ) -> None:
         self.label = label
         self.interval = interval
@@ -75,12 +84,15 @@ class ReachabilityProbe:
         self._on_back = on_back
         self._clock = clock
         self._record = record
+        self._answered_at = answered_at
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.down_since: float | None = None
         """Wall-clock send time of the first unanswered probe; None while the vCenter answers."""
         self.probes = 0
         """Probes sent so far (tests and debugging)."""
+        self.skipped = 0
+        """Probes not sent because another request had just been answered (module docstring)."""
 
     def answered(self) -> bool:
         """Send one ``CurrentTime`` and say whether the vCenter answered (any SOAP answer, a
@@ -139,8 +151,20 @@ class ReachabilityProbe:
         except Exception:  # a listener's bug must not stop the probe
             log.exception("reachability listener failed", vcenter=self.label)
 
+    def quiet_for(self) -> float | None:
+        """Seconds since the sessions' last answered request (``answered_at``), None without it."""
+        if self._answered_at is None:
+            return None
+        return time.monotonic() - self._answered_at()
+
     def _run(self) -> None:
         while not self._stop.is_set():
+            quiet = self.quiet_for() if self.down_since is None else None
+            if quiet is not None and quiet < self.interval:
+                # Answered within the interval: no probe before ``interval`` after that answer.
+                self.skipped += 1
+                self._stop.wait(self.interval - quiet)
+                continue
             started = time.monotonic()
             self.probe_once()
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))

@@ -115,6 +115,27 @@ def retrieve_present(content: Any, objs: Iterable[Any], type_: Any, paths: Itera
     return _collect(content.propertyCollector, [spec], drop_missing=True)
 
 
+def retrieve_with(content: Any, reads: Iterable[tuple[Any, Any, Iterable[str]]]) -> list[ObjectProps]:
+    """Several objects of different types in one RetrievePropertiesEx: ``reads`` is (object,
+    type, paths) per object, one type at most once. An object gone meanwhile is left out
+    (``reportMissingObjectsInResults``, as ``retrieve_present``). The property collector reads
+    each object at its own moment: nothing orders one object's values against another's (a
+    task's ``info.state`` read as ``success`` says nothing of when the VM beside it was read).
+    Raises vim.fault.NotAuthenticated like ``retrieve_present``."""
+    items = list(reads)
+    paths: dict[Any, list[str]] = {}
+    for _, type_, want in items:
+        if type_ in paths:
+            raise ValueError(f"retrieve_with: {type_} given twice")
+        paths[type_] = list(want)
+    spec = PC.FilterSpec(
+        objectSet=[PC.ObjectSpec(obj=o, skip=False) for o, _, _ in items],
+        propSet=_property_specs(paths),
+        reportMissingObjectsInResults=True,
+    )
+    return _collect(content.propertyCollector, [spec], drop_missing=True)
+
+
 def _collect(collector: Any, specs: list[Any], drop_missing: bool = False) -> list[ObjectProps]:
     out: list[ObjectProps] = []
     result = collector.RetrievePropertiesEx(specs, PC.RetrieveOptions())

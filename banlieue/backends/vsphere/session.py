@@ -204,6 +204,9 @@ class Endpoint:
         self.soap_by_method: dict[str, int] = {}
         self.probe_requests = 0
         """Reachability probes sent (``count_probe``)."""
+        self.answered_at = float("-inf")
+        """Monotonic time the last round trip (``record``) got an answer (success or fault): the
+        reachability probe is skipped within its interval of it (``health``)."""
         self.down = False
         """True after a round trip that got no answer, until one gets an answer (module docstring)."""
         self._on_back = on_back
@@ -252,10 +255,12 @@ class Endpoint:
             if outcome == "error":
                 down = not self.down
                 self.down = True
-            elif self.down and time.monotonic() - self._notified_at >= RECONNECT_NOTIFY_SECONDS:
-                self.down = False
-                self._notified_at = time.monotonic()
-                back = True
+            else:
+                self.answered_at = time.monotonic()
+                if self.down and time.monotonic() - self._notified_at >= RECONNECT_NOTIFY_SECONDS:
+                    self.down = False
+                    self._notified_at = time.monotonic()
+                    back = True
         if series:
             metrics.REQUESTS.labels(provider, method, outcome).inc()
             metrics.REQUEST_DURATION.labels(provider, method).observe(seconds)
@@ -590,7 +595,7 @@ class SessionPool:
         # on the vCenter (banlieue_vsphere_requests_total, method CurrentTime).
         provider = sess.conn.provider
         endpoint.probe = ReachabilityProbe(endpoint.label, make, on_down=self._down, on_back=self._back,
-                                           interval=self.probe_interval,
+                                           interval=self.probe_interval, answered_at=lambda: endpoint.answered_at,
                                            record=lambda method, outcome, seconds: endpoint.count_probe(method, outcome, seconds, provider))
         endpoint.probe.start()
 

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from pyVmomi import vim as _vim
@@ -24,7 +25,13 @@ from pyVmomi import vmodl as _vmodl
 from banlieue.backends.base import BackendError, TaskFailed, Transient
 from banlieue.backends.vsphere import metrics
 from banlieue.backends.vsphere.faults import task_error
-from banlieue.backends.vsphere.properties import ObjectProps, retrieve_objects, retrieve_present
+from banlieue.backends.vsphere.properties import (
+    ObjectProps,
+    moid,
+    retrieve_objects,
+    retrieve_present,
+    retrieve_with,
+)
 from banlieue.backends.vsphere.session import Session
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
@@ -78,9 +85,69 @@ class Runner(Protocol):
     def __call__(self, fn: Callable[[Session], T]) -> Awaitable[T]: ...
 
 
+TASK_PATHS = ["info.state", "info.error", "info.result"]
+
+
 def _task_info(task: Any) -> Callable[[Session], ObjectProps]:
     def read(s: Session) -> ObjectProps:
-        return retrieve_objects(s.content, [task], vim.Task, ["info.state", "info.error", "info.result"])[0]
+        return retrieve_objects(s.content, [task], vim.Task, TASK_PATHS)[0]
+
+    return read
+
+
+@dataclass
+class ReadAlong:
+    """An object read in the same RetrievePropertiesEx as each poll of a task (issue 22: the read
+    after a clone rides on the clone task's last poll instead of costing a request of its own).
+
+    ``target()`` gives the object to read with the next poll, or None (then the task alone is
+    read, as without a ReadAlong); ``mark()`` is called just before each poll that reads it
+    (``find.VMIndex.mark``). When a poll sees the task succeed with the object read beside it,
+    ``props`` is that read and ``since`` the mark taken before it; else ``props`` stays None.
+    Nothing orders the two reads (``properties.retrieve_with``): on vCenter the object may have
+    been read before the task ended, so the caller checks that the read shows the task's effect
+    before it uses it.
+
+    ``known``: set (by the caller's change watch) once ``target()`` can give the object; a poll
+    that would read the task alone waits for it first, ``grace`` seconds at most in all (a clone
+    on vcsim ends in a fraction of a second, before the watch's next batch names it)."""
+
+    target: Callable[[], Any | None]
+    type_: Any
+    paths: list[str]
+    mark: Callable[[], int] = field(default=lambda: 0)
+    known: asyncio.Event | None = None
+    grace: float = 0.0
+    props: ObjectProps | None = None
+    since: int = 0
+
+    async def wait_known(self) -> None:
+        """Wait for ``known`` (if ``target()`` gives nothing yet), within what is left of ``grace``."""
+        if self.known is None or self.grace <= 0 or self.target() is not None:
+            return
+        start = time.monotonic()
+        await _signalled(self.known, self.grace)
+        self.grace -= time.monotonic() - start
+
+
+def _task_and(task: Any, along: ReadAlong, obj: Any) -> Callable[[Session], tuple[ObjectProps, ObjectProps | None]]:
+    """One poll of ``task`` reading ``obj`` (``along``'s type and paths) in the same call. A task
+    left out of the answer (vCenter forgot it) is read alone, which raises as a poll without a
+    ReadAlong does; ``obj`` gone meanwhile gives None beside the task (the task read alone again
+    if the collector fails the call for it)."""
+    def read(s: Session) -> tuple[ObjectProps, ObjectProps | None]:
+        try:
+            got = retrieve_with(s.content, [(task, vim.Task, TASK_PATHS), (obj, along.type_, along.paths)])
+        except vmodl.fault.ManagedObjectNotFound:
+            # A collector that fails the whole call for the object gone (instead of leaving it
+            # out): the task alone, as without a ReadAlong.
+            return _task_info(task)(s), None
+        task_ref, obj_ref = moid(task), moid(obj)
+        info = next((o for o in got if o.type == "Task" and o.moref == task_ref), None)
+        if info is None:
+            return _task_info(task)(s), None
+        other = next((o for o in got if o.type != "Task" and o.moref == obj_ref), None)
+        return info, other
 
     return read
 
@@ -91,13 +158,16 @@ at first); a change watch reports a power state within well under a second."""
 
 
 async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider: str,
-                    signal: asyncio.Event | None = None, first_poll: float = 0.0) -> Any:
+                    signal: asyncio.Event | None = None, first_poll: float = 0.0,
+                    along: ReadAlong | None = None) -> Any:
     """Wait for ``task``; return ``info.result``. Raises TaskFailed (fault message) or on timeout.
     ``provider`` (``namespace/name``) labels the tasks-in-flight gauge. ``signal``: set when the
     change watch has seen the state the task leads to (a power state: issue 22, no task polls);
     then None is returned without polling. Without it for ``SIGNAL_FALLBACK`` seconds (a watch
     that lags or restarts), the task is polled as without one, and the signal still ends it.
-    ``first_poll``: seconds before the first poll (when the task is expected to be done; 0: at once)."""
+    ``first_poll``: seconds before the first poll (when the task is expected to be done; 0: at once).
+    ``along``: an object read with each poll (``ReadAlong``; its ``props`` set by the poll that
+    saw the task succeed)."""
     gauge = metrics.TASKS_IN_FLIGHT.labels(provider)
     gauge.inc()
     try:
@@ -110,11 +180,20 @@ async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider:
         elif first_poll > 0:
             await asyncio.sleep(min(first_poll, timeout))
         while True:
-            info = await run(_task_info(task))
+            if along is not None:
+                await along.wait_known()
+            obj = along.target() if along is not None else None
+            if along is not None and obj is not None:
+                since = along.mark()
+                info, beside = await run(_task_and(task, along, obj))
+            else:
+                info, beside = await run(_task_info(task)), None
             state = info.get("info.state")
             if state in ("success", "error"):
                 _saw_end(task)
             if state == "success":
+                if along is not None and beside is not None:
+                    along.props, along.since = beside, since
                 return info.get("info.result")
             if state == "error":
                 raise task_error(info.get("info.error"), what)

@@ -81,6 +81,13 @@ RESYNC_AFTER_CHECKS = 3
 """Reads finding an indexed VM present but unreported before the watch resyncs (new collector)."""
 GIVE_UP_AFTER_CHECKS = 10
 """Reads after which an indexed VM the collector never reports is no longer checked."""
+POLL_GAP_SECONDS = 1.0
+"""Seconds from sending one long poll to sending the next when the first came back with updates:
+in a wave of clones the collector has something new at nearly every tick, and a poll per batch
+cost about one WaitForUpdatesEx per machine (issue 22). The changes of the gap come in the next
+poll's batch, so a change is reported at most this much later; the power-on signal
+(``tasks.SIGNAL_FALLBACK``, 2 s) and the pending check (``PENDING_CHECK_SECONDS``) stay
+well above it. A poll that returns empty (its ``max_wait``, a cancel) is renewed at once."""
 RETRY_MAX_SECONDS = 5.0
 """Longest pause between two long polls of an unreachable vCenter: one TCP connection attempt
 per 5 s costs nothing, and the first answer tells the reconcilers the vCenter is back
@@ -117,6 +124,8 @@ class VMWatch:
         self._resync = False  # replace the collector at the next poll (full state again)
         self._checks: dict[str, int] = {}  # moref -> reads that found it present but unreported
         self._ignored: set[str] = set()
+        self.updated = False
+        """Whether the last ``poll`` came back with an update set (``POLL_GAP_SECONDS``)."""
 
     def _make_stub(self) -> Any:
         s = self.session
@@ -161,6 +170,7 @@ class VMWatch:
     def poll(self) -> list[VMChange]:
         """One WaitForUpdatesEx (blocks up to max_wait seconds); re-login on NotAuthenticated.
         Raises TLSVerifyFailed, sending nothing, while the session's certificate check fails."""
+        self.updated = False
         if self.session.tls_error is not None:
             raise TLSVerifyFailed(self.session.tls_error)
         try:
@@ -188,6 +198,7 @@ class VMWatch:
             raise map_exception(exc) from exc
         if update is None:
             return []
+        self.updated = True
         full = self.version == ""
         self.version = update.version
         changes = self._changes(update)
@@ -337,14 +348,16 @@ class DaemonExecutor(Executor):
         self._shutdown = True
 
 
-async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float) -> AsyncIterator[VMChange]:
+async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float,
+                    poll_gap: float = POLL_GAP_SECONDS) -> AsyncIterator[VMChange]:
     """Yield VMChange for banlieue-managed VMs until the consumer stops (see module docstring).
 
     Transient errors (vCenter unreachable) are retried with back-off (1 s doubling to
     ``RETRY_MAX_SECONDS``: these retries are how a vCenter that comes back is noticed);
     other BackendErrors end the iteration by raising. A VM put in ``index`` (a clone) that the
     collector does not report within ``PENDING_CHECK_SECONDS`` is read directly, and its
-    removal is reported even if the collector never saw it.
+    removal is reported even if the collector never saw it. ``poll_gap``: seconds from one long
+    poll that came back with updates to the next (``POLL_GAP_SECONDS``).
     """
     w = VMWatch(session, max_wait_seconds, index)
     thread = DaemonExecutor(f"vsphere-watch-{session.endpoint.label}")
@@ -359,16 +372,19 @@ async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float) -
     woken: asyncio.Future[Any] | None = None
     check_at: float | None = None
     backoff = 1.0
+    sent = next_poll = loop.time()  # the last long poll's send time; no new one before next_poll
     try:
         while True:
-            if poll is None:
+            if poll is None and loop.time() >= next_poll:
                 poll = loop.run_in_executor(thread, w.poll)
+                sent = loop.time()
             if woken is None:
                 woken = asyncio.ensure_future(indexed.wait())
             if check_at is None and w.pending():
                 check_at = loop.time() + PENDING_CHECK_SECONDS
-            timeout = None if check_at is None else max(0.0, check_at - loop.time())
-            waiting: set[asyncio.Future[Any]] = {poll, woken}
+            wakes = [t for t in (check_at, next_poll if poll is None else None) if t is not None]
+            timeout = max(0.0, min(wakes) - loop.time()) if wakes else None
+            waiting: set[asyncio.Future[Any]] = {woken} if poll is None else {poll, woken}
             done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if woken in done:
                 indexed.clear()
@@ -383,12 +399,14 @@ async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float) -
                     removed = []
                 for change in removed:
                     yield change
-            if not poll.done():
+            if poll is None or not poll.done():
                 continue
             finished, poll = poll, None
             try:
                 changes = finished.result()
                 backoff = 1.0
+                if w.updated:
+                    next_poll = sent + poll_gap
             except Exception as exc:
                 err = map_exception(exc)
                 if err.reason not in ("ConnectFailed", "Timeout", "Transient", "RequestCanceled"):

@@ -31,3 +31,22 @@ def test_a_second_vm_with_a_uid_is_a_candidate_not_the_mapping() -> None:
 
 def test_morefs_sort_in_creation_order() -> None:
     assert sorted(["vm-100", "vm-9", "vm-23"], key=moref_order) == ["vm-9", "vm-23", "vm-100"]
+
+
+def test_named_answers_the_moref_the_watch_last_reported_with_a_name() -> None:
+    """``VMIndex.named``: the clone read beside its task's poll is guessed by name (issue 22); a
+    rename moves the name, a removal or a new collector drops it."""
+    index = VMIndex()
+    assert index.named("web-0") is None
+    index.observe("vm-7", {"name": "web-0", "runtime.powerState": "poweredOff"})
+    index.observe("vm-8", {"name": "web-1"})
+    assert (index.named("web-0"), index.named("web-1")) == ("vm-7", "vm-8")
+    index.observe("vm-7", {"runtime.powerState": "poweredOn"})  # no name in the change: kept
+    assert index.named("web-0") == "vm-7"
+    index.observe("vm-7", {"name": "web-0-old"})  # renamed
+    assert (index.named("web-0"), index.named("web-0-old")) == (None, "vm-7")
+    index.observe("vm-9", {"name": "web-1"})  # another VM with a name in use: the last report wins
+    index.observe("vm-8", {}, removed=True)  # the old holder's removal leaves the new one
+    assert index.named("web-1") == "vm-9"
+    index.reset_reads()
+    assert index.named("web-1") is None and index.named("web-0-old") is None
