@@ -431,6 +431,17 @@ def _refused_for_peers(obj: Object) -> bool:
     return False
 
 
+def _address_conflict(obj: Object) -> bool:
+    return any(isinstance(c, Mapping) and c.get("type") == "Scheduled" and c.get("status") == "False"
+               and c.get("reason") == VirtualMachineReason.ADDRESS_CONFLICT for c in nested(obj, "status", "conditions") or ())
+
+
+def _placement_invalid(obj: Object) -> bool:
+    """``PlacementValid`` False: the VM waits for another placement to fit (room may free up)."""
+    return any(isinstance(c, Mapping) and c.get("type") == "PlacementValid" and c.get("status") == "False"
+               for c in nested(obj, "status", "conditions") or ())
+
+
 def _requests(objs: Iterable[Object], exclude: tuple[str, str] | None = None) -> list[Request]:
     out = []
     for o in objs:
@@ -458,7 +469,12 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
         return _requests([o for o in objs if scoped.create(o)], exclude)
 
     def by_class(obj: Object) -> list[Request]:
-        return vms(cache.by_index(VIRTUAL_MACHINE, INDEX_CLASS, str(obj["metadata"]["name"])))
+        # The VMs of the class, and those refused because a VM of it holds their static
+        # address (its ipam may have changed; AddressConflict has no timed retry).
+        users = cache.by_index(VIRTUAL_MACHINE, INDEX_CLASS, str(obj["metadata"]["name"]))
+        namespaces = {str(o["metadata"].get("namespace", "")) for o in users}
+        blocked = [o for ns in namespaces for o in cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, ns) if _address_conflict(o)]
+        return vms([*users, *blocked])
 
     def by_image(obj: Object) -> list[Request]:
         return vms(cache.by_index(VIRTUAL_MACHINE, INDEX_IMAGE, str(obj["metadata"]["name"])))
@@ -469,8 +485,11 @@ def setup(mgr: ManagerLike, ctx: RoleContext) -> Controller:
         return vms([*placed, *cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, ns)])
 
     def unscheduled_of(obj: Object) -> list[Request]:
-        # A capacity rewrite can only decide a VM still waiting for room (provider_changes).
-        return vms(cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, str(obj["metadata"].get("namespace", ""))))
+        # A capacity rewrite can only decide a VM still waiting for room (provider_changes):
+        # unscheduled, or placed where it may no longer stay and waiting for room to move.
+        ns = str(obj["metadata"].get("namespace", ""))
+        moving = [o for o in cache.list(VIRTUAL_MACHINE, ns) if _placement_invalid(o)]
+        return vms([*cache.by_index(VIRTUAL_MACHINE, INDEX_UNSCHEDULED, ns), *moving])
 
     def peers_of(obj: Object) -> list[Request]:
         ns = str(obj["metadata"].get("namespace", ""))

@@ -211,7 +211,9 @@ def standalone_changed(old: Object, new: Object) -> bool:
     """Update predicate: the reservation of a machine no VirtualMachine owns changed (moved,
     resized, or it stopped counting): a VM refused for capacity may fit now."""
     before, after = Held.of(old), Held.of(new)
-    return before != after and before is not None
+    # Its addresses too: a standalone machine may hold a VM's static address (AddressConflict).
+    network = nested(old, "spec", "network") != nested(new, "spec", "network")
+    return (before != after and before is not None) or network
 
 
 def with_machines(totals: PeerTotals, machines: Mapping[Where, Reserved]) -> PeerTotals:

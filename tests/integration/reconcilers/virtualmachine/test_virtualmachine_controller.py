@@ -704,3 +704,56 @@ async def test_a_provider_capacity_rewrite_reconciles_no_placed_vm(env: Env) -> 
     async def reconciled() -> bool:
         return _vm_reconciles() > before
     await eventually(reconciled)
+
+
+async def test_an_address_conflict_ends_when_the_holder_changes_its_address(env: Env) -> None:
+    """Review finding: AddressConflict has no timed retry, and the refused VM was woken only by
+    the holder's deletion although the docs say "change or delete the holder". A standalone
+    VSphereMachine editing its addresses frees the address at once."""
+    def net(address: str) -> dict[str, Any]:
+        return {"interfaces": [{"name": "eth0", "addresses": [address]}]}
+
+    base = {"apiVersion": VSPHERE_MACHINE.api_version, "kind": "VSphereMachine"}
+    devices = [{"name": "eth0", "networkClass": "default", "addresses": ["10.0.0.7/24"]}]
+    await env.client.create(VSPHERE_MACHINE, {**base, "metadata": {"name": "holder-0", "namespace": env.namespace},
+                                              "spec": {"template": "t", "memoryMiB": 1024, "failureDomain": "vc-a-dc0-c0",
+                                                       "network": {"devices": devices}}})
+    await asyncio.sleep(0.5)  # the informer has it
+    await env.vm("ip-waits", network=net("10.0.0.7/24"))
+    refused = await eventually(lambda: _is(env, "ip-waits", "Scheduled", "False", "AddressConflict"))
+    assert "holder-0" in refused["message"], refused
+    await env.client.patch(VSPHERE_MACHINE, "holder-0", env.namespace,
+                           {"spec": {"network": {"devices": [{**devices[0], "addresses": ["10.0.0.8/24"]}]}}})
+    await eventually(lambda: env.get_vsm("ip-waits"))
+
+
+async def test_an_address_conflict_ends_when_the_holders_class_changes_its_address(env: Env) -> None:
+    """The holder VM's address comes from its class (ipam); the class is edited to another."""
+    static = {"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": f"static-{env.namespace}"}, "spec": {
+        "hardware": {"cpus": 2, "memoryMiB": 4096, "disks": [{"name": "os", "sizeGiB": 20, "storageClass": "standard"}]},
+        "network": {"interfaces": [{"name": "eth0", "networkClass": "default",
+                                    "ipam": {"source": "static", "static": {"addresses": ["10.0.0.9/24"]}}}]}, "firmware": "efi"}}
+    await env.client.create(VM_CLASS, static)
+    await env.vm("cls-holder", classRef={"name": static["metadata"]["name"]})
+    await eventually(lambda: env.get_vsm("cls-holder"))
+    await env.vm("cls-waits", network={"interfaces": [{"name": "eth0", "addresses": ["10.0.0.9/24"]}]})
+    await eventually(lambda: _is(env, "cls-waits", "Scheduled", "False", "AddressConflict"))
+    await env.client.patch(VM_CLASS, static["metadata"]["name"], None, {"spec": {"network": {"interfaces": [
+        {"name": "eth0", "networkClass": "default", "ipam": {"source": "static", "static": {"addresses": ["10.0.0.10/24"]}}}]}}})
+    await eventually(lambda: env.get_vsm("cls-waits"))
+
+
+async def test_a_vm_that_must_move_but_finds_no_room_moves_when_capacity_frees(env: Env) -> None:
+    """Review finding: a placed VM whose placement became invalid (automatic migration) and that
+    found no room elsewhere keeps its scheduled placement, so it is not "unscheduled"; the
+    Provider capacity rewrite that makes room must still reach it."""
+    await env.provider_status("vc-b", [fd("vc-b-dc0-c0", "c0", mem=1024)])  # no room for 4096 MiB
+    await env.vm("mv-1", migrationPolicy="automatic", placement={"providerSelector": {"matchLabels": {"site": "a"}}})
+    await eventually(lambda: _placed_on(env, "mv-1", "vc-a"))
+    await env.client.patch(VIRTUAL_MACHINE, "mv-1", env.namespace,
+                           {"spec": {"placement": {"providerSelector": {"matchLabels": {"site": "b"}}}}})
+    await eventually(lambda: _is(env, "mv-1", "PlacementValid", "False"))
+    await asyncio.sleep(0.5)
+    assert (await env.get_vsm("mv-1"))["spec"]["providerRef"]["name"] == "vc-a"  # nowhere to go yet
+    await env.provider_status("vc-b", [fd("vc-b-dc0-c0", "c0", mem=65536)])
+    await eventually(lambda: _is(env, "mv-1", "Migrating", "True"))
