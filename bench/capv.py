@@ -44,6 +44,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import math
 import os
 import signal
 import ssl
@@ -885,6 +886,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--machines must be >= 1")
     if not 1 <= args.deployments <= args.machines:
         p.error("--deployments must be between 1 and --machines")
+    for flag, value, low in (("--clone-seconds", args.clone_seconds, 0.0), ("--settle", args.settle, 0.0),
+                             ("--idle", args.idle, 1.0), ("--timeout", args.timeout, 1.0)):
+        if not (math.isfinite(value) and value >= low):
+            p.error(f"{flag} must be a finite number of seconds >= {low:g}, got {value}")
     providers = [x.strip() for x in args.providers.split(",")]
     if not set(providers) <= {"banlieue", "capv"} or not providers:
         p.error("--providers: a comma list of banlieue, capv")

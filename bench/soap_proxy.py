@@ -150,6 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log", required=True)
     p.add_argument("--task-log", help="also log '<time>\\t<operation>\\t<task moref>' for every task a *_Task operation started")
     args = p.parse_args(argv)
+    # Checked before anything is opened or started: one line and exit 2 (the network rule: loopback only).
+    parts = urllib.parse.urlsplit(args.upstream)
+    try:
+        loopback = parts.scheme == "https" and ipaddress.ip_address(parts.hostname or "").is_loopback and 0 < (parts.port or 443) < 65536
+    except ValueError:
+        loopback = False
+    if not loopback:
+        p.error(f"--upstream {args.upstream!r}: give https://<loopback IP>:<port> (the network rule: loopback only)")
+    for flag, path in (("--ca", args.ca), ("--cert", args.cert), ("--key", args.key)):
+        if not Path(path).is_file():
+            p.error(f"{flag} {path}: no such file")
     with contextlib.ExitStack() as stack:
         log = stack.enter_context(Path(args.log).open("a", buffering=1 << 16))
         tasks = stack.enter_context(Path(args.task_log).open("a", buffering=1 << 16)) if args.task_log else None

@@ -120,6 +120,10 @@ def test_both_providers_get_the_same_work_on_loopback(capv: ModuleType, tmp_path
 @pytest.mark.parametrize(("args", "message"), [
     (["--machines", "0"], "--machines must be >= 1"),
     (["--providers", "capv,other"], "--providers: a comma list of banlieue, capv"),
+    (["--deployments", "0"], "--deployments must be between 1 and --machines"),
+    (["--clone-seconds", "-1"], "--clone-seconds must be a finite number of seconds >= 0"),
+    (["--clone-seconds", "nan"], "--clone-seconds must be a finite number of seconds >= 0"),
+    (["--timeout", "inf"], "--timeout must be a finite number of seconds >= 1"),
 ])
 def test_bad_flags_exit_2(args: list[str], message: str) -> None:
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "capv.py"), *args], capture_output=True, text=True, timeout=60, check=False)
@@ -157,3 +161,19 @@ def test_writes_that_changed_nothing_are_those_answered_with_a_version_already_s
 
     start = capv.parse_ts("2026-12-02T04:00:00Z")
     assert dict(capv.noop_writes(Env(), me, start, start + 20)) == {"patch vspheremachines/status": 1}
+
+
+@pytest.mark.parametrize(("upstream", "message"), [
+    ("https://localhost:8989", "loopback only"),
+    ("https://192.0.2.1:443", "loopback only"),
+    ("http://127.0.0.1:8989", "loopback only"),
+    ("https://127.0.0.1:99999", "loopback only"),
+    ("notaurl", "loopback only"),
+])
+def test_the_proxy_refuses_an_upstream_off_loopback_before_starting(upstream: str, message: str, tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "soap_proxy.py"), "--upstream", upstream, "--ca", "x", "--cert", "y",
+                           "--key", "z", "--port-file", str(tmp_path / "p"), "--log", str(tmp_path / "l")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert message in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "l").exists()  # nothing opened

@@ -54,7 +54,7 @@ from banlieue.reconcilers.referenced import referenced
 from banlieue.reconcilers.vspheremachine.reconnect import ReconnectNotifier, machines_waiting_on
 from banlieue.runtime.cache import Cache
 from banlieue.runtime.client import Client
-from banlieue.runtime.event import DeletedFinalStateUnknown, Object
+from banlieue.runtime.event import DeletedFinalStateUnknown, Object, nested
 from banlieue.runtime.handler import EnqueueRequestsFromMapFunc
 from banlieue.runtime.informer import Informer
 from banlieue.runtime.log import get_logger
@@ -242,20 +242,11 @@ likewise watches Clusters only for an unpause or infrastructure becoming ready
 (cluster-api ``predicates.ClusterPausedTransitionsOrInfrastructureProvisioned``)."""
 
 
-def _pick(obj: Object, path: tuple[str, ...]) -> Any:
-    value: Any = obj
-    for key in path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
-
-
 class ReadsChanged(Projected):
     """Passes an update only when one of ``paths`` (key paths into the object) differs."""
 
     def __init__(self, paths: tuple[tuple[str, ...], ...]) -> None:
-        super().__init__(lambda obj: tuple(_pick(obj, p) for p in paths))
+        super().__init__(lambda obj: tuple(nested(obj, *p) for p in paths))
 
 
 class _QueueAdapter:
