@@ -219,14 +219,15 @@ def interface_ip_rules(gateway_without_address: dict[int, str], where: str) -> l
                     f"self.addresses.exists(a, isCIDR(a) && cidr(a).containsIP({gw})){link_local}",
             "fieldPath": f".gateway{family}",
             "message": f"gateway{family} is outside the interface's IPv{family} networks (those of its addresses): the "
-                       "guest could not reach it; use a gateway inside one of them",
+                       "guest could not reach it; use a gateway inside one of them or an address in the gateway's network",
             "messageExpression": f"'gateway{family} ' + {gw} + \" is outside the interface's IPv{family} networks (those "
                                  "of its addresses): the guest could not reach it; use a gateway inside one of them or "
                                  "an address in the gateway's network\"",
         })
+    without = gateway_without_address[4]
     rules.append({
-        "rule": f"!has(self.gateway4) || (has(self.addresses) && self.addresses.exists(a, !a.contains(':'))) || "
-                f"{gateway_without_address[4]}",
+        "rule": "!has(self.gateway4) || (has(self.addresses) && self.addresses.exists(a, !a.contains(':')))"
+                + ("" if without == "false" else f" || {without}"),
         "fieldPath": ".gateway4",
         "message": f"gateway4 is set but the interface has no IPv4 address (no IPv4 in addresses{where}): add an "
                    "IPv4 address or remove gateway4",
@@ -331,9 +332,9 @@ Exists with values ignored them, silently (new-user finding)."""
 
 
 class LabelSelectorRequirement(ApiModel):
-    """metav1.LabelSelectorRequirement: ``key`` ``operator`` ``values`` (CRD rules
-    ``LABEL_SELECTOR_REQUIREMENT_RULES``; the operator is an enum, so an unknown one is refused
-    as an unsupported value)."""
+    """metav1.LabelSelectorRequirement: ``key`` ``operator`` ``values``. In and NotIn need
+    values, Exists and DoesNotExist take none, as in Kubernetes' own selectors; an unknown
+    operator is refused."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": LABEL_SELECTOR_REQUIREMENT_RULES})
 
