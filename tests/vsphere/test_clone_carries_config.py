@@ -193,6 +193,9 @@ async def test_with_a_watch_the_read_after_the_clone_rides_on_the_clone_tasks_la
     uid = str(uuid.uuid4())
     spec = VMSpec(uid=uid, name=f"vm-{uid[:8]}", datacenter="DC0", cluster="DC0_C1", template="ubuntu-22.04",
                   num_cpus=2, memory_mib=2048, user_data=b"#cloud-config\n",
+                  # An added disk: the read beside the poll is used only once it shows that disk
+                  # at the slot the clone gave it (``clone.carried``), which vcsim's read does.
+                  disks=(DiskSpec("os", 10), DiskSpec("data", 5)),
                   nics=(NicSpec("a", "VM Network"), NicSpec("b", "DC0_DVPG0")))
     await backend.check_connection(conn)
     async with watching(backend, conn):
@@ -211,6 +214,8 @@ async def test_with_a_watch_the_read_after_the_clone_rides_on_the_clone_tasks_la
         assert (created.vm.instance_uuid, created.vm.bios_uuid) == (vm.config.instanceUuid, vm.config.uuid)
         cards = {str(d.macAddress).lower() for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualEthernetCard)}
         assert {n.mac_address for n in created.vm.nics} == cards
+        sizes = sorted(d.capacityInKB // GIB_KB for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk))
+        assert sizes == [5, 10]
     await backend.destroy_vm(conn, uid)
     await backend.destroy_vm(conn, warm)
 

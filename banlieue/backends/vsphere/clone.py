@@ -350,11 +350,14 @@ def with_config(plan: ClonePlan, hardware: Any | None, extra: dict[str, str]) ->
 def carried(config: Any, props: dict[str, Any]) -> bool:
     """Whether a VM read as ``props`` (``find.VM_PATHS``) shows everything the clone's
     ``CloneSpec.config`` ``config`` set: every ``extraConfig`` entry with its value (the UID,
-    the disk and NIC labels, the guestinfo), a card with each MAC a NIC was given, and the CPU
-    count and memory when set. The read after a clone is taken from the clone task's last poll
-    only when this holds (issue 22, ADR 0014): the property collector does not order one object's
-    read against another's, so a VM read beside a task seen ``success`` may predate the clone's
-    end on vCenter; such a read lacks part of this and is read again. Pure."""
+    the disk and NIC labels, the guestinfo), a card with each MAC a NIC was given, the CPU
+    count and memory when set, and the device changes (``_device_changes_carried``): each added
+    disk at its slot, each edited disk at least its new size, each removed device gone. The read
+    after a clone is taken from the clone task's last poll only when this holds (issue 22, ADR
+    0014): the property collector does not order one object's read against another's, so a VM
+    read beside a task seen ``success`` may predate the clone's end on vCenter; such a read lacks
+    part of this and is read again (else the converge after it would add a disk twice or act on
+    a card already removed). Pure."""
     have = {str(o.key): str(o.value) for o in props.get("config.extraConfig") or []}
     if any(have.get(str(o.key)) != str(o.value) for o in config.extraConfig or []):
         return False
@@ -366,6 +369,47 @@ def carried(config: Any, props: dict[str, Any]) -> bool:
         if (change.operation in ("add", "edit") and isinstance(device, vim.vm.device.VirtualEthernetCard)
                 and device.macAddress and str(device.macAddress).lower() not in present):
             return False
+    if not _device_changes_carried(config.deviceChange or [], devices):
+        return False
     if config.numCPUs and props.get("config.hardware.numCPU") != config.numCPUs:
         return False
     return not (config.memoryMB and props.get("config.hardware.memoryMB") != config.memoryMB)
+
+
+def _device_changes_carried(changes: list[Any], devices: list[Any]) -> bool:
+    """Whether ``devices`` (a VM's ``config.hardware.device``) show the disk and removal
+    ``changes`` of a clone's ConfigSpec: each added disk (operation ``add``) present at its slot
+    with at least its size, each edited disk (``edit``) at least its new ``capacityInKB``, each
+    removed device (``remove``) absent. Devices are matched by slot (controller kind and bus +
+    unit, ``disks.slot_on``) and by device key, never by position: a clone keeps its template's
+    device keys (edits and removals name them: vSphere API, ``VirtualMachineCloneSpec.config``),
+    while an added device's key, and an added controller's, are temporary negative keys vCenter
+    replaces, so an added disk is found by its slot, whose bus the spec fixes. Pure."""
+    ctrls = vdisks.controllers(devices)
+    # Controllers the clone adds, by their temporary key: the slot of a disk added on one.
+    new_ctrls = {int(c.device.key): c.device for c in changes
+                 if c.operation == "add" and isinstance(c.device, Dev.VirtualController)}
+    by_key = {int(d.key): d for d in devices}
+    # A disk with no controller or unit read (not yet attached) is at no slot.
+    at_slot = {vdisks.slot_of(d, ctrls): d for d in vdisks.virtual_disks(devices)
+               if d.controllerKey is not None and d.unitNumber is not None}
+
+    def size(disk: Any) -> int:
+        return int(disk.capacityInKB or 0)
+
+    for change in changes:
+        device = change.device
+        if change.operation == "remove":
+            if int(device.key) in by_key:
+                return False
+        elif isinstance(device, Dev.VirtualDisk) and change.operation == "add":
+            key = int(device.controllerKey)
+            slot = vdisks.slot_on(new_ctrls.get(key, ctrls.get(key)), key, int(device.unitNumber))
+            have = at_slot.get(slot)
+            if have is None or size(have) < size(device):
+                return False
+        elif isinstance(device, Dev.VirtualDisk) and change.operation == "edit":
+            have = by_key.get(int(device.key))
+            if not isinstance(have, Dev.VirtualDisk) or size(have) < size(device):
+                return False
+    return True
