@@ -68,7 +68,7 @@ sys.path.insert(0, str(REPO))
 
 from banlieue.cmd.dev import free_ports  # noqa: E402
 from banlieue.testing import capi as capi_testing  # noqa: E402
-from banlieue.testing.envtest import Envtest, start_envtest  # noqa: E402
+from banlieue.testing.envtest import Envtest, iter_audit_events, start_envtest  # noqa: E402
 from banlieue.testing.vcsim import VcsimProcess, start_vcsim  # noqa: E402
 
 RESULTS = HERE / "results" / "capv.json"
@@ -556,7 +556,7 @@ def audit_counts(env: Envtest, user: str, start: float, end: float) -> Counter[s
     """API requests of ``user`` received in [start, end) (wall clock), keyed ``verb resource``
     (``resource/subresource``); watches are counted when they were opened."""
     out: Counter[str] = Counter()
-    for e in env.audit_events():
+    for e in iter_audit_events(env.audit_log):
         if (e.get("user") or {}).get("username") != user or e.get("stage") not in ("ResponseComplete", "ResponseStarted", "Panic"):
             continue
         if e.get("stage") == "ResponseComplete" and e.get("verb") == "watch":
@@ -580,7 +580,7 @@ def noop_writes(env: Envtest, user: str, start: float, end: float) -> Counter[st
     Metadata (Secrets, ConfigMaps) are not counted."""
     seen: dict[tuple[str, str, str, str], set[str]] = {}
     out: Counter[str] = Counter()
-    for e in env.audit_events():
+    for e in iter_audit_events(env.audit_log):
         if e.get("stage") != "ResponseComplete" or e.get("verb") not in ("create", "update", "patch"):
             continue
         if not 200 <= int((e.get("responseStatus") or {}).get("code") or 0) < 300:
@@ -769,6 +769,51 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
     return res
 
 
+def recount(workdir: Path, providers: list[str]) -> dict[str, Any]:
+    """The API figures of a kept run (``--keep``) counted again from every audit log file, the
+    rotated ones included (runs before that fix read only the current ``audit.log``, and a
+    1,000-machine run rotates it every 100 MB). Windows come from the audit log itself: the
+    wave from the first ``create machinedeployments`` in the provider's namespace for
+    ``provision_seconds``, the idle window ``idle_settle_seconds`` after it for
+    ``idle_window_seconds``, the deletion from the first ``delete machinedeployments`` for
+    ``delete_seconds`` (all from ``<workdir>/<provider>/raw.json``). Rewrites those raw.json files
+    (the earlier counts kept under ``*_before_recount``) and returns the raw results by provider."""
+    class _Log:  # what audit_counts/noop_writes need of an Envtest
+        audit_log = workdir / "envtest" / "logs" / "audit.log"
+
+    results: dict[str, Any] = {}
+    for name in providers:
+        raw_path = workdir / name / "raw.json"
+        res = json.loads(raw_path.read_text())
+        ns = f"bench-{name}"
+        starts: dict[str, float] = {}
+        for e in iter_audit_events(_Log.audit_log):
+            ref = e.get("objectRef") or {}
+            if ref.get("resource") == "machinedeployments" and ref.get("namespace") == ns and e.get("stage") == "ResponseComplete":
+                verb = e.get("verb")
+                if verb in ("create", "delete") and verb not in starts:
+                    starts[verb] = parse_ts(e["requestReceivedTimestamp"])
+        w0 = starts["create"]
+        w1 = w0 + res["provision_seconds"]
+        i0 = w1 + res["idle_settle_seconds"]
+        i1 = i0 + res["idle_window_seconds"]
+        d0 = starts["delete"]
+        d1 = d0 + res["delete_seconds"]
+        user = f"system:serviceaccount:{BANLIEUE_NS}:{BANLIEUE_SA}" if name == "banlieue" else f"system:serviceaccount:{CAPV_NS}:{CAPV_SA}"
+        env: Any = _Log
+        for key, a, b in (("api_provision", w0, w1), ("api_idle", i0, i1), ("api_delete", d0, d1)):
+            res.setdefault(f"{key}_before_recount", res.get(key))
+            res[key] = dict(audit_counts(env, user, a, b))
+        for key, a, b in (("api_noop_provision", w0, w1), ("api_noop_idle", i0, i1)):
+            res.setdefault(f"{key}_before_recount", res.get(key))
+            res[key] = dict(noop_writes(env, user, a, b))
+        res["recounted_windows"] = {"provision": [w0, w1], "idle": [i0, i1], "delete": [d0, d1]}
+        raw_path.write_text(json.dumps(res, indent=1))
+        log(f"{name}: recounted; API requests per machine {per_machine(res['api_provision'], res['machines']):.2f}")
+        results[name] = res
+    return results
+
+
 # -- figures ----------------------------------------------------------------------------------------
 
 
@@ -816,6 +861,23 @@ def entries(b: dict[str, Any], c: dict[str, Any], n: int) -> list[dict[str, Any]
         e(f"duplicate_vms_{n}", lambda r: None if r.get("vms_after_restart") is None else r["vms_after_restart"] - n,
           "VMs beyond one per Machine after the wave, idle window and restart: must be 0"),
     ]
+
+
+def write_results(out: Path, results: dict[str, Any], n: int) -> None:
+    """Merge both providers' entries for ``n`` machines (and ``raw_<n>``) into ``out``."""
+    new = entries(results["banlieue"], results["capv"], n)
+    for entry in new:
+        entry["load"] = {"banlieue": results["banlieue"]["provision_load"], "capv": results["capv"]["provision_load"]}
+    old = json.loads(out.read_text()) if out.exists() else []
+    names = {x["name"] for x in new}
+    merged = [x for x in old if x["name"] not in names] + new
+    raw = {"name": f"raw_{n}", "banlieue": results["banlieue"], "capv": results["capv"], "unit": "raw per-provider counts",
+           "better": "lower", "machines": n}
+    merged = [x for x in merged if x["name"] != raw["name"]] + [raw]
+    out.write_text(json.dumps(merged, indent=1) + "\n")
+    log(f"wrote {out}")
+    for x in new:
+        print(f"{x['name']:45} banlieue={x['banlieue']!s:>10} capv={x['capv']!s:>10}  {x['unit']}")
 
 
 def write_solo(path: Path, label: str, r: dict[str, Any], n: int) -> None:
@@ -878,9 +940,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--table", action="store_true", help="print the Markdown table of --out and exit")
     p.add_argument("--solo-out", type=Path, help="with --providers banlieue: merge banlieue's per-machine counts into this file")
     p.add_argument("--solo-label", help="with --solo-out: the entry's name suffix (e.g. the commit measured)")
+    p.add_argument("--recount", type=Path, metavar="WORKDIR",
+                   help="count the API figures of a kept run (--keep) again from all its audit log files, then write --out as a run does")
     args = p.parse_args(argv)
     if args.table:
         print(table(args.out))
+        return 0
+    if args.recount is not None:
+        if not (args.recount / "envtest" / "logs").is_dir():
+            p.error(f"--recount {args.recount}: not a kept work directory (no envtest/logs)")
+        done = [x for x in ("banlieue", "capv") if (args.recount / x / "raw.json").exists()]
+        results = recount(args.recount, done)
+        if set(done) == {"banlieue", "capv"}:
+            write_results(args.out, results, results["banlieue"]["machines"])
         return 0
     if args.machines < 1:
         p.error("--machines must be >= 1")
@@ -919,19 +991,7 @@ def main(argv: list[str] | None = None) -> int:
     (workdir / "raw.json").write_text(json.dumps(results, indent=1))
     log(f"raw results in {workdir / 'raw.json'}")
     if set(providers) == {"banlieue", "capv"}:
-        new = entries(results["banlieue"], results["capv"], args.machines)
-        for entry in new:
-            entry["load"] = {"banlieue": results["banlieue"]["provision_load"], "capv": results["capv"]["provision_load"]}
-        old = json.loads(args.out.read_text()) if args.out.exists() else []
-        names = {x["name"] for x in new}
-        merged = [x for x in old if x["name"] not in names] + new
-        raw = {"name": f"raw_{args.machines}", "banlieue": results["banlieue"], "capv": results["capv"], "unit": "raw per-provider counts",
-               "better": "lower", "machines": args.machines}
-        merged = [x for x in merged if x["name"] != raw["name"]] + [raw]
-        args.out.write_text(json.dumps(merged, indent=1) + "\n")
-        log(f"wrote {args.out}")
-        for x in new:
-            print(f"{x['name']:45} banlieue={x['banlieue']!s:>10} capv={x['capv']!s:>10}  {x['unit']}")
+        write_results(args.out, results, args.machines)
     elif providers == ["banlieue"] and args.solo_out is not None:
         # banlieue alone: its per-machine counts (SOAP by method, API by verb and resource), for a
         # before/after of a banlieue change; the side-by-side table keeps its own run.

@@ -257,13 +257,8 @@ class Envtest:
 
     def audit_events(self) -> list[dict[str, Any]]:
         """The audit log's events so far (``audit.k8s.io/v1`` Event objects, stage
-        ResponseComplete/Panic/ResponseStarted)."""
-        events = []
-        with contextlib.suppress(FileNotFoundError), self.audit_log.open() as fh:
-            for line in fh:
-                with contextlib.suppress(ValueError):
-                    events.append(json.loads(line))
-        return events
+        ResponseComplete/Panic/ResponseStarted), oldest first (``iter_audit_events``)."""
+        return list(iter_audit_events(self.audit_log))
 
     def forbidden(self, username_prefix: str = "system:serviceaccount:") -> list[dict[str, Any]]:
         """Audit events answered 403 for users starting with ``username_prefix``."""
@@ -460,6 +455,18 @@ def up(directory: Path, *, port: int = 0, bind_address: str = "127.0.0.1", ca: t
         env.stop(keep_logs=True)
         raise
     return env
+
+
+def iter_audit_events(audit_log: Path) -> Iterator[dict[str, Any]]:
+    """The events of ``audit_log`` and of the files kube-apiserver rotated it into
+    (``audit-<time>.log`` beside it, every 100 MB by default: a 1,000-machine benchmark writes
+    several), oldest first, one at a time."""
+    rotated = sorted(audit_log.parent.glob(f"{audit_log.stem}-*{audit_log.suffix}"))
+    for path in (*rotated, audit_log):
+        with contextlib.suppress(FileNotFoundError), path.open() as fh:
+            for line in fh:
+                with contextlib.suppress(ValueError):
+                    yield json.loads(line)
 
 
 @contextlib.contextmanager
