@@ -7,6 +7,7 @@ before anything starts."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -140,7 +141,7 @@ def _write(user: str, verb: str, name: str, rv: str, at: str, sub: str = "", **m
             "responseObject": {"kind": "VSphereMachine", "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, **meta}}}
 
 
-def test_writes_that_changed_nothing_are_those_answered_with_a_version_already_seen(capv: ModuleType) -> None:
+def test_writes_that_changed_nothing_are_those_answered_with_a_version_already_seen(capv: ModuleType, tmp_path: Path) -> None:
     """Issue 22's metric: a write answered with a resourceVersion an earlier write of the object
     (any user's) was answered with changed nothing; the last finalizer's removal (the object is
     deleted, answered as it was) is not counted, nor another user's write or one outside the window."""
@@ -156,8 +157,9 @@ def test_writes_that_changed_nothing_are_those_answered_with_a_version_already_s
     ]
 
     class Env:
-        def audit_events(self) -> list[dict[str, object]]:
-            return events
+        audit_log = tmp_path / "audit.log"
+
+    Env.audit_log.write_text("".join(json.dumps(e) + "\n" for e in events))
 
     start = capv.parse_ts("2026-12-02T04:00:00Z")
     assert dict(capv.noop_writes(Env(), me, start, start + 20)) == {"patch vspheremachines/status": 1}
