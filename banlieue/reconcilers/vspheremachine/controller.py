@@ -473,7 +473,10 @@ class VSphereMachineReconciler:
                     snap, conn = await self._connection(snap, plan)
                     if conn is not None:
                         if slot is None:
-                            if not self.slots.try_acquire(conn.endpoint, request):
+                            # A machine whose VM exists is served first (vcenter_slots): its
+                            # reconcile is short, and it should not wait behind every clone to come.
+                            exists = bool(snap.machine.status and snap.machine.status.instance_uuid)
+                            if not self.slots.try_acquire(conn.endpoint, request, first=exists):
                                 if self.slots.waking:
                                     # In line for the vCenter: the next release enqueues it.
                                     log.debug("vcenter busy, waiting for a slot", machine=str(request),

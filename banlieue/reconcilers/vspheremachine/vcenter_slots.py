@@ -17,6 +17,13 @@ requeued after 1 s: at 10,000 VSphereMachines on a cold start that was 1.5 milli
 in 8 minutes, starving the event loop (docs/performance.md). Without the channel (a reconciler
 built without its controller) the caller falls back to a timed requeue.
 
+Machines whose VM exists go first. A reconcile of a machine whose VM exists (a status to write
+once the guest reports its address, a power change) is short; in a 0 -> 1,000 wave it waited in
+the one FIFO behind every machine still to be cloned, so machines cloned and powered on were
+shown provisioned only once the last clone had started (1,000 machines, 5 s clones: 400 of 1,000
+provisioned when the 1,000th clone was sent). ``try_acquire(..., first=True)`` puts such a
+request in a second line, served before the first.
+
 Single event loop, no awaits inside: ``try_acquire`` / ``release`` / ``settle`` need no lock.
 """
 
@@ -53,6 +60,7 @@ class VCenterSlots:
         self.cap = cap
         self._held: dict[str, int] = {}
         self._waiting: dict[str, OrderedDict[Request, None]] = {}  # key -> requests, oldest first
+        self._waiting_first: dict[str, OrderedDict[Request, None]] = {}  # key -> ``first`` requests, served before
         self._woken: dict[Request, str] = {}  # request -> key of the wake token it holds
         self._wake: Callable[[Request], None] | None = None
 
@@ -67,16 +75,20 @@ class VCenterSlots:
 
     def waiting(self, key: str) -> int:
         """Requests waiting for a slot of ``key``."""
-        return len(self._waiting.get(key, ()))
+        return len(self._waiting.get(key, ())) + len(self._waiting_first.get(key, ()))
 
-    def try_acquire(self, key: str, request: Request | None = None) -> bool:
+    def try_acquire(self, key: str, request: Request | None = None, *, first: bool = False) -> bool:
         """Take a slot for ``key`` if fewer than ``cap`` are held; False (nothing taken) if not,
-        and then ``request`` (if given, while the wake channel runs) waits in line for ``key``."""
+        and then ``request`` (if given, while the wake channel runs) waits in line for ``key``:
+        with ``first`` (its VM exists: a short reconcile) in the line served first."""
         woken = request is not None and self._woken.pop(request, None) is not None  # its token is used
         held = self._held.get(key, 0)
         if held >= self.cap:
             if request is not None and self._wake is not None:
-                queue = self._waiting.setdefault(key, OrderedDict())
+                other = (self._waiting if first else self._waiting_first).get(key)
+                if other is not None and request in other:
+                    self._unqueue(key, request)  # its VM appeared (or went) while it waited: it changes line
+                queue = (self._waiting_first if first else self._waiting).setdefault(key, OrderedDict())
                 queue[request] = None
                 if woken:
                     queue.move_to_end(request, last=False)  # it was first in line: it stays first
@@ -104,14 +116,15 @@ class VCenterSlots:
             self._wake_next(key)
 
     def _unqueue(self, key: str, request: Request) -> None:
-        queue = self._waiting.get(key)
-        if queue is not None:
-            queue.pop(request, None)
-            if not queue:
-                del self._waiting[key]
+        for lines in (self._waiting_first, self._waiting):
+            queue = lines.get(key)
+            if queue is not None:
+                queue.pop(request, None)
+                if not queue:
+                    del lines[key]
 
     def _wake_next(self, key: str) -> None:
-        queue = self._waiting.get(key)
+        queue = self._waiting_first.get(key) or self._waiting.get(key)
         if not queue or self._wake is None:
             return
         request = next(iter(queue))
@@ -131,4 +144,5 @@ class VCenterSlots:
             # The controller stops with its channels: nobody is left to wake.
             self._wake = None
             self._waiting.clear()
+            self._waiting_first.clear()
             self._woken.clear()

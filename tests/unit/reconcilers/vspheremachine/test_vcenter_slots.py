@@ -134,3 +134,26 @@ async def test_a_woken_request_that_loses_the_race_stays_first_in_line() -> None
         s.settle(B)
         s.release("vc")
         assert await woken.drain() == [B]  # not C
+
+
+async def test_machines_whose_vm_exists_are_served_before_those_to_clone() -> None:
+    """In a 0 -> 1,000 wave, machines cloned and powered on waited behind every machine still to
+    be cloned before their status (provisioned, the guest's address) could be written."""
+    s = VCenterSlots(1)
+    async with Woken(s) as woken:
+        assert s.try_acquire("vc", A)
+        assert not s.try_acquire("vc", B)  # to clone
+        assert not s.try_acquire("vc", C)  # to clone
+        assert not s.try_acquire("vc", D, first=True)  # its VM exists
+        assert s.waiting("vc") == 3
+        s.release("vc")
+        assert await woken.drain() == [D]
+        assert s.try_acquire("vc", D)
+        s.release("vc")
+        assert await woken.drain() == [B]
+        assert s.try_acquire("vc", B)
+        assert not s.try_acquire("vc", C, first=True)  # C's VM appeared while it waited: it changes line
+        assert s.waiting("vc") == 1  # not queued twice
+        s.release("vc")
+        assert await woken.drain() == [C]
+    assert s.waiting("vc") == 0
