@@ -571,6 +571,19 @@ def audit_counts(env: Envtest, user: str, start: float, end: float) -> Counter[s
     return out
 
 
+def machines_deleted(audit_log: Path, ns: str, start: float, end: float) -> int:
+    """CAPI Machines of ``ns`` deleted (answered 2xx) in [start, end), by anyone: each asks the
+    provider to destroy its VM."""
+    n = 0
+    for e in iter_audit_events(audit_log):
+        ref = e.get("objectRef") or {}
+        if (e.get("verb") == "delete" and e.get("stage") == "ResponseComplete" and ref.get("resource") == "machines"
+                and ref.get("namespace") == ns and 200 <= int((e.get("responseStatus") or {}).get("code") or 0) < 300
+                and start <= parse_ts(e["requestReceivedTimestamp"]) < end):
+            n += 1
+    return n
+
+
 def noop_writes(env: Envtest, user: str, start: float, end: float) -> Counter[str]:
     """Writes (create/update/patch answered 2xx) of ``user`` received in [start, end) that changed
     nothing, keyed like :func:`audit_counts`: kube-apiserver answers a write that leaves the object
@@ -739,10 +752,14 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
         # Deletion: the MachineDeployments go; done when no Machine is left and the VMs are gone.
         time.sleep(5)
         d_wall0, d0 = time.time(), time.monotonic()
-        # Nobody asked for a VM to be destroyed before this point: the wave, the idle window and
-        # the restart must not have destroyed any (a duplicate clone cleaned up would show here too).
+        # Nobody asked for a VM to be destroyed before this point but CAPI core, for a Machine it
+        # deleted (a MachineSet that created one too many under load deletes the surplus): the
+        # wave, the idle window and the restart must not have destroyed any other (a duplicate
+        # clone cleaned up would show here too).
         before_delete = Counter(op for t, op in proxy.lines() if wall0 <= t < d_wall0)
-        res["vms_destroyed_unasked"] = before_delete["Destroy_Task"] + before_delete["UnregisterVM"]
+        res["vms_destroyed"] = before_delete["Destroy_Task"] + before_delete["UnregisterVM"]
+        res["machines_deleted_by_capi"] = machines_deleted(env.audit_log, ns, wall0, d_wall0)
+        res["vms_destroyed_unasked"] = max(0, res["vms_destroyed"] - res["machines_deleted_by_capi"])
         res["vms_after_restart"] = vm_count(vc) - baseline_vms
         cpu_d0 = cpu_seconds(pid)
         d_sampler = TaskSampler(vc, proxy.task_log_path, from_now=True).start()
@@ -808,6 +825,10 @@ def recount(workdir: Path, providers: list[str]) -> dict[str, Any]:
             res.setdefault(f"{key}_before_recount", res.get(key))
             res[key] = dict(noop_writes(env, user, a, b))
         res["recounted_windows"] = {"provision": [w0, w1], "idle": [i0, i1], "delete": [d0, d1]}
+        if "vms_destroyed_unasked" in res:
+            res.setdefault("vms_destroyed", res["vms_destroyed_unasked"])  # runs before the split counted every destroy
+            res["machines_deleted_by_capi"] = machines_deleted(_Log.audit_log, ns, w0, d0)
+            res["vms_destroyed_unasked"] = max(0, res["vms_destroyed"] - res["machines_deleted_by_capi"])
         raw_path.write_text(json.dumps(res, indent=1))
         log(f"{name}: recounted; API requests per machine {per_machine(res['api_provision'], res['machines']):.2f}")
         results[name] = res
@@ -850,14 +871,15 @@ def entries(b: dict[str, Any], c: dict[str, Any], n: int) -> list[dict[str, Any]
         e(f"idle_soap_requests_per_minute_{n}", lambda r: round(idle_rate(r, "soap_idle"), 1), "vCenter requests/min, same window"),
         e(f"restart_seconds_{n}", lambda r: None if r["restart_seconds"] is None else round(r["restart_seconds"], 1),
           "s from a restart (process start) to every machine reconciled once"),
-        e(f"reconciles_per_machine_{n}", lambda r: round(sum((r.get("reconciles_provision") or {}).values()) / n, 1),
+        e(f"reconciles_per_machine_{n}",
+          lambda r: None if r.get("reconciles_provision") is None else round(sum(r["reconciles_provision"].values()) / n, 1),
           "reconciles per machine provisioned, every controller of the provider (controller_runtime_reconcile_total)"),
         e(f"peak_concurrent_tasks_{n}", lambda r: r.get("peak_concurrent_tasks"),
           f"vCenter tasks running at once, most seen (sampled every second; one vCenter; the 0 -> {n} scale-up)"),
         e(f"peak_concurrent_clones_{n}", lambda r: (r.get("peak_concurrent_tasks_by_operation") or {}).get("CloneVM_Task"),
           "CloneVM_Task tasks running at once, most seen (same sampling)"),
         e(f"vms_destroyed_unasked_{n}", lambda r: r.get("vms_destroyed_unasked"),
-          "VMs destroyed (Destroy_Task, UnregisterVM) between the scale-up and the deletion: must be 0"),
+          "VMs destroyed (Destroy_Task, UnregisterVM) between the scale-up and the deletion, beyond the Machines CAPI deleted: must be 0"),
         e(f"duplicate_vms_{n}", lambda r: None if r.get("vms_after_restart") is None else r["vms_after_restart"] - n,
           "VMs beyond one per Machine after the wave, idle window and restart: must be 0"),
     ]
@@ -950,9 +972,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.recount / "envtest" / "logs").is_dir():
             p.error(f"--recount {args.recount}: not a kept work directory (no envtest/logs)")
         done = [x for x in ("banlieue", "capv") if (args.recount / x / "raw.json").exists()]
-        results = recount(args.recount, done)
+        recounted = recount(args.recount, done)
         if set(done) == {"banlieue", "capv"}:
-            write_results(args.out, results, results["banlieue"]["machines"])
+            write_results(args.out, recounted, recounted["banlieue"]["machines"])
         return 0
     if args.machines < 1:
         p.error("--machines must be >= 1")

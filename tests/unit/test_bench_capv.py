@@ -179,3 +179,19 @@ def test_the_proxy_refuses_an_upstream_off_loopback_before_starting(upstream: st
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert message in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "l").exists()  # nothing opened
+
+
+def test_vms_capi_asked_to_destroy_are_the_machines_it_deleted(capv: ModuleType, tmp_path: Path) -> None:
+    """CAPI core's MachineSet deleted a surplus Machine in CAPV's 1,000-machine wave; the VM its
+    provider destroyed then is asked for, not 'destroyed unasked'."""
+    def delete(resource: str, ns: str, at: str, code: int = 200) -> dict[str, object]:
+        return {"stage": "ResponseComplete", "verb": "delete", "user": {"username": "capi"},
+                "objectRef": {"resource": resource, "namespace": ns, "name": "m"}, "responseStatus": {"code": code},
+                "requestReceivedTimestamp": f"2026-12-02T04:00:{at}Z"}
+
+    log = tmp_path / "audit.log"
+    log.write_text("".join(json.dumps(e) + "\n" for e in (
+        delete("machines", "bench-capv", "01"), delete("machines", "bench-capv", "02", 404), delete("vspheremachines", "bench-capv", "03"),
+        delete("machines", "other", "04"), delete("machines", "bench-capv", "30"))))
+    start = capv.parse_ts("2026-12-02T04:00:00Z")
+    assert capv.machines_deleted(log, "bench-capv", start, start + 20) == 1
