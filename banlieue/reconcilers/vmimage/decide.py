@@ -29,7 +29,9 @@ Rules (SPEC §2; *decision* where it is silent):
   Provider (the scheduler places only on Providers where the row is ready); False when it is
   ready nowhere, with the most frequent row reason (ties: alphabetical) and the count of each
   reason in the message, or ``NoMatchingProvider`` when there is no row.
-- Requeue after ``REFRESH_SECONDS`` (templates appear and vanish without notification).
+- Requeue after ``REFRESH_SECONDS`` (templates appear and vanish without notification), or
+  ``MISSING_RECHECK_SECONDS`` while a row says ``TemplateNotFound``: a template put back (renamed,
+  re-imported) lets the VMs waiting for it go within that time, not up to 5 minutes later.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ from banlieue.reconcilers.kinds import PROVIDER_CLASS_VSPHERE
 
 REFRESH_SECONDS = 300.0
 """Periodic re-lookup of templates (seconds)."""
+MISSING_RECHECK_SECONDS = 30.0
+"""Re-lookup while a row says ``TemplateNotFound`` (seconds): one lookup per such Provider."""
 NO_MATCHING_PROVIDER = VMImageConditionReason.NO_MATCHING_PROVIDER
 CONNECT_REASONS = frozenset({AuthFailed.__name__, TLSVerifyFailed.__name__, Transient.__name__, "EndpointNotAllowed"})
 """Backend error taxonomy names (``backends.base.taxonomy``) reported as ``ConnectFailed``."""
@@ -233,4 +237,6 @@ def decide(snap: Snapshot) -> Plan:
     old_ready = get_condition(current.conditions, READY)
     if old_ready is None or old_ready.status != status or old_ready.reason != reason:
         events = (("Normal" if status is ConditionStatus.TRUE else "Warning", reason, _cut(msg)),)
-    return Plan(status=desired, write_status=write, events=events, rows=rows)
+    missing = any(r.reason == ImageReason.TEMPLATE_NOT_FOUND for r in rows.values())
+    return Plan(status=desired, write_status=write, events=events, rows=rows,
+                requeue_after=MISSING_RECHECK_SECONDS if missing else REFRESH_SECONDS)

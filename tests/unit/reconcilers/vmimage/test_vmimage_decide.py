@@ -15,6 +15,7 @@ from banlieue.api.provider import Provider, ProviderImageStatus
 from banlieue.api.vmimage import ImageReason, VMImage
 from banlieue.backends.base import TemplateInfo
 from banlieue.reconcilers.vmimage.decide import (
+    MISSING_RECHECK_SECONDS,
     NO_MATCHING_PROVIDER,
     REFRESH_SECONDS,
     Lookup,
@@ -120,7 +121,10 @@ def test_ready_on_one_provider_lists_missing() -> None:
     assert ready is not None and (ready.status, ready.reason) == (ConditionStatus.TRUE, ImageReason.RECONCILED)
     assert ready.message == "ready on 1 of 2 Providers; not ready on 1 (TemplateNotFound: 1)" and ready.observed_generation == 2
     assert (plan.status.providers, plan.status.ready_providers) == (2, 1)
-    assert plan.status.observed_generation == 2 and plan.write_status and plan.requeue_after == REFRESH_SECONDS
+    # A template missing somewhere is looked for again soon (put back, the VMs waiting for it go).
+    assert plan.status.observed_generation == 2 and plan.write_status and plan.requeue_after == MISSING_RECHECK_SECONDS
+    found = decide(Snapshot(image(), (provider("with"),), NOW, {("ns", "with"): snap.lookups[("ns", "with")]}))
+    assert found.requeue_after == REFRESH_SECONDS
     assert [e[:2] for e in plan.events] == [("Normal", "Reconciled")]
     # the same observation again writes nothing
     again = decide(Snapshot(image(status=plan.status.to_wire()), snap.providers, NOW + timedelta(minutes=5), snap.lookups))
