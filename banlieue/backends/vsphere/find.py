@@ -306,16 +306,21 @@ class VMIndex:
     def on_powered_on(self, moref: str, notify: Callable[[], None]) -> Callable[[], None]:
         """Call ``notify()`` (from the watch's thread; it must not block) once the change watch
         reports VM ``moref``'s ``runtime.powerState`` as poweredOn; returns the remover."""
+        return self._add_waiter(self._power_waiters, moref, notify)
+
+    def _add_waiter(self, table: dict[str, list[Callable[[], None]]], key: str,
+                    notify: Callable[[], None]) -> Callable[[], None]:
+        """Register ``notify`` under ``key`` in ``table`` (under the index lock); returns the remover."""
         with self._lock:
-            self._power_waiters.setdefault(moref, []).append(notify)
+            table.setdefault(key, []).append(notify)
 
         def remove() -> None:
             with self._lock:
-                waiters = self._power_waiters.get(moref)
+                waiters = table.get(key)
                 if waiters is not None and notify in waiters:
                     waiters.remove(notify)
                     if not waiters:
-                        del self._power_waiters[moref]
+                        del table[key]
 
         return remove
 
@@ -450,18 +455,7 @@ class VMIndex:
     def on_named(self, name: str, notify: Callable[[], None]) -> Callable[[], None]:
         """Call ``notify()`` (from the watch's thread; it must not block) once the change watch
         reports a VM named ``name``; returns the remover."""
-        with self._lock:
-            self._name_waiters.setdefault(name, []).append(notify)
-
-        def remove() -> None:
-            with self._lock:
-                waiters = self._name_waiters.get(name)
-                if waiters is not None and notify in waiters:
-                    waiters.remove(notify)
-                    if not waiters:
-                        del self._name_waiters[name]
-
-        return remove
+        return self._add_waiter(self._name_waiters, name, notify)
 
     def reset_reads(self) -> None:
         """Forget every kept read (a new collector: what happened meanwhile was not seen)."""
