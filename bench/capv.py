@@ -638,6 +638,18 @@ def vm_count(vc: VcsimProcess) -> int:
 # -- one provider's run -----------------------------------------------------------------------------
 
 
+def git_head() -> str | None:
+    """The checkout's commit when a provider's run starts (``--gate`` lets it move between
+    providers), ``+dirty`` when tracked files differ from it; None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "diff", "--quiet", "HEAD"]).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
 def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int, *, settle: float, idle: float,
                  timeout: float, capv: dict[str, Any], profile: Path | None = None, deployments: int = 1,
                  clone_seconds: float = 0.0) -> dict[str, Any]:
@@ -648,7 +660,8 @@ def run_provider(name: str, env: Envtest, api: Api, workdir: Path, machines: int
     pdir.mkdir()
     ns = f"bench-{name}"
     user = f"system:serviceaccount:{BANLIEUE_NS}:{BANLIEUE_SA}" if name == "banlieue" else f"system:serviceaccount:{CAPV_NS}:{CAPV_SA}"
-    res: dict[str, Any] = {"provider": name, "machines": machines, "deployments": deployments, "clone_seconds": clone_seconds}
+    res: dict[str, Any] = {"provider": name, "machines": machines, "deployments": deployments, "clone_seconds": clone_seconds,
+                           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": git_head()}
     with contextlib.ExitStack() as stack:
         opts: dict[str, Any] = dict(VCSIM_OPTS)
         if clone_seconds:
@@ -957,6 +970,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="MachineDeployments sharing --machines, all created at once (default 1; CAPI's MachineSet creates its Machines one by one)")
     p.add_argument("--providers", default="banlieue,capv", help="comma list, in run order (default banlieue,capv)")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--gate", type=Path, metavar="FILE",
+                   help="before each provider after the first, wait until FILE exists (a change to measure can land in the "
+                        "checkout while the first provider runs); the wait is logged and lies outside every measured window")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs, audit log)")
     p.add_argument("--profile", type=Path, help="py-spy raw CPU profile of banlieue's manager during the wave (pip install -e '.[bench]')")
     p.add_argument("--table", action="store_true", help="print the Markdown table of --out and exit")
@@ -1002,7 +1018,12 @@ def main(argv: list[str] | None = None) -> int:
             capi_testing.install_banlieue(env.kubeconfig_path)
             capv = install_capv(env, workdir) if "capv" in providers else {}
             api = Api(env)
-            for name in providers:
+            for i, name in enumerate(providers):
+                if i and args.gate is not None and not args.gate.exists():
+                    log(f"waiting for {args.gate} before {name}")
+                    while not args.gate.exists():
+                        time.sleep(5)
+                    log(f"{args.gate} is there: {name} starts")
                 log(f"--- {name}: {args.machines} machines (load {loadavg()})")
                 results[name] = run_provider(name, env, api, workdir, args.machines, settle=args.settle, idle=args.idle,
                                              timeout=args.timeout, capv=capv, profile=args.profile, deployments=args.deployments,
