@@ -65,7 +65,7 @@ async def test_vm_created_as_the_watch_starts_and_destroyed_at_once_is_reported_
         spec = vm_spec()
         # A short poll gap: the race is with the collector's setup, not with its batching.
         backend = VSphereBackend(max_workers=4, task_timeout=60.0, request_timeout=30.0, watch_max_wait=5.0,
-                                 watch_poll_gap=0.1)
+                                 watch_poll_gap=0.1, watch_poll_gap_max=0.1)
         try:
             async with watching(backend, conn) as queue:
                 created = await backend.create_vm(conn, spec)
@@ -80,7 +80,7 @@ async def test_vm_created_as_the_watch_starts_and_destroyed_at_once_is_reported_
 async def test_vms_destroyed_before_a_live_watch_reported_them_are_reported_removed(
     backend: VSphereBackend, conn: Connection, si: Any
 ) -> None:
-    backend.watch_poll_gap = 0.1  # the race is with vcsim's tick, not with the watch's batching
+    backend.watch_poll_gap = backend.watch_poll_gap_max = 0.1  # the race is with vcsim's tick, not with the watch's batching
     before = vm_spec("DC0_C1")
     await backend.create_vm(conn, before)
     async with watching(backend, conn) as queue:

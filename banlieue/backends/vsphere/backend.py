@@ -52,7 +52,7 @@ from banlieue.backends.vsphere.inventory import InventoryIndex, build_index, fai
 from banlieue.backends.vsphere.properties import ObjectProps, moid, retrieve_objects
 from banlieue.backends.vsphere.session import Session, SessionPool
 from banlieue.backends.vsphere.tasks import Runner, wait_task
-from banlieue.backends.vsphere.watch import POLL_GAP_SECONDS, watch_vms
+from banlieue.backends.vsphere.watch import POLL_GAP_MAX_SECONDS, POLL_GAP_SECONDS, watch_vms
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
 vim: Any = _vim
@@ -100,7 +100,9 @@ class VSphereBackend:
     """Backend for vCenter. Parameters: ``max_workers`` threads per vCenter, ``task_timeout``
     seconds per vSphere task (``--vsphere-task-timeout``), ``request_timeout`` seconds per SOAP
     request, ``watch_max_wait`` seconds per long poll, ``watch_poll_gap`` seconds from a long poll
-    that brought updates to the next (``watch.POLL_GAP_SECONDS``), ``index_ttl`` seconds of name caching,
+    that brought updates to the next (``watch.POLL_GAP_SECONDS``; while a caller waits on the watch),
+    ``watch_poll_gap_max`` seconds the gap grows to while updates keep coming and nobody waits
+    (``watch.POLL_GAP_MAX_SECONDS``), ``index_ttl`` seconds of name caching,
     ``allowed_networks`` the endpoint allow-list (``allowlist``; None: any endpoint)."""
 
     def __init__(
@@ -110,6 +112,7 @@ class VSphereBackend:
         request_timeout: float = 120.0,
         watch_max_wait: float = 60.0,
         watch_poll_gap: float = POLL_GAP_SECONDS,
+        watch_poll_gap_max: float = POLL_GAP_MAX_SECONDS,
         index_ttl: float = 60.0,
         probe_interval: float = PROBE_INTERVAL,
         allowed_networks: Sequence[Network] | None = None,
@@ -119,6 +122,7 @@ class VSphereBackend:
         self.task_timeout = task_timeout
         self.watch_max_wait = watch_max_wait
         self.watch_poll_gap = watch_poll_gap
+        self.watch_poll_gap_max = watch_poll_gap_max
         self.index_ttl = index_ttl
         self._indexes: dict[str, tuple[float, InventoryIndex]] = {}
         self._vm_indexes: dict[str, find.VMIndex] = {}
@@ -511,7 +515,10 @@ class VSphereBackend:
         if index.authoritative:
             # The watch names the clone within its next batch (``watch_poll_gap``); a poll that
             # would read the task alone waits for that, CLONE_NAMED_MARGIN s more at most.
+            # A poll waiting for the name hurries the watch (``VMIndex.hurry``): its next batch
+            # comes within ``watch_poll_gap`` of the last, whatever gap it grew to.
             along.known, along.grace = asyncio.Event(), self.watch_poll_gap + CLONE_NAMED_MARGIN
+            along.hurry = index.hurry
             loop = asyncio.get_running_loop()
             known = along.known
 
@@ -906,7 +913,8 @@ class VSphereBackend:
 
     async def watch(self, conn: Connection) -> AsyncIterator[VMChange]:
         sess = await self.sessions.checked_session(conn)
-        async for change in watch_vms(sess, self._vm_index(conn), self.watch_max_wait, self.watch_poll_gap):
+        async for change in watch_vms(sess, self._vm_index(conn), self.watch_max_wait, self.watch_poll_gap,
+                                     self.watch_poll_gap_max):
             yield change
 
     async def close(self) -> None:

@@ -126,6 +126,8 @@ class VMIndex:
         self._by_uid: dict[str, Any] = {}
         self._uid_by_moref: dict[str, str] = {}
         self._listeners: list[Callable[[], None]] = []
+        # called when something waits on the watch's next batch (``hurry``)
+        self._hurry_listeners: list[Callable[[], None]] = []
         self._others: dict[str, dict[str, Any]] = {}
         # moref -> source ("labels", "guest", "read") -> MACs seen on that VM (``macs_in_use``)
         self._macs: dict[str, dict[str, frozenset[str]]] = {}
@@ -305,8 +307,12 @@ class VMIndex:
 
     def on_powered_on(self, moref: str, notify: Callable[[], None]) -> Callable[[], None]:
         """Call ``notify()`` (from the watch's thread; it must not block) once the change watch
-        reports VM ``moref``'s ``runtime.powerState`` as poweredOn; returns the remover."""
-        return self._add_waiter(self._power_waiters, moref, notify)
+        reports VM ``moref``'s ``runtime.powerState`` as poweredOn; returns the remover. A
+        power-on waits on the watch (its worker holds a vCenter slot meanwhile): the watch is
+        hurried (``hurry``)."""
+        remove = self._add_waiter(self._power_waiters, moref, notify)
+        self.hurry()
+        return remove
 
     def _add_waiter(self, table: dict[str, list[Callable[[], None]]], key: str,
                     notify: Callable[[], None]) -> Callable[[], None]:
@@ -478,6 +484,28 @@ class VMIndex:
         """A snapshot: moref -> UID of every indexed VM."""
         with self._lock:
             return dict(self._uid_by_moref)
+
+    def hurry(self) -> None:
+        """Tell the change watch that a caller is waiting for its next batch (a power-on, a
+        clone's name): it sends its next long poll ``watch.POLL_GAP_SECONDS`` after the last,
+        not after the longer gap it grows to while updates keep coming. Any thread."""
+        with self._lock:
+            listeners = list(self._hurry_listeners)
+        for notify in listeners:
+            notify()
+
+    def on_hurry(self, notify: Callable[[], None]) -> Callable[[], None]:
+        """Call ``notify()`` (from any thread; it must not block) on each ``hurry``; returns the
+        function that unsubscribes it."""
+        with self._lock:
+            self._hurry_listeners.append(notify)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if notify in self._hurry_listeners:
+                    self._hurry_listeners.remove(notify)
+
+        return unsubscribe
 
     def subscribe(self, notify: Callable[[], None]) -> Callable[[], None]:
         """Call ``notify()`` (from any thread) whenever a UID gets a new moref; returns the

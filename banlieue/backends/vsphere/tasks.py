@@ -110,7 +110,9 @@ class ReadAlong:
 
     ``known``: set (by the caller's change watch) once ``target()`` can give the object; a poll
     that would read the task alone waits for it first, ``grace`` seconds at most in all (a clone
-    on vcsim ends in a fraction of a second, before the watch's next batch names it)."""
+    on vcsim ends in a fraction of a second, before the watch's next batch names it). ``hurry()``
+    is called when a poll starts waiting for it (``find.VMIndex.hurry``: the watch's next batch
+    comes within its shortest gap, not its grown one)."""
 
     target: Callable[[], Any | None]
     type_: Any
@@ -118,6 +120,7 @@ class ReadAlong:
     mark: Callable[[], int] = field(default=lambda: 0)
     known: asyncio.Event | None = None
     grace: float = 0.0
+    hurry: Callable[[], None] = field(default=lambda: None)
     props: ObjectProps | None = None
     since: int = 0
 
@@ -126,6 +129,7 @@ class ReadAlong:
         if self.known is None or self.grace <= 0 or self.target() is not None:
             return
         start = time.monotonic()
+        self.hurry()
         await _signalled(self.known, self.grace)
         self.grace -= time.monotonic() - start
 

@@ -82,12 +82,21 @@ RESYNC_AFTER_CHECKS = 3
 GIVE_UP_AFTER_CHECKS = 10
 """Reads after which an indexed VM the collector never reports is no longer checked."""
 POLL_GAP_SECONDS = 1.0
-"""Seconds from sending one long poll to sending the next when the first came back with updates:
-in a wave of clones the collector has something new at nearly every tick, and a poll per batch
-cost about one WaitForUpdatesEx per machine (issue 22). The changes of the gap come in the next
-poll's batch, so a change is reported at most this much later; the power-on signal
-(``tasks.SIGNAL_FALLBACK``, 2 s) and the pending check (``PENDING_CHECK_SECONDS``) stay
-well above it. A poll that returns empty (its ``max_wait``, a cancel) is renewed at once."""
+"""Seconds from sending one long poll to sending the next when the first came back with updates,
+at first and whenever a caller waits on the watch (``find.VMIndex.hurry``: a power-on, a clone's
+name, each holding a worker and a vCenter slot meanwhile): in a wave of clones the collector has
+something new at nearly every tick, and a poll per batch cost about one WaitForUpdatesEx per
+machine (issue 22). The changes of the gap come in the next poll's batch, so a change is
+reported at most this much later; the power-on signal (``tasks.SIGNAL_FALLBACK``, 2 s) and the
+pending check (``PENDING_CHECK_SECONDS``) stay well above it. A poll that returns empty (its
+``max_wait``, a cancel) is renewed at once, and the gap starts again from this value."""
+POLL_GAP_MAX_SECONDS = 4.0
+"""Longest gap (seconds) between two long polls that came back with updates while nobody waits
+on the watch: the gap doubles from ``POLL_GAP_SECONDS`` with each poll that brings updates. A
+slow wave (1,000 machines at 5 s clones, 26 minutes) paid a poll per second, 1.36 per machine
+(issue 22); what is not waited for (a guest's address, a status to write, the index kept
+current) is reported up to 4 s later instead of 1 s. Below the health probe's 5 s
+(``health.PROBE_INTERVAL``), so a busy watch still keeps the probe out of a wave."""
 RETRY_MAX_SECONDS = 5.0
 """Longest pause between two long polls of an unreachable vCenter: one TCP connection attempt
 per 5 s costs nothing, and the first answer tells the reconcilers the vCenter is back
@@ -348,8 +357,25 @@ class DaemonExecutor(Executor):
         self._shutdown = True
 
 
+def next_gap(gap: float, updated: bool, low: float, high: float) -> float:
+    """The gap (seconds) after a poll that used ``gap``: doubled up to ``high`` when the poll
+    came back with updates (``updated``), back to ``low`` when it came back empty (quiet for its
+    ``max_wait``, or cancelled). Never below ``low`` (``POLL_GAP_SECONDS`` / ``POLL_GAP_MAX_SECONDS``)."""
+    if not updated:
+        return low
+    return max(low, min(gap * 2, high))
+
+
+def hurried_poll(next_poll: float, sent: float, now: float, low: float) -> float:
+    """When the next long poll goes out once a caller waits on the watch (``VMIndex.hurry``):
+    ``low`` seconds after the last one was sent (``sent``), at once if that is past, and never
+    later than it was due anyway (``next_poll``). Monotonic seconds."""
+    return min(next_poll, max(now, sent + low))
+
+
 async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float,
-                    poll_gap: float = POLL_GAP_SECONDS) -> AsyncIterator[VMChange]:
+                    poll_gap: float = POLL_GAP_SECONDS,
+                    poll_gap_max: float = POLL_GAP_MAX_SECONDS) -> AsyncIterator[VMChange]:
     """Yield VMChange for banlieue-managed VMs until the consumer stops (see module docstring).
 
     Transient errors (vCenter unreachable) are retried with back-off (1 s doubling to
@@ -357,24 +383,42 @@ async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float,
     other BackendErrors end the iteration by raising. A VM put in ``index`` (a clone) that the
     collector does not report within ``PENDING_CHECK_SECONDS`` is read directly, and its
     removal is reported even if the collector never saw it. ``poll_gap``: seconds from one long
-    poll that came back with updates to the next (``POLL_GAP_SECONDS``).
+    poll that came back with updates to the next, at first and while a caller waits on the watch
+    (``POLL_GAP_SECONDS``); the gap doubles with each poll that brings updates up to
+    ``poll_gap_max`` (``POLL_GAP_MAX_SECONDS``; ``next_gap``, ``hurried_poll``).
     """
     w = VMWatch(session, max_wait_seconds, index)
     thread = DaemonExecutor(f"vsphere-watch-{session.endpoint.label}")
     loop = asyncio.get_running_loop()
-    indexed = asyncio.Event()  # the index learned a new moref: maybe one to check
+    indexed = asyncio.Event()  # the index learned a new moref (maybe one to check), or a hurry
+    hurried = False  # a caller waits on the next batch (``VMIndex.hurry``)
 
     def on_indexed() -> None:  # called from any thread
         loop.call_soon_threadsafe(indexed.set)
 
+    def on_hurry() -> None:  # called from any thread
+        def flag() -> None:
+            nonlocal hurried
+            hurried = True
+            indexed.set()
+
+        loop.call_soon_threadsafe(flag)
+
     unsubscribe = index.subscribe(on_indexed)
+    unhurry = index.on_hurry(on_hurry)
     poll: asyncio.Future[list[VMChange]] | None = None
     woken: asyncio.Future[Any] | None = None
     check_at: float | None = None
     backoff = 1.0
     sent = next_poll = loop.time()  # the last long poll's send time; no new one before next_poll
+    gap = poll_gap  # the gap after the next poll that brings updates (``next_gap``)
     try:
         while True:
+            if hurried and poll is None:
+                # (A hurry while a poll is out waits for its answer: that batch may not hold
+                # what the caller waits for, so the poll after it is not put off either.)
+                hurried = False
+                next_poll = hurried_poll(next_poll, sent, loop.time(), poll_gap)
             if poll is None and loop.time() >= next_poll:
                 poll = loop.run_in_executor(thread, w.poll)
                 sent = loop.time()
@@ -406,7 +450,8 @@ async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float,
                 changes = finished.result()
                 backoff = 1.0
                 if w.updated:
-                    next_poll = sent + poll_gap
+                    next_poll = sent + gap
+                gap = next_gap(gap, w.updated, poll_gap, max(poll_gap, poll_gap_max))
             except Exception as exc:
                 err = map_exception(exc)
                 if err.reason not in ("ConnectFailed", "Timeout", "Transient", "RequestCanceled"):
@@ -421,6 +466,7 @@ async def watch_vms(session: Session, index: VMIndex, max_wait_seconds: float,
                 yield change
     finally:
         unsubscribe()
+        unhurry()
         if woken is not None:
             woken.cancel()
         if poll is not None:

@@ -93,7 +93,7 @@ async def test_remeasure_after_provisioned_or_deleted_machines_debounced() -> No
     from banlieue.runtime.event import DeletedFinalStateUnknown
     from banlieue.runtime.reconcile import Request
 
-    r = Remeasure(_Providers(provider()), debounce=0.05)  # type: ignore[arg-type]
+    r = Remeasure(_Providers(provider()), debounce=0.05, interval=0.05)  # type: ignore[arg-type]
     out = r.requests()
 
     async def fired() -> list[Request]:
@@ -115,3 +115,45 @@ async def test_remeasure_after_provisioned_or_deleted_machines_debounced() -> No
     assert await fired() == [Request("ns", "p")]
     r.on_delete(machine(True))  # after the window: a new re-measure
     assert await fired() == [Request("ns", "p")]
+
+
+def test_remeasure_due_at_debounces_then_keeps_the_wave_interval() -> None:
+    from banlieue.reconcilers.provider.remeasure import DEBOUNCE_SECONDS, WAVE_INTERVAL_SECONDS, due_at
+
+    assert (DEBOUNCE_SECONDS, WAVE_INTERVAL_SECONDS) == (5.0, 30.0)
+    assert due_at(100.0, None, 5.0, 30.0) == 105.0  # never measured: the debounce alone
+    assert due_at(100.0, 50.0, 5.0, 30.0) == 105.0  # quiet for 50 s: the debounce alone
+    assert due_at(100.0, 90.0, 5.0, 30.0) == 120.0  # measured 10 s ago: 30 s after that
+    assert due_at(100.0, 72.0, 5.0, 30.0) == 105.0  # 28 s ago: the debounce is later
+
+
+async def test_remeasure_in_a_wave_waits_for_the_interval_after_the_last() -> None:
+    """Scheduling read from the timers set, not by sleeping through them (no timing under load)."""
+    import asyncio
+
+    from banlieue.reconcilers.provider.remeasure import Remeasure
+    from banlieue.runtime.reconcile import Request
+
+    loop = asyncio.get_running_loop()
+    r = Remeasure(_Providers(provider()), debounce=5.0, interval=30.0)  # type: ignore[arg-type]
+    key = Request("ns", "p")
+    start = loop.time()
+    r.on_update(machine(False), machine(True))
+    first = r._due[key]
+    assert start + 5.0 <= first.when() <= loop.time() + 5.0
+    r.on_delete(machine(True))  # joins the due one
+    assert r._due[key] is first
+    first.cancel()
+    r._fire(key)  # as the timer would: handed out now
+    assert r._queue.get_nowait() == key and key not in r._due
+    fired = r._last[key]
+    r.on_update(machine(False), machine(True))  # the wave goes on: 30 s after the last, not 5
+    second = r._due[key]
+    assert second.when() == fired + 30.0
+    second.cancel()
+    r._last[key] = fired - 40.0  # a quiet spell since: the debounce again
+    del r._due[key]
+    now = loop.time()
+    r.on_delete(machine(True))
+    assert now + 5.0 <= r._due[key].when() <= loop.time() + 5.0
+    r._due[key].cancel()
