@@ -333,8 +333,31 @@ class VSphereMachineList(ApiModel):
     items: list[VSphereMachine] = Field(default_factory=list)
 
 
+TEMPLATE_STATIC_ADDRESSES_MESSAGE = (
+    "static addresses cannot be set in a template: every VSphereMachine made from it (each Machine of a "
+    "MachineDeployment or control plane) would get the same ones; use dhcp4/dhcp6 on the device, or create each "
+    "VSphereMachine with its own addresses")
+TEMPLATE_STATIC_ADDRESSES_RULE: dict[str, JsonValue] = {
+    "rule": "!has(self.spec.network) || !has(self.spec.network.devices) || "
+            "self.spec.network.devices.all(d, !has(d.addresses) || size(d.addresses) == 0)",
+    "fieldPath": ".spec.network.devices",
+    "reason": "FieldValueForbidden",
+    "message": TEMPLATE_STATIC_ADDRESSES_MESSAGE,
+}
+"""The CRD rule of a VSphereMachineTemplate's ``spec.template``: no device has static ``addresses``
+(a 422 Forbidden at ``spec.template.spec.network.devices``). A template is copied to every machine
+made from it, so one address would be held by several VMs. Source: CAPV's VSphereMachineTemplate
+webhook refuses ``network.devices[].ipAddrs`` in a template ("cannot be set in templates"; a
+templated machine's addresses come from DHCP or IPAM pools). A VSphereMachine created on its own
+keeps ``addresses``."""
+
+
 class VSphereMachineTemplateResource(ApiModel):
-    """What a VSphereMachine made from the template looks like."""
+    """What a VSphereMachine made from the template looks like. Its network devices have no static
+    addresses: every machine made from the template would get the same ones (as in CAPV, whose
+    template webhook refuses ipAddrs); use DHCP, or create each VSphereMachine on its own."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [TEMPLATE_STATIC_ADDRESSES_RULE]})
 
     metadata: TemplateObjectMeta | None = None
     """Labels and annotations for the created machines."""

@@ -395,7 +395,7 @@ def test_unusable_interface_addresses_and_gateways_are_refused_at_admission(inst
         _net_machine("n-ok", {**ok4, "gateway6": "fe80::1"}, {"dhcp4": True}, {"addresses": ["10.3.0.5/24", "fd00:3::5/64"]}),
         _net_machine("n-ok-dhcp", {"gateway4": "10.2.0.1"}),
         _net_machine("n-ok-dhcp4", {"dhcp4": True, "addresses": ["fd00::5/64"], "gateway4": "10.3.0.1"}),
-        _net_machine("n-ok", ok4, template=True)])
+        _net_machine("n-ok", {"dhcp4": True, "gateway4": "10.0.0.1"}, template=True)])
 
     for bad, what in (("224.0.0.5/24", "multicast"), ("127.0.0.5/8", "loopback"), ("0.0.0.0/0", "unspecified"),
                       ("::/64", "unspecified"), ("::1/128", "loopback"), ("169.254.3.4/16", "link-local"),
@@ -446,8 +446,26 @@ def test_unusable_interface_addresses_and_gateways_are_refused_at_admission(inst
             "spec.network.interfaces", "gateway4 is set on interfaces eth0, eth1")
     refused(_net_vm("n-bad", {"gateway6": "fe80::1"}, {"gateway6": "fe80::2"}),
             "spec.network.interfaces", "gateway6 is set on interfaces eth0, eth1")
-    refused(_net_machine("n-bad", ok4, {"dhcp4": True, "gateway4": "10.3.0.1"}, template=True),
+    refused(_net_machine("n-bad", {"dhcp4": True, "gateway4": "10.0.0.1"}, {"dhcp4": True, "gateway4": "10.3.0.1"},
+                         template=True),
             "spec.template.spec.network.devices", "gateway4 is set on interfaces eth0, eth1")
+
+
+def test_a_template_refuses_static_addresses_a_machine_keeps_them(installed: Kubectl) -> None:
+    """Defect: a VSphereMachineTemplate's static addresses were copied to every VSphereMachine made
+    from it, so the Machines of a MachineDeployment came up with one IP on several VMs. A
+    template with ``addresses`` on any device is refused with the field and what to use instead
+    (CAPV refuses ``ipAddrs`` in a template the same way); a VSphereMachine of its own keeps
+    them, and a template may still set a gateway and name servers for DHCP devices."""
+    dhcp = {"dhcp4": True, "gateway4": "10.0.0.1", "nameservers": ["10.0.0.53"]}
+    err = installed.rejected("apply", "--server-side", "-f", "-", docs=[
+        _net_machine("t-static", dhcp, {"addresses": ["10.0.0.5/24", "fd00::5/64"]}, template=True)])
+    assert "spec.template.spec.network.devices: Forbidden: static addresses cannot be set in a template" in err, err
+    for words in ("every VSphereMachine made from it", "dhcp4/dhcp6", "create each VSphereMachine"):
+        assert words in err, (words, err)
+    installed.ok("apply", "--server-side", "-f", "-", docs=[
+        _net_machine("t-static", dhcp, {"dhcp6": True, "addresses": []}, template=True),
+        _net_machine("m-static", {"addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.1"})])
 
 
 def test_invalid_label_selectors_and_topology_keys_are_refused_at_admission(installed: Kubectl) -> None:

@@ -9,6 +9,7 @@ double answers differently on purpose, with why (mirrored in docs/decisions/0006
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ pytestmark = [pytest.mark.skipif(envtest_binaries_missing() is not None, reason=
 NS = "diff"
 VMS = f"/apis/banlieue.io/v1alpha1/namespaces/{NS}/virtualmachines"
 CMS = f"/api/v1/namespaces/{NS}/configmaps"
+MACHINES = f"/apis/{INFRA_API_VERSION}/namespaces/{NS}/vspheremachines"
+TEMPLATES = f"/apis/{INFRA_API_VERSION}/namespaces/{NS}/vspheremachinetemplates"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 
@@ -43,6 +46,21 @@ def _cm(name: str, labels: dict[str, str] | None = None, finalizers: list[str] |
     if finalizers:
         meta["finalizers"] = finalizers
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}
+
+
+def _machine_spec(*devices: dict[str, Any]) -> dict[str, Any]:
+    return {"providerRef": {"name": "p"}, "datacenter": "DC0", "cluster": "C0", "template": "t",
+            "network": {"devices": [{k: v for k, v in d.items() if v is not None} for d in devices]}}
+
+
+def _machine(name: str, *devices: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": INFRA_API_VERSION, "kind": "VSphereMachine", "metadata": {"name": name, "namespace": NS},
+            "spec": _machine_spec(*devices)}
+
+
+def _template(name: str, *devices: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": INFRA_API_VERSION, "kind": "VSphereMachineTemplate", "metadata": {"name": name, "namespace": NS},
+            "spec": {"template": {"spec": _machine_spec(*devices)}}}
 
 
 Step = tuple[str, str, str, Any, str]
@@ -74,6 +92,33 @@ def steps(rv: Callable[[str], str]) -> Iterator[Step]:
     ):
         yield (f"create vm with {label}", "POST", VMS,
                _vm("net-bad", network={"interfaces": [{"name": "eth0"}, {"name": "eth1", **bad}]}), "application/json")
+    # Rules that use the Kubernetes CEL IP/CIDR library's ip()/cidr() values and the strings
+    # extension (split, substring): the double evaluated none of them (bad values passed there).
+    for label, iface in (
+        ("a loopback address", {"addresses": ["127.0.0.5/8"]}),
+        ("a link-local address", {"addresses": ["fe80::5/64"]}),
+        ("the network address", {"addresses": ["10.0.0.0/24"]}),
+        ("the broadcast address", {"addresses": ["10.0.0.3/30"]}),
+        ("an unspecified gateway4", {"addresses": ["10.0.0.5/24"], "gateway4": "0.0.0.0"}),
+        ("a multicast gateway6", {"gateway6": "ff02::2"}),
+        ("a gateway4 outside its networks", {"addresses": ["10.0.0.5/24"], "gateway4": "10.0.1.1"}),
+        ("a gateway6 outside its networks", {"addresses": ["fd00::5/64"], "gateway6": "fd01::1"}),
+    ):
+        yield (f"create vm, IP rule: {label}", "POST", VMS,
+               _vm("net-bad", network={"interfaces": [{"name": "eth0"}, {"name": "eth1", **iface}]}), "application/json")
+    yield ("create vm, IP rule: gateway4 on two interfaces", "POST", VMS, _vm("net-bad", network={"interfaces": [
+        {"name": "eth0", "addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.1"},
+        {"name": "eth1", "addresses": ["10.1.0.5/24"], "gateway4": "10.1.0.1"}]}), "application/json")
+    # Static addresses: a VSphereMachine of its own may have them; a template may not (every
+    # machine made from it would get the same ones).
+    static = {"name": "eth0", "portGroup": "VM Network", "addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.1"}
+    yield ("create machine with static addresses", "POST", MACHINES, _machine("m-static", static), "application/json")
+    yield ("create template with static addresses", "POST", TEMPLATES,
+           _template("t-static", {"name": "eth0", "portGroup": "VM Network", "dhcp4": True},
+                     {**static, "name": "eth1", "gateway4": None}), "application/json")
+    yield ("create template with dhcp", "POST", TEMPLATES,
+           _template("t-dhcp", {"name": "eth0", "portGroup": "VM Network", "dhcp4": True, "gateway4": "10.0.0.1"}),
+           "application/json")
     yield ("update with a stale resourceVersion", "PUT", f"{VMS}/a",
            {**_vm("a"), "metadata": {"name": "a", "namespace": NS, "resourceVersion": "1"}}, "application/json")
     yield ("change an immutable ref", "PATCH", f"{VMS}/a", {"spec": {"classRef": {"name": "large"}}}, MERGE)
@@ -135,6 +180,9 @@ def summary(name: str, status: int, body: Any) -> dict[str, Any]:
         out["reason"] = body.get("reason")
         causes = (body.get("details") or {}).get("causes") or []
         out["cause fields"] = sorted({c.get("field", "") for c in causes})
+        if name.startswith("create"):
+            # What a user reads: each cause's message (CEL rule messages, messageExpressions).
+            out["cause messages"] = sorted(f"{c.get('field', '')}: {c.get('message', '')}" for c in causes)
         return out
     if isinstance(body, dict) and name.startswith("list"):
         out["names"] = [i["metadata"]["name"] for i in body.get("items", [])]
@@ -222,6 +270,111 @@ def test_the_double_answers_like_kube_apiserver(both: dict[str, ApiServerUnderTe
         "create vm with a name server that is a name": (422, [f"{iface}.nameservers[1]"]),
         "create vm with an octet with a leading zero": (422, [f"{iface}.nameservers[0]"]),
     }
+    ip_rules = {name: (r["status"], r.get("cause fields")) for name, r in real.items() if name.startswith("create vm, IP rule")}
+    assert ip_rules == {
+        "create vm, IP rule: a loopback address": (422, [f"{iface}.addresses[0]"]),
+        "create vm, IP rule: a link-local address": (422, [f"{iface}.addresses[0]"]),
+        "create vm, IP rule: the network address": (422, [f"{iface}.addresses[0]"]),
+        "create vm, IP rule: the broadcast address": (422, [f"{iface}.addresses[0]"]),
+        "create vm, IP rule: an unspecified gateway4": (422, [f"{iface}.gateway4"]),
+        "create vm, IP rule: a multicast gateway6": (422, [f"{iface}.gateway6"]),
+        "create vm, IP rule: a gateway4 outside its networks": (422, [f"{iface}.gateway4"]),
+        "create vm, IP rule: a gateway6 outside its networks": (422, [f"{iface}.gateway6"]),
+        "create vm, IP rule: gateway4 on two interfaces": (422, ["spec.network.interfaces"]),
+    }
+    # The messageExpressions (ip()/cidr() values, split, substring) answered on both.
+    for name, words in (("the broadcast address", "10.0.0.3/30 is the broadcast address"),
+                        ("a loopback address", "127.0.0.5/8 is a loopback address"),
+                        ("a gateway4 outside its networks", "gateway4 10.0.1.1 is outside"),
+                        ("gateway4 on two interfaces", "gateway4 is set on interfaces eth0, eth1")):
+        assert words in " ".join(double[f"create vm, IP rule: {name}"]["cause messages"]), double[f"create vm, IP rule: {name}"]
+    # Static addresses: kept on a VSphereMachine of its own, refused in a template, naming the
+    # field and what to use instead.
+    assert real["create machine with static addresses"]["status"] == 201, real["create machine with static addresses"]
+    assert real["create template with dhcp"]["status"] == 201, real["create template with dhcp"]
+    refused = real["create template with static addresses"]
+    assert (refused["status"], refused["reason"], refused["cause fields"]) == (
+        422, "Invalid", ["spec.template.spec.network.devices"]), refused
+    assert all(w in refused["cause messages"][0] for w in ("Forbidden", "addresses", "dhcp4", "VSphereMachine")), refused
+
+
+# The Kubernetes CEL IP/CIDR library and strings extension, one rule per property of a CRD made
+# for it: each (rule, value, passes on kube-apiserver), then an evaluation error (422 on both).
+CEL_CASES: list[tuple[str, str, bool | None]] = [
+    ("ip(self).family() == 6", "fd00::1", True),
+    ("ip(self) == ip('fd00::1')", "fd00:0::1", True),
+    ("ip(self) == ip('10.0.0.1')", "fd00::1", False),
+    ("ip(self).isGlobalUnicast()", "10.0.0.1", True),  # private addresses too (Go netip, not Python's is_global)
+    ("ip(self).isGlobalUnicast()", "fd00::1", True),
+    ("ip(self).isGlobalUnicast()", "255.255.255.255", False),
+    ("ip(self).isGlobalUnicast()", "169.254.1.1", False),
+    ("ip(self).isLinkLocalMulticast()", "224.0.0.251", True),
+    ("ip(self).isLinkLocalMulticast()", "ff12::1", True),
+    ("ip(self).isLinkLocalMulticast()", "ff05::1", False),
+    ("ip.isCanonical(self)", "fd00::1", True),
+    ("ip.isCanonical(self)", "FD00:0::1", False),
+    ("string(ip(self)) == 'fd00::1'", "fd00:0:0::1", True),
+    ("cidr(self).masked() == cidr('10.0.0.0/24')", "10.0.0.5/24", True),
+    ("cidr(self) == cidr('10.0.0.0/24')", "10.0.0.5/24", False),
+    ("string(cidr(self)) == 'fd00::5/64'", "fd00:0::5/64", True),
+    ("cidr(self).containsIP('fd00::1')", "0.0.0.0/0", False),
+    ("cidr(self).containsCIDR('10.0.0.0/25')", "10.0.0.5/24", True),
+    ("cidr(self).containsCIDR('10.0.0.128/25')", "10.0.0.5/24", True),
+    ("cidr(self).containsCIDR('10.0.0.0/16')", "10.0.0.5/24", False),
+    ("self.split('.', 2) == ['10', '0.0.5/24'] && 'ab'.split('') == ['a', 'b']", "10.0.0.5/24", True),
+    ("self.substring(5) == '0.5/24'", "10.0.0.5/24", True),
+    ("int(self.split('.')[3]) == 9", "10.0.0.09", True),
+    ("ip(self).isLoopback()", "10.0.0.1/8", None),
+    ("cidr(self).prefixLength() > 0", "10.0.0.1", None),
+    ("self.substring(4) == ''", "abc", None),
+]
+
+
+def _cel_session(api: ApiServerUnderTest) -> list[dict[str, Any]]:
+    """Each of CEL_CASES as an object of a CRD whose property ``c<i>`` has rule ``i``: the answer's
+    code and causes."""
+    props = {f"c{i}": {"type": "string", "maxLength": 64, "x-kubernetes-validations": [{"rule": rule}]}
+             for i, (rule, _, _) in enumerate(CEL_CASES)}
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "celcases.diff.banlieue.io"},
+           "spec": {"group": "diff.banlieue.io", "scope": "Namespaced",
+                    "names": {"plural": "celcases", "singular": "celcase", "kind": "CelCase", "listKind": "CelCaseList"},
+                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                        "type": "object", "properties": {"spec": {"type": "object", "properties": props}}}}}]}}
+    status, body = api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    assert status == 201, body
+    api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "celdiff"}})
+    path = "/apis/diff.banlieue.io/v1/namespaces/celdiff/celcases"
+    deadline = time.monotonic() + 30
+    while api.request("GET", path)[0] != 200 and time.monotonic() < deadline:  # Established
+        time.sleep(0.2)
+    out = []
+    for i, (_, value, _) in enumerate(CEL_CASES):
+        status, body = api.request("POST", path, {"apiVersion": "diff.banlieue.io/v1", "kind": "CelCase",
+                                                  "metadata": {"name": f"c{i}"}, "spec": {f"c{i}": value}})
+        causes = (body.get("details") or {}).get("causes") or [] if isinstance(body, dict) else []
+        out.append({"status": status, "causes": [(c.get("field"), c.get("message")) for c in causes]})
+    return out
+
+
+def test_cel_ip_cidr_and_string_functions_evaluate_as_on_kube_apiserver(both: dict[str, ApiServerUnderTest]) -> None:
+    """The double evaluates the Kubernetes CEL IP/CIDR library and the strings extension as
+    kube-apiserver does (it skipped every rule using them: bad addresses passed on the double
+    only). A failed rule: the same code, field and message on both; an evaluation error: 422
+    at the same field on both."""
+    double, real = _cel_session(both["double"]), _cel_session(both["real"])
+    wrong = []
+    for i, (rule, value, want) in enumerate(CEL_CASES):
+        case = {"rule": rule, "value": value, "double": double[i], "real": real[i]}
+        if want is None:
+            same = (real[i]["status"] == double[i]["status"] == 422
+                    and [f for f, _ in real[i]["causes"]] == [f for f, _ in double[i]["causes"]] == [f"spec.c{i}"]
+                    and "evaluating rule" in double[i]["causes"][0][1])
+        else:
+            same = real[i]["status"] == (201 if want else 422) and double[i] == real[i]
+        if not same:
+            wrong.append(case)
+    assert wrong == [], json.dumps(wrong, indent=1)
 
 
 KUBECTL_NS = "kdiff"
