@@ -25,7 +25,7 @@ is outstanding, so a VM cloned and destroyed within one tick is invisible (0.24 
 the first batch before subscribing to changes, losing a VM created in between; 0.56 subscribes
 first). Real vCenter has the same gap at version granularity. So the watch does not rely
 on the collector for the VMs banlieue knows (the shared ``VMIndex``: clones, scans): an indexed
-VM the collector has not reported ``PENDING_CHECK_SECONDS`` (1 s) after the index learned it is
+VM the collector has not reported ``PENDING_CHECK_SECONDS`` (3 s) after the index learned it is
 read directly (one ``RetrievePropertiesEx`` for all such VMs); a missing one yields "removed".
 One still unreported after ``RESYNC_AFTER_CHECKS`` reads makes the watch resync (a new collector,
 whose first batch lists every VM, as after a re-login), and one still
@@ -75,20 +75,23 @@ WATCH_PATHS = [
     "name",
 ]
 
-PENDING_CHECK_SECONDS = 1.0
+PENDING_CHECK_SECONDS = 3.0
 """Seconds the collector gets to report a VM the index learned (a clone) before it is read."""
 RESYNC_AFTER_CHECKS = 3
 """Reads finding an indexed VM present but unreported before the watch resyncs (new collector)."""
 GIVE_UP_AFTER_CHECKS = 10
 """Reads after which an indexed VM the collector never reports is no longer checked."""
-POLL_GAP_SECONDS = 1.0
+POLL_GAP_SECONDS = 2.0
 """Seconds from sending one long poll to sending the next when the first came back with updates,
 at first and whenever a caller waits on the watch (``find.VMIndex.hurry``: a power-on, a clone's
 name, each holding a worker and a vCenter slot meanwhile): in a wave of clones the collector has
 something new at nearly every tick, and a poll per batch cost about one WaitForUpdatesEx per
-machine (issue 22). The changes of the gap come in the next poll's batch, so a change is
-reported at most this much later; the power-on signal (``tasks.SIGNAL_FALLBACK``, 2 s) and the
-pending check (``PENDING_CHECK_SECONDS``) stay well above it. A poll that returns empty (its
+machine (issue 22). At 1 s, the hurried polls alone still cost 1.1 per machine in a wave of
+5 s clones (100 machines, 2 MachineDeployments); at 2 s a waiter holds its slot about 0.5 s
+longer on average and the polls are shared by twice the waiters. The changes of the gap come in
+the next poll's batch, so a change is reported at most this much later; the power-on signal
+(``tasks.SIGNAL_FALLBACK``, 3 s) and the pending check (``PENDING_CHECK_SECONDS``, 3 s) stay
+above it, so neither reads what the next poll brings anyway. A poll that returns empty (its
 ``max_wait``, a cancel) is renewed at once, and the gap starts again from this value."""
 POLL_GAP_MAX_SECONDS = 4.0
 """Longest gap (seconds) between two long polls that came back with updates while nobody waits

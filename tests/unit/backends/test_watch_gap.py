@@ -20,7 +20,7 @@ from banlieue.backends.vsphere.watch import POLL_GAP_MAX_SECONDS, POLL_GAP_SECON
 
 
 def test_next_gap_doubles_while_updates_come_and_resets_when_quiet() -> None:
-    assert (POLL_GAP_SECONDS, POLL_GAP_MAX_SECONDS) == (1.0, 4.0)
+    assert (POLL_GAP_SECONDS, POLL_GAP_MAX_SECONDS) == (2.0, 4.0)
     gaps = [1.0]
     for _ in range(4):
         gaps.append(next_gap(gaps[-1], True, 1.0, 4.0))
@@ -123,3 +123,28 @@ async def test_a_hurry_cuts_a_grown_gap_short(busy: None, monkeypatch: pytest.Mo
         await stream.aclose()  # type: ignore[attr-defined]
     assert _Busy.sent[1] - _Busy.sent[0] >= 0.05 - 0.002  # the first gap is the shortest one
     assert _Busy.sent[2] - _Busy.sent[1] >= 0.05 - 0.002  # never sooner than the shortest gap
+
+
+@pytest.mark.parametrize(("along", "most"), [(True, 3), (False, 7)])
+async def test_a_clone_still_running_after_its_name_wait_is_polled_seldom(along: bool, most: int) -> None:
+    """A task read with a ReadAlong (a clone) that still runs once the name wait is over is
+    polled from ``ALONG_POLL_DELAY`` (1 s) doubling, not from 0.1 s: a task that ends 0.6 s
+    after its first poll (scaled: ``ALONG_POLL_DELAY`` set to 0.2 s) costs 3 polls at most.
+    Without a ReadAlong the 0.1 s start stays (about 4 polls over the same 0.6 s)."""
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + 0.6
+    polls: list[float] = []
+
+    async def run(fn: Any) -> dict[str, str]:
+        polls.append(loop.time())
+        return {"info.state": "success" if loop.time() >= ends else "running"}
+
+    reads = tasks.ReadAlong(target=lambda: None, type_=object, paths=[]) if along else None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tasks, "ALONG_POLL_DELAY", 0.2)
+        await tasks.wait_task(run, SimpleNamespace(_moId="task-1"), "clone", 30.0, "ns/vc", along=reads)
+    assert 2 <= len(polls) <= most
+    if along:
+        assert polls[1] - polls[0] >= 0.2
+    else:
+        assert len(polls) >= 4
