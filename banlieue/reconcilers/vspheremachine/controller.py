@@ -446,6 +446,8 @@ class VSphereMachineReconciler:
             # CAPI path before the CAPI kinds can be read: say so (Ready False) rather than
             # leave the machine without a status, and look again shortly.
             served = self.capi is not None and self.capi.served_seen
+            if self.capi is not None and not served:
+                self.capi.wanted()  # discovery looks every few seconds while a machine waits
             waiting = waiting_for_cluster_api(machine, self.ctx.now(), served)
             if waiting.to_wire() != VSphereMachineStatus.from_wire(raw.get("status") or {}).to_wire():
                 log.info("vspheremachine waits for Cluster API", machine=str(request), capi_served=served)
