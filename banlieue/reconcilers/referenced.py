@@ -237,6 +237,12 @@ class ReferencedObjects:
             self._rereads[key] = asyncio.get_running_loop().create_task(
                 self._reread(client, kind, name, ns, key), name=f"re-read {kind.kind} {ns}/{name}")
 
+    def cancel_rereads(self) -> None:
+        """Cancel the re-reads ``reread_soon`` started (the manager stops)."""
+        for task in list(self._rereads.values()):
+            task.cancel()
+        self._reread_wanted.clear()
+
     async def _reread(self, client: Client, kind: ResourceKind, name: str, ns: str, key: Key) -> None:
         try:
             while key in self._reread_wanted:

@@ -79,6 +79,7 @@ class RefusedCredentials:
                     log.exception("re-reading refused credentials failed", provider=provider)
         finally:
             remove()
+            referenced(self.ctx.cache).cancel_rereads()
 
 
 def hear_refusals(mgr: Manager, ctx: RoleContext) -> RefusedCredentials | None:
