@@ -76,7 +76,8 @@ class Options:
             treating it as failed; > 0.
         secret_resync_period: seconds between re-reads (GET by name) of the Secrets and
             ConfigMaps Providers and VSphereMachines reference; a changed one is noticed within
-            this period (banlieue.reconcilers.referenced).
+            this period at the latest, credentials vCenter refuses at once
+            (banlieue.reconcilers.referenced, banlieue.reconcilers.refused).
         development_allow_http_endpoints: accept ``http://`` Provider endpoints (credentials in
             clear text): development against a local simulator only.
         allowed_endpoint_cidrs: comma-separated CIDRs every address of a Provider endpoint must
@@ -97,7 +98,7 @@ class Options:
     log_format: LogFormat = "json"
     log_level: LogLevel = "info"
     vsphere_task_timeout: float = 600.0
-    secret_resync_period: float = 30.0
+    secret_resync_period: float = 300.0
     development_allow_http_endpoints: bool = False
     allowed_endpoint_cidrs: str | None = None
 

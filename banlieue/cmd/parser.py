@@ -84,8 +84,9 @@ def _common_flags(*, log_format: str, metrics: str, probes: str) -> list[FlagSpe
 VSPHERE_FLAGS = [
     FlagSpec("--vsphere-task-timeout", parse_seconds, "600",
              "seconds to wait for one vSphere task (clone, power, destroy)", metavar="SECONDS"),
-    FlagSpec("--secret-resync-period", parse_seconds, "30",
-             "seconds between re-reads of the referenced Secrets and ConfigMaps", metavar="SECONDS"),
+    FlagSpec("--secret-resync-period", parse_seconds, "300",
+             "seconds between re-reads of the referenced Secrets and ConfigMaps (credentials refused "
+             "by vCenter are re-read at once)", metavar="SECONDS"),
     FlagSpec("--development-allow-http-endpoints", parse_bool, "false",
              "accept http:// Provider endpoints (credentials in clear text; development only)", boolean=True),
     FlagSpec("--allowed-endpoint-cidrs", parse_cidr_list, None,

@@ -44,6 +44,6 @@ class RoleContext:
     watch_filter: str | None = None
     max_concurrent_reconciles: int = 10
     vsphere_task_timeout: float = 600.0
-    secret_resync_period: float = 30.0
+    secret_resync_period: float = 300.0
     allow_http_endpoints: bool = False
     now: Callable[[], datetime] = field(default=utc_now)

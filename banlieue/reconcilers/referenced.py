@@ -25,6 +25,11 @@ Freshness, and how a changed Secret is noticed:
   for it again: with one bootstrap Secret per Machine (CAPI's kubeadm bootstrap), the resync
   cost 2 GETs per machine per minute once everything was provisioned (issue 22: no idle
   request may grow with the number of machines).
+- ``reread_soon`` re-GETs one object whatever its age, at most once per ``REREAD_SPACING_SECONDS``
+  and always after the call: vCenter refused a login with a Provider's credentials
+  (``reconcilers/refused``), so the password was probably rotated and the Secret may hold the new
+  one. That is what lets the periodic resync be minutes long: a rotated password is picked up
+  at the first login it breaks.
 - Entries not asked for by a reconcile for ``IDLE_SECONDS`` are dropped (a deleted Provider's
   Secret does not stay in memory or keep being polled).
 
@@ -57,8 +62,20 @@ log = get_logger("banlieue.reconcilers.referenced")
 
 MAX_AGE_SECONDS = 10.0
 """A reconcile re-reads a referenced object older than this (seconds)."""
-RESYNC_SECONDS = 30.0
-"""Default of ``--secret-resync-period``: every stored object is re-read this often (seconds)."""
+RESYNC_SECONDS = 300.0
+"""Default of ``--secret-resync-period``: every stored object is re-read this often (seconds).
+
+Five minutes, not 30 s (issue 22: the re-reads were half of the idle API requests, 2-2.5 a
+minute). What a change waits for at most, when no reconcile reads the object first (every
+reconcile that builds a Connection re-reads what is older than ``MAX_AGE_SECONDS``, and those
+waiting for a referenced object re-check on their own: a Provider whose Secret is missing or
+invalid every ``provider.decide.CONFIG_RECHECK_SECONDS``, a machine whose bootstrap data Secret is
+missing every ``vspheremachine.decide.BOOTSTRAP_POLL_SECONDS``): a rotated vCenter password,
+nothing once a login fails with the old one (``reread_soon``); a credentials Secret or CA bundle
+changed while the old ones still work, one period."""
+REREAD_SPACING_SECONDS = 5.0
+"""``reread_soon``: at most one GET of an object per this many seconds (a burst of refused
+logins, one per worker, costs one GET)."""
 IDLE_SECONDS = 900.0
 """An object no reconcile asked for during this long is dropped from the store (seconds)."""
 
@@ -99,6 +116,10 @@ class ReferencedObjects:
         ``--development-allow-http-endpoints``, set by the controllers' ``setup``."""
         self.gets = 0
         """How many GETs were sent (tests and the docs' figures)."""
+        self._rereads: dict[Key, asyncio.Task[None]] = {}
+        self._reread_wanted: set[Key] = set()
+        self.refusals_heard = False
+        """Set by ``refused.hear_refusals``: one listener per store."""
 
     def __repr__(self) -> str:  # never the objects: they hold credentials
         return f"ReferencedObjects({sorted(self._entries)})"
@@ -203,6 +224,36 @@ class ReferencedObjects:
                 await self.fetch(client, CONFIG_MAP, bundle.config_map_ref.name, ns, max_age)
             elif bundle.secret_ref is not None:
                 await self.fetch(client, SECRET, bundle.secret_ref.name, ns, max_age)
+
+    def reread_soon(self, client: Client, kind: ResourceKind, name: str, namespace: str | None) -> None:
+        """Re-GET the object (kind, namespace, name) whatever its age, in a task: at once when no
+        re-read of it ran in the last ``REREAD_SPACING_SECONDS``, else once that spacing is over;
+        calls meanwhile share that one GET, which always starts after them. A changed object is
+        published as by ``fetch``. Call from the event loop."""
+        ns = namespace or ""
+        key = (kind.kind, ns, name)
+        self._reread_wanted.add(key)
+        if key not in self._rereads:
+            self._rereads[key] = asyncio.get_running_loop().create_task(
+                self._reread(client, kind, name, ns, key), name=f"re-read {kind.kind} {ns}/{name}")
+
+    def cancel_rereads(self) -> None:
+        """Cancel the re-reads ``reread_soon`` started (the manager stops)."""
+        for task in list(self._rereads.values()):
+            task.cancel()
+        self._reread_wanted.clear()
+
+    async def _reread(self, client: Client, kind: ResourceKind, name: str, ns: str, key: Key) -> None:
+        try:
+            while key in self._reread_wanted:
+                self._reread_wanted.discard(key)
+                try:
+                    await self.fetch(client, kind, name, ns, max_age=0)
+                except Exception:  # a bug must not leave the key stuck in _rereads
+                    log.exception("referenced object re-read failed", kind=kind.kind, namespace=ns, name=name)
+                await asyncio.sleep(REREAD_SPACING_SECONDS)
+        finally:
+            self._rereads.pop(key, None)
 
     async def resync(self, client: Client) -> None:
         """Re-read every stored object once; drop those idle for ``IDLE_SECONDS``."""

@@ -3,7 +3,7 @@
 client-go ``tools/cache/reflector.go`` and ``shared_informer.go`` (runtime-facts §4.1-4.4):
 paginated LIST (500 per page; an expired continue token falls back to one full list), WATCH
 from the list's resourceVersion with ``allowWatchBookmarks`` and ``timeoutSeconds`` uniform in
-[300, 600); 410 Gone -> relist; 429 and connection errors at watch start -> back off and re-watch
+[min, 2*min); 410 Gone -> relist; 429 and connection errors at watch start -> back off and re-watch
 without relisting; a watch closed in < 1 s with no events -> relist; any other error -> relist.
 Between ListAndWatch attempts: backoff 0.8 s doubling, jitter 1.0 (delay in [d, 2d)), cap 30 s,
 reset after 2 min without a backoff. A relist diffs against the store: adds/updates for changed
@@ -11,6 +11,18 @@ objects, ``DeletedFinalStateUnknown`` tombstones for keys that vanished.
 
 Added by banlieue: a watch that stays silent (no event, no bookmark) longer than
 ``watch_silence_timeout`` is abandoned and restarted from the last resourceVersion.
+
+Changed by banlieue: ``min`` is ``MIN_WATCH_TIMEOUT_SECONDS`` (1,800 s), not client-go's 300 s.
+Each informer re-opened its watch every 5-10 minutes; with ten informers that was 1.8 of the
+4 API requests a minute an idle manager sent (issue 22, docs/performance.md). kube-apiserver
+itself gives a watch that asks for no timeout one uniform in [--min-request-timeout,
+2 x --min-request-timeout), default 1,800 s (k8s.io/apiserver ``handlers/get.go`` ``ListResource``);
+banlieue asks for the same. A longer watch loses nothing: bookmarks keep its resourceVersion
+fresh, so a re-open resumes where it stopped instead of relisting. A connection that dies without
+a reset is still noticed within ``WATCH_SILENCE_SECONDS`` (the silence bound no longer follows the
+timeout): kube-apiserver's watch cache sends a bookmark about every minute to every watch that
+allows them, quiet resources included (measured on envtest's kube-apiserver: 60 s apart on a
+watch of an empty namespace), so a healthy watch is never silent that long.
 """
 
 from __future__ import annotations
@@ -53,6 +65,17 @@ class Backoff:
         return delay
 
 
+MIN_WATCH_TIMEOUT_SECONDS = 1800
+"""Default ``min_watch_timeout``: kube-apiserver's ``--min-request-timeout`` default (module docstring)."""
+
+
+WATCH_SILENCE_SECONDS = 300.0
+"""Default ``watch_silence_timeout`` (seconds), when the watch's own timeout is longer: five
+kube-apiserver bookmark periods (module docstring). A server that sends no periodic bookmarks
+(the API double while nothing changes) sees such a watch re-opened every 5 minutes, as client-go's
+shortest timeout would."""
+
+
 class _RelistNeeded(Exception):
     """The watch ended in a way that needs a fresh LIST (410, very short watch)."""
 
@@ -63,8 +86,9 @@ class Informer:
     ``namespace`` None watches all namespaces; ``label_selector``/``field_selector`` are API
     selector strings. ``resync_period`` (seconds, None = never) re-delivers every cached object
     as ``on_update(obj, obj)`` without contacting the server. ``min_watch_timeout``: watches
-    ask for ``timeoutSeconds`` uniform in [min, 2*min). ``watch_silence_timeout`` (seconds;
-    default: the watch timeout + 30 s) bounds how long a watch may deliver nothing.
+    ask for ``timeoutSeconds`` uniform in [min, 2*min) (seconds; default
+    ``MIN_WATCH_TIMEOUT_SECONDS``). ``watch_silence_timeout`` (seconds;
+    default: the watch timeout + 30 s, at most ``WATCH_SILENCE_SECONDS``) bounds how long a watch may deliver nothing.
     Handlers run inline on the informer's task, in event order; an exception in a handler is
     logged and does not stop delivery.
     """
@@ -80,7 +104,7 @@ class Informer:
         resync_period: float | None = None,
         indexers: Mapping[str, IndexFunc] | None = None,
         page_size: int = 500,
-        min_watch_timeout: int = 300,
+        min_watch_timeout: int = MIN_WATCH_TIMEOUT_SECONDS,
         watch_silence_timeout: float | None = None,
         backoff: Backoff | None = None,
     ) -> None:
@@ -217,7 +241,7 @@ class Informer:
     async def _watch_once(self) -> None:
         """One WATCH request until it ends. Raises _RelistNeeded, TooManyRequests, ApiError."""
         timeout = random.randrange(self.min_watch_timeout, 2 * self.min_watch_timeout)
-        silence = self.watch_silence_timeout or timeout + 30.0
+        silence = self.watch_silence_timeout or min(timeout + 30.0, WATCH_SILENCE_SECONDS)
         started = time.monotonic()
         events = 0
         self.watches += 1

@@ -19,7 +19,8 @@ Options (keyword -> ``bin/vcsim`` flag): ``dc``, ``cluster``, ``host`` (per clus
 ``standalone_host``, ``vm`` (per resource pool), ``pool``, ``pod``, ``pg``, ``ds``, ``autostart``,
 ``templates`` (list of names), ``datastores`` / ``portgroups`` (lists of extra names),
 ``datastore_clusters`` (``{"gold": "ds1+ds2"}``: StoragePods made of existing datastores),
-``username``, ``password``, ``tls`` (bool), ``method_delay`` (``{"CloneVM_Task": 5000}``, ms),
+``username``, ``password``, ``password_file`` (a path: the login password is read from it at every
+Login, so a test can rotate it; the info file's ``password`` is its content at start), ``tls`` (bool), ``method_delay`` (``{"CloneVM_Task": 5000}``, ms),
 ``delay`` (ms, every method), ``delay_jitter``, ``task_delay`` (``{"CloneVm": 3000}``, ms, by vcsim's
 task name: the task runs that much later, after the call returned it), ``fault``
 (``["CloneVM_Task:InsufficientResourcesFault:1"]``: the call answers that fault, at most N times;

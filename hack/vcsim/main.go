@@ -359,6 +359,7 @@ func main() {
 	datastoreClusters := flag.String("datastore-clusters", "", "datastore clusters in every datacenter: name=ds1+ds2,name2=ds3 (datastores must exist)")
 	username := flag.String("username", "user", "login user name")
 	password := flag.String("password", "pass", "login password")
+	passwordFile := flag.String("password-file", "", "read the login password from this file at every Login (surrounding white space dropped) instead of --password, so a test can change it while the simulator runs, as an administrator rotates a vCenter password; sessions already logged in stay valid, as on vCenter")
 	useTLS := flag.Bool("tls", false, "serve https with a generated CA + server certificate")
 	tlsDir := flag.String("tls-dir", "", "directory for ca.pem, server.pem, server-key.pem (default: a temp dir)")
 	methodDelay := flag.String("method-delay", "", "per-method delay, e.g. CloneVM_Task=5000,PowerOnVM_Task=100 (ms)")
@@ -412,6 +413,12 @@ func main() {
 		}
 	}
 
+	if *passwordFile != "" {
+		if *password, err = readPassword(*passwordFile); err != nil {
+			log.Fatalf("--password-file: %v", err)
+		}
+	}
+
 	m := simulator.VPX()
 	m.Datacenter = *dc
 	m.Cluster = *cluster
@@ -452,6 +459,14 @@ func main() {
 	ctx := context.Background()
 
 	m.Service.Listen = &url.URL{Host: *listen, User: url.UserPassword(*username, *password)}
+	if *passwordFile != "" {
+		// SessionManager.ValidLogin is the simulator's hook for its Login check (session_manager.go
+		// Authenticate); a file that cannot be read refuses every login.
+		m.Map().SessionManager().ValidLogin = func(req *types.Login) bool {
+			current, err := readPassword(*passwordFile)
+			return err == nil && req.UserName == *username && req.Password == current
+		}
+	}
 	if *useTLS {
 		dir := *tlsDir
 		if dir == "" {
@@ -541,6 +556,19 @@ func main() {
 		log.Printf("requests still in progress %s after the stop signal: exiting", shutdownGrace)
 		os.Exit(0)
 	})
+}
+
+// readPassword returns the content of path without surrounding white space; an empty one is an error.
+func readPassword(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	pass := strings.TrimSpace(string(data))
+	if pass == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return pass, nil
 }
 
 // shutdownGrace bounds the clean-up after SIGTERM/SIGINT/stdin EOF.

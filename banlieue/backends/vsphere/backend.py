@@ -900,6 +900,12 @@ class VSphereBackend:
         from a pool thread, it must not block. Returns the remover. See ``session``."""
         return self.sessions.add_reconnect_listener(callback)
 
+    def add_refused_listener(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """``callback(provider)`` (``namespace/name``) when vCenter refuses a login with that
+        Provider's credentials (``InvalidLogin``: a password changed in vCenter); called from a
+        pool thread, it must not block. Returns the remover. See ``session``."""
+        return self.sessions.add_refused_listener(callback)
+
     def unreachable_since(self, conn: Connection) -> float | None:
         """Wall-clock seconds (epoch) since which ``conn``'s vCenter has not answered its
         reachability probe (``health``), or None while it answers."""

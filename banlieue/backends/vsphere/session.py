@@ -27,6 +27,12 @@ waiting for the request timeout: the endpoint's ``ReachabilityProbe`` (``health`
 the first login on it) notices it within seconds on its own connection, calls the same unreachable
 and reconnect listeners, and ``SessionPool.unreachable_since`` tells since when it is silent.
 
+Refused credentials: a login (first or again) that vCenter refuses with ``InvalidLogin`` tells
+``SessionPool``'s refused listeners the Connection's ``provider`` (``namespace/name``), from the
+thread that saw it. The provider role re-reads that Provider's credentials Secret then
+(``reconcilers/refused``): a password rotated in vCenter and in the Secret is picked up at the
+first login it breaks, not at the next periodic re-read of the Secret.
+
 Identity (ADR 0013): each session reads ``ServiceContent.about`` at login and again at every
 re-login (a vCenter restarted or replaced behind the same address answers NotAuthenticated first).
 A Connection whose ``vcenter_instance_uuid`` is set runs calls only on a session whose vCenter has
@@ -68,6 +74,7 @@ from pyVmomi import vim as _vim
 from pyVmomi import vmodl as _vmodl
 
 from banlieue.backends.base import (
+    AuthFailed,
     BackendError,
     Connection,
     TLSVerifyFailed,
@@ -298,8 +305,10 @@ class Session:
     """A logged-in session for one Provider on one Endpoint. Methods block: run them in the
     endpoint's pool."""
 
-    def __init__(self, conn: Connection, endpoint: Endpoint, request_timeout: float) -> None:
+    def __init__(self, conn: Connection, endpoint: Endpoint, request_timeout: float,
+                 on_refused: Callable[[str], None] | None = None) -> None:
         self.conn = conn
+        self._on_refused = on_refused
         self.endpoint = endpoint
         self.request_timeout = request_timeout
         self.protocol, self.host, self.port = parse_endpoint(conn.endpoint)
@@ -362,7 +371,7 @@ class Session:
             # A fault (InvalidLogin...) is an answer: the vCenter is reachable.
             outcome = "fault" if isinstance(exc, vmodl.MethodFault) else "error"
             self.endpoint.record("Login", outcome, time.monotonic() - start, self.conn.provider)
-            raise map_exception(exc) from exc
+            raise self._login_error(exc) from exc
         # Version negotiation, RetrieveServiceContent and Login are 3 SOAP/HTTP round trips.
         self.endpoint.record("Login", "success", time.monotonic() - start, self.conn.provider)
         stub = si._stub
@@ -374,6 +383,14 @@ class Session:
         self.generation += 1
         metrics.SESSIONS.labels(self.conn.provider).inc()
         log.info("vsphere session opened", vcenter=self.endpoint.label, provider=self.conn.provider)
+
+    def _login_error(self, exc: Exception) -> BackendError:
+        """``map_exception(exc)`` for a failed login; an ``InvalidLogin`` (``AuthFailed`` with
+        its own reason, not ``NoPermission``) is told to ``on_refused`` first (module docstring)."""
+        err = map_exception(exc)
+        if self._on_refused is not None and isinstance(err, AuthFailed) and err.reason == AuthFailed.reason:
+            self._on_refused(self.conn.provider)
+        return err
 
     def _read_about(self) -> None:
         about = self.content.about
@@ -415,7 +432,7 @@ class Session:
                 self.content = self.si.RetrieveContent()
                 self._read_about()
             except Exception as exc:
-                raise map_exception(exc) from exc
+                raise self._login_error(exc) from exc
             self.generation += 1
 
     def call(self, fn: Callable[[Session], T], expected: str | None = None) -> T:
@@ -493,6 +510,7 @@ class SessionPool:
         """Endpoint label -> logins in flight there (not released meanwhile)."""
         self._listeners: list[Callable[[str], None]] = []
         self._down_listeners: list[Callable[[str], None]] = []
+        self._refused_listeners: list[Callable[[str], None]] = []
         self._cert_stop = threading.Event()
         self._cert_thread: threading.Thread | None = None
         self.cert_check_seconds = CERT_CHECK_SECONDS
@@ -538,6 +556,16 @@ class SessionPool:
         self._down_listeners.append(callback)
         return lambda: self._down_listeners.remove(callback) if callback in self._down_listeners else None
 
+    def add_refused_listener(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(provider)`` (``Connection.provider``, ``namespace/name``) when vCenter
+        refuses a login of that Provider's credentials (``InvalidLogin``; module docstring), from
+        the pool thread that saw it: it must not block. Returns the remover."""
+        self._refused_listeners.append(callback)
+        return lambda: self._refused_listeners.remove(callback) if callback in self._refused_listeners else None
+
+    def _refused(self, provider: str) -> None:
+        self._notify(self._refused_listeners, provider, "refused credentials")
+
     def _back(self, label: str) -> None:
         self._notify(self._listeners, label, "reconnect")
 
@@ -565,7 +593,7 @@ class SessionPool:
                 return existing
             self.sessions.pop(key, None)
             endpoint = self.endpoint_for(conn)
-            sess = Session(conn, endpoint, self.request_timeout)
+            sess = Session(conn, endpoint, self.request_timeout, on_refused=self._refused)
             self._logging_in[endpoint.label] = self._logging_in.get(endpoint.label, 0) + 1
             def checked_login() -> None:
                 if self.allowed_networks is not None:

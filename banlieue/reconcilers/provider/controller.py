@@ -66,6 +66,7 @@ from banlieue.reconcilers.provider.reachability import (
 from banlieue.reconcilers.provider.release import EndpointJanitor, EndpointReleaser
 from banlieue.reconcilers.provider.remeasure import Remeasure
 from banlieue.reconcilers.referenced import referenced
+from banlieue.reconcilers.refused import hear_refusals
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import NotFound
@@ -453,6 +454,9 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
         janitor = EndpointJanitor(ctx, ctx.backend)
         mgr.get_informer(PROVIDER).add_event_handler(janitor)
         mgr.add(janitor)
+    # vCenter refused a Provider's credentials: re-read its Secret now (a rotated password),
+    # not at the next --secret-resync-period (reconcilers.refused).
+    hear_refusals(mgr, ctx)
     if isinstance(ctx.backend, ReachabilityNotifier):
         # A vCenter that stops or starts answering: re-check its Providers now, not at the next
         # refresh (provider.reachability).

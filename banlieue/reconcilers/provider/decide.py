@@ -54,8 +54,9 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
   are ``Ready`` False ``DuplicateVCenter`` (the scheduler places nothing there: each Provider
   reserves capacity against its own failure domains, so two would count one cluster twice).
   Their own machines are still managed (same vCenter). Otherwise ``VCenterUnique`` True ``Unique``.
-- Requeue (*decision*): success and config errors after ``REFRESH_SECONDS`` (capacity and
-  inventory changes are not notified; Secret/ConfigMap changes are watched); connect/inventory
+- Requeue (*decision*): success after ``REFRESH_SECONDS`` (capacity and inventory changes are
+  not notified); config errors after ``CONFIG_RECHECK_SECONDS`` (referenced Secrets/ConfigMaps are
+  re-read by name, not watched: a fix is seen at the re-check); connect/inventory
   errors through the rate limiter (client-go exponential back-off); paused and unsupported: none.
 """
 
@@ -105,6 +106,11 @@ MAX_MESSAGE = 1024
 """Backend messages are cut to this many characters in conditions."""
 USERS_IN_MESSAGE = 5
 """How many machine names the ``VCenterIdentityChanged`` message lists."""
+CONFIG_RECHECK_SECONDS = 30.0
+"""Re-check of a Provider whose connection cannot be built (credentials Secret or CA bundle
+missing or invalid): each reconcile re-reads the referenced objects, so a Secret created or fixed
+is picked up within this long even though the periodic re-read of referenced objects
+(``--secret-resync-period``) is minutes long (issue 22)."""
 IDENTITY_RECHECK_SECONDS = 60.0
 """Re-check of a Provider whose endpoint reaches another vCenter (the machines' deletions and
 endpoint edits also trigger one)."""
@@ -398,7 +404,7 @@ def decide(snap: Snapshot) -> Plan:
         conds = _conditions(current.conditions, gen, when, reachable, (false, reason, msg))
         status = ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen, vcenter=current.vcenter)
         if failure.stage == "config":
-            return _plan(snap, status, requeue_after=REFRESH_SECONDS)
+            return _plan(snap, status, requeue_after=CONFIG_RECHECK_SECONDS)
         if snap.recheck_after is not None:
             return _plan(snap, status, requeue_after=snap.recheck_after)
         return _plan(snap, status, requeue=True)

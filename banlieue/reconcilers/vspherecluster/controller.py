@@ -40,6 +40,7 @@ SPEC §3: it talks to no backend. Rules of ``decide``:
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,6 +71,7 @@ from banlieue.runtime.builder import ControllerBuilder, ManagerLike
 from banlieue.runtime.controller import Controller
 from banlieue.runtime.errors import ApiError, NotFound
 from banlieue.runtime.event import Object
+from banlieue.runtime.informer import MIN_WATCH_TIMEOUT_SECONDS
 from banlieue.runtime.log import get_logger
 from banlieue.runtime.predicate import Funcs, and_, watch_filter_predicate
 from banlieue.runtime.reconcile import Request, Result
@@ -80,8 +82,12 @@ MAX_FAILURE_DOMAINS = 100
 """``status.failureDomains`` maxItems in the CRD."""
 CAPI_CRD_RETRY_SECONDS = 300.0
 """How often the CAPI Cluster watch looks again for the Cluster CRD when it is not installed."""
-CAPI_WATCH_TIMEOUT_SECONDS = 300
-"""``timeoutSeconds`` of one CAPI Cluster watch request (then it is resumed)."""
+def capi_watch_timeout() -> int:
+    """``timeoutSeconds`` of one CAPI Cluster watch request (then it is resumed from its last
+    resourceVersion): uniform in [``MIN_WATCH_TIMEOUT_SECONDS``, 2x), as the informers ask
+    (``runtime.informer``: kube-apiserver's own default; a re-open every 5 minutes was an idle
+    request of its own, issue 22)."""
+    return random.randrange(MIN_WATCH_TIMEOUT_SECONDS, 2 * MIN_WATCH_TIMEOUT_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -320,7 +326,7 @@ async def capi_cluster_events(ctx: RoleContext) -> AsyncIterator[Request]:
                 listed = await client.list(CAPI_CLUSTER, ctx.namespace)
                 resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "")
             async for event in client.watch(CAPI_CLUSTER, ctx.namespace, resource_version=resource_version,
-                                            timeout_seconds=CAPI_WATCH_TIMEOUT_SECONDS):
+                                            timeout_seconds=capi_watch_timeout()):
                 obj = event.get("object") or {}
                 if event.get("type") == "ERROR":
                     resource_version = None

@@ -50,6 +50,7 @@ from banlieue.reconcilers.last_connection import last_known, remembered_connecti
 from banlieue.reconcilers.parsed import ParsedCache, parse_provider
 from banlieue.reconcilers.provider_changes import PROVIDER_CAPACITY_CHANGED, PROVIDER_CHANGED
 from banlieue.reconcilers.referenced import referenced
+from banlieue.reconcilers.refused import hear_refusals
 from banlieue.reconcilers.same_object import Replaced, write_same_object
 from banlieue.reconcilers.vspheremachine.decide import (
     Action,
@@ -445,6 +446,8 @@ class VSphereMachineReconciler:
             # CAPI path before the CAPI kinds can be read: say so (Ready False) rather than
             # leave the machine without a status, and look again shortly.
             served = self.capi is not None and self.capi.served_seen
+            if self.capi is not None and not served:
+                self.capi.wanted()  # discovery looks every few seconds while a machine waits
             waiting = waiting_for_cluster_api(machine, self.ctx.now(), served)
             if waiting.to_wire() != VSphereMachineStatus.from_wire(raw.get("status") or {}).to_wire():
                 log.info("vspheremachine waits for Cluster API", machine=str(request), capi_served=served)
@@ -564,6 +567,9 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
     vm_watch = VMWatch(ctx.backend, ctx.cache, maps, ctx.namespace, providers=mgr.get_informer(PROVIDER), client=ctx.client)
     writes = OwnWrites()
     reconciler = VSphereMachineReconciler(ctx, ctx.backend, capi, writes)
+    # vCenter refused a Provider's credentials (its change watch or a reconcile logging in
+    # again): re-read the Secret now, not at the next --secret-resync-period (reconcilers.refused).
+    hear_refusals(mgr, ctx)
     return (
         ControllerBuilder(mgr)
         .named("vspheremachine")

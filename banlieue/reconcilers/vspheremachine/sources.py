@@ -14,8 +14,9 @@ and the vCenter property-collector watch (SPEC §4 "Secondary watches map back t
   Cluster's status at every change of its Machines, and mapping each rewrite to every machine of
   the Cluster made reconciles grow with the square of the machines (1,000 machines: 142,000
   reconciles in 12 minutes, the workers too busy to clone). The CAPI kinds are optional: ``capi_requests``
-  looks them up in discovery (every ``CAPI_DISCOVERY_SECONDS``) and creates their informers only
-  once they are served, so a cluster without CAPI never waits for their cache sync.
+  looks them up in discovery (``CAPI_DISCOVERY_SECONDS`` at first, backing off to
+  ``CAPI_DISCOVERY_MAX_SECONDS``) and creates their informers only once they are served, so a
+  cluster without CAPI never waits for their cache sync.
 - vCenter: ``VMWatch.requests`` runs ``backend.watch(conn)`` once per vSphere Provider
   connection and maps each ``VMChange`` to the machine by UID (index ``INDEX_UID``) or, for a
   removal without UID, by ``status.instanceUUID`` (index ``INDEX_INSTANCE_UUID``). Provider
@@ -70,11 +71,18 @@ INDEX_INSTANCE_UUID = "vspheremachine.instanceUUID"
 INDEX_BOOTSTRAP_SECRET = "vspheremachine.bootstrapSecret"
 """VSphereMachine index: ``<namespace>/<spec.bootstrapDataSecretRef.name>``."""
 CAPI_DISCOVERY_SECONDS = 5.0
-"""How often to look for the CAPI kinds in discovery until they are served (one small GET of
-``/apis/cluster.x-k8s.io/v1beta2``; none once they are). CAPI installed after banlieue started is
-picked up within this many seconds: with 300 s, CAPI-labelled VSphereMachines waited minutes with
-no status (issue 21). Discovery needs no RBAC beyond ``system:discovery``, unlike a watch on
-CustomResourceDefinitions."""
+"""First interval between looks for the CAPI kinds in discovery (one small GET of
+``/apis/cluster.x-k8s.io/v1beta2``; none once they are served), and the interval while a
+CAPI-labelled VSphereMachine waits for them (``CapiWatch.wanted``): such a machine sees CAPI
+installed after banlieue started within this many seconds (with 300 s, CAPI-labelled machines
+waited minutes with no status, issue 21). Discovery needs no RBAC beyond ``system:discovery``,
+unlike a watch on CustomResourceDefinitions."""
+CAPI_DISCOVERY_MAX_SECONDS = 60.0
+"""Longest interval between looks: with no machine waiting, the interval doubles from
+``CAPI_DISCOVERY_SECONDS`` up to this (5, 10, 20, 40, then 60 s). A standalone cluster that never
+installs CAPI pays one GET a minute instead of 12 (issue 22: idle requests); a user who installs
+CAPI later waits at most this long before banlieue watches its Machines and Clusters, and no
+longer than ``CAPI_DISCOVERY_SECONDS`` once a CAPI-labelled VSphereMachine waits."""
 WATCH_RESYNC_SECONDS = 5.0
 """How often the set of watched vCenter connections is compared with the Providers when no
 Provider event woke the watcher first (a safety net: Provider events wake it at once)."""
@@ -270,6 +278,23 @@ class CapiWatch:
         self.started = False
         self.served_seen = False
         """True once discovery showed the CAPI kinds (their caches may still be syncing)."""
+        self.looks = 0
+        """Discovery GETs sent so far (tests)."""
+        self._wanted = asyncio.Event()
+
+    def wanted(self) -> None:
+        """A CAPI-labelled machine waits for the CAPI kinds: look every ``CAPI_DISCOVERY_SECONDS``
+        again (not at once: its reconcile requeues every 2 s and would set the pace)."""
+        self._wanted.set()
+
+    async def _pause(self, delay: float) -> None:
+        """Wait ``delay`` seconds, or only ``CAPI_DISCOVERY_SECONDS`` when a machine wants the
+        CAPI kinds (``wanted``, before or during the wait)."""
+        await asyncio.sleep(CAPI_DISCOVERY_SECONDS)
+        if delay > CAPI_DISCOVERY_SECONDS and not self._wanted.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay - CAPI_DISCOVERY_SECONDS):
+                    await self._wanted.wait()
 
     def ready(self) -> bool:
         if not self.started:
@@ -278,6 +303,7 @@ class CapiWatch:
 
     async def served(self) -> bool:
         """Whether discovery serves Machines and Clusters in cluster.x-k8s.io/v1beta2."""
+        self.looks += 1
         try:
             doc = await self.client.request("GET", f"/apis/{CAPI_MACHINE.group}/{CAPI_MACHINE.version}")
         except Exception as exc:  # any failure means "not (yet) served": look again later
@@ -288,8 +314,11 @@ class CapiWatch:
 
     async def requests(self) -> AsyncIterator[Request]:
         """Requests from CAPI Machine and Cluster events, once those kinds are served."""
+        delay = CAPI_DISCOVERY_SECONDS
         while not await self.served():
-            await asyncio.sleep(CAPI_DISCOVERY_SECONDS)
+            await self._pause(delay)
+            delay = CAPI_DISCOVERY_SECONDS if self._wanted.is_set() else min(2 * delay, CAPI_DISCOVERY_MAX_SECONDS)
+            self._wanted.clear()
         self.served_seen = True
         queue: asyncio.Queue[Request] = asyncio.Queue()
         adapter = _QueueAdapter(queue)

@@ -195,7 +195,7 @@ def test_options_are_frozen_with_spec_defaults() -> None:
     assert (options.metrics_bind_address, options.health_probe_bind_address) == ("127.0.0.1:8080", ":8081")
     assert options.vsphere_task_timeout == 600.0
     assert options.metrics_listen == ("127.0.0.1", 8080)
-    assert options.secret_resync_period == 30.0 and options.development_allow_http_endpoints is False
+    assert options.secret_resync_period == 300.0 and options.development_allow_http_endpoints is False
     assert Options(metrics_bind_address="0").metrics_listen is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.log_level = "debug"  # type: ignore[misc]

@@ -63,3 +63,31 @@ async def test_a_settled_object_is_served_from_the_store_and_left_out_of_the_res
     await store.fetch(client, SECRET, "boot", "ns")  # type: ignore[arg-type]  # an unprovisioned machine
     await store.resync(client)  # type: ignore[arg-type]
     assert client.calls == 6
+
+
+async def test_reread_soon_reads_at_once_then_once_per_spacing_after_the_last_call(monkeypatch: Any) -> None:
+    """Issue 22: a refused login re-reads the credentials Secret whatever its age (so the resync
+    can be minutes long); a burst of refusals (one per worker) costs one GET now and, when some
+    came after it started, one more after ``REREAD_SPACING_SECONDS``; a change is published."""
+    from banlieue.reconcilers import referenced as module
+
+    monkeypatch.setattr(module, "REREAD_SPACING_SECONDS", 0.2)
+    store, client = ReferencedObjects(), SlowClient(delay=0.05)
+    await store.fetch(client, SECRET, "creds", "ns")  # type: ignore[arg-type]  # fresh: max_age not reached
+    published: list[dict[str, Any]] = []
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    store._subscribers.append(queue)
+    for _ in range(5):
+        store.reread_soon(client, SECRET, "creds", "ns")  # type: ignore[arg-type]
+    await asyncio.sleep(0.1)
+    assert client.calls == 2, "one GET for the burst, at once, though the copy was fresh"
+    store.reread_soon(client, SECRET, "creds", "ns")  # type: ignore[arg-type]  # during the spacing
+    await asyncio.sleep(0.1)
+    assert client.calls == 2, "the next one waits for the spacing"
+    await asyncio.sleep(0.3)
+    assert client.calls == 3, "then the call made meanwhile gets a GET that started after it"
+    await asyncio.sleep(0.4)
+    assert client.calls == 3 and not store._rereads, "nothing more was asked: no more GETs"
+    while not queue.empty():
+        published.append(queue.get_nowait())
+    assert [p["metadata"]["resourceVersion"] for p in published] == ["2", "3"]

@@ -25,6 +25,7 @@ from banlieue.backends.base import (
     taxonomy,
 )
 from banlieue.reconcilers.provider.decide import (
+    CONFIG_RECHECK_SECONDS,
     REFRESH_SECONDS,
     UNREACHABLE_MESSAGE,
     UNSUPPORTED_PROVIDER_CLASS,
@@ -170,10 +171,10 @@ def test_empty_inventory_reachable_but_not_ready() -> None:
 @pytest.mark.parametrize(
     ("failure", "reason", "reachable", "requeue", "requeue_after"),
     [
-        pytest.param(Failure("config", R.SECRET_MISSING, "Secret ns/creds not found"), R.SECRET_MISSING, ConditionStatus.FALSE, False, REFRESH_SECONDS, id="secret-missing"),
-        pytest.param(Failure("config", R.SECRET_INVALID, "no key 'password'"), R.SECRET_INVALID, ConditionStatus.FALSE, False, REFRESH_SECONDS, id="secret-invalid"),
-        pytest.param(Failure("config", R.TLS_VERIFY_FAILED, "caBundle is not PEM"), R.TLS_VERIFY_FAILED, ConditionStatus.FALSE, False, REFRESH_SECONDS, id="ca-bundle-not-pem"),
-        pytest.param(Failure("config", "Weird", "?"), R.SECRET_INVALID, ConditionStatus.FALSE, False, REFRESH_SECONDS, id="config-unknown-reason-is-secret-invalid"),
+        pytest.param(Failure("config", R.SECRET_MISSING, "Secret ns/creds not found"), R.SECRET_MISSING, ConditionStatus.FALSE, False, CONFIG_RECHECK_SECONDS, id="secret-missing"),
+        pytest.param(Failure("config", R.SECRET_INVALID, "no key 'password'"), R.SECRET_INVALID, ConditionStatus.FALSE, False, CONFIG_RECHECK_SECONDS, id="secret-invalid"),
+        pytest.param(Failure("config", R.TLS_VERIFY_FAILED, "caBundle is not PEM"), R.TLS_VERIFY_FAILED, ConditionStatus.FALSE, False, CONFIG_RECHECK_SECONDS, id="ca-bundle-not-pem"),
+        pytest.param(Failure("config", "Weird", "?"), R.SECRET_INVALID, ConditionStatus.FALSE, False, CONFIG_RECHECK_SECONDS, id="config-unknown-reason-is-secret-invalid"),
         pytest.param(Failure("connect", "AuthFailed", "InvalidLogin"), R.SECRET_INVALID, ConditionStatus.FALSE, True, None, id="auth-failed-is-secret-invalid"),
         pytest.param(Failure("connect", "TLSVerifyFailed", "bad cert"), R.CONNECT_FAILED, ConditionStatus.FALSE, True, None, id="tls-verify-failed-is-connect-failed"),
         pytest.param(Failure("connect", "Transient", "refused"), R.CONNECT_FAILED, ConditionStatus.FALSE, True, None, id="transient-is-connect-failed"),

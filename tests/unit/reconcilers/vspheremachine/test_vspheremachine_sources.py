@@ -255,3 +255,56 @@ def test_a_provider_capacity_rewrite_reconciles_only_machines_not_placed() -> No
         vsm("cloned", status={"instanceUUID": "5000-1", **ready("FailureDomainNotFound")}),
     ]})
     assert MapFuncs(cache).provider_capacity(new) == [Request("ns", "no-room")]
+
+
+async def test_capi_discovery_backs_off_while_nobody_waits_and_speeds_up_for_a_waiting_machine(monkeypatch: Any) -> None:
+    """Issue 22: without CAPI installed, discovery looked every 5 s forever (12 idle requests a
+    minute for standalone users). The interval now doubles up to ``CAPI_DISCOVERY_MAX_SECONDS``,
+    and a CAPI-labelled machine waiting for CAPI (``wanted``) brings it back to the shortest one
+    (issue 21: such a machine sees CAPI within seconds of its installation). Times scaled down
+    250x: 0.02 s doubling up to 0.16 s."""
+    import asyncio
+
+    from banlieue.reconcilers.kinds import CAPI_CLUSTER, CAPI_MACHINE
+    from banlieue.reconcilers.vspheremachine import sources
+    from banlieue.reconcilers.vspheremachine.sources import CapiWatch
+
+    monkeypatch.setattr(sources, "CAPI_DISCOVERY_SECONDS", 0.02)
+    monkeypatch.setattr(sources, "CAPI_DISCOVERY_MAX_SECONDS", 0.16)
+    installed = False
+
+    class _Inf:
+        def add_event_handler(self, h: Any) -> None:
+            return None
+
+    class _Mgr:
+        def get_informer(self, kind: Any) -> _Inf:
+            return _Inf()
+
+    class _Client:
+        async def request(self, method: str, path: str) -> dict[str, Any]:
+            if not installed:
+                raise RuntimeError("404 page not found")
+            return {"resources": [{"name": CAPI_MACHINE.plural}, {"name": CAPI_CLUSTER.plural}]}
+
+    watch = CapiWatch(_Mgr(), _Client(), MapFuncs(make_cache({})))  # type: ignore[arg-type]
+    task = asyncio.ensure_future(watch.requests().__anext__())
+    try:
+        await asyncio.sleep(0.8)
+        # Looks at 0, 0.02, 0.06, 0.14, 0.30, 0.46, 0.62, 0.78 s: 8; every 0.02 s would be 40.
+        idle = watch.looks
+        assert 5 <= idle <= 10, idle
+        for _ in range(50):  # a machine waits, its reconcile requeued every 10 ms for 0.5 s
+            watch.wanted()
+            await asyncio.sleep(0.01)
+        waiting = watch.looks - idle
+        assert waiting >= 8, f"{waiting} looks in 0.5 s while a machine waits (nominal 25)"
+        installed = True
+        for _ in range(50):
+            if watch.served_seen:
+                break
+            watch.wanted()
+            await asyncio.sleep(0.01)
+        assert watch.served_seen, "CAPI installed while a machine waits is seen at the next short interval"
+    finally:
+        task.cancel()
