@@ -22,7 +22,7 @@ import pytest
 
 from banlieue.reconcilers.kinds import LEASE_CONTROLLER, LEASE_PROVIDER_VSPHERE
 
-from .harness import LEASES, ON_BOTH_SERVERS, ChaosEnv, wait_for
+from .harness import LEASES, ON_THE_REAL_SERVER, ChaosEnv, wait_for
 from .invariants import assert_exact_vms, assert_serving, delete_all_and_check_clean
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.timeout(240)]
@@ -66,7 +66,9 @@ def takeover(env: ChaosEnv, before: dict[str, str], started: float, what: str) -
     return time.monotonic() - started
 
 
-@ON_BOTH_SERVERS
+# Real server only by default (BANLIEUE_TEST_APISERVER=double runs it on the double): Lease
+# semantics are kube-apiserver's to judge, and the double's run cost 110 s of CI (issue 22 note).
+@ON_THE_REAL_SERVER
 def test_leader_frozen_resumed_killed(chaos_env: ChaosEnv) -> None:
     env = chaos_env
     env.single_vcenter()
