@@ -10,18 +10,26 @@
   minutes, and xdist hands out units in collection order; started last, one of them would leave
   the other workers idle at the end of the run.
 
-Each worker runs its tests one at a time, so a test never shares its process with another; every
-server a test starts listens on a port the OS chose (``bind`` to port 0), and every test works in
-its own ``tmp_path`` (pytest gives each worker its own base temp directory), so workers do not
-meet. A plain ``pytest`` (no ``-n``, or ``-n 0``) runs everything in collection order, as before.
+Each worker runs its tests one at a time, so a test never shares its process with another, and
+every test works in its own ``tmp_path`` (pytest gives each worker its own base temp directory).
+Ports: a server that binds port 0 itself (the API double, vcsim) gets one no other process holds;
+a port chosen now and bound later by another process (etcd, kube-apiserver, the managers' probe
+and metrics listeners: ``banlieue.cmd.dev.free_ports``) comes from the worker's own range below
+the OS's ephemeral ports (``$BANLIEUE_PORT_RANGE``, :func:`pytest_configure`), inherited by the
+processes the worker starts, so no other worker (nor any outgoing connection) can take it in
+between. A plain ``pytest`` (no ``-n``, or ``-n 0``) runs everything in collection order, on ports
+the OS chooses, as before.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from banlieue.cmd.dev import PORT_RANGE_ENV
 
 REAL_CAPI_FILES = (
     "tests/capi/test_real_capi.py",
@@ -44,6 +52,43 @@ LONGEST_FIRST = (
     "tests/e2e/test_dev_supervision.py",
     "tests/e2e/test_dev.py",
 )
+
+
+PORTS_FROM = 10000  # the workers' port ranges split [PORTS_FROM, the first ephemeral port)
+MIN_PORTS_PER_WORKER = 1000
+
+
+def ephemeral_low() -> int:
+    """The first port of the OS's ephemeral range (``net.ipv4.ip_local_port_range``); Linux's
+    default, 32768, when it cannot be read."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def worker_port_range(worker: str, count: int, first_ephemeral: int) -> str | None:
+    """``LOW-HIGH`` for xdist worker ``worker`` (``gw<i>``) of ``count``: the ``i``-th of ``count``
+    equal slices of ``[PORTS_FROM, first_ephemeral)``; None when a slice would hold fewer than
+    :data:`MIN_PORTS_PER_WORKER` ports (the OS chooses then, as without xdist)."""
+    span = (first_ephemeral - PORTS_FROM) // max(count, 1)
+    index = int(worker.removeprefix("gw"))
+    if span < MIN_PORTS_PER_WORKER or not 0 <= index < count:
+        return None
+    low = PORTS_FROM + index * span
+    return f"{low}-{low + span - 1}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On an xdist worker: ``$BANLIEUE_PORT_RANGE`` = this worker's range (module docstring),
+    unless the environment already sets one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if not worker or not count or os.environ.get(PORT_RANGE_ENV):
+        return
+    ports = worker_port_range(worker, count, ephemeral_low())
+    if ports:
+        os.environ[PORT_RANGE_ENV] = ports
 
 
 def unit_of(nodeid: str) -> str:
