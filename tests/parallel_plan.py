@@ -1,4 +1,4 @@
-"""How ``make test`` spreads the suite over pytest-xdist workers (``-n N --dist loadfile``).
+"""How ``make test PYTEST_WORKERS=N`` spreads the suite over pytest-xdist workers (``-n N --dist loadfile``).
 
 - The unit of work is a test file, as with xdist's ``loadfile``: a file's module-scoped
   fixtures (a vcsim, an API server, a banlieue manager shared by its tests) start once, on the one

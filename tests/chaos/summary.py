@@ -2,7 +2,7 @@
 that did not hold (failed, errored, or a strict xfail naming a known product bug).
 
 A plugin registered by ``tests/conftest.py`` rather than a hook in ``tests/chaos/conftest.py``:
-under pytest-xdist (``make test`` runs ``-n``) the summary is printed by the controller, which
+under pytest-xdist (``make test PYTEST_WORKERS=2`` runs ``-n 2``) the summary is printed by the controller, which
 loads only the conftest files of its command-line paths' anchors (``tests/conftest.py`` for a
 plain ``pytest``), never ``tests/chaos/conftest.py``. The controller's terminal reporter holds
 every worker's reports (xdist replays each through ``pytest_runtest_logreport``), so the counts

@@ -1,4 +1,4 @@
-"""tests/parallel_plan.py: how `make test` spreads the suite over pytest-xdist workers."""
+"""tests/parallel_plan.py: how `make test PYTEST_WORKERS=N` spreads the suite over pytest-xdist workers."""
 
 from __future__ import annotations
 
