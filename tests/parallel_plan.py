@@ -3,9 +3,10 @@
 - The unit of work is a test file, as with xdist's ``loadfile``: a file's module-scoped
   fixtures (a vcsim, an API server, a banlieue manager shared by its tests) start once, on the one
   worker that runs the file, and its tests keep their order.
-- The files that drive real Cluster API (:data:`REAL_CAPI_FILES`) are one unit: they share the
+- The files that drive real Cluster API (:data:`REAL_CAPI_FILES`) are one unit: three share the
   package-scoped envtest and CAPI managers of ``tests/capi/conftest.py`` (about 40 s to start on
-  two cores), which would otherwise start once per worker that gets one of these files.
+  two cores), which would otherwise start once per worker that gets one of these files, and
+  ``banlieue dev --capi``'s own CAPI managers must not start while those do.
 - Workers run the longest units first (:data:`LONGEST_FIRST`): each file listed there takes a few
   minutes, and xdist hands out units in collection order; started last, one of them would leave
   the other workers idle at the end of the run.
@@ -31,10 +32,14 @@ import pytest
 
 from banlieue.cmd.dev import PORT_RANGE_ENV
 
+# tests/e2e/test_dev_capi.py starts its own CAPI managers (``banlieue dev --capi``): in the same
+# unit, two CAPI stacks never start at once. When they did (2 workers, load 10-18), the tier's
+# envtest + managers took 408 s instead of about 40 s and dev's took over its 150-s deadline.
 REAL_CAPI_FILES = (
     "tests/capi/test_real_capi.py",
     "tests/capi/test_real_capi_workload.py",
     "tests/capi/test_clusterctl.py",
+    "tests/e2e/test_dev_capi.py",
 )
 REAL_CAPI_UNIT = "tests/capi: real Cluster API"
 
@@ -48,7 +53,6 @@ LONGEST_FIRST = (
     "tests/e2e/test_delete_no_leak.py",  # 80 + 28 s and more
     "tests/chaos/test_crash.py",
     "tests/chaos/test_kill_in_window.py",
-    "tests/e2e/test_dev_capi.py",
     "tests/e2e/test_dev_supervision.py",
     "tests/e2e/test_dev.py",
 )
