@@ -8,6 +8,8 @@ pytest_plugins = [
     "banlieue.testing.apiserver.fixture",
     "banlieue.testing.envtest.fixture",
     "banlieue.testing.vcsim",
+    "chaos.summary",  # the chaos summary line, printed by xdist's controller too
+    "parallel_plan",  # how `make test PYTEST_WORKERS=N` spreads files over xdist workers
 ]
 
 # No per-example deadline: on a loaded 2-core machine a slow example is not a failure (the

@@ -55,9 +55,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import json
 import os
+import random
 import re
 import selectors
 import shutil
@@ -304,12 +306,62 @@ class Progress:
 # --- small helpers ------------------------------------------------------------------------------
 
 
+PORT_RANGE_ENV = "BANLIEUE_PORT_RANGE"
+PORT_RANGE_ATTEMPTS = 256  # random candidates tried in $BANLIEUE_PORT_RANGE before giving up
+
+
+def port_range() -> range | None:
+    """``$BANLIEUE_PORT_RANGE`` (``LOW-HIGH``, both included) as a range of ports, or None when
+    it is unset or empty. Raises ValueError naming the variable when it is not ``LOW-HIGH`` with
+    ``1 <= LOW <= HIGH <= 65535``.
+
+    Set, it is where :func:`free_port` and :func:`free_ports` choose, instead of letting the OS
+    choose from its ephemeral range (``net.ipv4.ip_local_port_range``, 32768-60999 on Linux).
+    A port is chosen now and bound later by another process (etcd, a manager): meanwhile the OS
+    may give it away as the local port of an outgoing connection, or to another process that
+    asks for port 0. A range below the ephemeral one is never given away, and the workers of a
+    parallel ``make test`` each get their own (``tests/parallel_plan.py``), so they never choose
+    one another's ports."""
+    spec = os.environ.get(PORT_RANGE_ENV, "").strip()
+    if not spec:
+        return None
+    low_s, _, high_s = spec.partition("-")
+    try:
+        low, high = int(low_s), int(high_s)
+    except ValueError:
+        low = high = 0
+    if not 1 <= low <= high <= 65535:
+        raise ValueError(f"{PORT_RANGE_ENV}={spec!r}: expected LOW-HIGH with 1 <= LOW <= HIGH <= 65535, e.g. 20000-25999")
+    return range(low, high + 1)
+
+
+def _bind_free(sock: socket.socket, host: str) -> None:
+    """Bind ``sock`` to a free port of ``host``: one the OS chooses, or a random one of
+    :func:`port_range` when set (OSError EADDRINUSE after :data:`PORT_RANGE_ATTEMPTS` taken ones)."""
+    ports = port_range()
+    if ports is None:
+        sock.bind((host, 0))
+        return
+    for port in random.sample(ports, min(len(ports), PORT_RANGE_ATTEMPTS)):
+        try:
+            sock.bind((host, port))
+            return
+        except OSError as err:
+            if err.errno != errno.EADDRINUSE:
+                raise
+    raise OSError(errno.EADDRINUSE, f"no free port on {host} in {PORT_RANGE_ENV}={ports.start}-{ports.stop - 1}")
+
+
 def free_port(host: str = "127.0.0.1", preferred: int = 0) -> int:
-    """``preferred`` when it can be bound on ``host`` now, else a free port chosen by the OS."""
+    """``preferred`` when it can be bound on ``host`` now, else a free port chosen by the OS (or
+    in ``$BANLIEUE_PORT_RANGE``, :func:`port_range`)."""
     for port in ((preferred, 0) if preferred else (0,)):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
-                s.bind((host, port))
+                if port:
+                    s.bind((host, port))
+                else:
+                    _bind_free(s, host)
             except OSError:
                 continue
             return int(s.getsockname()[1])
@@ -317,15 +369,16 @@ def free_port(host: str = "127.0.0.1", preferred: int = 0) -> int:
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct free ports on ``host``, chosen by the OS with every socket held bound
-    until all are chosen. Use it wherever several ports are chosen together: back-to-back
-    :func:`free_port` calls can return the same port (each socket is closed before the next is
-    bound), and CAPI core once failed to start with its metrics listener on the port its health
-    probe already had ("address already in use"). Raises OSError when ``host`` cannot be bound."""
+    """``count`` distinct free ports on ``host``, chosen by the OS (or in ``$BANLIEUE_PORT_RANGE``,
+    :func:`port_range`) with every socket held bound until all are chosen. Use it wherever
+    several ports are chosen together: back-to-back :func:`free_port` calls can return the same
+    port (each socket is closed before the next is bound), and CAPI core once failed to start
+    with its metrics listener on the port its health probe already had ("address already in
+    use"). Raises OSError when ``host`` cannot be bound."""
     with contextlib.ExitStack() as stack:
         socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
         for s in socks:
-            s.bind((host, 0))
+            _bind_free(s, host)
         return [int(s.getsockname()[1]) for s in socks]
 
 

@@ -3,6 +3,7 @@ themselves are exercised by tests/e2e/test_dev_supervision.py."""
 
 from __future__ import annotations
 
+import errno
 import signal
 import socket
 import subprocess
@@ -145,6 +146,7 @@ def test_ports_chosen_together_are_distinct(monkeypatch: pytest.MonkeyPatch) -> 
     the same port (the first socket is closed before the second is bound)."""
     import banlieue.cmd.dev as dev
 
+    monkeypatch.delenv(dev.PORT_RANGE_ENV, raising=False)  # the model is of the OS's choice
     monkeypatch.setattr(dev, "socket", _LowestFreePortOS().module())
     assert dev.free_port() == dev.free_port()  # the model reproduces the coincidence
     ports = dev.free_ports(3)
@@ -158,6 +160,7 @@ def test_start_banlieue_probes_and_metrics_ports_are_distinct(tmp_path: Path, mo
     import banlieue.cmd.dev as dev
     from banlieue.testing import stack
 
+    monkeypatch.delenv(dev.PORT_RANGE_ENV, raising=False)
     monkeypatch.setattr(dev, "socket", _LowestFreePortOS().module())
     started: list[list[str]] = []
 
@@ -171,3 +174,44 @@ def test_start_banlieue_probes_and_metrics_ports_are_distinct(tmp_path: Path, mo
     metrics = argv[argv.index("--metrics-bind-address") + 1]
     probes = argv[argv.index("--health-probe-bind-address") + 1]
     assert metrics != probes, argv
+
+
+def _released_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("spec", ["20000", "x-y", "200-100", "0-10", "1-65536", "-5"])
+def test_a_bad_port_range_names_the_variable(spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import banlieue.cmd.dev as dev
+
+    monkeypatch.setenv(dev.PORT_RANGE_ENV, spec)
+    with pytest.raises(ValueError, match=rf"^BANLIEUE_PORT_RANGE='{spec}': expected LOW-HIGH"):
+        dev.free_ports(1)
+
+
+def test_ports_are_chosen_in_the_port_range_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """$BANLIEUE_PORT_RANGE (what each parallel `make test` worker gets, tests/parallel_plan.py):
+    every port chosen is in it, distinct, and one held elsewhere is never returned."""
+    import banlieue.cmd.dev as dev
+
+    monkeypatch.delenv(dev.PORT_RANGE_ENV, raising=False)
+    assert dev.port_range() is None
+    port = _released_port()
+    monkeypatch.setenv(dev.PORT_RANGE_ENV, f"{port}-{port}")
+    assert dev.port_range() == range(port, port + 1)
+    assert dev.free_ports(1) == [port] and dev.free_port() == port
+    with pytest.raises(OSError) as taken:
+        dev.free_ports(2)  # one port in the range, two wanted
+    assert taken.value.errno == errno.EADDRINUSE and f"BANLIEUE_PORT_RANGE={port}-{port}" in str(taken.value)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        with pytest.raises(OSError):
+            dev.free_ports(1)
+        with pytest.raises(StartupError, match="no free port"):
+            dev.free_port(preferred=port)  # taken, and the range holds no other
+    low = 29000
+    monkeypatch.setenv(dev.PORT_RANGE_ENV, f"{low}-{low + 99}")
+    ports = dev.free_ports(5)
+    assert len(set(ports)) == 5 and all(low <= p <= low + 99 for p in ports), ports
