@@ -497,26 +497,22 @@ class VMIndex:
     def on_hurry(self, notify: Callable[[], None]) -> Callable[[], None]:
         """Call ``notify()`` (from any thread; it must not block) on each ``hurry``; returns the
         function that unsubscribes it."""
-        with self._lock:
-            self._hurry_listeners.append(notify)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if notify in self._hurry_listeners:
-                    self._hurry_listeners.remove(notify)
-
-        return unsubscribe
+        return self._listen(self._hurry_listeners, notify)
 
     def subscribe(self, notify: Callable[[], None]) -> Callable[[], None]:
         """Call ``notify()`` (from any thread) whenever a UID gets a new moref; returns the
         function that unsubscribes it."""
+        return self._listen(self._listeners, notify)
+
+    def _listen(self, listeners: list[Callable[[], None]], notify: Callable[[], None]) -> Callable[[], None]:
+        """Add ``notify`` to ``listeners`` under the lock; return the function that removes it."""
         with self._lock:
-            self._listeners.append(notify)
+            listeners.append(notify)
 
         def unsubscribe() -> None:
             with self._lock:
-                if notify in self._listeners:
-                    self._listeners.remove(notify)
+                if notify in listeners:
+                    listeners.remove(notify)
 
         return unsubscribe
 
