@@ -87,7 +87,7 @@ from banlieue.reconcilers.vspheremachine.sources import (
     VMWatch,
     register_indexes,
 )
-from banlieue.reconcilers.vspheremachine.vcenter_slots import VCenterSlots, cap_for_workers
+from banlieue.reconcilers.vspheremachine.vcenter_slots import VCenterSlots, cap_for_workers, vm_exists
 from banlieue.reconcilers.vspheremachine.writes import OwnWrites, recordable
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
@@ -478,8 +478,7 @@ class VSphereMachineReconciler:
                         if slot is None:
                             # A machine whose VM exists is served first (vcenter_slots): its
                             # reconcile is short, and it should not wait behind every clone to come.
-                            exists = bool(snap.machine.status and snap.machine.status.instance_uuid)
-                            if not self.slots.try_acquire(conn.endpoint, request, first=exists):
+                            if not self.slots.try_acquire(conn.endpoint, request, first=vm_exists(snap.machine)):
                                 if self.slots.waking:
                                     # In line for the vCenter: the next release enqueues it.
                                     log.debug("vcenter busy, waiting for a slot", machine=str(request),
