@@ -1001,8 +1001,14 @@ def main(argv: list[str] | None = None) -> int:
         if not (math.isfinite(value) and value >= low):
             p.error(f"{flag} must be a finite number of seconds >= {low:g}, got {value}")
     providers = [x.strip() for x in args.providers.split(",")]
-    if not set(providers) <= {"banlieue", "capv"} or not providers:
+    if not set(providers) <= {"banlieue", "capv"} or len(set(providers)) != len(providers):
         p.error("--providers: a comma list of banlieue, capv")
+    if args.gate is not None:
+        # Refused rather than ignored or waited on forever.
+        if len(providers) < 2:
+            p.error("--gate FILE waits before the second provider: give two in --providers")
+        if not args.gate.absolute().parent.is_dir():
+            p.error(f"--gate {args.gate}: its directory {args.gate.parent} does not exist (the wait would never end)")
     for b in ("capv-manager", "capi-manager", "kube-apiserver", "vcsim", "govc"):
         if b == "capv-manager" and "capv" not in providers:
             continue  # banlieue alone (its per-machine counts) needs no CAPV build

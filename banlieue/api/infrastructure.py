@@ -27,6 +27,7 @@ from banlieue.api.meta import (
     MachineAddress,
     Quantity,
     TemplateObjectMeta,
+    UncheckedIPAddress,
     UncheckedIPPrefix,
     UncheckedIPv4Gateway,
     UncheckedIPv6Gateway,
@@ -225,8 +226,9 @@ class NetworkDevice(ApiModel):
     IPv4 address or DHCPv4 (CRD rules only, ``meta.interface_ip_rules``)."""
     gateway6: UncheckedIPv6Gateway | None = None
     """IPv6 default gateway: a unicast IPv6 address in one of the device's IPv6 networks, or link-local."""
-    nameservers: list[str] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
-    """DNS servers."""
+    nameservers: list[UncheckedIPAddress] | None = Field(default=None, json_schema_extra={**LIST_ATOMIC, "maxItems": MAX_ADDRESSES})
+    """DNS servers: IP addresses, as a VirtualMachine's (CRD rules only; netplan refuses the
+    guest's whole network configuration for a name server that is not an address)."""
 
 
 class MachineNetwork(ApiModel):

@@ -187,6 +187,12 @@ UncheckedIPPrefix = Annotated[
 """``IPPrefix`` in the CRD schema only: banlieue reads any string (a VSphereMachine stored before
 the rules existed is still read, ADR 0012)."""
 
+UncheckedIPAddress = Annotated[
+    str, Field(json_schema_extra={"minLength": 1, "maxLength": IP_PREFIX_MAX_LENGTH, "x-kubernetes-validations": [
+        {"rule": "isIP(self)", "message": "must be an IP address (10.0.0.1, fd00::1)"}]})
+]
+"""``IPAddress`` in the CRD schema only."""
+
 UncheckedIPv4Gateway = Annotated[
     str, Field(json_schema_extra={"minLength": 1, "maxLength": IP_PREFIX_MAX_LENGTH, "x-kubernetes-validations": _gateway_rules(4)})
 ]

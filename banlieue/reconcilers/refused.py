@@ -59,7 +59,7 @@ class RefusedCredentials:
         if parsed is None:
             return
         secret = parsed.spec.connection.credentials_ref.name
-        log.info("vcenter refused the credentials; re-reading their Secret", provider=provider, secret=secret)
+        log.info("vcenter refused the credentials; re-reading their Secret", provider=provider, secretName=secret)
         referenced(self.ctx.cache).reread_soon(self.ctx.client, SECRET, secret, parsed.metadata.namespace)
 
     async def start(self) -> None:

@@ -132,6 +132,25 @@ def test_bad_flags_exit_2(args: list[str], message: str) -> None:
     assert message in proc.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--gate", "g", "--providers", "banlieue"], "--gate FILE waits before the second provider: give two in --providers"),
+    (["--gate", "no-such-dir/g"], "--gate no-such-dir/g: its directory no-such-dir does not exist (the wait would never end)"),
+    (["--providers", "banlieue,banlieue"], "--providers: a comma list of banlieue, capv"),
+])
+def test_bad_gate_and_providers_exit_2(capv: ModuleType, args: list[str], message: str, capsys: pytest.CaptureFixture[str],
+                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process (no interpreter start): refused before anything starts, one error line."""
+    monkeypatch.chdir(tmp_path)
+
+    def started(*_: object, **__: object) -> None:
+        raise AssertionError("the benchmark started")
+    monkeypatch.setattr(capv, "start_envtest", started)
+    with pytest.raises(SystemExit) as exit_info:
+        capv.main(args)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"bench/capv.py: error: {message}"
+
+
 def _write(user: str, verb: str, name: str, rv: str, at: str, sub: str = "", **meta: object) -> dict[str, object]:
     ref = {"apiGroup": "infrastructure.banlieue.io", "resource": "vspheremachines", "namespace": "ns", "name": name}
     if sub:

@@ -13,8 +13,9 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
 - An endpoint outside ``--allowed-endpoint-cidrs`` (backend reason ``EndpointNotAllowed``, nothing
   dialled) -> ``EndpointNotAllowed``.
 - Backend errors while connecting: ``AuthFailed`` -> *decision* ``SecretInvalid`` (the vCenter
-  refused the credentials held in the Secret: the fix is in the Secret, which is watched, so
-  fixing it recovers at once); anything else (``Transient``: refused, reset, timed out; and
+  refused the credentials held in the Secret: the fix is in the Secret, which is not watched but
+  re-read at each refusal (``reconcilers/refused``) and every ``--secret-resync-period``, so
+  fixing it recovers at the next retry or re-read); anything else (``Transient``: refused, reset, timed out; and
   ``TLSVerifyFailed``, a certificate that does not verify) -> ``ConnectFailed`` with one message
   (``UNREACHABLE_MESSAGE``): whoever writes a Provider may point it anywhere, and a distinct
   reason for a TLS server told them something listens there (new-user finding); the log says which.

@@ -489,3 +489,26 @@ def test_the_double_evaluates_every_rule_of_config_crd() -> None:
              for r in _crd_rules(doc)]
     assert len(rules) > 100
     assert [r for r in rules if compile_rule(r) is False] == []
+
+
+def _crd_schema(file: str) -> dict[str, Any]:
+    doc = yaml.load((Path(__file__).resolve().parents[3] / "config" / "crd" / file).read_text(), Loader=yaml.CSafeLoader)
+    schema: dict[str, Any] = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+@pytest.mark.parametrize(("servers", "field"), [
+    (["10.0.0.53", "fd00::53"], None),
+    (["dns.example.com"], "spec.network.devices[0].nameservers[0]"),
+    (["10.0.0.53", "10.0.0.53:53"], "spec.network.devices[0].nameservers[1]"),
+    ([""], "spec.network.devices[0].nameservers[0]"),
+])
+def test_vspheremachine_name_servers_are_ip_addresses(servers: list[str], field: str | None) -> None:
+    """A VSphereMachine's name servers are IP addresses, as a VirtualMachine's (CRD rule isIP):
+    netplan refuses the guest's whole network configuration for one that is not."""
+    schema = _crd_schema("infrastructure.banlieue.io_vspheremachines.yaml")
+    obj = {"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachine", "metadata": {"name": "m"},
+           "spec": {"template": "t", "numCPUs": 1, "memoryMiB": 512,
+                    "network": {"devices": [{"name": "eth0", "networkClass": "default", "dhcp4": True, "nameservers": servers}]}}}
+    causes = validate(obj, schema)
+    assert {c["field"] for c in causes} == (set() if field is None else {field}), causes
