@@ -80,6 +80,33 @@ async def test_wrong_password_and_refused_connection(
         await backend.check_connection(make_conn(vcsim, provider="t/down", endpoint=f"127.0.0.1:{port}"))
 
 
+def _logins(provider: str, outcome: str) -> float:
+    from prometheus_client import REGISTRY
+    return REGISTRY.get_sample_value("banlieue_vsphere_requests_total",
+                                     {"provider": provider, "method": "Login", "outcome": outcome}) or 0.0
+
+
+async def test_refused_credentials_are_not_sent_again_for_a_minute_unless_they_change(
+    backend: VSphereBackend, vcsim: VcsimProcess, make_conn: MakeConn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vCenter SSO locks an account after 5 refused logins in 180 s: a wrong password is sent
+    once per REFUSED_LOGIN_RETRY_SECONDS, however often machines retry; a fixed one at once."""
+    from banlieue.backends.vsphere import session as session_mod
+
+    wrong = make_conn(vcsim, provider="t/lock", password="wrong")
+    for _ in range(6):
+        with pytest.raises(AuthFailed):
+            await backend.check_connection(wrong)
+    assert _logins("t/lock", "fault") == 1
+    # The fixed password is tried at once, and works.
+    assert await backend.check_connection(make_conn(vcsim, provider="t/lock")) == "6.5"
+    # Once the hold is over, the wrong one is sent again (once).
+    monkeypatch.setattr(session_mod, "REFUSED_LOGIN_RETRY_SECONDS", 0.0)
+    with pytest.raises(AuthFailed):
+        await backend.check_connection(wrong)
+    assert _logins("t/lock", "fault") == 2
+
+
 async def test_a_slow_vcenter_does_not_delay_another(
     vcsim_factory: Callable[..., VcsimProcess], make_conn: MakeConn
 ) -> None:

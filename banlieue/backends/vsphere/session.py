@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import http.client
 import socket
 import ssl
@@ -227,6 +228,9 @@ class Endpoint:
         ``SessionPool.release_unused`` removes once the provider uses nothing any more."""
         self.closed = False
         """Set by ``close``: the pool takes no new work; a session on it is dropped at next use."""
+        self.refused: dict[str, float] = {}
+        """Credentials this vCenter refused (``InvalidLogin``), by ``credentials_digest``:
+        monotonic time of the refusal (``Session.login``, ``REFUSED_LOGIN_RETRY_SECONDS``)."""
 
     def count_probe(self, method: str, outcome: str, seconds: float, provider: str) -> None:
         """Count one reachability probe in the metrics (label ``provider``) and in
@@ -301,6 +305,20 @@ class Endpoint:
         stub.InvokeMethod = invoke
 
 
+REFUSED_LOGIN_RETRY_SECONDS = 60.0
+"""Seconds before credentials a vCenter refused (``InvalidLogin``) are sent to it again, unless
+they change (a fixed Secret is tried at once). vCenter SSO's default lockout policy locks an
+account after 5 failed logins within 180 s, for 300 s: every Provider and machine retrying a
+wrong password on its own back-off sent 10 refused logins in 13 s (review of issue 22), enough
+to lock a shared service account. At most 3 refused logins in any 180 s now come from banlieue."""
+
+
+def credentials_digest(conn: Connection) -> str:
+    """SHA-256 (hex) of the Connection's user and password: what ``Endpoint.refused`` keys on,
+    so no password is kept beyond the Connection itself."""
+    return hashlib.sha256(f"{conn.username}\0{conn.password}".encode()).hexdigest()
+
+
 class Session:
     """A logged-in session for one Provider on one Endpoint. Methods block: run them in the
     endpoint's pool."""
@@ -353,6 +371,19 @@ class Session:
         pyVim's ``Connect`` (RetrieveServiceContent, Login), every round trip bounded by the
         request timeout. Raises BackendError."""
         start = time.monotonic()
+        digest = credentials_digest(self.conn)
+        with self.endpoint._lock:
+            refused_at = self.endpoint.refused.get(digest)
+        if refused_at is not None and start - refused_at < REFUSED_LOGIN_RETRY_SECONDS:
+            # Not sent: the same credentials were refused moments ago (REFUSED_LOGIN_RETRY_SECONDS).
+            # Told to on_refused as a refusal is, so the Secret is re-read and a fixed one used.
+            wait = REFUSED_LOGIN_RETRY_SECONDS - (start - refused_at)
+            err = AuthFailed(f"vCenter {self.endpoint.label} refused these credentials {start - refused_at:.0f} s ago; "
+                             f"they are sent again in {wait:.0f} s, or at once when the Secret changes "
+                             "(vCenter locks an account after 5 refused logins in 180 s)")
+            if self._on_refused is not None:
+                self._on_refused(self.conn.provider)
+            raise err
         try:
             context = ssl_context(self.conn) if self.protocol == "https" else None
             version = negotiate_version(self.protocol, self.host, self.port, context, self.request_timeout)
@@ -388,8 +419,11 @@ class Session:
         """``map_exception(exc)`` for a failed login; an ``InvalidLogin`` (``AuthFailed`` with
         its own reason, not ``NoPermission``) is told to ``on_refused`` first (module docstring)."""
         err = map_exception(exc)
-        if self._on_refused is not None and isinstance(err, AuthFailed) and err.reason == AuthFailed.reason:
-            self._on_refused(self.conn.provider)
+        if isinstance(err, AuthFailed) and err.reason == AuthFailed.reason:
+            with self.endpoint._lock:
+                self.endpoint.refused[credentials_digest(self.conn)] = time.monotonic()
+            if self._on_refused is not None:
+                self._on_refused(self.conn.provider)
         return err
 
     def _read_about(self) -> None:
