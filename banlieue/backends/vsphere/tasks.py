@@ -159,7 +159,7 @@ def _task_and(task: Any, along: ReadAlong, obj: Any) -> Callable[[Session], tupl
 SIGNAL_FALLBACK = 3.0
 """Seconds ``wait_task`` waits for its ``signal`` before it polls the task (and between polls
 at first). A change watch reports a power state within its hurried poll gap
-(``watch.POLL_GAP_SECONDS``, 2 s) plus the collector's tick; below that, a signal on its way is
+(``watch.POLL_GAP_SECONDS``, 1 s) plus the collector's tick, with room for a lagging poll; below that, a signal on its way is
 overtaken by a task read (issue 22: vCenter requests per machine)."""
 
 

@@ -20,7 +20,7 @@ from banlieue.backends.vsphere.watch import POLL_GAP_MAX_SECONDS, POLL_GAP_SECON
 
 
 def test_next_gap_doubles_while_updates_come_and_resets_when_quiet() -> None:
-    assert (POLL_GAP_SECONDS, POLL_GAP_MAX_SECONDS) == (2.0, 4.0)
+    assert (POLL_GAP_SECONDS, POLL_GAP_MAX_SECONDS) == (1.0, 4.0)
     gaps = [1.0]
     for _ in range(4):
         gaps.append(next_gap(gaps[-1], True, 1.0, 4.0))
