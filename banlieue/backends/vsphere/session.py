@@ -232,6 +232,16 @@ class Endpoint:
         """Credentials this vCenter refused (``InvalidLogin``), by ``credentials_digest``:
         monotonic time of the refusal (``Session.login``, ``REFUSED_LOGIN_RETRY_SECONDS``)."""
 
+    def refused_at(self, digest: str) -> float | None:
+        """Monotonic time this vCenter refused the credentials of ``digest``, None if it did not."""
+        with self._lock:
+            return self.refused.get(digest)
+
+    def note_refused(self, digest: str) -> None:
+        """Remember that this vCenter refused the credentials of ``digest`` now."""
+        with self._lock:
+            self.refused[digest] = time.monotonic()
+
     def count_probe(self, method: str, outcome: str, seconds: float, provider: str) -> None:
         """Count one reachability probe in the metrics (label ``provider``) and in
         ``probe_requests``, not in ``soap_requests`` (the calls made for reconcilers, which
@@ -372,8 +382,7 @@ class Session:
         request timeout. Raises BackendError."""
         start = time.monotonic()
         digest = credentials_digest(self.conn)
-        with self.endpoint._lock:
-            refused_at = self.endpoint.refused.get(digest)
+        refused_at = self.endpoint.refused_at(digest)
         if refused_at is not None and start - refused_at < REFUSED_LOGIN_RETRY_SECONDS:
             # Not sent: the same credentials were refused moments ago (REFUSED_LOGIN_RETRY_SECONDS).
             # Told to on_refused as a refusal is, so the Secret is re-read and a fixed one used.
@@ -420,8 +429,7 @@ class Session:
         its own reason, not ``NoPermission``) is told to ``on_refused`` first (module docstring)."""
         err = map_exception(exc)
         if isinstance(err, AuthFailed) and err.reason == AuthFailed.reason:
-            with self.endpoint._lock:
-                self.endpoint.refused[credentials_digest(self.conn)] = time.monotonic()
+            self.endpoint.note_refused(credentials_digest(self.conn))
             if self._on_refused is not None:
                 self._on_refused(self.conn.provider)
         return err
