@@ -99,11 +99,17 @@ def ready_of(obj: dict[str, Any]) -> tuple[str, str, str] | None:
 
 
 async def wait_reason(client: Client, ns: str, name: str, *reasons: str, timeout: float = 30.0) -> dict[str, Any]:
+    seen: list[tuple[str, str, str] | None] = [None]
+
     async def check() -> dict[str, Any] | None:
         obj = await client.get(VSPHERE_MACHINE, name, ns)
-        r = ready_of(obj)
+        r = seen[0] = ready_of(obj)
         return obj if r is not None and r[1] in reasons else None
-    return await eventually(check, timeout, what=f"{name} Ready reason in {reasons}")  # type: ignore[no-any-return]
+    try:
+        return await eventually(check, timeout, what=f"{name} Ready reason in {reasons}")  # type: ignore[no-any-return]
+    except AssertionError as exc:
+        # Where the machine was instead (status, reason, message): a timeout explains itself.
+        raise AssertionError(f"{exc}; last Ready: {seen[0]!r}") from None
 
 
 async def test_standalone_lifecycle(apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any) -> None:
