@@ -534,7 +534,9 @@ class VSphereMachineReconciler:
                 self._missing.pop(str(machine.metadata.uid or ""), None)
             if snap.failure is not None and task_failed(snap.failure):
                 self._task_failures[str(machine.metadata.uid or "")] = snap.task_failures + 1
-                self._clone_not_before[str(machine.metadata.uid or "")] = snap.now + timedelta(
+                # Counted from the refusal, not from the reconcile's start: the clone's own wait
+                # (seconds on vCenter) is no part of the back-off.
+                self._clone_not_before[str(machine.metadata.uid or "")] = self.ctx.now() + timedelta(
                     seconds=task_failure_retry_seconds(snap.task_failures + 1))
             elif snap.looked_up and snap.vm is not None:
                 self._task_failures.pop(str(machine.metadata.uid or ""), None)

@@ -72,8 +72,8 @@ def condition_message(step: Step, err: BackendError) -> str:
     if reason == "DuplicateName":
         # Built from what banlieue asked (the VM is named after the machine), not vCenter's text.
         return ("vCenter refused the clone: a VM of this machine's name already exists in the target folder and is not "
-                "this machine's (DuplicateName); rename or remove that VM in vCenter (the clone is retried every "
-                "minute), or create the machine under another name")
+                "this machine's (DuplicateName); rename or remove that VM in vCenter (the clone is retried, at "
+                "most a minute apart), or create the machine under another name")
     if reason in ("TaskTimeout",):
         return f"vCenter did not finish the {what} within --vsphere-task-timeout; retrying; {LOG_HINT}"
     if reason == InvalidSpec.reason:

@@ -8,6 +8,7 @@ A real Manager running the vspheremachine controller against the API server (HTT
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -50,7 +51,6 @@ def _find_vm(si: Any, name: str) -> Any:
 async def test_a_vm_of_the_same_name_in_the_folder_is_vm_name_in_use(
         apiserver: Any, client: Client, ns: str, vcsim: VcsimProcess, si: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(decide, "RETRY_SECONDS", 1.0)  # the re-check after the other VM is gone
     template = _find_vm(si, "ubuntu-22.04")
     dc = si.content.rootFolder.childEntity[0]  # DC0: its VM folder is where the machine clones to
     pool = next(c for c in dc.hostFolder.childEntity if c.name == "DC0_C0").resourcePool
@@ -65,8 +65,16 @@ async def test_a_vm_of_the_same_name_in_the_folder_is_vm_name_in_use(
         assert (status, reason) == ("False", "VMNameInUse"), message
         assert message == ("vCenter refused the clone: a VM of this machine's name already exists in the target folder "
                            "and is not this machine's (DuplicateName); rename or remove that VM in vCenter (the clone is "
-                           "retried every minute), or create the machine under another name")
+                           "retried, at most a minute apart), or create the machine under another name")
         assert vms_with_uid(si, created["metadata"]["uid"]) == []
+        # A refused clone backs off (decide.TASK_FAILURE_FIRST_RETRY_SECONDS, 5 s first): the
+        # machine stays VMNameInUse instead of cloning again on its own status write's event
+        # (it flipped back to Cloning within milliseconds, a clone every 1.5 s, CI run of 117f454).
+        held_until = time.monotonic() + decide.TASK_FAILURE_FIRST_RETRY_SECONDS - 1.5
+        while time.monotonic() < held_until:
+            now = ready_of(await client.get(VSPHERE_MACHINE, "taken", ns))
+            assert now is not None and now[1] == "VMNameInUse", now
+            await asyncio.sleep(0.1)
         # The user removes the other VM in vCenter: the machine is cloned without being edited.
         _wait(_find_vm(si, "taken").Destroy_Task())
         await wait_reason(client, ns, "taken", "WaitingForIPAddress", "Provisioned", timeout=30)

@@ -143,9 +143,10 @@ CASES: list[Any] = [
                  {"requeue_after": 5.0, "retry": False}, id="template-not-found"),
     pytest.param(looked(machine(), failure=Failure("create", "DatastoreNotFound", "no ds")), ("False", "InvalidSpec"), {}, id="datastore-not-found"),
     # A NIC's MAC another VM has (or one vCenter refused in a clone): its own reason, not
-    # InvalidSpec or CloneFailed with the word in the message; re-checked every 60 s.
+    # InvalidSpec or CloneFailed with the word in the message; re-checked with a refused clone's
+    # back-off (5 s doubling to 60 s: decide.REFUSED_CLONE_REASONS).
     pytest.param(looked(machine(), failure=Failure("create", "MacAddressConflict", "NIC 'eth0': macAddress 00:50:56:00:00:01 is already used")),
-                 ("False", "MacAddressConflict"), {"retry": False, "requeue_after": 60.0, "message": "NIC 'eth0': macAddress"},
+                 ("False", "MacAddressConflict"), {"retry": False, "requeue_after": 5.0, "message": "NIC 'eth0': macAddress"},
                  id="mac-address-conflict"),
     pytest.param(looked(machine(), failure=Failure("create", "TaskFailed", "boom")), ("False", "CloneFailed"),
                  {"retry": False, "requeue_after": 5.0}, id="clone-failed-retries-in-seconds"),
