@@ -154,3 +154,40 @@ async def test_owner_capi_cluster_paused_pauses_the_vspherecluster(apiserver: An
             return conds.get("Paused") == "False" and len(status.get("failureDomains") or []) == 1
 
         await eventually(resumed, timeout=5)  # the Cluster watch, not a periodic re-read
+
+
+async def test_provider_status_writes_never_get_the_owner_cluster(apiserver: Any) -> None:
+    """Issue 22: a Provider's status writes (its re-measure during a wave) reconcile every
+    VSphereCluster of the namespace; the owner Cluster's ``spec.paused`` comes from the Cluster
+    watch (``OwnerClusters``), not from a GET per reconcile (1.27 GETs per machine at 1,000)."""
+    apiserver.server.load_crd(CLUSTER_CRD)
+    async with running_controllers(apiserver, shared=False) as env:
+        await env.provider("vcenter-a", [fd("vcenter-a-dc0-c0", "c0")])
+        owner = await env.client.create(CAPI_CLUSTER, {
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "demo", "namespace": env.namespace}, "spec": {"paused": False}})
+        body = _cluster(env.namespace, {"providerRefs": [{"name": "vcenter-a"}]})
+        body["metadata"]["ownerReferences"] = [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "demo",
+                                               "uid": owner["metadata"]["uid"]}]
+        await env.client.create(VSPHERE_CLUSTER, body)
+
+        async def domains(n: int) -> bool:
+            return len((await _status(env)).get("failureDomains") or []) == n
+
+        await eventually(lambda: domains(1))
+        gets = lambda: [r for r in env.server.request_log(method="GET")  # noqa: E731
+                        if r.path.endswith(f"/namespaces/{env.namespace}/clusters/demo")]
+        before = len(gets())
+        names = ["c0", "c1", "c2", "c3", "c4"]
+        for i in range(2, 6):  # four Provider status writes, each a VSphereCluster reconcile
+            await env.provider_status("vcenter-a", [fd(f"vcenter-a-dc0-{n}", n) for n in names[:i]])
+            await eventually(lambda i=i: domains(i))  # type: ignore[misc]
+        assert len(gets()) == before, [r.path for r in gets()]
+        # ... and a pause still reaches it through the watch.
+        await env.client.patch(CAPI_CLUSTER, "demo", env.namespace, {"spec": {"paused": True}})
+
+        async def paused() -> bool:
+            conds = {c["type"]: c["status"] for c in (await _status(env)).get("conditions") or []}
+            return conds.get("Paused") == "True"
+
+        await eventually(paused, timeout=5)
