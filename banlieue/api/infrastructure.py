@@ -353,13 +353,31 @@ webhook refuses ``network.devices[].ipAddrs`` in a template ("cannot be set in t
 templated machine's addresses come from DHCP or IPAM pools). A VSphereMachine created on its own
 keeps ``addresses``."""
 
+TEMPLATE_MAC_ADDRESS_MESSAGE = (
+    "a MAC address cannot be set in a template: every VSphereMachine made from it would get the same one, and "
+    "every clone after the first would fail MacAddressConflict; leave macAddress unset (banlieue chooses one per VM), "
+    "or create each VSphereMachine with its own")
+TEMPLATE_MAC_ADDRESS_RULE: dict[str, JsonValue] = {
+    "rule": "!has(self.spec.network) || !has(self.spec.network.devices) || "
+            "self.spec.network.devices.all(d, !has(d.macAddress))",
+    "fieldPath": ".spec.network.devices",
+    "reason": "FieldValueForbidden",
+    "message": TEMPLATE_MAC_ADDRESS_MESSAGE,
+}
+"""The CRD rule of a VSphereMachineTemplate's ``spec.template``: no device has a ``macAddress``
+(422 Forbidden at ``spec.template.spec.network.devices``), for the reason of
+``TEMPLATE_STATIC_ADDRESSES_RULE``: a template is copied to every machine made from it, and vCenter
+refuses a clone whose manual MAC another VM has (``macs``, ``MacAddressConflict``)."""
+
 
 class VSphereMachineTemplateResource(ApiModel):
     """What a VSphereMachine made from the template looks like. Its network devices have no static
-    addresses: every machine made from the template would get the same ones (as in CAPV, whose
-    template webhook refuses ipAddrs); use DHCP, or create each VSphereMachine on its own."""
+    addresses and no MAC address: every machine made from the template would get the same ones
+    (as in CAPV, whose template webhook refuses ipAddrs); use DHCP and let banlieue choose MACs,
+    or create each VSphereMachine on its own."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [TEMPLATE_STATIC_ADDRESSES_RULE]})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [TEMPLATE_STATIC_ADDRESSES_RULE,
+                                                                               TEMPLATE_MAC_ADDRESS_RULE]})
 
     metadata: TemplateObjectMeta | None = None
     """Labels and annotations for the created machines."""

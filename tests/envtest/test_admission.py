@@ -507,3 +507,18 @@ def test_invalid_label_selectors_and_topology_keys_are_refused_at_admission(inst
                "metadata": {"name": "sel", "namespace": NS},
                "spec": {"providerSelector": {"matchExpressions": [{"key": "site", "operator": "In", "values": []}]}}}
     refused(cluster, "spec.providerSelector.matchExpressions[0]", "In and NotIn need at least one value")
+
+
+def test_a_template_refuses_a_mac_address_a_machine_keeps_it(installed: Kubectl) -> None:
+    """Defect: a VSphereMachineTemplate's ``macAddress`` was copied to every VSphereMachine made
+    from it, so every Machine of a MachineDeployment after the first failed ``MacAddressConflict``
+    (one MAC on two VMs). A template with ``macAddress`` on any device is refused with the field
+    and what to do instead, as static addresses are; a VSphereMachine of its own keeps it."""
+    err = installed.rejected("apply", "--server-side", "-f", "-", docs=[
+        _net_machine("t-mac", {"dhcp4": True}, {"dhcp4": True, "macAddress": "00:50:56:00:12:34"}, template=True)])
+    assert "spec.template.spec.network.devices: Forbidden: a MAC address cannot be set in a template" in err, err
+    for words in ("every VSphereMachine made from it", "leave macAddress unset"):
+        assert words in err, (words, err)
+    installed.ok("apply", "--server-side", "-f", "-", docs=[
+        _net_machine("t-mac", {"dhcp4": True}, {"dhcp4": True}, template=True),
+        _net_machine("m-mac", {"dhcp4": True, "macAddress": "00:50:56:00:12:34"})])
