@@ -210,6 +210,9 @@ def interface_ip_rules(gateway_without_address: dict[int, str], where: str) -> l
     - A gateway lies in one of the interface's networks of its family, when it has addresses of
       that family (an IPv6 gateway may be link-local, RFC 4861): the guest could not reach it
       otherwise.
+    - A gateway is not one of the interface's own addresses, and an IPv4 gateway is not the
+      network or broadcast address of the network it lies in (/30 or shorter, RFC 919, RFC 1122
+      3.2.1.3): the guest cannot route through its own or a network's address.
     - ``gateway4`` needs IPv4 on the interface: an IPv4 address, or
       ``gateway_without_address[4]`` (a CEL condition: DHCPv4, or addresses decided elsewhere).
 
@@ -230,6 +233,29 @@ def interface_ip_rules(gateway_without_address: dict[int, str], where: str) -> l
                                  "of its addresses): the guest could not reach it; use a gateway inside one of them or "
                                  "an address in the gateway's network\"",
         })
+    # The gateway is the router's address: never the interface's own address, nor (IPv4, a
+    # network of /30 or shorter) the network or broadcast address of the network it lies in.
+    gw4 = "self.gateway4"
+    block = f"{_IPV4_BLOCK}[cidr(a).prefixLength()]"
+    offset = f"({_ipv4_int(gw4)} % {block})"
+    rules.append({
+        "rule": f"!has({gw4}) || !isIP({gw4}) || {gw4}.contains(':') || !has(self.addresses) || "
+                f"self.addresses.all(a, !isCIDR(a) || a.contains(':') || !cidr(a).containsIP({gw4}) || "
+                f"(ip({gw4}) != cidr(a).ip() && (cidr(a).prefixLength() > 30 || ({offset} != 0 && {offset} != {block} - 1))))",
+        "fieldPath": ".gateway4",
+        "message": "gateway4 is the interface's own address, or the network or broadcast address of its network: the "
+                   "guest cannot route through it; use the router's address",
+        "messageExpression": f"'gateway4 ' + {gw4} + \" is the interface's own address, or the network or broadcast "
+                             "address of its network: the guest cannot route through it; use the router's address\"",
+    })
+    rules.append({
+        "rule": "!has(self.gateway6) || !isIP(self.gateway6) || !has(self.addresses) || "
+                "self.addresses.all(a, !isCIDR(a) || !a.contains(':') || ip(self.gateway6) != cidr(a).ip())",
+        "fieldPath": ".gateway6",
+        "message": "gateway6 is the interface's own address: the guest cannot route through it; use the router's address",
+        "messageExpression": "'gateway6 ' + self.gateway6 + \" is the interface's own address: the guest cannot route "
+                             "through it; use the router's address\"",
+    })
     without = gateway_without_address[4]
     rules.append({
         "rule": "!has(self.gateway4) || (has(self.addresses) && self.addresses.exists(a, !a.contains(':')))"

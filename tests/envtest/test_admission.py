@@ -431,6 +431,18 @@ def test_unusable_interface_addresses_and_gateways_are_refused_at_admission(inst
     refused(_net_machine("n-bad", {"addresses": ["10.0.0.5/24"], "gateway4": "10.9.9.9"}),
             "spec.network.devices[0].gateway4", "outside the interface's IPv4 networks")
 
+    # A gateway that is the interface's own address, or its network's network or broadcast address.
+    refused(_net_class("n-bad", {"addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.5"}),
+            "spec.network.interfaces[0].ipam.static.gateway4", "gateway4 10.0.0.5 is the interface's own address")
+    refused(_net_vm("n-bad", {"addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.255"}),
+            "spec.network.interfaces[0].gateway4", "gateway4 10.0.0.255 is the interface's own address, or the network or broadcast")
+    refused(_net_machine("n-bad", {"addresses": ["10.0.0.5/24"], "gateway4": "10.0.0.0"}),
+            "spec.network.devices[0].gateway4", "or the network or broadcast address of its network")
+    refused(_net_machine("n-bad", {"addresses": ["fd00::5/64"], "gateway6": "fd00::5"}),
+            "spec.network.devices[0].gateway6", "gateway6 fd00::5 is the interface's own address")
+    installed.ok("apply", "--server-side", "-f", "-", docs=[  # /31: both addresses are hosts (RFC 3021)
+        _net_machine("n-p2p", {"addresses": ["10.0.0.0/31"], "gateway4": "10.0.0.1"})])
+
     # gateway4 on an interface with no IPv4 (no IPv4 address, no DHCPv4).
     refused(_net_class("n-bad", {"addresses": ["fd00::5/64"], "gateway4": "10.0.0.1"}),
             "spec.network.interfaces[0].ipam.static.gateway4", "no IPv4 address")

@@ -215,7 +215,8 @@ def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, s
     overrides over the class's, each valid on its own) cannot work in a guest, else None.
 
     Rules (what cloud-init/netplan would accept but the guest could not use): a gateway must lie
-    in one of its interface's networks of that family (an IPv6 gateway may also be link-local,
+    in one of its interface's networks of that family and be none of the interface's own
+    addresses nor (IPv4, /30 or shorter) the network or broadcast address of its network (an IPv6 gateway may also be link-local,
     as router advertisements give it, RFC 4861); an IPv4 address on a network of prefix length
     /30 or shorter is neither the network nor the broadcast address (RFC 919/RFC 3021 leave /31
     and /32 without either); an address is on one interface only; ``gateway4`` needs IPv4 on its
@@ -260,6 +261,17 @@ def network_inconsistency(vm: VirtualMachine, vm_class: VMClass) -> tuple[str, s
             gw = ipaddress.ip_address(gateway)
             if not _unicast(gw) and not (family == 6 and gw in _LINK_LOCAL6):
                 problems.append(f"{name} gateway{family} {gw} is not a unicast address")
+                continue
+            if any(i.ip == gw for i in ifaces):
+                problems.append(f"{name} gateway{family} {gw} is the interface's own address: the guest cannot route "
+                                "through it")
+                continue
+            edge = next((i.network for i in ifaces if i.version == 4 and i.network.prefixlen <= 30
+                         and gw in (i.network.network_address, i.network.broadcast_address)), None)
+            if edge is not None:
+                which = "network" if gw == edge.network_address else "broadcast"
+                problems.append(f"{name} gateway{family} {gw} is the {which} address of {edge}: the guest cannot route "
+                                "through it")
                 continue
             nets = [i.network for i in ifaces if i.version == family]
             if not nets:
