@@ -240,8 +240,9 @@ def interface_ip_rules(gateway_without_address: dict[int, str], where: str) -> l
     offset = f"({_ipv4_int(gw4)} % {block})"
     rules.append({
         "rule": f"!has({gw4}) || !isIP({gw4}) || {gw4}.contains(':') || !has(self.addresses) || "
-                f"self.addresses.all(a, !isCIDR(a) || a.contains(':') || !cidr(a).containsIP({gw4}) || "
-                f"(ip({gw4}) != cidr(a).ip() && (cidr(a).prefixLength() > 30 || ({offset} != 0 && {offset} != {block} - 1))))",
+                f"!self.addresses.exists(a, isCIDR(a) && !a.contains(':') && cidr(a).containsIP({gw4}) && "
+                f"(cidr(a.split('/')[0] + '/32').containsIP({gw4}) || "
+                f"(cidr(a).prefixLength() <= 30 && ({offset} == 0 || {offset} == {block} - 1))))",
         "fieldPath": ".gateway4",
         "message": "gateway4 is the interface's own address, or the network or broadcast address of its network: the "
                    "guest cannot route through it; use the router's address",
@@ -250,7 +251,8 @@ def interface_ip_rules(gateway_without_address: dict[int, str], where: str) -> l
     })
     rules.append({
         "rule": "!has(self.gateway6) || !isIP(self.gateway6) || !has(self.addresses) || "
-                "self.addresses.all(a, !isCIDR(a) || !a.contains(':') || ip(self.gateway6) != cidr(a).ip())",
+                "!self.addresses.exists(a, isCIDR(a) && a.contains(':') && "
+                "cidr(a.split('/')[0] + '/128').containsIP(self.gateway6))",
         "fieldPath": ".gateway6",
         "message": "gateway6 is the interface's own address: the guest cannot route through it; use the router's address",
         "messageExpression": "'gateway6 ' + self.gateway6 + \" is the interface's own address: the guest cannot route "
