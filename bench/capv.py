@@ -969,7 +969,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deployments", type=int, default=1,
                    help="MachineDeployments sharing --machines, all created at once (default 1; CAPI's MachineSet creates its Machines one by one)")
     p.add_argument("--providers", default="banlieue,capv", help="comma list, in run order (default banlieue,capv)")
-    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--out", type=Path, help=f"side-by-side results of both providers (default {RESULTS.relative_to(REPO)})")
     p.add_argument("--gate", type=Path, metavar="FILE",
                    help="before each provider after the first, wait until FILE exists (a change to measure can land in the "
                         "checkout while the first provider runs); the wait is logged and lies outside every measured window")
@@ -981,6 +981,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recount", type=Path, metavar="WORKDIR",
                    help="count the API figures of a kept run (--keep) again from all its audit log files, then write --out as a run does")
     args = p.parse_args(argv)
+    out_given = args.out is not None
+    args.out = args.out if out_given else RESULTS
     if args.table:
         print(table(args.out))
         return 0
@@ -1003,6 +1005,11 @@ def main(argv: list[str] | None = None) -> int:
     providers = [x.strip() for x in args.providers.split(",")]
     if not set(providers) <= {"banlieue", "capv"} or len(set(providers)) != len(providers):
         p.error("--providers: a comma list of banlieue, capv")
+    # A results file this run would not write is refused rather than silently ignored.
+    if out_given and set(providers) != {"banlieue", "capv"}:
+        p.error("--out is the side-by-side results file, written when both providers run: with one, use --solo-out FILE")
+    if args.solo_out is not None and providers != ["banlieue"]:
+        p.error("--solo-out FILE is for --providers banlieue alone; both providers write --out")
     if args.gate is not None:
         # Refused rather than ignored or waited on forever.
         if len(providers) < 2:

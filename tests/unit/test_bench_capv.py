@@ -136,6 +136,11 @@ def test_bad_flags_exit_2(args: list[str], message: str) -> None:
     (["--gate", "g", "--providers", "banlieue"], "--gate FILE waits before the second provider: give two in --providers"),
     (["--gate", "no-such-dir/g"], "--gate no-such-dir/g: its directory no-such-dir does not exist (the wait would never end)"),
     (["--providers", "banlieue,banlieue"], "--providers: a comma list of banlieue, capv"),
+    # A results file the run would not write is refused, not ignored (it was, silently).
+    (["--providers", "banlieue", "--out", "x.json"],
+     "--out is the side-by-side results file, written when both providers run: with one, use --solo-out FILE"),
+    (["--solo-out", "x.json"], "--solo-out FILE is for --providers banlieue alone; both providers write --out"),
+    (["--providers", "capv", "--solo-out", "x.json"], "--solo-out FILE is for --providers banlieue alone; both providers write --out"),
 ])
 def test_bad_gate_and_providers_exit_2(capv: ModuleType, args: list[str], message: str, capsys: pytest.CaptureFixture[str],
                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
