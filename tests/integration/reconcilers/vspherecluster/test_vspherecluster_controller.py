@@ -126,17 +126,23 @@ async def test_a_deleting_provider_and_a_domain_without_network_leave_the_failur
             await env.client.patch(PROVIDER, "vcenter-b", env.namespace, {"metadata": {"finalizers": None}})
 
 
+async def _owned_by_capi_cluster(env: Env, paused: bool) -> None:
+    """Provider vcenter-a with one domain, CAPI Cluster ``demo`` (``spec.paused``) and the
+    VSphereCluster ``demo`` it owns."""
+    await env.provider("vcenter-a", [fd("vcenter-a-dc0-c0", "c0")])
+    owner = await env.client.create(CAPI_CLUSTER, {
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "demo", "namespace": env.namespace}, "spec": {"paused": paused}})
+    body = _cluster(env.namespace, {"providerRefs": [{"name": "vcenter-a"}]})
+    body["metadata"]["ownerReferences"] = [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "demo",
+                                           "uid": owner["metadata"]["uid"]}]
+    await env.client.create(VSPHERE_CLUSTER, body)
+
+
 async def test_owner_capi_cluster_paused_pauses_the_vspherecluster(apiserver: Any) -> None:
     apiserver.server.load_crd(CLUSTER_CRD)
     async with running_controllers(apiserver, shared=False) as env:
-        await env.provider("vcenter-a", [fd("vcenter-a-dc0-c0", "c0")])
-        owner = await env.client.create(CAPI_CLUSTER, {
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": "demo", "namespace": env.namespace}, "spec": {"paused": True}})
-        body = _cluster(env.namespace, {"providerRefs": [{"name": "vcenter-a"}]})
-        body["metadata"]["ownerReferences"] = [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "demo",
-                                               "uid": owner["metadata"]["uid"]}]
-        await env.client.create(VSPHERE_CLUSTER, body)
+        await _owned_by_capi_cluster(env, paused=True)
 
         async def paused_by_owner() -> dict[str, Any] | None:
             conds = {c["type"]: c for c in (await _status(env)).get("conditions") or []}
@@ -162,14 +168,7 @@ async def test_provider_status_writes_never_get_the_owner_cluster(apiserver: Any
     watch (``OwnerClusters``), not from a GET per reconcile (1.27 GETs per machine at 1,000)."""
     apiserver.server.load_crd(CLUSTER_CRD)
     async with running_controllers(apiserver, shared=False) as env:
-        await env.provider("vcenter-a", [fd("vcenter-a-dc0-c0", "c0")])
-        owner = await env.client.create(CAPI_CLUSTER, {
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": "demo", "namespace": env.namespace}, "spec": {"paused": False}})
-        body = _cluster(env.namespace, {"providerRefs": [{"name": "vcenter-a"}]})
-        body["metadata"]["ownerReferences"] = [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "demo",
-                                               "uid": owner["metadata"]["uid"]}]
-        await env.client.create(VSPHERE_CLUSTER, body)
+        await _owned_by_capi_cluster(env, paused=False)
 
         async def domains(n: int) -> bool:
             return len((await _status(env)).get("failureDomains") or []) == n
