@@ -50,6 +50,7 @@ import base64
 import contextlib
 import datetime
 import json
+import random
 import shutil
 import subprocess
 import tempfile
@@ -69,6 +70,20 @@ LABEL_CLUSTER_NAME = "cluster.x-k8s.io/cluster-name"
 LABEL_CONTROL_PLANE = "cluster.x-k8s.io/control-plane"
 STATIC_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 MERGE_PATCH = "application/merge-patch+json"
+
+
+STANDIN_SUBNET = f"127.17.{random.SystemRandom().randint(3, 254)}"
+"""The first three octets of the loopback addresses this process's stand-ins listen on
+(``standin_host``): chosen at random per process (127.17.3-254), so two test runs on one machine
+(two ``make test``, or two pytest-xdist workers) pick the same ones once in 252 instead of always
+colliding on fixed addresses (``Address already in use`` on ``:6443``)."""
+
+
+def standin_host(n: int) -> str:
+    """Loopback address ``n`` (1-254) of ``STANDIN_SUBNET``: one per stand-in a test starts."""
+    if not 1 <= n <= 254:
+        raise ValueError(f"stand-in host number {n} is outside 1-254")
+    return f"{STANDIN_SUBNET}.{n}"
 
 
 

@@ -29,6 +29,7 @@ from banlieue.testing.workload import (
     cluster_ca_secret,
     external_etcd_secrets,
     generate_cluster_ca,
+    standin_host,
     start_workload_cluster,
 )
 from capi.contract import check_infra_machine, check_infra_machine_template
@@ -187,7 +188,7 @@ async def test_kcp_initializes_on_the_stand_in_then_waits_for_etcd_member_health
     r, env = real_capi, real_capi.env
     ns = env.namespace
     await env.wait_providers_ready()
-    host = "127.17.1.1"
+    host = standin_host(1)
     s = await stand_in(NAME, host)
     vsc = vsphere_cluster(NAME, ns, list(env.vcsims), host)
     vsc["spec"]["controlPlaneFailureDomainSelector"] = {"matchLabels": {"provider": "vcenter-a"}}
@@ -255,7 +256,7 @@ async def test_kcp_with_external_etcd_scales_past_one_across_failure_domains(rea
     r, env = real_capi, real_capi.env
     ns = env.namespace
     await env.wait_providers_ready()
-    host = "127.17.1.2"
+    host = standin_host(2)
     s = await stand_in(NAME, host, local_etcd=False)
     vsc = vsphere_cluster(NAME, ns, list(env.vcsims), host)
     vsc["spec"]["controlPlaneFailureDomainSelector"] = {"matchLabels": {"provider": "vcenter-a"}}
@@ -362,7 +363,7 @@ async def test_health_check_remediation_then_rolling_update_on_real_capi(real_ca
     ns = env.namespace
     baseline = await env.inventory()
     await env.wait_providers_ready()
-    host = "127.17.1.3"
+    host = standin_host(3)
     s = await stand_in(NAME, host)
     await r.create(vsphere_cluster(NAME, ns, list(env.vcsims), host))
     await r.create(machine_template("cp", ns))

@@ -18,10 +18,11 @@ from banlieue.testing.workload import (
     VMPower,
     WorkloadCluster,
     generate_cluster_ca,
+    standin_host,
     start_workload_cluster,
 )
 
-HOST = "127.17.2.1"  # a loopback address no other test uses
+HOST = standin_host(9)  # a loopback address no other test of this process uses
 
 
 @pytest.fixture(scope="module")
