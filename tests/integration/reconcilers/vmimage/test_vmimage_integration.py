@@ -68,8 +68,11 @@ async def test_vmimage_rows_for_two_providers(
 
         async def settled() -> dict[str, dict[str, Any]] | None:
             rows = await rows_of(client, namespace, name, 3)
-            # the rows of the two reachable Providers are final once both datacenters were searched
-            if rows is None or not rows["with"]["ready"] or "DC1" not in rows["without"].get("message", ""):
+            # The rows of the two reachable Providers are final once both datacenters were searched:
+            # before a Provider's failure domains are known its row is the first match alone
+            # ("vm-194", seen by a full run that read the rows in between).
+            if (rows is None or not rows["with"]["ready"] or "DC1:" not in (rows["with"].get("resolvedRef") or "")
+                    or "DC1" not in rows["without"].get("message", "")):
                 return None
             obj = await client.get(VM_IMAGE, name)
             return rows if (obj.get("status") or {}).get("providers") == 3 else None
