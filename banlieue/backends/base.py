@@ -496,11 +496,14 @@ class Backend(Protocol):
         state: PowerState,
         off_mode: PowerOffMode = "trySoft",
         soft_timeout: float = 300.0,
+        hurry: bool = True,
     ) -> VMInfo:
         """Drive the VM to ``state``. Powering off: ``hard`` = PowerOffVM, ``soft`` =
         ShutdownGuest then wait up to ``soft_timeout`` s (the returned state may still be
         PoweredOn: look again later), ``trySoft`` = soft then hard after the timeout.
-        Raises NotFound, TaskFailed."""
+        ``hurry``: a caller that holds a worker (and a vCenter slot) while it waits asks the change
+        watch for its next batch at once; False (a call followed in the background) lets a
+        power-on wait for the watch's own gap. Raises NotFound, TaskFailed."""
         ...
 
     async def destroy_vm(

@@ -92,6 +92,11 @@ waits at most, in all, for the change watch to name the clone, so that the poll 
 the task (``tasks.ReadAlong``): 1.5 s by default. A clone the collector never reports (one vcsim
 lists and finishes within one tick) costs that much time, never a request."""
 
+UNHURRIED_SIGNAL_MARGIN = 2.0
+"""Seconds above the watch's longest gap (``watch_poll_gap_max``) that a power-on which does not
+hurry the watch (``set_power_state(hurry=False)``) waits for the watch's report before it polls
+its task: the batch may come a collector tick after the gap."""
+
 FRESH_SECONDS = 2.0
 """How long create_vm's read-back of a VM stands in for set_power_state's read (seconds)."""
 
@@ -744,6 +749,7 @@ class VSphereBackend:
         state: PowerState,
         off_mode: PowerOffMode = "trySoft",
         soft_timeout: float = 300.0,
+        hurry: bool = True,
     ) -> VMInfo:
         run = self._runner(conn)
         nets = self._nets(conn)  # port group names in the VMInfo returned, as find_vm gives them
@@ -776,7 +782,7 @@ class VSphereBackend:
         index.hold(before.moref)
         reached: PowerState | None = None
         try:
-            info = await self._set_power(conn, uid, vm, before, state, off_mode, soft_timeout, use_fresh, nets)
+            info = await self._set_power(conn, uid, vm, before, state, off_mode, soft_timeout, use_fresh, nets, hurry)
             reached = info.power_state if info.power_state == state else None
         finally:
             index.release(before.moref, reached)
@@ -784,7 +790,7 @@ class VSphereBackend:
 
     async def _set_power(
         self, conn: Connection, uid: str, vm: Any, before: VMInfo, state: PowerState, off_mode: PowerOffMode,
-        soft_timeout: float, use_fresh: bool, nets: InventoryIndex | None,
+        soft_timeout: float, use_fresh: bool, nets: InventoryIndex | None, hurry: bool = True,
     ) -> VMInfo:
         """``set_power_state`` once the VM is known and not in ``state`` yet."""
         run = self._runner(conn)
@@ -800,10 +806,12 @@ class VSphereBackend:
             def notify() -> None:
                 loop.call_soon_threadsafe(event.set)
 
-            remove = index.on_powered_on(before.moref, notify)
+            remove = index.on_powered_on(before.moref, notify, hurry)
+        # Not hurried, the watch reports within its longest gap: the task is polled only after that.
+        fallback = tasks.SIGNAL_FALLBACK if hurry else self.watch_poll_gap_max + UNHURRIED_SIGNAL_MARGIN
         try:
             await power.set_power(run, vm, state, off_mode, soft_timeout, self.task_timeout, conn.provider,
-                                  before.power_state, powered_on)
+                                  before.power_state, powered_on, fallback)
         except Transient as exc:
             if exc.reason == "PowerOffPending":
                 raise
@@ -817,7 +825,7 @@ class VSphereBackend:
         except BackendError as exc:
             if not use_fresh or (exc.reason != "InvalidPowerState" and not isinstance(exc, TaskFailed)):
                 raise
-            return await self.set_power_state(conn, uid, state, off_mode, soft_timeout)
+            return await self.set_power_state(conn, uid, state, off_mode, soft_timeout, hurry)
         finally:
             remove()
         if use_fresh and before.power_state == "PoweredOff" and state == "PoweredOn":

@@ -305,13 +305,14 @@ class VMIndex:
             self._reserved.setdefault(uid, set()).update(chosen)
             return chosen
 
-    def on_powered_on(self, moref: str, notify: Callable[[], None]) -> Callable[[], None]:
+    def on_powered_on(self, moref: str, notify: Callable[[], None], hurry: bool = True) -> Callable[[], None]:
         """Call ``notify()`` (from the watch's thread; it must not block) once the change watch
         reports VM ``moref``'s ``runtime.powerState`` as poweredOn; returns the remover. A
-        power-on waits on the watch (its worker holds a vCenter slot meanwhile): the watch is
-        hurried (``hurry``)."""
+        power-on whose worker holds a vCenter slot meanwhile hurries the watch (``hurry``); one
+        followed in the background (``hurry`` False) waits for the watch's own gap."""
         remove = self._add_waiter(self._power_waiters, moref, notify)
-        self.hurry()
+        if hurry:
+            self.hurry()
         return remove
 
     def _add_waiter(self, table: dict[str, list[Callable[[], None]]], key: str,
@@ -363,9 +364,12 @@ class VMIndex:
 
     def recall(self, moref: str) -> VMInfo | None:
         """The VM's last full read, as the watch's changes left it; None when there is none, the
-        watch is not authoritative, or a power task of banlieue's runs on the VM."""
+        watch is not authoritative, or a power task of banlieue's runs on the VM and the watch
+        has reported no power state since it was sent (once it has, the kept read is the latest:
+        a reconcile woken by that report is answered without a read while the task's waiter, in
+        the background or not, has yet to ``release``)."""
         with self._lock:
-            if not self.authoritative or moref in self._held:
+            if not self.authoritative or self._held.get(moref) is False:
                 return None
             got = self._infos.get(moref)
             return got[0] if got is not None else None

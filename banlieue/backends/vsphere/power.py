@@ -19,7 +19,7 @@ from banlieue.backends.base import BackendError, PowerOffMode, PowerState
 from banlieue.backends.vsphere.faults import map_exception
 from banlieue.backends.vsphere.properties import retrieve_objects
 from banlieue.backends.vsphere.session import Session
-from banlieue.backends.vsphere.tasks import Runner, wait_task
+from banlieue.backends.vsphere.tasks import SIGNAL_FALLBACK, Runner, wait_task
 
 # pyVmomi's partial stubs make its constructors untyped calls; treat the namespaces as Any.
 vim: Any = _vim
@@ -67,12 +67,14 @@ async def set_power(
     provider: str,
     have: PowerState | None = None,
     powered_on: asyncio.Event | None = None,
+    signal_fallback: float = SIGNAL_FALLBACK,
 ) -> None:
     """Drive ``vm`` towards ``want``; returns when done (or when a soft power-off timed out).
     ``provider`` (``namespace/name``) labels the tasks-in-flight gauge.
     ``have`` is the power state just read, if the caller has it (saves one request).
     ``powered_on``: set by the change watch when it sees the VM powered on; a PowerOnVM_Task
-    (``want`` PoweredOn) is then done without polling it (``tasks.wait_task``'s ``signal``)."""
+    (``want`` PoweredOn) is then done without polling it (``tasks.wait_task``'s ``signal``), unless
+    it is not set within ``signal_fallback`` seconds."""
     if have is None:
         have = await power_state(run, vm)
     if have == want:
@@ -80,7 +82,7 @@ async def set_power(
 
     async def task(method: str, what: str, signal: asyncio.Event | None = None) -> None:
         t = await run(lambda s: getattr(vm, method)())
-        await wait_task(run, t, what, task_timeout, provider, signal)
+        await wait_task(run, t, what, task_timeout, provider, signal, signal_fallback=signal_fallback)
 
     if want == "PoweredOn":
         await task("PowerOnVM_Task", "power on", powered_on)

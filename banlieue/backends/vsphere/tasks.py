@@ -160,7 +160,8 @@ SIGNAL_FALLBACK = 3.0
 """Seconds ``wait_task`` waits for its ``signal`` before it polls the task (and between polls
 at first). A change watch reports a power state within its hurried poll gap
 (``watch.POLL_GAP_SECONDS``, 1 s) plus the collector's tick, with room for a lagging poll; below that, a signal on its way is
-overtaken by a task read (issue 22: vCenter requests per machine)."""
+overtaken by a task read (issue 22: vCenter requests per machine). A caller that does not hurry
+the watch (a power-on followed in the background) passes its own ``signal_fallback``."""
 
 
 ALONG_POLL_DELAY = 1.0
@@ -170,12 +171,13 @@ clone), doubling to 2 s; other tasks start at 0.1 s."""
 
 async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider: str,
                     signal: asyncio.Event | None = None, first_poll: float = 0.0,
-                    along: ReadAlong | None = None) -> Any:
+                    along: ReadAlong | None = None, signal_fallback: float = SIGNAL_FALLBACK) -> Any:
     """Wait for ``task``; return ``info.result``. Raises TaskFailed (fault message) or on timeout.
     ``provider`` (``namespace/name``) labels the tasks-in-flight gauge. ``signal``: set when the
     change watch has seen the state the task leads to (a power state: issue 22, no task polls);
-    then None is returned without polling. Without it for ``SIGNAL_FALLBACK`` seconds (a watch
-    that lags or restarts), the task is polled as without one, and the signal still ends it.
+    then None is returned without polling. Without it for ``signal_fallback`` seconds
+    (``SIGNAL_FALLBACK`` by default; a watch that lags or restarts), the task is polled as without
+    one, and the signal still ends it.
     ``first_poll``: seconds before the first poll (when the task is expected to be done; 0: at once).
     ``along``: an object read with each poll (``ReadAlong``; its ``props`` set by the poll that
     saw the task succeed)."""
@@ -189,9 +191,9 @@ async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider:
         # duration measured yet took 6 polls, 3 now).
         delay = 0.1 if along is None else ALONG_POLL_DELAY
         if signal is not None:
-            if await _signalled(signal, SIGNAL_FALLBACK):
+            if await _signalled(signal, signal_fallback):
                 return None
-            delay = SIGNAL_FALLBACK
+            delay = min(signal_fallback, SIGNAL_FALLBACK)
         elif first_poll > 0:
             await asyncio.sleep(min(first_poll, timeout))
         while True:

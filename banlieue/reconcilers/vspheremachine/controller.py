@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from banlieue.api.infrastructure import VSphereMachine, VSphereMachineStatus
 from banlieue.api.provider import Provider
-from banlieue.backends.base import Backend, BackendError, Connection, VMSpec
+from banlieue.backends.base import Backend, BackendError, Connection, VMInfo, VMSpec
 from banlieue.reconcilers.connection import ConnectionConfigError
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import (
@@ -87,6 +87,7 @@ from banlieue.reconcilers.vspheremachine.sources import (
     VMWatch,
     register_indexes,
 )
+from banlieue.reconcilers.vspheremachine.power_ons import PowerOns
 from banlieue.reconcilers.vspheremachine.vcenter_slots import VCenterSlots, cap_for_workers, vm_exists
 from banlieue.reconcilers.vspheremachine.writes import OwnWrites, recordable
 from banlieue.runtime.builder import ControllerBuilder
@@ -128,6 +129,8 @@ class VSphereMachineReconciler:
                  writes: OwnWrites | None = None, slots: VCenterSlots | None = None) -> None:
         self.ctx = ctx
         self.slots = slots if slots is not None else VCenterSlots(cap_for_workers(ctx.max_concurrent_reconciles))
+        # Power-ons followed outside the vCenter slot while their wake channel runs (power_ons).
+        self.power_ons = PowerOns()
         self.backend = backend
         self.capi = capi
         self.writes = writes if writes is not None else OwnWrites()
@@ -325,6 +328,8 @@ class VSphereMachineReconciler:
                 if result.message:
                     self._event(snap, Event("Normal", "CloneModeChanged", result.message))
                 return replace(snap, vm=result.vm, converged=True, failure=None)
+            if action.kind == "power" and action.state == "PoweredOn" and self.power_ons.waking:
+                return self._power_on(snap, conn)
             if action.kind == "power":
                 info = await self.backend.set_power_state(conn, uid, action.state, action.off_mode, action.soft_timeout)
                 # A refused hardware change stays known to decide (HardwareChangePending): the
@@ -343,6 +348,29 @@ class VSphereMachineReconciler:
                 return replace(snap, vm=None, failure=Failure("create", "VMNotFound", condition_message("create", err)))
             assert action.kind != "destroy_duplicate"  # handled by _destroy_duplicate
             return replace(snap, failure=Failure(action.kind, err.reason, condition_message(action.kind, err)))
+
+    def _power_on(self, snap: Snapshot, conn: Connection) -> Snapshot:
+        """Send the machine's power-on and follow it in the background (``power_ons``): the
+        reconcile goes on to write ``PoweringOn`` and gives back its worker and vCenter slot.
+        A power-on already followed is not sent again; the failure of the last one is raised
+        (BackendError) as a waited-for power-on's would have been."""
+        meta = snap.machine.metadata
+        uid = meta.uid or ""
+        failed = self.power_ons.take(uid)
+        if failed is not None:
+            raise failed
+        # A refused hardware change stays known to decide (HardwareChangePending), as below.
+        kept = snap.failure if snap.failure is not None and snap.failure.step == "create" else None
+        if self.power_ons.running(uid):
+            return replace(snap, power_pending=True, failure=kept)
+
+        def powered(info: VMInfo) -> None:
+            self._event(snap, Event("Normal", info.power_state, f"VM {info.name} is {info.power_state}"))
+
+        self.power_ons.start(
+            Request(meta.namespace or "", meta.name or ""), uid,
+            lambda: self.backend.set_power_state(conn, uid, "PoweredOn", hurry=False), powered)
+        return replace(snap, power_pending=True, failure=kept)
 
     async def _destroy_duplicate(self, snap: Snapshot, moref: str, conn: Connection) -> Snapshot:
         """``Backend.destroy_duplicate`` of the other VM ``moref`` carrying the machine's UID;
@@ -519,6 +547,7 @@ class VSphereMachineReconciler:
                               self._missing, self._task_failures, self._clone_not_before, self._chosen_domain):
                     table.pop(uid, None)
                 self.writes.forget(uid)
+                self.power_ons.forget(uid)
         except NotFound:
             return Result()  # deleted while we worked: nothing left to report on
         except Replaced as err:
@@ -586,6 +615,7 @@ def setup(mgr: Manager, ctx: RoleContext) -> Controller:
         .watches_channel(capi.requests())
         .watches_channel(vm_watch.requests())
         .watches_channel(reconciler.slots.requests())
+        .watches_channel(reconciler.power_ons.requests())
         .with_options(max_concurrent_reconciles=ctx.max_concurrent_reconciles)
         .complete(reconciler)
     )

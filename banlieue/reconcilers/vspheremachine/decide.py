@@ -229,7 +229,9 @@ class Snapshot:
     clone task the machine's ``infrastructure.banlieue.io/clone-task`` annotation names
     (``Backend.clone_task_state``), looked up only while a clone is recorded and no VM found;
     ``duplicates_destroyed``/``duplicates_left``: other VMs carrying the UID this reconcile
-    destroyed, or found not removable when it tried (``Backend.destroy_duplicate``)."""
+    destroyed, or found not removable when it tried (``Backend.destroy_duplicate``);
+    ``power_pending``: a power-on of the VM is followed in the background (``power_ons``), so no
+    power change is asked until it ends."""
 
     machine: VSphereMachine
     now: datetime
@@ -257,6 +259,7 @@ class Snapshot:
     clone_task: str | None = None
     duplicates_destroyed: tuple[DuplicateVM, ...] = ()
     duplicates_left: tuple[DuplicateVM, ...] = ()
+    power_pending: bool = False
 
 
 def missing_object(failure: Failure) -> bool:
@@ -715,7 +718,7 @@ def _decide(snap: Snapshot) -> Plan:
         soft = failure.reason == "PowerOffPending"
         st.ready(False, R.POWERING_OFF if soft else R.CONNECT_FAILED, failure.message)
         return _with_events(snap, Plan(status=st.status, requeue_after=POWER_OFF_POLL_SECONDS if soft else None, retry=not soft), hw_events)
-    if vm.power_state != want and not snap.powered:
+    if vm.power_state != want and not snap.powered and not snap.power_pending:
         action = Action("power", state=cast(PowerStateName, want), off_mode=m.spec.power_off_mode.value, soft_timeout=_soft_timeout(m))
         return Plan(action=action, provider=placement.provider)
 
