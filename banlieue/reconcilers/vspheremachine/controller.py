@@ -451,6 +451,10 @@ class VSphereMachineReconciler:
         cached = self.ctx.cache.get(VSPHERE_MACHINE, request.name, request.namespace)
         if cached is None:
             return Result()
+        if self.power_ons.running(str((cached.get("metadata") or {}).get("uid") or "")):
+            # Its power-on is followed in the background, and its end enqueues the machine: a
+            # reconcile now would only read the VM again (its kept read is held meanwhile).
+            return Result()
         raw = dict(cached)
         if self.writes.cache_behind(raw):
             # Our last write is not in the cache yet: decide on the server's copy, never on one
