@@ -350,6 +350,11 @@ class Session:
         call is sent (module docstring)."""
         self.about: VCenterAbout | None = None
         """Who the session's vCenter is (``ServiceContent.about``), read at each (re-)login."""
+        self.succeeded_at = float("-inf")
+        """Monotonic time a call through this session (``call``) last returned: its vCenter
+        accepted the session then, so it was still the one ``about`` names (another vCenter
+        knows no session of this one's and answers NotAuthenticated, which logs in again and
+        reads ``about`` anew)."""
         self._uncounted = False
         """True once ``forget_metrics`` took the session out of the sessions gauge."""
         self.extra_stubs: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -487,16 +492,21 @@ class Session:
         self.check_identity(expected)
         generation = self.generation
         try:
-            return fn(self)
+            out = fn(self)
         except vim.fault.NotAuthenticated:
             self.relogin(generation)
         except Exception as exc:
             raise map_exception(exc) from exc
+        else:
+            self.succeeded_at = time.monotonic()
+            return out
         self.check_identity(expected)
         try:
-            return fn(self)
+            out = fn(self)
         except Exception as exc:
             raise map_exception(exc) from exc
+        self.succeeded_at = time.monotonic()
+        return out
 
     @property
     def released(self) -> bool:
