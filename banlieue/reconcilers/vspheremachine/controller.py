@@ -78,6 +78,7 @@ from banlieue.reconcilers.vspheremachine.placement import (
     machine_owns_back,
     read_bootstrap,
 )
+from banlieue.reconcilers.vspheremachine.power_ons import PowerOns
 from banlieue.reconcilers.vspheremachine.sources import (
     INDEX_BOOTSTRAP_SECRET,
     INDEX_INSTANCE_UUID,
@@ -87,7 +88,6 @@ from banlieue.reconcilers.vspheremachine.sources import (
     VMWatch,
     register_indexes,
 )
-from banlieue.reconcilers.vspheremachine.power_ons import PowerOns
 from banlieue.reconcilers.vspheremachine.vcenter_slots import VCenterSlots, cap_for_workers, vm_exists
 from banlieue.reconcilers.vspheremachine.writes import OwnWrites, recordable
 from banlieue.runtime.builder import ControllerBuilder
