@@ -83,13 +83,17 @@ GIVE_UP_AFTER_CHECKS = 10
 """Reads after which an indexed VM the collector never reports is no longer checked."""
 POLL_GAP_SECONDS = 1.0
 """Seconds from sending one long poll to sending the next when the first came back with updates,
-at first and whenever a caller waits on the watch (``find.VMIndex.hurry``: a power-on, a clone's
-name, each holding a worker and a vCenter slot meanwhile): in a wave of clones the collector has
+at first and whenever a caller waits on the watch (``find.VMIndex.hurry``: a clone's name, or a
+power-on waited for in its reconcile, each holding a worker and a vCenter slot meanwhile; a
+VSphereMachine's power-on is followed in the background and does not hurry the watch,
+``reconcilers.vspheremachine.power_ons``): in a wave of clones the collector has
 something new at nearly every tick, and a poll per batch cost about one WaitForUpdatesEx per
 machine (issue 22). 2 s was tried: 0.69-0.77 long polls per machine instead of about 1.1 in a
 wave of 5 s clones, but each waiter held its slot longer, and 10 machines waiting out a vCenter
 outage were all Ready 15 s after it came back instead of 9-10 s (tests/chaos/test_vcenter_faults.py
-allows 15). The changes of the gap come in the next poll's batch, so a change is reported at most
+allows 15). Tried again once power-ons no longer hurried the watch (2026-12-05): the same scenario
+failed 2 runs of 3 (5 machines not Ready after 15 s), while 1 s with background power-ons gave
+0.58 long polls per machine at 100. The changes of the gap come in the next poll's batch, so a change is reported at most
 this much later; the power-on signal (``tasks.SIGNAL_FALLBACK``, 3 s) and the pending check
 (``PENDING_CHECK_SECONDS``, 3 s) stay above it."""
 POLL_GAP_MAX_SECONDS = 4.0
