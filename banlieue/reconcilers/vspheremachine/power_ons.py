@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import structlog
 
 from banlieue.backends.base import BackendError, VMInfo
+from banlieue.reconcilers.wake import WakeChannel
 from banlieue.runtime import Request
 
 __all__ = ["PowerOns"]
@@ -41,12 +42,12 @@ class PowerOns:
     def __init__(self) -> None:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._failed: dict[str, BackendError] = {}
-        self._wake: Callable[[Request], None] | None = None
+        self._channel = WakeChannel(on_stop=self._stopped)
 
     @property
     def waking(self) -> bool:
         """Whether the wake channel runs (``requests``): without it a power-on is waited for."""
-        return self._wake is not None
+        return self._channel.running
 
     def running(self, uid: str) -> bool:
         """Whether a power-on of machine ``uid`` is still followed."""
@@ -68,7 +69,7 @@ class PowerOns:
         ``uid`` or the wake channel does not run."""
         if uid in self._running:
             raise RuntimeError(f"a power-on of {uid} is already followed")
-        if self._wake is None:
+        if not self._channel.running:
             raise RuntimeError("power-ons are followed in the background only while the wake channel runs")
         self._failed.pop(uid, None)
 
@@ -83,22 +84,17 @@ class PowerOns:
                 on_done(info)
             finally:
                 self._running.pop(uid, None)
-            if self._wake is not None:
-                self._wake(request)
+            self._channel.wake(request)
 
         self._running[uid] = asyncio.ensure_future(follow())
 
-    async def requests(self) -> AsyncIterator[Request]:
+    def requests(self) -> AsyncIterator[Request]:
         """The wake channel (``ControllerBuilder.watches_channel``): yields the machines whose
-        background power-on failed. Stopping it cancels the power-ons still followed (the
-        controller stops; a power task sent goes on in vCenter and is waited for by the next
-        process, ADR 0012)."""
-        queue: asyncio.Queue[Request] = asyncio.Queue()
-        self._wake = queue.put_nowait
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self._wake = None
-            for task in list(self._running.values()):
-                task.cancel()
+        background power-on ended. Its stop cancels the power-ons still followed (the controller
+        stops; a power task sent goes on in vCenter and is waited for by the next process, ADR
+        0012)."""
+        return self._channel.requests()
+
+    def _stopped(self) -> None:
+        for task in list(self._running.values()):
+            task.cancel()

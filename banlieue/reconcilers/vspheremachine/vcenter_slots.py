@@ -29,11 +29,11 @@ Single event loop, no awaits inside: ``try_acquire`` / ``release`` / ``settle`` 
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from banlieue.api.infrastructure import VSphereMachine
+from banlieue.reconcilers.wake import WakeChannel
 from banlieue.runtime import Request
 
 __all__ = ["VCenterSlots", "cap_for_workers"]
@@ -73,12 +73,12 @@ class VCenterSlots:
         self._waiting: dict[str, OrderedDict[Request, None]] = {}  # key -> requests, oldest first
         self._waiting_first: dict[str, OrderedDict[Request, None]] = {}  # key -> ``first`` requests, served before
         self._woken: dict[Request, str] = {}  # request -> key of the wake token it holds
-        self._wake: Callable[[Request], None] | None = None
+        self._channel = WakeChannel(on_stop=self._stopped)
 
     @property
     def waking(self) -> bool:
         """True while the wake channel runs: a refused request waits in line, no timer needed."""
-        return self._wake is not None
+        return self._channel.running
 
     def held(self, key: str) -> int:
         """Slots currently held for ``key``."""
@@ -95,7 +95,7 @@ class VCenterSlots:
         woken = request is not None and self._woken.pop(request, None) is not None  # its token is used
         held = self._held.get(key, 0)
         if held >= self.cap:
-            if request is not None and self._wake is not None:
+            if request is not None and self._channel.running:
                 other = (self._waiting if first else self._waiting_first).get(key)
                 if other is not None and request in other:
                     self._unqueue(key, request)  # its VM appeared (or went) while it waited: it changes line
@@ -136,24 +136,20 @@ class VCenterSlots:
 
     def _wake_next(self, key: str) -> None:
         queue = self._waiting_first.get(key) or self._waiting.get(key)
-        if not queue or self._wake is None:
+        if not queue or not self._channel.running:
             return
         request = next(iter(queue))
         self._unqueue(key, request)
         self._woken[request] = key
-        self._wake(request)
+        self._channel.wake(request)
 
-    async def requests(self) -> AsyncIterator[Request]:
+    def requests(self) -> AsyncIterator[Request]:
         """The wake channel (``ControllerBuilder.watches_channel``): yields each woken request.
         While it runs, refused requests wait in line instead of needing a timed requeue."""
-        queue: asyncio.Queue[Request] = asyncio.Queue()
-        self._wake = queue.put_nowait
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            # The controller stops with its channels: nobody is left to wake.
-            self._wake = None
-            self._waiting.clear()
-            self._waiting_first.clear()
-            self._woken.clear()
+        return self._channel.requests()
+
+    def _stopped(self) -> None:
+        # The controller stops with its channels: nobody is left to wake.
+        self._waiting.clear()
+        self._waiting_first.clear()
+        self._woken.clear()
