@@ -352,8 +352,8 @@ class VSphereMachineReconciler:
     def _power_on(self, snap: Snapshot, conn: Connection) -> Snapshot:
         """Send the machine's power-on and follow it in the background (``power_ons``): the
         reconcile goes on to write ``PoweringOn`` and gives back its worker and vCenter slot.
-        A power-on already followed is not sent again; the failure of the last one is raised
-        (BackendError) as a waited-for power-on's would have been."""
+        The failure of the last one is raised (BackendError) as a waited-for power-on's would
+        have been. Never called while one is followed: ``_reconcile`` returns before."""
         meta = snap.machine.metadata
         uid = meta.uid or ""
         failed = self.power_ons.take(uid)
@@ -361,8 +361,6 @@ class VSphereMachineReconciler:
             raise failed
         # A refused hardware change stays known to decide (HardwareChangePending), as below.
         kept = snap.failure if snap.failure is not None and snap.failure.step == "create" else None
-        if self.power_ons.running(uid):
-            return replace(snap, power_pending=True, failure=kept)
 
         def powered(info: VMInfo) -> None:
             self._event(snap, Event("Normal", info.power_state, f"VM {info.name} is {info.power_state}"))
