@@ -69,7 +69,9 @@ class Options:
         leader_elect: take a coordination.k8s.io/v1 Lease per role before reconciling.
         leader_election_namespace: namespace of the Leases.
         max_concurrent_reconciles: workers per controller (controller-runtime
-            ``MaxConcurrentReconciles``), >= 1.
+            ``MaxConcurrentReconciles``), >= 1. Default 32: a worker is a coroutine, and the
+            vspheremachine controller lets one vCenter hold half of them (16 clones at once per
+            vCenter; ``vcenter_slots.cap_for_workers``, issue 22).
         log_format: ``json`` (one object per line) or ``console`` (human-readable).
         log_level: minimum level logged.
         vsphere_task_timeout: seconds to wait for one vSphere task (clone, power, destroy) before
@@ -94,7 +96,7 @@ class Options:
     health_probe_bind_address: str = ":8081"
     leader_elect: bool = False
     leader_election_namespace: str = "default"
-    max_concurrent_reconciles: int = 10
+    max_concurrent_reconciles: int = 32
     log_format: LogFormat = "json"
     log_level: LogLevel = "info"
     vsphere_task_timeout: float = 600.0

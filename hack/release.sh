@@ -69,7 +69,7 @@ patches:
         value: --log-level=\${BANLIEUE_LOG_LEVEL:=info}
       - op: add
         path: /spec/template/spec/containers/0/args/-
-        value: --max-concurrent-reconciles=\${BANLIEUE_MAX_CONCURRENT_RECONCILES:=10}
+        value: --max-concurrent-reconciles=\${BANLIEUE_MAX_CONCURRENT_RECONCILES:=32}
 YAML
 mkdir -p "$out"
 kubectl kustomize "$overlay" >"$out/infrastructure-components.yaml"

@@ -86,7 +86,7 @@ def test_generate_provider_prints_the_components_with_variables_substituted(repo
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "docker.io/library/banlieue:v0.1.0"  # canonical, as clusterctl requires
-    assert {"--log-level=debug", "--max-concurrent-reconciles=10"} <= set(container["args"])
+    assert {"--log-level=debug", "--max-concurrent-reconciles=32"} <= set(container["args"])
     described = clusterctl.run(repo, "generate", "provider", "--infrastructure", f"banlieue:{repo.version}", "--describe")
     assert "infrastructure-banlieue" in described and repo.version in described, described
 

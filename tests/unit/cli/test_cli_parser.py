@@ -32,7 +32,7 @@ def test_roles_with_defaults(argv: list[str], expected_role: str, isolated: dict
     assert command.options == Options(
         kubeconfig=None, namespace=None, watch_filter=None, metrics_bind_address="127.0.0.1:8080",
         health_probe_bind_address=":8081", leader_elect=False, leader_election_namespace="default",
-        max_concurrent_reconciles=10, log_format="json", log_level="info", vsphere_task_timeout=600.0,
+        max_concurrent_reconciles=32, log_format="json", log_level="info", vsphere_task_timeout=600.0,
     )
 
 
