@@ -61,6 +61,7 @@ from banlieue.reconcilers.vspheremachine.decide import (
     clone_started,
     decide,
     missing_object,
+    power_state_event,
     ready_reason,
     task_failed,
     task_failure_retry_seconds,
@@ -363,7 +364,7 @@ class VSphereMachineReconciler:
         kept = snap.failure if snap.failure is not None and snap.failure.step == "create" else None
 
         def powered(info: VMInfo) -> None:
-            self._event(snap, Event("Normal", info.power_state, f"VM {info.name} is {info.power_state}"))
+            self._event(snap, power_state_event(info))
 
         self.power_ons.start(
             Request(meta.namespace or "", meta.name or ""), uid,

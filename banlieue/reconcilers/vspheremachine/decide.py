@@ -427,6 +427,13 @@ PROVIDER_ID_MATCHES_VM = "ProviderIDMatchesVM"
 providerID written before; only present once that happened."""
 
 
+def power_state_event(vm: VMInfo) -> Event:
+    """The Normal Event of a power change this process made, ``reason`` the state reached
+    (``PoweredOn``, ``PoweredOff``): whether it was waited for here or followed in the background
+    (``power_ons``)."""
+    return Event("Normal", vm.power_state, f"VM {vm.name} is {vm.power_state}")
+
+
 def provider_id(vm: VMInfo) -> str | None:
     """``vsphere://<BIOS UUID>`` with the UUID in canonical lower-case form (what vSphere's cloud
     provider puts on the Node, SPEC §3; CAPV #1107), or None while the VM has no valid BIOS UUID
@@ -724,7 +731,7 @@ def _decide(snap: Snapshot) -> Plan:
 
     events: list[Event] = list(hw_events)
     if snap.powered:
-        events.append(Event("Normal", vm.power_state, f"VM {vm.name} is {vm.power_state}"))
+        events.append(power_state_event(vm))
     pid = provider_id(vm)
     if pid is None:
         # vCenter has not given the VM a BIOS UUID (yet): a providerID of "vsphere://" alone
