@@ -166,7 +166,24 @@ the watch (a power-on followed in the background) passes its own ``signal_fallba
 
 ALONG_POLL_DELAY = 1.0
 """Seconds between the first two polls of a task read with an object along (``ReadAlong``, a
-clone), doubling to 2 s; other tasks start at 0.1 s."""
+clone), doubling (``next_poll_delay``); other tasks start at 0.1 s."""
+
+POLL_DELAY_MAX = 2.0
+"""Seconds between two polls of a task that has run less than ``POLL_DELAY_MAX / POLL_SHARE``
+(20 s)."""
+
+POLL_SHARE = 0.1
+"""Share of the time a task has run so far that the next poll may wait, once that is above
+``POLL_DELAY_MAX``. A full clone on a real vCenter runs minutes, not a simulator's seconds: polled
+every 2 s, a 3-minute clone cost 87 task reads (issue 22's floor is 4 vCenter requests per
+machine); with a gap of a tenth of its age it costs 30, seen done at most a tenth of its
+duration late. The watch does not report tasks, so a poll is how their end is seen."""
+
+
+def next_poll_delay(delay: float, elapsed: float) -> float:
+    """Seconds before the poll after one that waited ``delay`` seconds, for a task that has run
+    ``elapsed`` seconds: double ``delay``, at most ``max(POLL_DELAY_MAX, POLL_SHARE * elapsed)``."""
+    return min(delay * 2, max(POLL_DELAY_MAX, POLL_SHARE * elapsed))
 
 
 async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider: str,
@@ -184,7 +201,8 @@ async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider:
     gauge = metrics.TASKS_IN_FLIGHT.labels(provider)
     gauge.inc()
     try:
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         # A poll that reads an object along (a clone) has already waited for the watch to name
         # it (``ReadAlong.wait_known``); a task still running then is a slow one, polled from
         # ALONG_POLL_DELAY instead of 0.1 s (issue 22: a 5 s clone of a vCenter with no clone
@@ -222,7 +240,7 @@ async def wait_task(run: Runner, task: Any, what: str, timeout: float, provider:
                     return None
             else:
                 await asyncio.sleep(pause)
-            delay = min(delay * 2, 2.0)
+            delay = next_poll_delay(delay, time.monotonic() - started)
     finally:
         gauge.dec()
 
