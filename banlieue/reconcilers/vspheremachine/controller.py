@@ -479,6 +479,10 @@ class VSphereMachineReconciler:
             served = self.capi is not None and self.capi.served_seen
             if self.capi is not None and not served:
                 self.capi.wanted()  # discovery looks every few seconds while a machine waits
+            if self.capi is not None and self.capi.settling():
+                # A start: discovery or the CAPI caches are seconds away. Nothing is written, so
+                # a machine reported before keeps its Ready condition (sources.CAPI_SYNC_GRACE_SECONDS).
+                return Result(requeue_after=CAPI_NOT_SYNCED_REQUEUE)
             waiting = waiting_for_cluster_api(machine, self.ctx.now(), served)
             if waiting.to_wire() != VSphereMachineStatus.from_wire(raw.get("status") or {}).to_wire():
                 log.info("vspheremachine waits for Cluster API", machine=str(request), capi_served=served)

@@ -77,6 +77,14 @@ CAPI-labelled VSphereMachine waits for them (``CapiWatch.wanted``): such a machi
 installed after banlieue started within this many seconds (with 300 s, CAPI-labelled machines
 waited minutes with no status, issue 21). Discovery needs no RBAC beyond ``system:discovery``,
 unlike a watch on CustomResourceDefinitions."""
+CAPI_SYNC_GRACE_SECONDS = 30.0
+"""Seconds after discovery first showed the CAPI kinds during which a CAPI-path machine whose
+CAPI caches are still syncing is requeued without a status write (``CapiWatch.settling``). A
+(re)start lists every Machine first: at 1,000 machines that took 4-12 s, and writing
+``WaitingForClusterAPI`` on each machine meanwhile (then its real state back) flapped its Ready
+condition and cost 2,000 writes per restart (issue 22). Caches that do not sync within this
+(Machines not readable: RBAC) are reported on the machine."""
+
 CAPI_DISCOVERY_MAX_SECONDS = 60.0
 """Longest interval between looks: with no machine waiting, the interval doubles from
 ``CAPI_DISCOVERY_SECONDS`` up to this (5, 10, 20, 40, then 60 s). A standalone cluster that never
@@ -280,6 +288,9 @@ class CapiWatch:
         """True once discovery showed the CAPI kinds (their caches may still be syncing)."""
         self.looks = 0
         """Discovery GETs sent so far (tests)."""
+        self.answered = False
+        """True once the first discovery GET has come back (served or not)."""
+        self._served_at: float | None = None  # loop time discovery first showed the kinds
         self._wanted = asyncio.Event()
 
     def wanted(self) -> None:
@@ -301,6 +312,22 @@ class CapiWatch:
             return False
         return all(self.mgr.get_informer(k).has_synced() for k in (CAPI_MACHINE, CAPI_CLUSTER))
 
+    def settling(self) -> bool:
+        """Whether a CAPI-path machine that cannot be decided yet should wait without a word: the
+        first discovery GET has not come back, or the kinds are served and their caches have
+        been syncing for less than ``CAPI_SYNC_GRACE_SECONDS`` (a start, not a problem to report)."""
+        if not self.answered:
+            return True
+        served_at = self._served_at
+        return served_at is not None and asyncio.get_running_loop().time() - served_at < CAPI_SYNC_GRACE_SECONDS
+
+    async def _looked(self) -> bool:
+        """``served()``, and ``answered`` set once it came back."""
+        try:
+            return await self.served()
+        finally:
+            self.answered = True
+
     async def served(self) -> bool:
         """Whether discovery serves Machines and Clusters in cluster.x-k8s.io/v1beta2."""
         self.looks += 1
@@ -315,10 +342,11 @@ class CapiWatch:
     async def requests(self) -> AsyncIterator[Request]:
         """Requests from CAPI Machine and Cluster events, once those kinds are served."""
         delay = CAPI_DISCOVERY_SECONDS
-        while not await self.served():
+        while not await self._looked():
             await self._pause(delay)
             delay = CAPI_DISCOVERY_SECONDS if self._wanted.is_set() else min(2 * delay, CAPI_DISCOVERY_MAX_SECONDS)
             self._wanted.clear()
+        self._served_at = asyncio.get_running_loop().time()
         self.served_seen = True
         queue: asyncio.Queue[Request] = asyncio.Queue()
         adapter = _QueueAdapter(queue)

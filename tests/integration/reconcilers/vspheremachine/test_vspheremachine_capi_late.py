@@ -10,6 +10,8 @@ server without it."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -70,3 +72,40 @@ async def test_capi_installed_later_is_picked_up_in_seconds(apiserver: Any, clie
         print(f"\nCAPI path: Ready WaitingForClusterAPI {said:.1f} s after start; "
               f"CAPI CRDs picked up {picked_up:.1f} s after they were created")
         assert picked_up <= CAPI_DISCOVERY_SECONDS + 5
+
+
+async def test_a_restart_does_not_flap_ready_while_the_capi_caches_sync(apiserver: Any, client: Client, ns: str) -> None:
+    """CAPI installed and the machine reported before: a (re)started manager writes nothing
+    about waiting for Cluster API while discovery and the CAPI caches are on their way (seconds),
+    and goes straight to the machine's own state. Before, every CAPI machine was written
+    ``WaitingForClusterAPI`` and back at each restart: at 1,000 machines, 1,000 status writes
+    that slowed the very cache list they waited for to 12 s (issue 22, restart figure)."""
+    await install(client)
+    obj = await client.create(VSPHERE_MACHINE, {
+        "apiVersion": VSPHERE_MACHINE.api_version, "kind": "VSphereMachine",
+        "metadata": {"name": "w2", "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+        "spec": {"template": "ubuntu-22.04", "numCPUs": 2, "memoryMiB": 2048}})
+    obj = await client.patch_status(VSPHERE_MACHINE, "w2", ns, {"status": {"conditions": [{
+        "type": "Ready", "status": "True", "reason": "Provisioned", "message": "VM w2 is PoweredOn",
+        "lastTransitionTime": "2026-12-06T00:00:00Z", "observedGeneration": 1}]}})
+    reasons: list[str] = []
+
+    async def watch() -> None:
+        async for event in client.watch(VSPHERE_MACHINE, ns, resource_version=obj["metadata"]["resourceVersion"],
+                                        timeout_seconds=60, allow_bookmarks=False):
+            if event["type"] in ("ADDED", "MODIFIED") and event["object"]["metadata"]["name"] == "w2":
+                ready = ready_of(event["object"])
+                if ready is not None and (not reasons or reasons[-1] != ready[1]):
+                    reasons.append(ready[1])
+
+    watcher = asyncio.create_task(watch())
+    try:
+        async with running(apiserver, ns):
+            await wait_reason(client, ns, "w2", "WaitingForOwner", timeout=CAPI_DISCOVERY_SECONDS + 10)
+            await asyncio.sleep(0.5)  # the watch delivers what came before
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    assert "WaitingForOwner" in reasons, reasons
+    assert "WaitingForClusterAPI" not in reasons, reasons
