@@ -89,7 +89,12 @@ from banlieue.reconcilers.vspheremachine.sources import (
     VMWatch,
     register_indexes,
 )
-from banlieue.reconcilers.vspheremachine.vcenter_slots import VCenterSlots, cap_for_workers, vm_exists
+from banlieue.reconcilers.vspheremachine.vcenter_slots import (
+    VCenterSlots,
+    cap_for_workers,
+    vcenter_key,
+    vm_exists,
+)
 from banlieue.reconcilers.vspheremachine.writes import OwnWrites, recordable
 from banlieue.runtime.builder import ControllerBuilder
 from banlieue.runtime.controller import Controller
@@ -513,7 +518,8 @@ class VSphereMachineReconciler:
                         if slot is None:
                             # A machine whose VM exists is served first (vcenter_slots): its
                             # reconcile is short, and it should not wait behind every clone to come.
-                            if not self.slots.try_acquire(conn.endpoint, request, first=vm_exists(snap.machine)):
+                            key = vcenter_key(conn.endpoint)
+                            if not self.slots.try_acquire(key, request, first=vm_exists(snap.machine)):
                                 if self.slots.waking:
                                     # In line for the vCenter: the next release enqueues it.
                                     log.debug("vcenter busy, waiting for a slot", machine=str(request),
@@ -522,7 +528,7 @@ class VSphereMachineReconciler:
                                 log.debug("vcenter busy, deferring", machine=str(request), endpoint=conn.endpoint,
                                           cap=self.slots.cap, requeue_after=VCENTER_BUSY_REQUEUE)
                                 return Result(requeue_after=VCENTER_BUSY_REQUEUE)
-                            slot = conn.endpoint
+                            slot = key
                         snap = await self._look_up(snap, conn)
                     continue
                 if plan.action is None or conn is None:

@@ -8,7 +8,12 @@ import contextlib
 import pytest
 
 from banlieue.api.infrastructure import VSphereMachine
-from banlieue.reconcilers.vspheremachine.vcenter_slots import VCenterSlots, cap_for_workers, vm_exists
+from banlieue.reconcilers.vspheremachine.vcenter_slots import (
+    VCenterSlots,
+    cap_for_workers,
+    vcenter_key,
+    vm_exists,
+)
 from banlieue.runtime import Request
 
 
@@ -176,3 +181,24 @@ def test_a_machine_with_a_provider_id_but_a_deferred_status_counts_as_having_its
     assert not vm_exists(_machine(status={"conditions": []}))
     assert vm_exists(_machine(spec={"providerID": "vsphere://a622ac5b-0885-4501-821b-9ec3b7d5a7fe"}))
     assert vm_exists(_machine(status={"instanceUUID": "a622ac5b-0885-4501-821b-9ec3b7d5a7fe"}))
+
+
+@pytest.mark.parametrize(("endpoint", "key"), [
+    ("vc.example.test", "vc.example.test:443"),
+    ("vc.example.test:443", "vc.example.test:443"),
+    ("https://VC.example.test/sdk", "vc.example.test:443"),
+    (" https://vc.example.test:443/sdk ", "vc.example.test:443"),
+    ("http://127.0.0.1:8989/sdk", "127.0.0.1:8989"),
+    ("http://127.0.0.1", "127.0.0.1:80"),
+    ("vc.example.test:8443", "vc.example.test:8443"),
+    ("https://[::1]:8443/sdk", "::1:8443"),
+    ("vc:99999", "vc:99999"),  # does not parse: its own key
+])
+def test_one_vcenter_spelled_several_ways_is_one_key(endpoint: str, key: str) -> None:
+    assert vcenter_key(endpoint) == key
+
+
+def test_providers_naming_one_vcenter_differently_share_its_slots() -> None:
+    s = VCenterSlots(1)
+    assert s.try_acquire(vcenter_key("vc.example.test"))
+    assert not s.try_acquire(vcenter_key("https://vc.example.test:443/sdk")), "the same vCenter, spelled otherwise"
