@@ -193,13 +193,26 @@ def parse_bool(value: str) -> bool:
 
 
 def parse_positive_int(value: str) -> int:
-    """Parse an integer >= 1."""
-    try:
-        number = int(value, 10)
-    except ValueError:
-        raise ValueError("must be an integer >= 1") from None
+    """Parse an integer >= 1 written in ASCII digits (``int()`` alone also takes ``" 4"``,
+    ``1_000``, ``+5`` and other scripts' digits). Raises ValueError."""
+    if re.fullmatch(r"-?[0-9]+", value) is None:
+        raise ValueError("must be an integer >= 1")
+    number = int(value, 10)
     if number < 1:
         raise ValueError("must be >= 1")
+    return number
+
+
+MAX_WORKERS = 1024
+"""Most ``--max-concurrent-reconciles``: each worker is a task per controller, and far more than
+the API server or a vCenter serves at once is a typo, not a setting."""
+
+
+def parse_workers(value: str) -> int:
+    """``--max-concurrent-reconciles``: ``parse_positive_int``, at most ``MAX_WORKERS``. Raises ValueError."""
+    number = parse_positive_int(value)
+    if number > MAX_WORKERS:
+        raise ValueError(f"must be <= {MAX_WORKERS}")
     return number
 
 

@@ -43,9 +43,9 @@ from banlieue.options import (
     parse_namespace,
     parse_optional_directory,
     parse_port,
-    parse_positive_int,
     parse_seconds,
     parse_vcsim_arg,
+    parse_workers,
     resolve,
 )
 
@@ -75,7 +75,9 @@ def _common_flags(*, log_format: str, metrics: str, probes: str) -> list[FlagSpe
         FlagSpec("--leader-election-namespace", parse_namespace, None,
                  "namespace of the Leases (default: the pod's namespace in-cluster, else default)",
                  metavar="NAMESPACE"),
-        FlagSpec("--max-concurrent-reconciles", parse_positive_int, "32", "workers per controller, >= 1", metavar="N"),
+        FlagSpec("--max-concurrent-reconciles", parse_workers, "32",
+                 "workers per controller, 1-1024 (the vspheremachine controller gives one vCenter half: 16 clones at once)",
+                 metavar="N"),
         FlagSpec("--log-format", _LOG_FORMAT, log_format, "json or console", metavar="FORMAT"),
         FlagSpec("--log-level", _LOG_LEVEL, "info", "debug, info, warning or error", metavar="LEVEL"),
     ]

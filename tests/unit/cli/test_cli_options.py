@@ -20,6 +20,7 @@ from banlieue.options import (
     parse_port,
     parse_positive_int,
     parse_seconds,
+    parse_workers,
     resolve,
     split_bind_address,
 )
@@ -74,6 +75,20 @@ def test_parse_positive_int() -> None:
         parse_positive_int("-3")
     with pytest.raises(ValueError, match="integer"):
         parse_positive_int("2.5")
+
+
+@pytest.mark.parametrize("value", [" 4", "4 ", "1_000", "+5", "0x10", "\u0663", ""])
+def test_parse_positive_int_takes_ascii_digits_only(value: str) -> None:
+    with pytest.raises(ValueError, match="must be an integer >= 1"):
+        parse_positive_int(value)
+
+
+def test_parse_workers_is_bounded() -> None:
+    assert parse_workers("1024") == 1024
+    with pytest.raises(ValueError, match="must be <= 1024"):
+        parse_workers("99999999999999999999")
+    with pytest.raises(ValueError, match="must be >= 1"):
+        parse_workers("0")
 
 
 def test_parse_port() -> None:
