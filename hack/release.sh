@@ -19,7 +19,7 @@
 #
 # The components keep clusterctl variables (`${NAME:=default}`, substituted by clusterctl init):
 #   BANLIEUE_LOG_LEVEL                  --log-level of the manager (default info)
-#   BANLIEUE_MAX_CONCURRENT_RECONCILES  workers per controller (default 10)
+#   BANLIEUE_MAX_CONCURRENT_RECONCILES  workers per controller (default 32)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -42,7 +42,7 @@ class RoleContext:
     backend: Backend | None = None
     namespace: str | None = None
     watch_filter: str | None = None
-    max_concurrent_reconciles: int = 10
+    max_concurrent_reconciles: int = 32  # banlieue.options.Options, whose default it mirrors
     vsphere_task_timeout: float = 600.0
     secret_resync_period: float = 300.0
     allow_http_endpoints: bool = False
