@@ -40,19 +40,11 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
-from prometheus_client import Gauge
-
 from banlieue.api.infrastructure import VSphereMachine
 from banlieue.reconcilers.wake import WakeChannel
 from banlieue.runtime import Request
 
 __all__ = ["VCenterSlots", "cap_for_workers", "vcenter_key"]
-
-
-SLOTS_HELD = Gauge("banlieue_vcenter_slots_held",
-                   "vCenter slots held by vspheremachine reconciles (at most half the workers per vCenter).", ["vcenter"])
-SLOTS_WAITING = Gauge("banlieue_vcenter_slots_waiting",
-                      "VSphereMachines waiting in line for a slot of their vCenter.", ["vcenter"])
 
 
 def vcenter_key(endpoint: str) -> str:
@@ -133,12 +125,10 @@ class VCenterSlots:
                 queue[request] = None
                 if woken:
                     queue.move_to_end(request, last=False)  # it was first in line: it stays first
-                self._publish(key)
             return False
         self._held[key] = held + 1
         if request is not None:
             self._unqueue(key, request)
-        self._publish(key)
         return True
 
     def release(self, key: str) -> None:
@@ -151,12 +141,6 @@ class VCenterSlots:
         else:
             self._held[key] = held - 1
         self._wake_next(key)
-        self._publish(key)
-
-    def _publish(self, key: str) -> None:
-        """The gauges of ``key`` (``banlieue_vcenter_slots_held`` / ``_waiting``) as they are now."""
-        SLOTS_HELD.labels(key).set(self.held(key))
-        SLOTS_WAITING.labels(key).set(self.waiting(key))
 
     def settle(self, request: Request) -> None:
         """End of a reconcile of ``request``: a wake token it did not use goes to the next waiter."""
@@ -188,9 +172,6 @@ class VCenterSlots:
 
     def _stopped(self) -> None:
         # The controller stops with its channels: nobody is left to wake.
-        keys = set(self._waiting) | set(self._waiting_first)
         self._waiting.clear()
         self._waiting_first.clear()
         self._woken.clear()
-        for key in keys:
-            self._publish(key)

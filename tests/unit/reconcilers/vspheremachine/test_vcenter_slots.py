@@ -202,26 +202,3 @@ def test_providers_naming_one_vcenter_differently_share_its_slots() -> None:
     s = VCenterSlots(1)
     assert s.try_acquire(vcenter_key("vc.example.test"))
     assert not s.try_acquire(vcenter_key("https://vc.example.test:443/sdk")), "the same vCenter, spelled otherwise"
-
-
-async def test_the_gauges_show_slots_held_and_machines_waiting_per_vcenter() -> None:
-    from prometheus_client import REGISTRY
-
-    def gauges(key: str) -> tuple[float | None, float | None]:
-        return (REGISTRY.get_sample_value("banlieue_vcenter_slots_held", {"vcenter": key}),
-                REGISTRY.get_sample_value("banlieue_vcenter_slots_waiting", {"vcenter": key}))
-
-    key = "gauges.example.test:443"
-    s = VCenterSlots(1)
-    async with Woken(s) as woken:
-        assert s.try_acquire(key, A)
-        assert not s.try_acquire(key, B) and not s.try_acquire(key, C)
-        assert gauges(key) == (1.0, 2.0)
-        s.release(key)
-        assert await woken.drain() == [B]
-        assert gauges(key) == (0.0, 1.0)  # B is woken, out of line; C waits
-        assert s.try_acquire(key, B)
-        assert gauges(key) == (1.0, 1.0)
-    assert gauges(key) == (1.0, 0.0)  # the channel stopped: nobody waits any more
-    s.release(key)
-    assert gauges(key) == (0.0, 0.0)
