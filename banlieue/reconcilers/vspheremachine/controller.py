@@ -92,7 +92,7 @@ from banlieue.reconcilers.vspheremachine.sources import (
 from banlieue.reconcilers.vspheremachine.vcenter_slots import (
     VCenterSlots,
     cap_for_workers,
-    vcenter_key,
+    slot_key,
     vm_exists,
 )
 from banlieue.reconcilers.vspheremachine.writes import OwnWrites, recordable
@@ -518,7 +518,7 @@ class VSphereMachineReconciler:
                         if slot is None:
                             # A machine whose VM exists is served first (vcenter_slots): its
                             # reconcile is short, and it should not wait behind every clone to come.
-                            key = vcenter_key(conn.endpoint)
+                            key = slot_key(self.backend, conn)
                             if not self.slots.try_acquire(key, request, first=vm_exists(snap.machine)):
                                 if self.slots.waking:
                                     # In line for the vCenter: the next release enqueues it.

@@ -11,8 +11,9 @@ worker serves other vCenters). The cap is half the workers: 16 with the default 
 16 clones run at once on one vCenter. Two vCenters that both hold their half leave none to a
 third: the cap protects the others from one slow vCenter, not from two.
 
-The key is the vCenter, not the spelling of its endpoint (``vcenter_key``): Providers that name
-the same vCenter as ``vc``, ``vc:443`` or ``https://vc/sdk``, in any namespace, share its slots.
+The key is the vCenter, not the spelling of its endpoint (``slot_key``: the backend's
+``endpoint_label``, ``host:port``): Providers that name the same vCenter as ``vc``, ``vc:443``
+or ``https://vc/sdk``, in any namespace, share its slots.
 
 Waiting without spinning. With the wake channel running (``requests()``, watched by the
 controller), a request that finds its vCenter full joins that vCenter's FIFO waiting list and
@@ -38,27 +39,26 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 
 from banlieue.api.infrastructure import VSphereMachine
+from banlieue.backends.base import BackendError, Connection
+from banlieue.reconcilers.vspheremachine.reconnect import ReconnectNotifier
 from banlieue.reconcilers.wake import WakeChannel
 from banlieue.runtime import Request
 
-__all__ = ["VCenterSlots", "cap_for_workers", "vcenter_key"]
+__all__ = ["VCenterSlots", "cap_for_workers", "slot_key"]
 
 
-def vcenter_key(endpoint: str) -> str:
-    """The slot key of a Provider's ``connection.endpoint``: ``host:port`` (host lowercased; port
-    443 for https and an endpoint without a scheme, 80 for http), the label the vSphere backend
-    gives the endpoint's sessions (``backends.vsphere.session.parse_endpoint``). An endpoint that
-    does not parse (admission refuses those) is its own key."""
-    text = endpoint.strip()
-    parts = urlsplit(text if "://" in text else "https://" + text)
-    try:
-        port = parts.port or (80 if parts.scheme == "http" else 443)
-    except ValueError:
-        return endpoint
-    return f"{parts.hostname}:{port}" if parts.hostname else endpoint
+def slot_key(backend: object, conn: Connection) -> str:
+    """The slot key of ``conn``'s vCenter: the backend's ``endpoint_label`` (``host:port``, the
+    label of its sessions and metrics) when it offers one, else the endpoint as written; also the
+    endpoint as written when it does not parse (admission refuses those)."""
+    if isinstance(backend, ReconnectNotifier):
+        try:
+            return backend.endpoint_label(conn)
+        except BackendError:
+            pass
+    return conn.endpoint
 
 
 def vm_exists(machine: VSphereMachine) -> bool:
@@ -78,7 +78,7 @@ def cap_for_workers(workers: int) -> int:
 
 
 class VCenterSlots:
-    """Counting slots per vCenter key (``vcenter_key`` of the Connection's ``endpoint``), ``cap`` per key, with a
+    """Counting slots per vCenter key (``slot_key`` of the Connection), ``cap`` per key, with a
     FIFO waiting list per key (module docstring).
 
     ``try_acquire(key, request=None) -> bool`` never waits; every True must be paired with one
