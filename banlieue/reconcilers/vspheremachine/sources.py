@@ -284,14 +284,17 @@ class CapiWatch:
         self.client = client
         self.maps = maps
         self.started = False
-        self.served_seen = False
-        """True once discovery showed the CAPI kinds (their caches may still be syncing)."""
         self.looks = 0
         """Discovery GETs sent so far (tests)."""
         self.answered = False
         """True once the first discovery GET has come back (served or not)."""
         self._served_at: float | None = None  # loop time discovery first showed the kinds
         self._wanted = asyncio.Event()
+
+    @property
+    def served_seen(self) -> bool:
+        """True once discovery showed the CAPI kinds (their caches may still be syncing)."""
+        return self._served_at is not None
 
     def wanted(self) -> None:
         """A CAPI-labelled machine waits for the CAPI kinds: look every ``CAPI_DISCOVERY_SECONDS``
@@ -321,33 +324,28 @@ class CapiWatch:
         served_at = self._served_at
         return served_at is not None and asyncio.get_running_loop().time() - served_at < CAPI_SYNC_GRACE_SECONDS
 
-    async def _looked(self) -> bool:
-        """``served()``, and ``answered`` set once it came back."""
-        try:
-            return await self.served()
-        finally:
-            self.answered = True
-
     async def served(self) -> bool:
-        """Whether discovery serves Machines and Clusters in cluster.x-k8s.io/v1beta2."""
+        """Whether discovery serves Machines and Clusters in cluster.x-k8s.io/v1beta2
+        (``answered`` once it came back)."""
         self.looks += 1
         try:
             doc = await self.client.request("GET", f"/apis/{CAPI_MACHINE.group}/{CAPI_MACHINE.version}")
         except Exception as exc:  # any failure means "not (yet) served": look again later
             log.debug("CAPI kinds not served", error=str(exc))
             return False
+        finally:
+            self.answered = True
         names = {r.get("name") for r in doc.get("resources") or []}
         return {CAPI_MACHINE.plural, CAPI_CLUSTER.plural} <= names
 
     async def requests(self) -> AsyncIterator[Request]:
         """Requests from CAPI Machine and Cluster events, once those kinds are served."""
         delay = CAPI_DISCOVERY_SECONDS
-        while not await self._looked():
+        while not await self.served():
             await self._pause(delay)
             delay = CAPI_DISCOVERY_SECONDS if self._wanted.is_set() else min(2 * delay, CAPI_DISCOVERY_MAX_SECONDS)
             self._wanted.clear()
         self._served_at = asyncio.get_running_loop().time()
-        self.served_seen = True
         queue: asyncio.Queue[Request] = asyncio.Queue()
         adapter = _QueueAdapter(queue)
         self.mgr.get_informer(CAPI_MACHINE).add_event_handler(
