@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from banlieue.backends.base import Backend
+from banlieue.options import Options
 from banlieue.runtime.cache import Cache
 from banlieue.runtime.client import Client
 from banlieue.runtime.recorder import EventRecorder
@@ -42,7 +43,7 @@ class RoleContext:
     backend: Backend | None = None
     namespace: str | None = None
     watch_filter: str | None = None
-    max_concurrent_reconciles: int = 32  # banlieue.options.Options, whose default it mirrors
+    max_concurrent_reconciles: int = Options.max_concurrent_reconciles
     vsphere_task_timeout: float = 600.0
     secret_resync_period: float = 300.0
     allow_http_endpoints: bool = False
