@@ -21,6 +21,7 @@ How the n objects are made, so the manager's caches hold n *consistent* Ready VM
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import signal
 import ssl
@@ -145,20 +146,58 @@ async def make_objects(env: Env, templates: dict[str, tuple[dict[str, Any], dict
                 vsm = await _post(s, env.url + VSMS.format(ns=NS), vsm_body)
                 await _status(s, env.url + VSMS.format(ns=NS) + "/" + name,
                               _substitute(vsm_t["status"], pairs + _generation(vsm_t, vsm)))
-                out.append((mv["obj"], {"uid": vsm["metadata"]["uid"], "name": vc_name, "ip": ip}))
+                out.append((mv["obj"], {"uid": vsm["metadata"]["uid"], "name": vc_name, "ip": ip, "hostname": name,
+                                        "provider": provider, "template_uid": vsm_t["metadata"]["uid"],
+                                        "template_hostname": ids["name"]}))
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return out
 
 
-def claim_vms(pairs: list[tuple[Any, dict[str, Any]]], cpus: int, memory_mib: int, threads: int = 8) -> None:
-    """Reconfigure each vcsim VM as banlieue's clone would have left it (blocking, threaded)."""
+def claim_vms(pairs: list[tuple[Any, dict[str, Any]]], cpus: int, memory_mib: int, boot: tuple[str, bool],
+              guest: dict[str, dict[str, str]], threads: int = 8) -> None:
+    """Reconfigure each vcsim VM as banlieue's clone would have left it (blocking, threaded):
+    name, CPU, memory, ``boot`` = (firmware, EFI secure boot) of the template VMs banlieue made,
+    the UID key, the guest IP, and ``guest[provider]`` = that provider's template VM's NIC labels
+    and cloud-init guestinfo with the template's UID, host name and MAC replaced by the copy's
+    (vcsim's model VMs boot with bios and carry neither: a copy left so is reconfigured, and
+    reported FirmwareChangeRefused, at the very cold start the figures measure)."""
     from pyVmomi import vim
+
+    firmware, secure = boot
+
+    def labels(vm: Any, info: dict[str, Any]) -> list[Any]:
+        extra = guest[info["provider"]]
+        macs = [d.macAddress for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualEthernetCard)]
+        template_macs = [v for k, v in sorted(extra.items()) if k.startswith("banlieue.nic.")]
+        subs = [(info["template_uid"], info["uid"]), (info["template_hostname"], info["hostname"])]
+        subs += [(old.lower(), new.lower()) for old, new in zip(template_macs, macs, strict=False)]
+        out = []
+        for key, value in extra.items():
+            if key == NETWORK:
+                continue
+            if key.startswith("banlieue.nic."):
+                value = macs[template_macs.index(value)]
+            elif key == "guestinfo.metadata" and extra.get("guestinfo.metadata.encoding") == "base64":
+                # banlieue writes sorted JSON, base64 (backends.vsphere.guestinfo): the same here.
+                value = base64.b64encode(json.dumps(_substitute(json.loads(base64.b64decode(value)), subs),
+                                                    sort_keys=True).encode()).decode()
+            out.append(vim.option.OptionValue(key=key, value=value))
+        return out
+
+    def nic(vm: Any, info: dict[str, Any]) -> list[Any]:
+        # vcsim's model VMs sit on a distributed port group; banlieue's clones on the template's.
+        name, moref = guest[info["provider"]][NETWORK].rsplit(":", 1)
+        card = next(d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualEthernetCard))
+        card.backing = vim.vm.device.VirtualEthernetCard.NetworkBackingInfo(deviceName=name, network=vim.Network(moref, vm._stub))
+        return [vim.vm.device.VirtualDeviceSpec(operation="edit", device=card)]
 
     def one(item: tuple[Any, dict[str, Any]]) -> None:
         vm, info = item
-        spec = vim.vm.ConfigSpec(name=info["name"], numCPUs=cpus, memoryMB=memory_mib, extraConfig=[
+        spec = vim.vm.ConfigSpec(name=info["name"], numCPUs=cpus, memoryMB=memory_mib, firmware=firmware,
+                                 deviceChange=nic(vm, info),
+                                 bootOptions=vim.vm.BootOptions(efiSecureBootEnabled=secure), extraConfig=[
             vim.option.OptionValue(key="banlieue.uid", value=info["uid"]),
-            vim.option.OptionValue(key="SET.guest.ipAddress", value=info["ip"])])
+            vim.option.OptionValue(key="SET.guest.ipAddress", value=info["ip"]), *labels(vm, info)])
         task = vm.ReconfigVM_Task(spec=spec)
         while task.info.state not in ("success", "error"):
             time.sleep(0.01)
@@ -201,15 +240,20 @@ def scale_point(work: Path, n: int, entries: list[dict[str, Any]], record: Any) 
         time.sleep(2.0)
         env.stop_manager()
         templates = {}
+        boots = set()
+        guest = {}
         for p in PROVIDER_NAMES:
             _, vm_t = http("GET", env.url + VMS.format(ns=NS) + f"/tmpl-{p}")
             _, vsm_t = http("GET", env.url + VSMS.format(ns=NS) + f"/tmpl-{p}")
-            vc_name = _vcsim_name(env.vcsims[p], vsm_t["status"]["instanceUUID"])
+            vc_name, boot, guest[p] = _vcsim_vm(env.vcsims[p], vsm_t["status"]["instanceUUID"])
             templates[p] = (vm_t, vsm_t, vc_name)
+            boots.add(boot)
+        if len(boots) != 1:
+            raise RuntimeError(f"the template VMs boot differently: {sorted(boots)}")
         t0 = time.monotonic()
         models = {p: model_vms(env.vcsims[p])[:per_vcsim] for p in PROVIDER_NAMES}
         pairs = asyncio.run(make_objects(env, templates, models))
-        claim_vms(pairs, cpus=1, memory_mib=16)
+        claim_vms(pairs, cpus=1, memory_mib=16, boot=boots.pop(), guest=guest)
         setup_s = time.monotonic() - t0
         total = 2 * (len(pairs) + len(PROVIDER_NAMES))
         since = time.time()
@@ -264,7 +308,20 @@ def _sample_rss(pid: int, started: float, out: list[tuple[float, float]]) -> Non
         time.sleep(0.5)
 
 
-def _vcsim_name(vc: Any, instance_uuid: str) -> str:
+NETWORK = "network"
+"""Key of ``_vcsim_vm``'s extra that names the template VM NIC's port group (not an extraConfig key)."""
+
+
+def _vcsim_vm(vc: Any, instance_uuid: str) -> tuple[str, tuple[str, bool], dict[str, str]]:
+    """Name, (firmware, EFI secure boot) and NIC-label and guestinfo extraConfig of the VM with
+    ``instance_uuid``."""
     si = _connect(vc)
     vm = si.content.searchIndex.FindByUuid(None, instance_uuid, True, True)
-    return str(vm.name)
+    secure = bool(vm.config.bootOptions and vm.config.bootOptions.efiSecureBootEnabled)
+    extra = {str(o.key): str(o.value) for o in vm.config.extraConfig or []
+             if str(o.key).startswith(("banlieue.nic.", "guestinfo."))}
+    # The port group of its (first) NIC, as "network:<name>:<moref>", beside the labels.
+    from pyVmomi import vim
+    card = next(d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualEthernetCard))
+    extra[NETWORK] = f"{card.backing.deviceName}:{card.backing.network._moId}"
+    return str(vm.name), (str(vm.config.firmware), secure), extra
