@@ -125,6 +125,7 @@ def test_both_providers_get_the_same_work_on_loopback(capv: ModuleType, tmp_path
     (["--clone-seconds", "-1"], "--clone-seconds must be a finite number of seconds >= 0"),
     (["--clone-seconds", "nan"], "--clone-seconds must be a finite number of seconds >= 0"),
     (["--timeout", "inf"], "--timeout must be a finite number of seconds >= 1"),
+    (["--idle-long", "-5"], "--idle-long must be a finite number of seconds >= 0"),
 ])
 def test_bad_flags_exit_2(args: list[str], message: str) -> None:
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "capv.py"), *args], capture_output=True, text=True, timeout=60, check=False)
@@ -141,6 +142,7 @@ def test_bad_flags_exit_2(args: list[str], message: str) -> None:
      "--out is the side-by-side results file, written when both providers run: with one, use --solo-out FILE"),
     (["--solo-out", "x.json"], "--solo-out FILE is for --providers banlieue alone; both providers write --out"),
     (["--providers", "capv", "--solo-out", "x.json"], "--solo-out FILE is for --providers banlieue alone; both providers write --out"),
+    (["--idle", "300", "--idle-long", "300"], "--idle-long must be 0 or longer than --idle (300 s), got 300"),
 ])
 def test_bad_gate_and_providers_exit_2(capv: ModuleType, args: list[str], message: str, capsys: pytest.CaptureFixture[str],
                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -219,3 +221,27 @@ def test_vms_capi_asked_to_destroy_are_the_machines_it_deleted(capv: ModuleType,
         delete("machines", "other", "04"), delete("machines", "bench-capv", "30"))))
     start = capv.parse_ts("2026-12-02T04:00:00Z")
     assert capv.machines_deleted(log, "bench-capv", start, start + 20) == 1
+
+
+def _raw(soap_idle: dict[str, int], long: dict[str, int] | None) -> dict[str, object]:
+    r: dict[str, object] = {
+        "provision_seconds": 10.0, "delete_seconds": 5.0, "cpu_seconds_per_machine": 0.1, "delete_cpu_seconds_per_machine": 0.1,
+        "peak_rss_mib": 100.0, "api_provision": {"patch vspheremachines": 20}, "api_noop_provision": {},
+        "soap_provision": {"CloneVM_Task": 10}, "soap_delete": {}, "api_delete": {}, "soap_sessions_total": 1,
+        "api_idle": {"get secrets": 1}, "soap_idle": soap_idle, "idle_window_seconds": 300.0, "restart_seconds": 1.0}
+    if long is not None:
+        r.update(idle_long_window_seconds=720.0, api_idle_long={"get secrets": 3}, soap_idle_long=long)
+    return r
+
+
+def test_idle_figures_set_the_probe_apart_and_the_long_window_is_reported_when_both_ran(capv: ModuleType) -> None:
+    banlieue = _raw({"CurrentTime": 60, "WaitForUpdatesEx": 5, "RetrievePropertiesEx": 1}, {"CurrentTime": 144, "WaitForUpdatesEx": 12})
+    other = _raw({}, {"RetrievePropertiesEx": 2400, "FindByUuid": 600})
+    got = {e["name"]: (e["banlieue"], e["capv"]) for e in capv.entries(banlieue, other, 10)}
+    assert got["idle_soap_requests_per_minute_10"] == (13.2, 0.0)
+    assert got["idle_soap_beyond_probe_per_minute_10"] == (1.2, 0.0)
+    assert got["idle_long_soap_requests_per_minute_10"] == (13.0, 250.0)
+    assert got["idle_long_api_requests_per_minute_10"] == (0.2, 0.2)
+    # A run without the long window (one side or both) has no such entries rather than a guess.
+    names = {e["name"] for e in capv.entries(banlieue, _raw({}, None), 10)}
+    assert not {n for n in names if n.startswith("idle_long_")}
