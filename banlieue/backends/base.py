@@ -485,8 +485,8 @@ class Backend(Protocol):
 
     async def clone_sent_state(self, conn: Connection, uid: str, name: str, since: datetime) -> str:
         """State of a clone into a VM named ``name`` (carrying ``uid``) recorded as started at
-        ``since`` whose task key was never recorded: "unknown" (vCenter shows no such clone),
-        "running", "success" or "error" (ADR 0012)."""
+        ``since`` whose task key was never recorded: "unknown" (vCenter shows no such clone, and
+        a clone it queued or runs may be this one), "running", "success" or "error" (ADR 0012)."""
         ...
 
     async def set_power_state(

@@ -181,6 +181,11 @@ async def test_shrinking_a_disk_is_invalid_and_unknown_names_are_not_found(
     with pytest.raises(NotFound) as err:
         await backend.create_vm(conn, spec(str(uuid.uuid4()), template="no-such-template"))
     assert err.value.reason == "TemplateNotFound"
+    # A datacenter that does not exist is said as such, not as a template missing from it.
+    with pytest.raises(NotFound) as err:
+        await backend.create_vm(conn, spec(str(uuid.uuid4()), datacenter="DCX"))
+    assert err.value.reason == "DatacenterNotFound"
+    assert str(err.value) == "datacenter 'DCX' not found: this vCenter has DC0, DC1"
     with pytest.raises(NotFound) as err:
         await backend.create_vm(conn, spec(str(uuid.uuid4()), nics=(NicSpec("eth0", "no-such-pg"),)))
     assert err.value.reason == "NetworkNotFound"

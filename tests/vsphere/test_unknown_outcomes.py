@@ -222,28 +222,59 @@ async def test_a_clone_without_a_recorded_task_is_resolved_from_the_event_histor
     slow: Callable[..., tuple[VcsimProcess, Any]], make_conn: Callable[..., Connection]
 ) -> None:
     """``clone_sent_state`` for a process that died before recording the clone's task key:
-    nothing started -> unknown; started and running on the template -> running; landed -> success;
-    ended without the VM (vcsim: DuplicateName, as a second clone of the name fails) -> error."""
+    nothing started and no clone queued or running on the vCenter -> error (clone again);
+    started and running on the template -> running; landed -> success; ended without the VM
+    (vcsim: DuplicateName, as a second clone of the name fails) -> error."""
     vc, _ = slow(task_delay={"CloneVm": 1500})
     conn = make_conn(vc)
     since = datetime.now(UTC)
     first, second = backend(), backend()
     uid = str(uuid.uuid4())
     try:
-        assert await second.clone_sent_state(conn, uid, spec(uid).name, since) == "unknown"
+        assert await second.clone_sent_state(conn, uid, spec(uid).name, since) == "error"
         cloning = asyncio.ensure_future(first.create_vm(conn, spec(uid)))
         seen = []
         while not cloning.done():
             seen.append(await second.clone_sent_state(conn, uid, spec(uid).name, since))
             await asyncio.sleep(0.1)
         await cloning
-        assert "running" in seen and "error" not in seen, seen
+        # Until the CloneVM_Task call reaches vcsim nothing is queued: "error" (nothing was sent
+        # yet). From the first "running" on, never "error" while the clone runs.
+        assert "running" in seen and "error" not in seen[seen.index("running"):], seen
         assert await second.clone_sent_state(conn, uid, spec(uid).name, since) == "success"
         other = str(uuid.uuid4())
         same_name = replace(spec(other), name=spec(uid).name)
         with pytest.raises(BackendError):
             await first.create_vm(conn, same_name)  # DuplicateName: the clone task failed
         assert await second.clone_sent_state(conn, other, same_name.name, since) == "error"
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_clone_in_no_history_waits_while_a_clone_is_queued_or_running_on_the_vcenter(
+    slow: Callable[..., tuple[VcsimProcess, Any]], make_conn: Callable[..., Connection]
+) -> None:
+    """No clone into the name in vCenter's history: a clone task queued or running anywhere on
+    the vCenter may be this one (a queued task has no event yet): "unknown" while one is, then
+    the full scan decides: "error" without the VM, "success" with it (a history lost, as a
+    restarted vCenter loses it, with the VM there)."""
+    vc, _ = slow(task_delay={"CloneVm": 2500})
+    conn = make_conn(vc)
+    since = datetime.now(UTC)
+    first, second = backend(), backend()
+    uid, other = str(uuid.uuid4()), str(uuid.uuid4())
+    try:
+        cloning = asyncio.ensure_future(first.create_vm(conn, spec(other)))  # another machine's clone
+        seen = []
+        while not cloning.done():
+            seen.append(await second.clone_sent_state(conn, uid, spec(uid).name, since))
+            await asyncio.sleep(0.1)
+        await cloning
+        assert "unknown" in seen and set(seen) <= {"unknown", "error"}, seen
+        assert await second.clone_sent_state(conn, uid, spec(uid).name, since) == "error"
+        # The VM carrying the UID is there though no clone into this name is in the history.
+        assert await second.clone_sent_state(conn, other, "a-name-never-cloned", since) == "success"
     finally:
         await first.close()
         await second.close()

@@ -265,15 +265,17 @@ POWER_TASKS = frozenset({"powerOn", "powerOff", "suspend", "reset"})
 """``TaskInfo.descriptionId`` suffixes of a VM's power tasks (shutdownGuest is not a task)."""
 
 
-def in_flight(content: Any, vm: Any, kinds: frozenset[str]) -> list[Any]:
+def in_flight(content: Any, vm: Any, kinds: frozenset[str], type_: Any = None) -> list[Any]:
     """The VM's tasks of ``kinds`` that are queued or running, from ``vm.recentTask`` (vCenter
     keeps a VM's tasks there while they run and for a while after): 2 calls, none when the VM
     has no recent task. Empty when the VM no longer exists. Works for a process that did not
     start the task (a restarted manager), so the task key needs no storing for a VM that exists.
     A task this process saw end (``seen_ended``) is not read; the others are read together: 1
-    call, 2 when a recent task was not seen ending here (a restarted process: was 1 per task)."""
+    call, 2 when a recent task was not seen ending here (a restarted process: was 1 per task).
+    ``type_`` (default ``vim.VirtualMachine``): the managed object type of ``vm``;
+    ``vim.TaskManager`` with ``content.taskManager`` gives every such task of the vCenter."""
     try:
-        found = retrieve_objects(content, [vm], vim.VirtualMachine, ["recentTask"])
+        found = retrieve_objects(content, [vm], type_ or vim.VirtualMachine, ["recentTask"])
     except vmodl.fault.ManagedObjectNotFound:
         return []
     tasks = list(found[0].get("recentTask") or []) if found else []

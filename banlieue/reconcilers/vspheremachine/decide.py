@@ -87,7 +87,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
 from banlieue.api.conditions import (
@@ -143,11 +143,15 @@ from banlieue.reconcilers.vspheremachine.placement import (
 )
 from banlieue.reconcilers.vspheremachine.progress import progress_write_wait
 
-REPLACE_HINT = ("to get a new VM, delete this VSphereMachine if a banlieue VirtualMachine owns it (the "
-                "VirtualMachine creates a new one), or its Machine under Cluster API (its MachineSet or "
-                "control plane creates a new one)")
-"""What a VMNotFound message tells the user. It is mirrored onto the owning VirtualMachine, where
-"delete this object" read as "delete the VirtualMachine", which only removes it."""
+
+def replace_hint(machine: VSphereMachine) -> str:
+    """What a VMNotFound message tells the user. It is mirrored onto the owning VirtualMachine,
+    where "delete this object" read as "delete the VirtualMachine", which only removes it, and
+    where "this VSphereMachine" named no object (a new-user review): the VSphereMachine is named."""
+    name, ns = machine.metadata.name or "", machine.metadata.namespace or "default"
+    return (f"to get a new VM, delete VSphereMachine {name} (kubectl delete vspheremachine {name} -n {ns}) if a "
+            "banlieue VirtualMachine owns it (the VirtualMachine creates a new one), or its Machine under Cluster "
+            "API (its MachineSet or control plane creates a new one)")
 
 R = VSphereMachineReason
 """Ready reasons (SPEC §3 plus the ones documented in the module docstring)."""
@@ -610,7 +614,7 @@ def _decide(snap: Snapshot) -> Plan:
     status_now = m.status or VSphereMachineStatus()
     if vm is None:
         if status_now.instance_uuid and not (failure and failure.step == "create"):
-            st.ready(False, R.VM_NOT_FOUND, f"VM {status_now.instance_uuid} ({status_now.vm_ref}) is no longer in vCenter: {REPLACE_HINT}")
+            st.ready(False, R.VM_NOT_FOUND, f"VM {status_now.instance_uuid} ({status_now.vm_ref}) is no longer in vCenter: {replace_hint(m)}")
             st.vm_gone()
             return _with_events(snap, Plan(status=st.status))
         if refused_spec is not None:
@@ -621,7 +625,7 @@ def _decide(snap: Snapshot) -> Plan:
             if reason == R.VM_NOT_FOUND:
                 # create_vm returned this UID's VM before and it is gone: never clone it again,
                 # even when the status this reconcile started from has no instanceUUID yet.
-                st.ready(False, R.VM_NOT_FOUND, f"{failure.message}: {REPLACE_HINT}")
+                st.ready(False, R.VM_NOT_FOUND, f"{failure.message}: {replace_hint(m)}")
                 st.vm_gone()
                 return _with_events(snap, Plan(status=st.status))
             if failure.reason == CLONE_OUTCOME_UNKNOWN:
@@ -648,7 +652,16 @@ def _decide(snap: Snapshot) -> Plan:
                 # A clone started by an earlier reconcile (another process, or one cancelled
                 # mid-task) may still be running in vCenter: wait for it to land instead of
                 # cloning a second VM; clone again only once the task would have timed out.
-                st.ready(False, R.CLONING, _cloning_message(status_now))
+                message = _cloning_message(status_now)
+                if snap.clone_task == "unknown":
+                    # The vCenter answered: whatever the marker said of an earlier failure (a
+                    # vCenter that did not answer) no longer holds; say what is waited for.
+                    at = started.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    until = (started + timedelta(seconds=snap.clone_grace_seconds)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    message = (f"the clone sent at {at} has no task vCenter names and is not in its history, and vCenter "
+                               f"is cloning other VMs: looking the VM up by UID every {CLONE_WAIT_SECONDS:g} s, cloning "
+                               f"again once no clone is in flight or at {until}; cloning since {at}")
+                st.ready(False, R.CLONING, message)
                 return _with_events(snap, Plan(status=st.status, requeue_after=min(CLONE_WAIT_SECONDS, snap.clone_grace_seconds - waited)))
         refused = refuses_new_machines(placement.provider)
         if refused is not None:

@@ -185,6 +185,14 @@ def _raw_of(fd: ProviderFailureDomain) -> tuple[str, str] | None:
     return raw.datacenter, raw.cluster
 
 
+def _provider_not_found(ref: str, namespace: str | None) -> str:
+    """The ProviderNotFound message: what is missing and where to look (a new-user review found it
+    gave no hint, where ClassNotFound says which field to check and how to list the names)."""
+    ns = namespace or "default"
+    return (f"Provider {ref} not found in namespace {ns}: check spec.providerRef.name "
+            f"(kubectl get providers.banlieue.io -n {ns} lists them); re-checked when a Provider is created")
+
+
 def resolve_placement(
     machine: VSphereMachine, failure_domain: str | None, providers: Sequence[Provider], *, capi: bool = False
 ) -> Placement:
@@ -196,7 +204,7 @@ def resolve_placement(
     ref = spec.provider_ref.name if spec.provider_ref is not None else None
     if ref is not None and not any(p.metadata.name == ref for p in providers):
         # The named Provider is gone (or never existed): say so, whatever the failure domain.
-        raise PlacementError(Reason.PROVIDER_NOT_FOUND, f"Provider {ref} not found in namespace {machine.metadata.namespace}")
+        raise PlacementError(Reason.PROVIDER_NOT_FOUND, _provider_not_found(ref, machine.metadata.namespace))
     if failure_domain:
         for provider in providers:
             if ref is not None and provider.metadata.name != ref:
@@ -222,7 +230,7 @@ def resolve_placement(
         raise PlacementError(Reason.INVALID_SPEC, "set spec.failureDomain or spec.providerRef.name")
     chosen = next((p for p in providers if p.metadata.name == ref), None)
     if chosen is None:
-        raise PlacementError(Reason.PROVIDER_NOT_FOUND, f"Provider {ref} not found in namespace {machine.metadata.namespace}")
+        raise PlacementError(Reason.PROVIDER_NOT_FOUND, _provider_not_found(ref, machine.metadata.namespace))
     provider = chosen
     datacenter, cluster = spec.datacenter, spec.cluster
     if not datacenter or not cluster:

@@ -785,7 +785,7 @@ def test_vm_not_found_from_create_is_vm_not_found(status: dict[str, Any]) -> Non
     assert ready(plan) == ("False", "VMNotFound")
     assert plan.action is None and not plan.retry and plan.requeue_after is None
     cond = get_condition(plan.status.conditions if plan.status else None, READY)
-    assert cond is not None and "removed from vCenter" in cond.message and "delete this VSphereMachine" in cond.message
+    assert cond is not None and "removed from vCenter" in cond.message and "delete VSphereMachine m1 (kubectl delete vspheremachine m1 -n ns)" in cond.message
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "VMNotFound")]
 
 
@@ -955,6 +955,22 @@ def test_a_recorded_clone_task_decides_past_the_window(state: str | None, clones
     assert (plan.action is not None and plan.action.kind == "create") is clones
     if not clones:
         assert ready(plan) == ("False", "Cloning") and plan.requeue_after == 5.0
+
+
+def test_a_clone_waited_for_in_no_history_says_what_it_waits_for() -> None:
+    """A new-user review: the marker kept the message of the failure that made the outcome
+    unknown ("ConnectFailed: cannot reach ..."), with the vCenter answering again. A pass that
+    finds no task, no history and clones in flight on the vCenter ("unknown") says so, keeps
+    the start time and gives the time it clones again at the latest."""
+    status = _cloned_at("2026-01-02T03:04:03Z")
+    status["conditions"][0]["message"] = ("ConnectFailed: cannot reach the Provider's vCenter; "
+                                          "cloning since 2026-01-02T03:04:03Z")
+    plan = decide(looked(machine(status=status), None, clone_task="unknown"))
+    assert plan.action is None and ready(plan) == ("False", "Cloning") and plan.status is not None
+    message = get_condition(plan.status.conditions, READY).message or ""  # type: ignore[union-attr]
+    assert "ConnectFailed" not in message and "vCenter is cloning other VMs" in message
+    assert "at 2026-01-02T03:14:03Z" in message  # the 600 s window's end
+    assert clone_started(plan.status) == datetime(2026, 1, 2, 3, 4, 3, tzinfo=UTC)
 
 
 def test_a_failed_clone_task_is_cloned_again_within_the_window() -> None:
