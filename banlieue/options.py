@@ -252,6 +252,23 @@ def parse_seconds(value: str) -> float:
     return seconds
 
 
+def parse_seconds_between(low: float, high: float) -> Callable[[str], float]:
+    """A parser of a finite number of seconds in ``[low, high]`` (``parse_seconds`` with
+    bounds): a period far below a second re-reads in a tight loop, one of 10**20 seconds never
+    ends (a new-user review found both taken)."""
+    def parse(value: str) -> float:
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not math.isfinite(seconds) or not low <= seconds <= high:
+            raise ValueError(f"must be a number of seconds from {low:g} to {high:g}")
+        return seconds
+
+    parse.__name__ = f"seconds from {low:g} to {high:g}"
+    return parse
+
+
 def parse_namespace(value: str) -> str | None:
     """Parse a namespace name (RFC 1123 label, at most 63 characters); ``""`` means none."""
     if value == "":

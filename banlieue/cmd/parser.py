@@ -43,7 +43,7 @@ from banlieue.options import (
     parse_namespace,
     parse_optional_directory,
     parse_port,
-    parse_seconds,
+    parse_seconds_between,
     parse_vcsim_arg,
     parse_workers,
     resolve,
@@ -84,9 +84,9 @@ def _common_flags(*, log_format: str, metrics: str, probes: str) -> list[FlagSpe
 
 
 VSPHERE_FLAGS = [
-    FlagSpec("--vsphere-task-timeout", parse_seconds, "600",
+    FlagSpec("--vsphere-task-timeout", parse_seconds_between(1, 86400), "600",
              "seconds to wait for one vSphere task (clone, power, destroy)", metavar="SECONDS"),
-    FlagSpec("--secret-resync-period", parse_seconds, "300",
+    FlagSpec("--secret-resync-period", parse_seconds_between(1, 86400), "300",
              "seconds between re-reads of the referenced Secrets and ConfigMaps (credentials refused "
              "by vCenter are re-read at once)", metavar="SECONDS"),
     FlagSpec("--development-allow-http-endpoints", parse_bool, "false",

@@ -179,9 +179,15 @@ def test_dev_vms_state_dir_from_its_flag_then_dev_s_then_the_environment() -> No
         (["dev", "--api-port", "70000"], {}, "--api-port must be a port number"),
         (["dev", "--state-dir", ""], {}, "--state-dir must be a directory path (got '')"),
         (["dev", "--vcsim-arg=method-delay=5"], {}, "--vcsim-arg: 'method-delay=5' must be a simulator flag"),
+        (["manager", "--vsphere-task-timeout", "99999999999999999999"], {},
+         "--vsphere-task-timeout must be a number of seconds from 1 to 86400"),
+        (["manager", "--secret-resync-period", "0.0001"], {},
+         "--secret-resync-period must be a number of seconds from 1 to 86400"),
+        (["manager", "--vsphere-task-timeout", "nan"], {}, "--vsphere-task-timeout must be a number of seconds from 1 to 86400"),
     ],
     ids=["no-command", "no-backend", "unknown-backend", "zero-workers", "bad-env-bool", "bad-log-format",
-         "missing-kubeconfig", "bad-watch-filter", "bad-port", "empty-state-dir", "vcsim-arg-not-a-flag"],
+         "missing-kubeconfig", "bad-watch-filter", "bad-port", "empty-state-dir", "vcsim-arg-not-a-flag",
+         "task-timeout-huge", "resync-tiny", "task-timeout-nan"],
 )
 def test_usage_errors(argv: list[str], env: dict[str, str], message: str, isolated: dict[str, Path]) -> None:
     with pytest.raises(UsageError) as err:
