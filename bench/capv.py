@@ -58,7 +58,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -986,8 +986,16 @@ def table(path: Path) -> str:
     return "\n".join(rows)
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """A refused command line is one line on stderr and exit 2, as banlieue's own CLI does
+    (argparse prints the whole usage before it; a new-user review counted 7 lines)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench/capv.py", description=__doc__.split("\n\n")[0])
+    p = OneLineErrors(prog="bench/capv.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--machines", type=int, default=100, help="Machines in the MachineDeployment (default 100)")
     p.add_argument("--settle", type=float, default=120.0, help="seconds after the wave before the idle window (default 120: the issue's minute 2)")
     p.add_argument("--idle", type=float, default=300.0, help="idle window, seconds (default 300: with --settle's 120, minutes 2-7)")
@@ -1044,6 +1052,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--out is the side-by-side results file, written when both providers run: with one, use --solo-out FILE")
     if args.solo_out is not None and providers != ["banlieue"]:
         p.error("--solo-out FILE is for --providers banlieue alone; both providers write --out")
+    if args.solo_label is not None and args.solo_out is None:
+        p.error("--solo-label names an entry of --solo-out FILE: give --solo-out too")
     if args.gate is not None:
         # Refused rather than ignored or waited on forever.
         if len(providers) < 2:

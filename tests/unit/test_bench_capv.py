@@ -130,7 +130,8 @@ def test_both_providers_get_the_same_work_on_loopback(capv: ModuleType, tmp_path
 def test_bad_flags_exit_2(args: list[str], message: str) -> None:
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "capv.py"), *args], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2
-    assert message in proc.stderr.strip().splitlines()[-1]
+    [line] = proc.stderr.strip().splitlines()  # one line, not argparse's usage before it
+    assert line.startswith("bench/capv.py: error: ") and message in line
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -143,6 +144,7 @@ def test_bad_flags_exit_2(args: list[str], message: str) -> None:
     (["--solo-out", "x.json"], "--solo-out FILE is for --providers banlieue alone; both providers write --out"),
     (["--providers", "capv", "--solo-out", "x.json"], "--solo-out FILE is for --providers banlieue alone; both providers write --out"),
     (["--idle", "300", "--idle-long", "300"], "--idle-long must be 0 or longer than --idle (300 s), got 300"),
+    (["--providers", "banlieue", "--solo-label", "x"], "--solo-label names an entry of --solo-out FILE: give --solo-out too"),
 ])
 def test_bad_gate_and_providers_exit_2(capv: ModuleType, args: list[str], message: str, capsys: pytest.CaptureFixture[str],
                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
