@@ -73,6 +73,18 @@ class DevProcess:
                 return line
         pytest.fail(f"no line {prefix!r} within {timeout:g} s; output:\n" + "\n".join(self.lines))
 
+    def stop(self) -> None:
+        """Ctrl-C, as a user stops it: dev says every child exited, and exits 0."""
+        self.proc.send_signal(signal.SIGINT)
+        self.wait_line("stopped: every child process has exited", 90)
+        assert self.proc.wait(timeout=30) == 0
+
+    def reap(self) -> None:
+        """Kill dev if a failing test left it running."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
 
 def children_of(pid: int) -> dict[int, str]:
     """``{pid: command line}`` of the direct children of ``pid`` (from /proc)."""
@@ -203,13 +215,9 @@ def test_dev_restarts_a_killed_manager_and_simulator(tmp_path: Path) -> None:
                               "--vcenter", "no-such"], capture_output=True, text=True, timeout=60, check=False, cwd=REPO)
         assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "no simulator for --vcenter no-such" in bad.stderr
 
-        dev.proc.send_signal(signal.SIGINT)
-        dev.wait_line("stopped: every child process has exited", 90)
-        assert dev.proc.wait(timeout=30) == 0
+        dev.stop()
     finally:
-        if dev.proc.poll() is None:
-            dev.proc.kill()
-            dev.proc.wait()
+        dev.reap()
     assert not children_of(dev.proc.pid)
     assert not alive(int(again["pid"]))
     assert list(tmpdir.iterdir()) == []  # nothing in $TMPDIR
@@ -268,11 +276,7 @@ def test_a_simulator_killed_under_clones_gets_them_sent_again_not_after_the_task
         records = json.loads(listed.stdout)
         for name in names:  # one VM each, none duplicated
             assert [r["name"] for r in records].count(name) == 1, records
-        dev.proc.send_signal(signal.SIGINT)
-        dev.wait_line("stopped: every child process has exited", 90)
-        assert dev.proc.wait(timeout=30) == 0
+        dev.stop()
     finally:
-        if dev.proc.poll() is None:
-            dev.proc.kill()
-            dev.proc.wait()
+        dev.reap()
     assert not children_of(dev.proc.pid)
