@@ -318,7 +318,7 @@ class Env:
             env = {**(env or {}), "BENCH_MEMPROBE_OUT": str(self.workdir / "memprobe.txt")}
         self.manager_started = time.monotonic()
         self.manager = start_banlieue(self.kubeconfig, self.workdir / "manager.log", "manager",
-                                      *self.manager_args, *extra, leader_election_namespace=NS, log_level="warning",
+                                      *self.manager_args, *extra, leader_election_namespace=NS, log_level=os.environ.get("BENCH_LOG_LEVEL", "warning"),
                                       entry=entry, extra_env=env)
 
     @property

@@ -953,6 +953,11 @@ class VSphereBackend:
         reachability probe (``health``), or None while it answers."""
         return self.sessions.unreachable_since(conn)
 
+    def seconds_since_answer(self, conn: Connection) -> float | None:
+        """Seconds since ``conn``'s vCenter last answered a request of this process's sessions,
+        or None when none was answered yet (``SessionPool.seconds_since_answer``)."""
+        return self.sessions.seconds_since_answer(conn)
+
     def add_unreachable_listener(self, callback: Callable[[str], None]) -> Callable[[], None]:
         """``callback(label)`` when a vCenter that answered stops answering (a round trip
         refused, reset or timed out); called from a pool or watch thread, it must not block.

@@ -685,6 +685,15 @@ class SessionPool:
         ep = self.endpoints.get(self.label_of(conn))
         return ep.probe.down_since if ep is not None and ep.probe is not None else None
 
+    def seconds_since_answer(self, conn: Connection) -> float | None:
+        """Seconds since ``conn``'s vCenter last answered a session request (any Provider's on
+        that endpoint; the reachability probe's own are not counted), or None when none was
+        answered yet. Raises BackendError (InvalidEndpoint)."""
+        ep = self.endpoints.get(self.label_of(conn))
+        if ep is None or ep.answered_at == float("-inf"):
+            return None
+        return time.monotonic() - ep.answered_at
+
     def _drop_stale(self, conn: Connection) -> None:
         """A Provider whose credentials changed gets a new key: log the old session out."""
         for key in [k for k in self.sessions if k[:2] == conn.session_key[:2] and k != conn.session_key]:

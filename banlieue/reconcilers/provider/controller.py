@@ -38,6 +38,7 @@ from pydantic import ValidationError
 
 from banlieue.api.provider import Provider, ProviderConditionReason
 from banlieue.backends.base import BackendError, Connection, taxonomy
+from banlieue.reconcilers.answers import answering
 from banlieue.reconcilers.connection import (
     ConnectionConfigError,
     referenced_config_maps,
@@ -134,6 +135,11 @@ with the default 120 s), so a tenant's few such Providers stalled every Provider
 
 CONTACT_RECHECK_SECONDS = 5.0
 """How soon a Provider whose first call is still unanswered is looked at again (seconds)."""
+
+BUSY_WAIT_LIMIT_SECONDS = 300.0
+"""Longest a Provider's first call may wait its turn behind requests its vCenter answers
+(``reachability.answering``) with the status left as it is (seconds); past it the call is
+reported unanswered like one to a silent vCenter."""
 
 
 class _Unanswered(Exception):
@@ -261,6 +267,11 @@ class ProviderReconciler:
         try:
             about = await self._first_contact(provider, conn, lambda: _unless_silent(backend, conn, backend.about(probe)))
         except _Unanswered as quiet:
+            if quiet.waited < BUSY_WAIT_LIMIT_SECONDS and answering(backend, conn, CONTACT_WAIT_SECONDS):
+                # Busy, not silent: the call waits behind requests the vCenter answers.
+                log.debug("provider connection waits its turn", provider=f"{provider.metadata.namespace}/{provider.metadata.name}",
+                          endpoint=conn.endpoint, waited_seconds=round(quiet.waited, 1))
+                return Snapshot(provider, now, busy=True, recheck_after=CONTACT_RECHECK_SECONDS)
             log.info("provider connection unanswered", provider=f"{provider.metadata.namespace}/{provider.metadata.name}",
                      endpoint=conn.endpoint, waited_seconds=round(quiet.waited, 1))
             message = f"vCenter did not answer within {quiet.waited:.0f} s"

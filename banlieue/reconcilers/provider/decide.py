@@ -38,6 +38,10 @@ Rules (the SPEC's, and the decisions where it is silent, marked *decision*):
   write after an upgrade). The scheduler counts VMs provisioned at or after it against the domain.
 - A vCenter that does not answer the backend's reachability probe (``Snapshot.unreachable_since``):
   ``ConnectFailed``, and the conditions' ``lastTransitionTime`` is when it stopped answering.
+- A first call that still waits its turn behind requests the vCenter answers meanwhile
+  (``Snapshot.busy``; a 10,000-VM cold start queues 10,000 VM reads before it): nothing is
+  written, the call is looked at again after ``recheck_after`` seconds. A busy vCenter is not an
+  unreachable one, and each flap of ``Ready`` re-enqueued every VM placed there.
 - The vCenter's identity (ADR 0013): ``status.vcenter`` records the ``about`` of the vCenter the
   endpoint reached (``Snapshot.vcenter``), kept on every path that does not reach one. When the
   endpoint reaches a vCenter of another instance UUID while VSphereMachines use the Provider
@@ -166,9 +170,12 @@ class Snapshot:
     same_vcenter: tuple[Peer, ...] = ()
     """The other Providers whose ``status.vcenter.instanceUUID`` is ``vcenter``'s."""
     recheck_after: float | None = None
-    """Seconds after which a connect failure is looked at again instead of the rate-limited
-    retry: the first call still runs (``controller.CONTACT_WAIT_SECONDS``), and a retry could
-    only look at it."""
+    """Seconds after which a connect failure (or a ``busy`` snapshot) is looked at again instead
+    of the rate-limited retry: the first call still runs (``controller.CONTACT_WAIT_SECONDS``),
+    and a retry could only look at it."""
+    busy: bool = False
+    """Nothing observed yet: the first call still waits its turn behind requests the vCenter
+    answers meanwhile (``reachability.answering``), so the vCenter is busy, not unreachable."""
 
 
 @dataclass(frozen=True)
@@ -392,6 +399,11 @@ def decide(snap: Snapshot) -> Plan:
             (old_ready.status if old_ready else unknown, R.PAUSED, msg),
         )
         return _plan(snap, ProviderStatus(failure_domains=fds, conditions=conds, observed_generation=gen, vcenter=current.vcenter))
+
+    if snap.busy:
+        # Nothing new was observed: the last status stands (a write would turn a busy vCenter's
+        # Provider unreachable and back, and every VM on it would be reconciled twice for it).
+        return Plan(status=current, write_status=False, requeue=snap.recheck_after is None, requeue_after=snap.recheck_after)
 
     if snap.failure is not None or snap.inventory is None:
         failure = snap.failure or Failure("connect", "Unknown", "no inventory was observed")

@@ -37,6 +37,7 @@ from pydantic import ValidationError
 from banlieue.api.provider import Provider, ProviderImageStatus
 from banlieue.api.vmimage import VMImage
 from banlieue.backends.base import BackendError, TemplateInfo, Transient, taxonomy
+from banlieue.reconcilers.answers import answered_in_time
 from banlieue.reconcilers.connection import ConnectionConfigError, connection_for
 from banlieue.reconcilers.context import RoleContext
 from banlieue.reconcilers.kinds import PROVIDER, PROVIDER_CLASS_VSPHERE, VM_IMAGE
@@ -77,8 +78,11 @@ def _lookup_inputs(obj: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 LOOKUP_DEADLINE_SECONDS = 15.0
-"""Longest one Provider's template lookup may take before its row reports ``ConnectFailed``
-(seconds); the other Providers' rows are written without waiting for it."""
+"""Longest one Provider's template lookup may go unanswered while its vCenter answers nothing
+else before its row reports ``ConnectFailed`` (seconds); the other Providers' rows are written
+without waiting for it."""
+LOOKUP_BUSY_LIMIT_SECONDS = 300.0
+"""Longest a lookup may wait its turn behind requests its vCenter answers (seconds)."""
 
 
 class ProviderLookupChanged(Predicate):
@@ -114,14 +118,19 @@ class VMImageReconciler:
                      reason=err.reason, error=err.message)
             return Lookup(config_error=(err.reason, err.message))
         found: list[tuple[str | None, TemplateInfo | None]] = []
+
+        async def look_up() -> None:
+            for dc in target.datacenters or (None,):
+                found.append((dc, await backend.find_template(conn, dc, target.ref)))
+
         try:
             # One Provider's vCenter that accepts and never answers must not hold every other
             # Provider's row back (issue 23): the lookup has its own deadline, and the row says
             # so; the SOAP call left behind ends on the session's request timeout in that
-            # vCenter's own thread pool.
-            async with asyncio.timeout(LOOKUP_DEADLINE_SECONDS):
-                for dc in target.datacenters or (None,):
-                    found.append((dc, await backend.find_template(conn, dc, target.ref)))
+            # vCenter's own thread pool. The deadline counts silence, not the wait behind
+            # requests the vCenter answers meanwhile (a busy vCenter is not an unreachable one:
+            # at a 10,000-VM cold start the lookup queued behind 10,000 VM reads).
+            await answered_in_time(backend, conn, look_up(), LOOKUP_DEADLINE_SECONDS, LOOKUP_BUSY_LIMIT_SECONDS)
         except BackendError as err:
             # The detail (what answered on the endpoint) goes to the log only: the row says
             # "could not be reached" (issue 23 case 5).

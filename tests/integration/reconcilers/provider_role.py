@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,3 +141,19 @@ def silent_listener() -> Iterator[SilentListener]:
         for conn in listener.accepted:
             conn.close()
         sock.close()
+
+
+def answered_calls(seconds: float) -> Callable[[Any], int]:
+    """A session function that keeps the vCenter answering for ``seconds``: ``CurrentTime``
+    every 0.1 s (each a real round trip, counted as an answer), returning how many were sent."""
+
+    def keep_answering(s: Any) -> int:
+        sent = 0
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            s.si.CurrentTime()
+            sent += 1
+            time.sleep(0.1)
+        return sent
+
+    return keep_answering

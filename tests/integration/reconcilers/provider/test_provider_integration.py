@@ -18,10 +18,19 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from provider_role import condition, provider_body, provider_with, running_role, secret_body, silent_listener
+from provider_role import (
+    answered_calls,
+    condition,
+    provider_body,
+    provider_with,
+    running_role,
+    secret_body,
+    silent_listener,
+)
 from reconciler_harness import eventually
 
 from banlieue.api.provider import PROVIDER_REACHABLE
+from banlieue.backends.vsphere import backend as backend_module
 from banlieue.backends.vsphere.backend import VSphereBackend
 from banlieue.reconcilers.kinds import CONFIG_MAP, PROVIDER, SECRET
 from banlieue.reconcilers.provider import controller as provider_reconciler
@@ -481,3 +490,45 @@ async def test_silent_endpoints_hold_no_worker_from_other_providers(
     assert silent.accepted, "the silent listener was never dialled: the test proves nothing"
     assert took < 6.0, f"the good Provider waited {took:.1f} s behind the silent ones"
     assert condition(hung_now, "ProviderReachable")["reason"] == "ConnectFailed", hung_now.get("status")
+
+
+
+@pytest.mark.vcsim
+async def test_a_busy_vcenter_keeps_its_provider_status_while_the_first_call_waits_its_turn(
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found at the 10,000-VM cold start (``bench/e2e.py --only memory``, 2026-12-07): the
+    Provider's first call waited in its vCenter's thread pool behind thousands of VM reads that
+    the vCenter was answering, past ``CONTACT_WAIT_SECONDS``; the Provider was written
+    ``ConnectFailed`` ("vCenter did not answer within 10 s") and ``Reconciled`` again 3 times,
+    and every change re-enqueued all 20,000 VMs and VSphereMachines. A vCenter that answered
+    other requests meanwhile is busy, not silent: the status stays, the call is looked at again.
+    Here the pool has one worker, held by calls that the vCenter answers for 4 s."""
+    monkeypatch.setattr(provider_reconciler, "CONTACT_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr(backend_module, "ABOUT_FRESH_SECONDS", 0.0)  # about() sends its CurrentTime
+    one = VSphereBackend(max_workers=1, task_timeout=60.0, request_timeout=10.0, watch_max_wait=5.0, index_ttl=1.0)
+    try:
+        secret = secret_body("vc1-creds", namespace, username=vcsim.username, password=vcsim.password)
+        await client.create(SECRET, secret)
+        await client.create(PROVIDER, provider_body("vc1", namespace, vcsim))
+        async with running_role(apiserver, [provider_reconciler.setup], one):
+            ready = await provider_with(client, "vc1", namespace, "Reconciled", "True")
+            conn = next(iter(one.sessions.sessions.values())).conn
+            busy = asyncio.ensure_future(one.sessions.run(conn, answered_calls(4.0)))
+            await asyncio.sleep(0.2)  # the worker is taken
+            before = reconciles("provider")
+            secret["metadata"]["annotations"] = {"touched": "1"}
+            await client.update(SECRET, secret)
+            await eventually(lambda: _more(before), timeout=10.0, what="a reconcile while the pool is busy")
+            assert not busy.done(), "the pool was free before the reconcile ended: the test proves nothing"
+            during = await client.get(PROVIDER, "vc1", namespace)
+            sent = await busy
+            after = await client.get(PROVIDER, "vc1", namespace)
+            await asyncio.sleep(provider_reconciler.CONTACT_RECHECK_SECONDS + 1.0)  # the call looked at again
+            settled = await client.get(PROVIDER, "vc1", namespace)
+    finally:
+        await one.close()
+    assert sent >= 10, f"only {sent} calls answered while the pool was held"
+    for got in (during, after, settled):
+        assert condition(got, "Ready")["reason"] == "Reconciled", got.get("status")
+        assert got["metadata"]["resourceVersion"] == ready["metadata"]["resourceVersion"], got.get("status")

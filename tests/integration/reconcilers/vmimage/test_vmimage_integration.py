@@ -3,12 +3,14 @@ API-server double and two vcsims (one with the template in both datacenters, one
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from provider_role import (
+    answered_calls,
     condition,
     provider_body,
     provider_with,
@@ -184,3 +186,48 @@ async def test_a_silent_vcenter_delays_no_other_providers_row(
     assert rows["silent"]["ready"] is False and rows["silent"]["reason"] == "ConnectFailed", rows["silent"]
     assert silent.accepted, "the silent listener was never dialled: the test proves nothing"
     assert took < 15.0, f"status took {took:.1f} s"
+
+
+@pytest.mark.vcsim
+async def test_a_busy_vcenter_keeps_its_row_while_the_lookup_waits_its_turn(
+    apiserver: Any, client: Client, namespace: str, vcsim: VcsimProcess, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found at the 10,000-VM cold start (``bench/e2e.py --only memory``, 2026-12-07): the lookup
+    waited in the vCenter's thread pool behind thousands of VM reads that the vCenter answered,
+    past ``LOOKUP_DEADLINE_SECONDS``, and the row turned ``ConnectFailed`` (then ready again),
+    re-enqueuing every VM of the image each time. The deadline counts silence: here the pool's
+    one worker is held for 4 s by calls the vCenter answers, and the lookup of a new generation
+    waits its turn."""
+    monkeypatch.setattr(vmimage_reconciler, "LOOKUP_DEADLINE_SECONDS", 1.0)
+    one = VSphereBackend(max_workers=1, task_timeout=60.0, request_timeout=10.0, watch_max_wait=5.0, index_ttl=1.0)
+    name = f"ubuntu-{namespace}"
+    try:
+        await client.create(SECRET, secret_body("good-creds", namespace, username=vcsim.username, password=vcsim.password))
+        await client.create(PROVIDER, provider_body("good", namespace, vcsim))
+        await client.create(VM_IMAGE, image_body(name))
+        async with running_role(apiserver, [vmimage_reconciler.setup], one):
+            await eventually(lambda: rows_of(client, namespace, name, 1), timeout=20.0, what="the first row")
+            conn = next(iter(one.sessions.sessions.values())).conn
+            busy = asyncio.ensure_future(one.sessions.run(conn, answered_calls(4.0)))
+            await asyncio.sleep(0.2)  # the worker is taken
+            image = await client.get(VM_IMAGE, name)
+            image["spec"]["osVersion"] = "22.04.5"
+            edited = await client.update(VM_IMAGE, image)
+            seen: list[dict[str, Any]] = []
+            while not busy.done():
+                seen.append((await image_rows(client, namespace, name))["good"])
+                await asyncio.sleep(0.2)
+            sent = busy.result()
+
+            async def new_generation() -> dict[str, Any] | None:
+                got = await client.get(VM_IMAGE, name)
+                return got if (got.get("status") or {}).get("observedGeneration") == edited["metadata"]["generation"] else None
+
+            final = await eventually(new_generation, timeout=20.0, what="the new generation looked up")
+            row = (await image_rows(client, namespace, name))["good"]
+    finally:
+        await one.close()
+    assert sent >= 10, f"only {sent} calls answered while the pool was held"
+    assert len(seen) >= 10 and all(r["ready"] for r in seen), [r for r in seen if not r["ready"]][:1]
+    assert row["ready"] is True and row["reason"] == "Reconciled", row
+    assert final["status"]["readyProviders"] == 1, final["status"]

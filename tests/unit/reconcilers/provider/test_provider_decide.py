@@ -424,3 +424,14 @@ def test_providers_of_other_namespaces_on_the_same_vcenter_are_other_tenants() -
     assert (status, reason) == (ConditionStatus.TRUE, R.UNIQUE)
     assert "team-" not in message and "shared" not in message
     assert R.DUPLICATE_VCENTER not in [e.reason for e in plan.events]
+
+
+def test_a_busy_vcenter_leaves_the_status_as_it_is_and_looks_again() -> None:
+    """``Snapshot.busy``: the first call waits its turn behind requests the vCenter answers."""
+    ready = reconciled()
+    plan = decide(Snapshot(ready, LATER, busy=True, recheck_after=5.0))
+    assert not plan.write_status and plan.events == ()
+    assert plan.status == ready.status
+    assert plan.requeue_after == 5.0 and not plan.requeue
+    fresh = decide(Snapshot(provider(), LATER, busy=True))
+    assert not fresh.write_status and fresh.requeue and fresh.requeue_after is None
