@@ -138,7 +138,7 @@ CONTACT_RECHECK_SECONDS = 5.0
 
 BUSY_WAIT_LIMIT_SECONDS = 300.0
 """Longest a Provider's first call may wait its turn behind requests its vCenter answers
-(``reachability.answering``) with the status left as it is (seconds); past it the call is
+(``reconcilers.answers.answering``) with the status left as it is (seconds); past it the call is
 reported unanswered like one to a silent vCenter."""
 
 
